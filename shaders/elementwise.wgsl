@@ -1,0 +1,79 @@
+// Element-wise kernels over flat f32 tensors: ReLU, residual add, dropout, scaling.
+// One invocation per element; the grid may be folded into 2-D (see src/kernels/mod.rs).
+
+struct Params {
+    n: u32,
+    // dropout: rate in [0, 1); scale: the factor
+    alpha: f32,
+    // dropout: per-step seed
+    seed: u32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+// dropout: word 0 is the training step, so each step draws a fresh mask from one pipeline.
+@group(0) @binding(4) var<storage, read> step: array<u32>;
+
+override WG: u32 = 256u;
+
+fn index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+    return (wid.x + wid.y * nwg.x) * WG + lid;
+}
+
+// out = max(a, 0)
+@compute @workgroup_size(WG)
+fn relu_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    out[i] = max(a[i], 0.0);
+}
+
+// out = a (the upstream gradient) where b (the ReLU output) is positive.
+@compute @workgroup_size(WG)
+fn relu_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    out[i] = select(0.0, a[i], b[i] > 0.0);
+}
+
+// out = a + b (the residual join).
+@compute @workgroup_size(WG)
+fn add(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+       @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    out[i] = a[i] + b[i];
+}
+
+// out = alpha * a
+@compute @workgroup_size(WG)
+fn scale(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    out[i] = p.alpha * a[i];
+}
+
+// A stateless hash (PCG-style) so the backward pass regenerates the forward's mask from the
+// seed instead of storing it.
+fn keep(i: u32) -> bool {
+    var h = i * 747796405u + (p.seed ^ (step[0] * 2654435769u)) * 2891336453u + 1u;
+    h = ((h >> ((h >> 28u) + 4u)) ^ h) * 277803737u;
+    h = (h >> 22u) ^ h;
+    return f32(h >> 8u) * (1.0 / 16777216.0) >= p.alpha;
+}
+
+// Inverted dropout: kept elements are scaled by 1 / (1 - rate); used for forward and
+// backward alike (the gradient passes through the same mask and scale).
+@compute @workgroup_size(WG)
+fn dropout(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    out[i] = select(0.0, a[i] / (1.0 - p.alpha), keep(i));
+}

@@ -1,0 +1,178 @@
+//! Finding adapters and turning a selection string (`all`, `0,1`, a name, a PCI bus id,
+//! `software`, `software:N`) into opened devices.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::Device;
+use crate::{Error, Result};
+
+/// Optional features the kernels can use when the adapter offers them.
+pub const WANTED_FEATURES: wgpu::Features = wgpu::Features::TIMESTAMP_QUERY
+    .union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES)
+    .union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS)
+    .union(wgpu::Features::SHADER_F16)
+    .union(wgpu::Features::SUBGROUP)
+    .union(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
+
+/// An adapter convoy can use, as listed by `convoy devices`.
+#[derive(Clone, Debug)]
+pub struct AdapterEntry {
+    pub index: usize,
+    pub adapter: wgpu::Adapter,
+    pub info: wgpu::AdapterInfo,
+}
+
+impl AdapterEntry {
+    pub fn is_software(&self) -> bool {
+        self.info.device_type == wgpu::DeviceType::Cpu
+    }
+}
+
+/// What `convoy devices --json` prints for one adapter.
+#[derive(Serialize, Debug)]
+pub struct AdapterSummary {
+    pub index: usize,
+    pub name: String,
+    pub vendor: String,
+    pub backend: String,
+    #[serde(rename = "type")]
+    pub device_type: String,
+    pub pci_bus_id: String,
+    pub driver: String,
+    pub default: bool,
+    pub max_storage_buffer_binding_size: u64,
+    pub max_buffer_size: u64,
+    pub max_compute_workgroup_storage_size: u32,
+    pub max_compute_invocations_per_workgroup: u32,
+    pub max_compute_workgroups_per_dimension: u32,
+    pub features: Vec<String>,
+}
+
+pub fn vendor_name(id: u32) -> &'static str {
+    match id {
+        0x10de => "NVIDIA",
+        0x1002 | 0x1022 => "AMD",
+        0x8086 => "Intel",
+        0x106b => "Apple",
+        0x13b5 => "ARM",
+        0x5143 => "Qualcomm",
+        0x10005 => "Mesa",
+        _ => "unknown",
+    }
+}
+
+fn instance(backends: wgpu::Backends) -> wgpu::Instance {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    desc.backends = backends;
+    wgpu::Instance::new(desc)
+}
+
+/// Every adapter convoy would consider, hardware first, then software. GL adapters are only
+/// taken when no Vulkan/Metal/DX12 adapter exists: the same GPU shows up under both, and
+/// the GL path lacks the compute features the kernels want. Opens no device.
+pub fn adapters() -> Vec<AdapterEntry> {
+    let mut found = pollster::block_on(instance(wgpu::Backends::PRIMARY).enumerate_adapters(wgpu::Backends::PRIMARY));
+    if found.is_empty() {
+        found = pollster::block_on(instance(wgpu::Backends::GL).enumerate_adapters(wgpu::Backends::GL));
+    }
+    let rank = |a: &wgpu::Adapter| match a.get_info().device_type {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu | wgpu::DeviceType::Other => 2,
+        wgpu::DeviceType::Cpu => 3,
+    };
+    // Stable order: by kind, then PCI bus id, so indices match `nvidia-smi` order on one vendor.
+    found.sort_by_key(|a| (rank(a), a.get_info().device_pci_bus_id.clone()));
+    found
+        .into_iter()
+        .enumerate()
+        .map(|(index, adapter)| {
+            let info = adapter.get_info();
+            AdapterEntry { index, adapter, info }
+        })
+        .collect()
+}
+
+fn default_set(all: &[AdapterEntry]) -> Vec<AdapterEntry> {
+    let hardware: Vec<_> = all.iter().filter(|a| !a.is_software()).cloned().collect();
+    if hardware.is_empty() { all.iter().filter(|a| a.is_software()).take(1).cloned().collect() } else { hardware }
+}
+
+pub fn summarize(all: &[AdapterEntry]) -> Vec<AdapterSummary> {
+    let defaults: Vec<usize> = default_set(all).iter().map(|a| a.index).collect();
+    all.iter()
+        .map(|a| {
+            let l = a.adapter.limits();
+            let f = a.adapter.features() & WANTED_FEATURES;
+            AdapterSummary {
+                index: a.index,
+                name: a.info.name.clone(),
+                vendor: vendor_name(a.info.vendor).to_string(),
+                backend: format!("{:?}", a.info.backend),
+                device_type: format!("{:?}", a.info.device_type),
+                pci_bus_id: a.info.device_pci_bus_id.clone(),
+                driver: format!("{} {}", a.info.driver, a.info.driver_info).trim().to_string(),
+                default: defaults.contains(&a.index),
+                max_storage_buffer_binding_size: l.max_storage_buffer_binding_size as u64,
+                max_buffer_size: l.max_buffer_size,
+                max_compute_workgroup_storage_size: l.max_compute_workgroup_storage_size,
+                max_compute_invocations_per_workgroup: l.max_compute_invocations_per_workgroup,
+                max_compute_workgroups_per_dimension: l.max_compute_workgroups_per_dimension,
+                features: f.iter_names().map(|(n, _)| n.to_string()).collect(),
+            }
+        })
+        .collect()
+}
+
+/// Resolves a selection to adapters (with repetition for `software:N`), without opening them.
+pub fn resolve(selection: &str, all: &[AdapterEntry]) -> Result<Vec<AdapterEntry>> {
+    let sel = selection.trim();
+    if all.is_empty() {
+        return Err(Error::Device("no GPU or software adapter found (install a Vulkan driver, e.g. mesa-vulkan-drivers)".into()));
+    }
+    if sel.is_empty() || sel == "all" {
+        return Ok(default_set(all));
+    }
+    if let Some(rest) = sel.strip_prefix("software") {
+        let n = match rest.strip_prefix(':') {
+            None if rest.is_empty() => 1,
+            Some(n) => n.parse::<usize>().ok().filter(|&n| (1..=64).contains(&n)).ok_or_else(|| {
+                Error::Device(format!("`{sel}`: expected software:N with N from 1 to 64"))
+            })?,
+            _ => return Err(Error::Device(format!("`{sel}`: expected `software` or `software:N`"))),
+        };
+        let soft = all.iter().find(|a| a.is_software()).ok_or_else(|| {
+            Error::Device(format!("`{sel}`: no software adapter found (install mesa-vulkan-drivers for lavapipe)"))
+        })?;
+        return Ok(vec![soft.clone(); n]);
+    }
+    let mut chosen = Vec::new();
+    for part in sel.split(',').map(str::trim) {
+        let hit: Vec<_> = if let Ok(i) = part.parse::<usize>() {
+            all.iter().filter(|a| a.index == i).cloned().collect()
+        } else {
+            let lower = part.to_lowercase();
+            let by_bus: Vec<_> = all.iter().filter(|a| a.info.device_pci_bus_id.eq_ignore_ascii_case(part)).cloned().collect();
+            if by_bus.is_empty() {
+                all.iter().filter(|a| a.info.name.to_lowercase().contains(&lower)).cloned().collect()
+            } else {
+                by_bus
+            }
+        };
+        if hit.is_empty() {
+            let names: Vec<String> = all.iter().map(|a| format!("{}: {}", a.index, a.info.name)).collect();
+            return Err(Error::Device(format!("`{part}` matches no adapter (found: {})", names.join("; "))));
+        }
+        chosen.extend(hit);
+    }
+    Ok(chosen)
+}
+
+/// Opens one device per selected adapter (N for `software:N`).
+pub fn open(selection: &str) -> Result<Vec<Arc<Device>>> {
+    let all = adapters();
+    let picked = resolve(selection, &all)?;
+    picked.iter().enumerate().map(|(ordinal, entry)| Device::open(entry, ordinal).map(Arc::new)).collect()
+}

@@ -1,0 +1,325 @@
+//! One `Device` per opened adapter: the wgpu device and queue, its pipeline cache, its
+//! buffer pool, and the plain (not hot-path) ways to move data in and out.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use wgpu::util::DeviceExt;
+
+use super::adapters::{vendor_name, AdapterEntry, WANTED_FEATURES};
+use super::pool::Pool;
+use super::tensor::{DType, Lease, Tensor};
+use crate::kernels::{Dispatch, Shader};
+use crate::{bail, Error, Result};
+
+type PipelineKey = (&'static str, &'static str, Vec<(&'static str, u64)>);
+
+pub struct Device {
+    pub(crate) device: wgpu::Device,
+    pub(crate) queue: wgpu::Queue,
+    info: wgpu::AdapterInfo,
+    /// Position in the selection: replica number in data-parallel training.
+    pub ordinal: usize,
+    /// Shaders keep wgpu's bounds checks (debug builds and tests) or run trusted (release).
+    checked: bool,
+    modules: Mutex<HashMap<&'static str, wgpu::ShaderModule>>,
+    pipelines: Mutex<HashMap<PipelineKey, wgpu::ComputePipeline>>,
+    pool: Arc<Pool>,
+    /// The first error wgpu reported outside an error scope; surfaced by `check`.
+    lost: Arc<Mutex<Option<String>>>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Device({}: {} ({:?}))", self.ordinal, self.info.name, self.info.backend)
+    }
+}
+
+impl Device {
+    pub fn open(entry: &AdapterEntry, ordinal: usize) -> Result<Device> {
+        let adapter = &entry.adapter;
+        let features = adapter.features() & WANTED_FEATURES;
+        let experimental = if features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+            // SAFETY: only the cooperative-matrix kernels use experimental features, and they
+            // are validated against the adapter's reported configurations before use.
+            unsafe { wgpu::ExperimentalFeatures::enabled() }
+        } else {
+            wgpu::ExperimentalFeatures::disabled()
+        };
+        let desc = wgpu::DeviceDescriptor {
+            label: Some("convoy"),
+            required_features: features,
+            // The defaults cap storage bindings at 128 MB and workgroup memory at 16 KB.
+            required_limits: adapter.limits(),
+            experimental_features: experimental,
+            memory_hints: wgpu::MemoryHints::Performance,
+            trace: wgpu::Trace::Off,
+        };
+        let (device, queue) = pollster::block_on(adapter.request_device(&desc))
+            .map_err(|e| Error::Device(format!("cannot open adapter {} ({}): {e}", entry.index, entry.info.name)))?;
+        let lost = Arc::new(Mutex::new(None));
+        let sink = lost.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            let mut slot = sink.lock().unwrap();
+            if slot.is_none() {
+                *slot = Some(e.to_string());
+            }
+        }));
+        let checked = cfg!(debug_assertions) || std::env::var_os("CONVOY_CHECKED").is_some();
+        Ok(Device {
+            device,
+            queue,
+            info: entry.info.clone(),
+            ordinal,
+            checked,
+            modules: Mutex::default(),
+            pipelines: Mutex::default(),
+            pool: Arc::new(Pool::default()),
+            lost,
+        })
+    }
+
+    pub fn info(&self) -> &wgpu::AdapterInfo {
+        &self.info
+    }
+    pub fn name(&self) -> &str {
+        &self.info.name
+    }
+    pub fn backend(&self) -> String {
+        format!("{:?}", self.info.backend)
+    }
+    pub fn vendor(&self) -> &'static str {
+        vendor_name(self.info.vendor)
+    }
+    pub fn features(&self) -> wgpu::Features {
+        self.device.features()
+    }
+    pub fn limits(&self) -> wgpu::Limits {
+        self.device.limits()
+    }
+    pub fn wgpu(&self) -> &wgpu::Device {
+        &self.device
+    }
+    pub fn queue(&self) -> &wgpu::Queue {
+        &self.queue
+    }
+    pub fn is_checked(&self) -> bool {
+        self.checked
+    }
+
+    /// Returns the first error the GPU reported since the device was opened, if any.
+    pub fn check(&self) -> Result<()> {
+        match self.lost.lock().unwrap().clone() {
+            Some(e) => Err(Error::Gpu(format!("{} reported: {e}", self.info.name))),
+            None => Ok(()),
+        }
+    }
+
+    /// A compute pipeline for `entry` of `shader`, specialised by pipeline-overridable
+    /// `constants`; built once per device and cached.
+    pub fn pipeline(&self, shader: &Shader, entry: &'static str, constants: &[(&'static str, f64)]) -> wgpu::ComputePipeline {
+        let key = (shader.name, entry, constants.iter().map(|(k, v)| (*k, v.to_bits())).collect::<Vec<_>>());
+        if let Some(p) = self.pipelines.lock().unwrap().get(&key) {
+            return p.clone();
+        }
+        let module = self.module(shader);
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(entry),
+            layout: None,
+            module: &module,
+            entry_point: Some(entry),
+            compilation_options: wgpu::PipelineCompilationOptions {
+                constants,
+                // Every kernel writes workgroup memory before reading it.
+                zero_initialize_workgroup_memory: false,
+            },
+            cache: None,
+        });
+        self.pipelines.lock().unwrap().insert(key, pipeline.clone());
+        pipeline
+    }
+
+    fn module(&self, shader: &Shader) -> wgpu::ShaderModule {
+        let mut modules = self.modules.lock().unwrap();
+        if let Some(m) = modules.get(shader.name) {
+            return m.clone();
+        }
+        let desc = wgpu::ShaderModuleDescriptor { label: Some(shader.name), source: wgpu::ShaderSource::Wgsl(shader.source.into()) };
+        let module = if self.checked {
+            self.device.create_shader_module(desc)
+        } else {
+            // SAFETY: every kernel wrapper validates shapes on the host before dispatch, and
+            // every index a kernel computes is guarded against the sizes it is given; the
+            // kernel tests run the same shaders checked.
+            unsafe { self.device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
+        };
+        modules.insert(shader.name, module.clone());
+        module
+    }
+
+    /// A bind group for group 0 of `pipeline`, binding `n` to each listed buffer.
+    pub fn bind_group(&self, pipeline: &wgpu::ComputePipeline, bindings: &[(u32, &wgpu::Buffer)]) -> wgpu::BindGroup {
+        let layout = pipeline.get_bind_group_layout(0);
+        let entries: Vec<_> =
+            bindings.iter().map(|(binding, buf)| wgpu::BindGroupEntry { binding: *binding, resource: buf.as_entire_binding() }).collect();
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &layout, entries: &entries })
+    }
+
+    /// A uniform buffer holding `params`, written once when a plan is compiled.
+    pub fn uniform<T: bytemuck::Pod>(&self, params: &T) -> wgpu::Buffer {
+        self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("params"),
+            contents: bytemuck::bytes_of(params),
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        })
+    }
+
+    /// An uninitialised tensor from the pool (contents may be stale).
+    pub fn alloc(&self, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let len: usize = shape.iter().product();
+        let bytes = dtype.bytes(len);
+        let max = self.device.limits().max_storage_buffer_binding_size as u64;
+        if bytes > max {
+            bail!(Shape, "tensor {shape:?} needs {bytes} bytes, more than {}'s largest binding ({max})", self.info.name);
+        }
+        let (buffer, _) = self.pool.take(&self.device, bytes);
+        Ok(Tensor::from_lease(Lease { buffer, pool: Arc::downgrade(&self.pool) }, shape.to_vec(), dtype))
+    }
+
+    /// A zero-filled f32 tensor.
+    pub fn zeros(&self, shape: &[usize]) -> Result<Tensor> {
+        self.zeros_of(shape, DType::F32)
+    }
+
+    pub fn zeros_of(&self, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let t = self.alloc(shape, dtype)?;
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        enc.clear_buffer(t.buffer(), 0, None);
+        self.queue.submit([enc.finish()]);
+        Ok(t)
+    }
+
+    pub fn upload(&self, shape: &[usize], data: &[f32]) -> Result<Tensor> {
+        self.upload_as(shape, DType::F32, bytemuck::cast_slice(data), data.len())
+    }
+    pub fn upload_u32(&self, shape: &[usize], data: &[u32]) -> Result<Tensor> {
+        self.upload_as(shape, DType::U32, bytemuck::cast_slice(data), data.len())
+    }
+    pub fn upload_u8(&self, shape: &[usize], data: &[u8]) -> Result<Tensor> {
+        self.upload_as(shape, DType::U8, data, data.len())
+    }
+
+    fn upload_as(&self, shape: &[usize], dtype: DType, bytes: &[u8], len: usize) -> Result<Tensor> {
+        if shape.iter().product::<usize>() != len {
+            bail!(Shape, "upload of {len} elements into shape {shape:?}");
+        }
+        let t = self.alloc(shape, dtype)?;
+        self.write_bytes(t.buffer(), 0, bytes);
+        Ok(t)
+    }
+
+    /// Overwrites a tensor's contents.
+    pub fn write<T: bytemuck::Pod>(&self, t: &Tensor, data: &[T]) -> Result<()> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        if bytes.len() as u64 > t.buffer().size() || (t.dtype() != DType::U8 && bytes.len() as u64 != t.bytes()) {
+            bail!(Shape, "write of {} bytes into tensor {:?} of {} bytes", bytes.len(), t.shape(), t.bytes());
+        }
+        self.write_bytes(t.buffer(), 0, bytes);
+        Ok(())
+    }
+
+    /// Copies bytes through a staging buffer mapped at creation. For set-up and tests; the
+    /// training step uploads through its own `StagingRing`.
+    pub fn write_bytes(&self, dst: &wgpu::Buffer, offset: u64, bytes: &[u8]) {
+        let padded = (bytes.len() as u64).div_ceil(4) * 4;
+        if padded == 0 {
+            return;
+        }
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("upload"),
+            size: padded,
+            usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: true,
+        });
+        {
+            let mut view = staging.get_mapped_range_mut(..).expect("a buffer mapped at creation is mapped");
+            let mut tail = bytes.to_vec();
+            tail.resize(padded as usize, 0);
+            view.copy_from_slice(&tail);
+        }
+        staging.unmap();
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(&staging, 0, dst, offset, padded);
+        self.queue.submit([enc.finish()]);
+    }
+
+    /// Records `dispatches` into one compute pass and submits it; does not wait.
+    pub fn run(&self, dispatches: &[Dispatch]) -> wgpu::SubmissionIndex {
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            for d in dispatches {
+                d.encode(&mut pass);
+            }
+        }
+        self.queue.submit([enc.finish()])
+    }
+
+    /// Blocks until all submitted work has finished.
+    pub fn sync(&self) -> Result<()> {
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::Gpu(format!("{}: waiting for the GPU failed: {e}", self.info.name)))?;
+        self.check()
+    }
+
+    /// Reads back a whole tensor's bytes through a MAP_READ buffer.
+    pub fn read_bytes(&self, t: &Tensor) -> Result<Vec<u8>> {
+        let size = t.bytes();
+        let readback = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size,
+            // MAP_READ buffers may only be copy destinations.
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(t.buffer(), 0, &readback, 0, size);
+        self.queue.submit([enc.finish()]);
+        map_and_wait(&self.device, &readback, wgpu::MapMode::Read)?;
+        let bytes = readback.get_mapped_range(..).map_err(|e| Error::Gpu(format!("readback: {e:?}")))?.to_vec();
+        readback.unmap();
+        self.check()?;
+        Ok(bytes)
+    }
+
+    pub fn read(&self, t: &Tensor) -> Result<Vec<f32>> {
+        if t.dtype() != DType::F32 {
+            bail!(Shape, "read of a {:?} tensor as f32", t.dtype());
+        }
+        Ok(bytemuck::cast_slice(&self.read_bytes(t)?).to_vec())
+    }
+    pub fn read_u32(&self, t: &Tensor) -> Result<Vec<u32>> {
+        if t.dtype() != DType::U32 {
+            bail!(Shape, "read of a {:?} tensor as u32", t.dtype());
+        }
+        Ok(bytemuck::cast_slice(&self.read_bytes(t)?).to_vec())
+    }
+
+    /// Bytes held idle in this device's pool.
+    pub fn pooled_bytes(&self) -> u64 {
+        self.pool.idle_bytes()
+    }
+}
+
+/// Maps `buffer` and blocks until the mapping is ready.
+pub fn map_and_wait(device: &wgpu::Device, buffer: &wgpu::Buffer, mode: wgpu::MapMode) -> Result<()> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    buffer.map_async(mode, .., move |r| {
+        let _ = tx.send(r);
+    });
+    device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::Gpu(format!("waiting for a mapping: {e}")))?;
+    rx.recv()
+        .map_err(|_| Error::Gpu("mapping callback never ran".into()))?
+        .map_err(|e| Error::Gpu(format!("mapping a buffer failed: {e}")))
+}

@@ -1,0 +1,156 @@
+//! Hot-path transfers. A `StagingRing` holds a few MAP_WRITE buffers that stay mapped while
+//! idle: the host writes batch k+1 into one while the GPU copies out of another, and a slot
+//! is re-mapped as soon as its copy has been submitted. A `Readback` is the MAP_READ twin.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::{Error, Result};
+
+struct Slot {
+    buffer: wgpu::Buffer,
+    mapped: Arc<AtomicBool>,
+    last_use: Option<wgpu::SubmissionIndex>,
+}
+
+pub struct StagingRing {
+    slots: Vec<Slot>,
+    next: usize,
+    capacity: u64,
+}
+
+impl StagingRing {
+    /// `depth` slots of `capacity` bytes (rounded up to whole words).
+    pub fn new(device: &wgpu::Device, depth: usize, capacity: u64) -> Self {
+        let capacity = capacity.max(4).div_ceil(4) * 4;
+        let slots = (0..depth.max(1))
+            .map(|_| Slot {
+                buffer: device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("staging"),
+                    size: capacity,
+                    usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
+                    mapped_at_creation: true,
+                }),
+                mapped: Arc::new(AtomicBool::new(true)),
+                last_use: None,
+            })
+            .collect();
+        StagingRing { slots, next: 0, capacity }
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Writes `parts` (each `(bytes, offset in the slot)`) into the next free slot, waiting
+    /// only for that slot's previous copy, and encodes copies from it to the destinations.
+    /// Returns the slot index; call `submitted` with it once `encoder` has been submitted.
+    pub fn stage(
+        &mut self,
+        device: &wgpu::Device,
+        encoder: &mut wgpu::CommandEncoder,
+        parts: &[(&[u8], &wgpu::Buffer, u64)],
+    ) -> Result<usize> {
+        let index = self.next;
+        self.next = (self.next + 1) % self.slots.len();
+        let slot = &mut self.slots[index];
+        if !slot.mapped.load(Ordering::Acquire) {
+            let wait = wgpu::PollType::Wait { submission_index: slot.last_use.clone(), timeout: None };
+            device.poll(wait).map_err(|e| Error::Gpu(format!("waiting for a staging buffer: {e}")))?;
+            while !slot.mapped.load(Ordering::Acquire) {
+                device.poll(wgpu::PollType::Poll).map_err(|e| Error::Gpu(format!("staging: {e}")))?;
+                std::thread::yield_now();
+            }
+        }
+        let mut offset = 0u64;
+        {
+            let mut view = slot.buffer.get_mapped_range_mut(..).map_err(|e| Error::Gpu(format!("staging map: {e:?}")))?;
+            for (bytes, _, _) in parts {
+                let len = bytes.len();
+                let padded = len.div_ceil(4) * 4;
+                if offset + padded as u64 > self.capacity {
+                    return Err(Error::Gpu(format!("staging slot of {} bytes cannot hold {} bytes", self.capacity, offset + padded as u64)));
+                }
+                let start = offset as usize;
+                view.slice(start..start + len).copy_from_slice(bytes);
+                offset += padded as u64;
+            }
+        }
+        slot.buffer.unmap();
+        slot.mapped.store(false, Ordering::Release);
+        let mut at = 0u64;
+        for (bytes, dst, dst_offset) in parts {
+            let padded = (bytes.len() as u64).div_ceil(4) * 4;
+            if padded > 0 {
+                encoder.copy_buffer_to_buffer(&slot.buffer, at, dst, *dst_offset, padded);
+            }
+            at += padded;
+        }
+        Ok(index)
+    }
+
+    /// Re-maps slot `index` for writing once the GPU is done copying out of it.
+    pub fn submitted(&mut self, index: usize, submission: wgpu::SubmissionIndex) {
+        let slot = &mut self.slots[index];
+        slot.last_use = Some(submission);
+        let flag = slot.mapped.clone();
+        slot.buffer.map_async(wgpu::MapMode::Write, .., move |r| {
+            if r.is_ok() {
+                flag.store(true, Ordering::Release);
+            }
+        });
+    }
+}
+
+/// A MAP_READ buffer with a pending-map flag, for reading results back without a full
+/// device wait (loss sums, gradient buckets).
+pub struct Readback {
+    pub buffer: wgpu::Buffer,
+    ready: Arc<AtomicBool>,
+    pending: bool,
+}
+
+impl Readback {
+    pub fn new(device: &wgpu::Device, size: u64) -> Self {
+        let size = size.max(4).div_ceil(4) * 4;
+        Readback {
+            buffer: device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("readback"),
+                size,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+            ready: Arc::new(AtomicBool::new(false)),
+            pending: false,
+        }
+    }
+
+    /// Asks for the mapping after the submission that filled the buffer.
+    pub fn request(&mut self) {
+        self.ready.store(false, Ordering::Release);
+        let flag = self.ready.clone();
+        self.buffer.map_async(wgpu::MapMode::Read, .., move |r| {
+            if r.is_ok() {
+                flag.store(true, Ordering::Release);
+            }
+        });
+        self.pending = true;
+    }
+
+    /// Waits for the mapping, copies `len` bytes out and unmaps.
+    pub fn take(&mut self, device: &wgpu::Device, len: usize, out: &mut Vec<u8>) -> Result<()> {
+        if !self.pending {
+            return Err(Error::Gpu("readback taken before it was requested".into()));
+        }
+        while !self.ready.load(Ordering::Acquire) {
+            device
+                .poll(wgpu::PollType::wait_indefinitely())
+                .map_err(|e| Error::Gpu(format!("waiting for a readback: {e}")))?;
+        }
+        out.clear();
+        out.extend_from_slice(&self.buffer.get_mapped_range(..len as u64).map_err(|e| Error::Gpu(format!("readback map: {e:?}")))?);
+        self.buffer.unmap();
+        self.pending = false;
+        Ok(())
+    }
+}

@@ -1,0 +1,79 @@
+//! ReLU, residual add, scaling and dropout (`shaders/elementwise.wgsl`).
+//!
+//! # Shapes
+//! Every operand has the same number of elements; shapes are otherwise free.
+
+use bytemuck::{Pod, Zeroable};
+
+use super::{expect_same_len, grid_for, u32_of, Dispatch, ELEMENTWISE, WG_CONST};
+use crate::{bail, Device, Result, Tensor};
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct Params {
+    n: u32,
+    alpha: f32,
+    seed: u32,
+    _pad: u32,
+}
+
+fn launch(device: &Device, entry: &'static str, params: Params, bindings: &[(u32, &wgpu::Buffer)]) -> Result<Dispatch> {
+    let uniform = device.uniform(&params);
+    let mut all = vec![(0, &uniform)];
+    all.extend_from_slice(bindings);
+    Ok(Dispatch::new(device, &ELEMENTWISE, entry, &[WG_CONST], &all, grid_for(device, params.n as usize)?))
+}
+
+fn params(kernel: &str, n: usize) -> Result<Params> {
+    Ok(Params { n: u32_of(kernel, "elements", n)?, alpha: 0.0, seed: 0, _pad: 0 })
+}
+
+/// `y = max(x, 0)`.
+pub fn relu_forward(device: &Device, x: &Tensor, y: &Tensor) -> Result<Dispatch> {
+    expect_same_len("relu_forward", ("x", x), ("y", y))?;
+    launch(device, "relu_forward", params("relu_forward", x.len())?, &[(1, x.buffer()), (3, y.buffer())])
+}
+
+/// `dx = dy * (y > 0)`, from the forward's output `y` (so `x` need not be kept).
+pub fn relu_backward(device: &Device, dy: &Tensor, y: &Tensor, dx: &Tensor) -> Result<Dispatch> {
+    expect_same_len("relu_backward", ("dy", dy), ("y", y))?;
+    expect_same_len("relu_backward", ("dy", dy), ("dx", dx))?;
+    launch(device, "relu_backward", params("relu_backward", dy.len())?, &[(1, dy.buffer()), (2, y.buffer()), (3, dx.buffer())])
+}
+
+/// `out = a + b`.
+pub fn add(device: &Device, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<Dispatch> {
+    expect_same_len("add", ("a", a), ("b", b))?;
+    expect_same_len("add", ("a", a), ("out", out))?;
+    launch(device, "add", params("add", a.len())?, &[(1, a.buffer()), (2, b.buffer()), (3, out.buffer())])
+}
+
+/// `out = alpha * a`.
+pub fn scale(device: &Device, a: &Tensor, alpha: f32, out: &Tensor) -> Result<Dispatch> {
+    expect_same_len("scale", ("a", a), ("out", out))?;
+    let p = Params { alpha, ..params("scale", a.len())? };
+    launch(device, "scale", p, &[(1, a.buffer()), (3, out.buffer())])
+}
+
+/// Inverted dropout with a mask drawn from `(seed, step[0], index)`: kept elements are
+/// scaled by `1 / (1 - rate)`. The backward pass is the same call on the gradients with the
+/// same seed and step, so the mask is never stored.
+pub fn dropout(device: &Device, x: &Tensor, y: &Tensor, rate: f32, seed: u32, step: &Tensor) -> Result<Dispatch> {
+    expect_same_len("dropout", ("x", x), ("y", y))?;
+    if !(0.0..1.0).contains(&rate) {
+        bail!(Config, "dropout rate must be in [0, 1), got {rate}");
+    }
+    let p = Params { alpha: rate, seed, ..params("dropout", x.len())? };
+    launch(device, "dropout", p, &[(1, x.buffer()), (3, y.buffer()), (4, step.buffer())])
+}
+
+/// The host twin of the shader's mask, for tests: true where element `i` is kept.
+pub fn dropout_keeps(i: u32, rate: f32, seed: u32, step: u32) -> bool {
+    let mut h = i
+        .wrapping_mul(747796405)
+        .wrapping_add((seed ^ step.wrapping_mul(2654435769)).wrapping_mul(2891336453))
+        .wrapping_add(1);
+    h = ((h >> ((h >> 28) + 4)) ^ h).wrapping_mul(277803737);
+    h ^= h >> 22;
+    (h >> 8) as f32 * (1.0 / 16777216.0) >= rate
+}

@@ -1,0 +1,120 @@
+//! The Rust side of each WGSL kernel family: parameters, shape validation and dispatch.
+//!
+//! Conventions shared by every kernel (and written down once, here):
+//! - Tensors are NHWC f32, densely packed; conv kernels are `[kh, kw, in, filters]`, dense
+//!   kernels `[in, out]`; labels are u32; images arrive as u8 NHWC.
+//! - Group 0 holds the bindings: `@binding(0)` is the kernel's uniform parameters, inputs
+//!   follow, outputs come last.
+//! - Element-wise kernels run `WG` invocations per workgroup over a linear index; grids larger
+//!   than the per-dimension limit are folded into 2-D by [`grid`], and the shader rebuilds the
+//!   linear workgroup index as `wid.x + wid.y * nwg.x`.
+//! - Every wrapper validates shapes on the host and returns [`Dispatch`]es; nothing runs
+//!   until a plan (or `Device::run`) encodes them, so a compiled step replays without
+//!   allocating.
+
+pub mod elementwise;
+
+use crate::device::Device;
+use crate::{bail, Result};
+
+/// Invocations per workgroup of the linear (element-wise and reduction) kernels; passed to
+/// every shader as the override constant `WG`.
+pub const WG: u32 = 256;
+
+/// A WGSL source file, compiled once per device.
+pub struct Shader {
+    pub name: &'static str,
+    pub source: &'static str,
+}
+
+macro_rules! shader {
+    ($ident:ident, $file:literal) => {
+        pub const $ident: Shader = Shader { name: $file, source: include_str!(concat!("../../shaders/", $file)) };
+    };
+}
+shader!(ELEMENTWISE, "elementwise.wgsl");
+
+/// Every shader file, for validation tests.
+pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE];
+
+/// One recorded kernel launch: pipeline, bindings and grid, ready to replay.
+#[derive(Clone, Debug)]
+pub struct Dispatch {
+    pub label: &'static str,
+    pipeline: wgpu::ComputePipeline,
+    bind_group: wgpu::BindGroup,
+    groups: [u32; 3],
+}
+
+impl Dispatch {
+    /// Builds the pipeline (cached) and bind group for `entry` of `shader`. Kernels that
+    /// declare `override WG` get it from `constants` (see [`WG_CONST`]).
+    pub fn new(
+        device: &Device,
+        shader: &Shader,
+        entry: &'static str,
+        constants: &[(&'static str, f64)],
+        bindings: &[(u32, &wgpu::Buffer)],
+        groups: [u32; 3],
+    ) -> Dispatch {
+        let pipeline = device.pipeline(shader, entry, constants);
+        let bind_group = device.bind_group(&pipeline, bindings);
+        Dispatch { label: entry, pipeline, bind_group, groups }
+    }
+
+    pub fn encode(&self, pass: &mut wgpu::ComputePass<'_>) {
+        if self.groups.iter().any(|&g| g == 0) {
+            return;
+        }
+        pass.set_pipeline(&self.pipeline);
+        pass.set_bind_group(0, &self.bind_group, &[]);
+        pass.dispatch_workgroups(self.groups[0], self.groups[1], self.groups[2]);
+    }
+
+    pub fn groups(&self) -> [u32; 3] {
+        self.groups
+    }
+}
+
+/// A grid of `workgroups` linear workgroups, folded into 2-D when one dimension cannot hold
+/// them. Shaders rebuild the index as `wid.x + wid.y * nwg.x` and guard the tail.
+pub fn grid(device: &Device, workgroups: u64) -> Result<[u32; 3]> {
+    let max = device.limits().max_compute_workgroups_per_dimension as u64;
+    if workgroups <= max {
+        return Ok([workgroups as u32, 1, 1]);
+    }
+    let y = workgroups.div_ceil(max);
+    if y > max {
+        bail!(Shape, "{workgroups} workgroups exceed a {max} x {max} grid");
+    }
+    Ok([max as u32, y as u32, 1])
+}
+
+/// The grid for `n` elements at `WG` per workgroup.
+pub fn grid_for(device: &Device, n: usize) -> Result<[u32; 3]> {
+    grid(device, (n as u64).div_ceil(WG as u64))
+}
+
+/// The `("WG", 256)` override every linear kernel takes.
+pub const WG_CONST: (&str, f64) = ("WG", WG as f64);
+
+/// Checks that `t` has exactly `shape`, naming the kernel and operand in the error.
+pub fn expect_shape(kernel: &str, operand: &str, t: &crate::Tensor, shape: &[usize]) -> Result<()> {
+    if t.shape() != shape {
+        bail!(Shape, "{kernel}: {operand} has shape {:?}, expected {:?}", t.shape(), shape);
+    }
+    Ok(())
+}
+
+/// Checks that two tensors have the same number of elements.
+pub fn expect_same_len(kernel: &str, a: (&str, &crate::Tensor), b: (&str, &crate::Tensor)) -> Result<()> {
+    if a.1.len() != b.1.len() {
+        bail!(Shape, "{kernel}: {} {:?} and {} {:?} differ in size", a.0, a.1.shape(), b.0, b.1.shape());
+    }
+    Ok(())
+}
+
+/// Converts a size to the u32 the shaders index with, refusing sizes they cannot address.
+pub fn u32_of(kernel: &str, what: &str, n: usize) -> Result<u32> {
+    u32::try_from(n).map_err(|_| crate::Error::Shape(format!("{kernel}: {what} = {n} exceeds 2^32")))
+}

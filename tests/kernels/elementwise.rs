@@ -1,0 +1,73 @@
+//! ReLU, add, scale and dropout against f64 references.
+
+use convoy::kernels::elementwise;
+
+use crate::common::*;
+
+const SIZES: &[usize] = &[1, 7, 255, 256, 257, 1000, 4099];
+
+#[test]
+fn relu_forward_and_backward() {
+    let d = device();
+    let mut r = rng(1);
+    for &n in SIZES {
+        let x = random(&mut r, n);
+        let dy = random(&mut r, n);
+        let (tx, ty, tdy, tdx) = (upload(&x, &[n]), d.zeros(&[n]).unwrap(), upload(&dy, &[n]), d.zeros(&[n]).unwrap());
+        run(&[elementwise::relu_forward(&d, &tx, &ty).unwrap(), elementwise::relu_backward(&d, &tdy, &ty, &tdx).unwrap()]);
+        let want_y: Vec<f64> = x.iter().map(|&v| (v as f64).max(0.0)).collect();
+        let want_dx: Vec<f64> = x.iter().zip(&dy).map(|(&v, &g)| if v > 0.0 { g as f64 } else { 0.0 }).collect();
+        assert_close(&format!("relu forward n={n}"), &read(&ty), &want_y);
+        assert_close(&format!("relu backward n={n}"), &read(&tdx), &want_dx);
+    }
+}
+
+#[test]
+fn add_and_scale() {
+    let d = device();
+    let mut r = rng(2);
+    for &n in SIZES {
+        let (a, b) = (random(&mut r, n), random(&mut r, n));
+        let (ta, tb, tc, ts) = (upload(&a, &[n]), upload(&b, &[n]), d.zeros(&[n]).unwrap(), d.zeros(&[n]).unwrap());
+        run(&[elementwise::add(&d, &ta, &tb, &tc).unwrap(), elementwise::scale(&d, &ta, -0.37, &ts).unwrap()]);
+        let want: Vec<f64> = a.iter().zip(&b).map(|(&x, &y)| x as f64 + y as f64).collect();
+        assert_close(&format!("add n={n}"), &read(&tc), &want);
+        let want: Vec<f64> = a.iter().map(|&x| -0.37 * x as f64).collect();
+        assert_close(&format!("scale n={n}"), &read(&ts), &want);
+    }
+}
+
+#[test]
+fn dropout_matches_host_mask_and_keeps_the_expected_fraction() {
+    let d = device();
+    let mut r = rng(3);
+    let n = 10_007;
+    let x = random(&mut r, n);
+    let tx = upload(&x, &[n]);
+    for (rate, seed, step) in [(0.0f32, 1u32, 0u32), (0.5, 7, 3), (0.9, 123, 11)] {
+        let ty = d.zeros(&[n]).unwrap();
+        let tstep = d.upload_u32(&[1], &[step]).unwrap();
+        run(&[elementwise::dropout(&d, &tx, &ty, rate, seed, &tstep).unwrap()]);
+        let want: Vec<f64> = (0..n)
+            .map(|i| if elementwise::dropout_keeps(i as u32, rate, seed, step) { x[i] as f64 / (1.0 - rate as f64) } else { 0.0 })
+            .collect();
+        assert_close(&format!("dropout rate={rate}"), &read(&ty), &want);
+        let kept = (0..n).filter(|&i| elementwise::dropout_keeps(i as u32, rate, seed, step)).count() as f64 / n as f64;
+        assert!((kept - (1.0 - rate as f64)).abs() < 0.03, "rate {rate}: kept {kept}");
+    }
+    assert!(elementwise::dropout(&d, &tx, &tx, 1.0, 0, &tx).is_err(), "rate 1 is refused");
+}
+
+#[test]
+fn folded_grid_covers_more_than_one_dimension_of_workgroups() {
+    // 65,535 workgroups of 256 is the most one dimension holds; one element more folds to 2-D.
+    let d = device();
+    let n = 65_535 * 256 + 300;
+    let x: Vec<f32> = (0..n).map(|i| (i % 97) as f32 - 48.0).collect();
+    let (tx, ty) = (upload(&x, &[n]), d.zeros(&[n]).unwrap());
+    let dispatch = elementwise::relu_forward(&d, &tx, &ty).unwrap();
+    assert!(dispatch.groups()[1] > 1, "grid {:?} was not folded", dispatch.groups());
+    run(&[dispatch]);
+    let y = read(&ty);
+    assert!(y.iter().zip(&x).all(|(g, v)| *g == v.max(0.0)), "folded grid missed elements");
+}
