@@ -157,11 +157,13 @@ impl Device {
         module
     }
 
-    /// A bind group for group 0 of `pipeline`, binding `n` to each listed buffer.
-    pub fn bind_group(&self, pipeline: &wgpu::ComputePipeline, bindings: &[(u32, &wgpu::Buffer)]) -> wgpu::BindGroup {
+    /// A bind group for group 0 of `pipeline`, binding `n` to each listed buffer range.
+    pub fn bind_group(&self, pipeline: &wgpu::ComputePipeline, bindings: &[(u32, wgpu::BufferBinding<'_>)]) -> wgpu::BindGroup {
         let layout = pipeline.get_bind_group_layout(0);
-        let entries: Vec<_> =
-            bindings.iter().map(|(binding, buf)| wgpu::BindGroupEntry { binding: *binding, resource: buf.as_entire_binding() }).collect();
+        let entries: Vec<_> = bindings
+            .iter()
+            .map(|(binding, buf)| wgpu::BindGroupEntry { binding: *binding, resource: wgpu::BindingResource::Buffer(buf.clone()) })
+            .collect();
         self.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &layout, entries: &entries })
     }
 
@@ -194,7 +196,7 @@ impl Device {
     pub fn zeros_of(&self, shape: &[usize], dtype: DType) -> Result<Tensor> {
         let t = self.alloc(shape, dtype)?;
         let mut enc = self.device.create_command_encoder(&Default::default());
-        enc.clear_buffer(t.buffer(), 0, None);
+        enc.clear_buffer(t.buffer(), t.offset(), Some(t.bytes().div_ceil(4) * 4));
         self.queue.submit([enc.finish()]);
         Ok(t)
     }
@@ -214,7 +216,7 @@ impl Device {
             bail!(Shape, "upload of {len} elements into shape {shape:?}");
         }
         let t = self.alloc(shape, dtype)?;
-        self.write_bytes(t.buffer(), 0, bytes);
+        self.write_bytes(t.buffer(), t.offset(), bytes);
         Ok(t)
     }
 
@@ -224,7 +226,7 @@ impl Device {
         if bytes.len() as u64 > t.buffer().size() || (t.dtype() != DType::U8 && bytes.len() as u64 != t.bytes()) {
             bail!(Shape, "write of {} bytes into tensor {:?} of {} bytes", bytes.len(), t.shape(), t.bytes());
         }
-        self.write_bytes(t.buffer(), 0, bytes);
+        self.write_bytes(t.buffer(), t.offset(), bytes);
         Ok(())
     }
 
@@ -275,7 +277,7 @@ impl Device {
 
     /// Reads back a whole tensor's bytes through a MAP_READ buffer.
     pub fn read_bytes(&self, t: &Tensor) -> Result<Vec<u8>> {
-        let size = t.bytes();
+        let size = t.bytes().div_ceil(4) * 4;
         let readback = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
             size,
@@ -284,10 +286,11 @@ impl Device {
             mapped_at_creation: false,
         });
         let mut enc = self.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(t.buffer(), 0, &readback, 0, size);
+        enc.copy_buffer_to_buffer(t.buffer(), t.offset(), &readback, 0, size);
         self.queue.submit([enc.finish()]);
         map_and_wait(&self.device, &readback, wgpu::MapMode::Read)?;
-        let bytes = readback.get_mapped_range(..).map_err(|e| Error::Gpu(format!("readback: {e:?}")))?.to_vec();
+        let mut bytes = readback.get_mapped_range(..).map_err(|e| Error::Gpu(format!("readback: {e:?}")))?.to_vec();
+        bytes.truncate(t.bytes() as usize);
         readback.unmap();
         self.check()?;
         Ok(bytes)

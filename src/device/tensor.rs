@@ -45,6 +45,9 @@ impl Drop for Lease {
 #[derive(Clone)]
 pub struct Tensor {
     lease: Arc<Lease>,
+    /// Byte offset into the buffer: parameters and gradients of a model are views into one
+    /// flat buffer each, so the optimizer and the gradient exchange see one contiguous range.
+    offset: u64,
     shape: Vec<usize>,
     dtype: DType,
 }
@@ -57,7 +60,7 @@ impl std::fmt::Debug for Tensor {
 
 impl Tensor {
     pub(crate) fn from_lease(lease: Lease, shape: Vec<usize>, dtype: DType) -> Self {
-        Tensor { lease: Arc::new(lease), shape, dtype }
+        Tensor { lease: Arc::new(lease), offset: 0, shape, dtype }
     }
     pub fn shape(&self) -> &[usize] {
         &self.shape
@@ -77,15 +80,41 @@ impl Tensor {
     pub fn buffer(&self) -> &wgpu::Buffer {
         &self.lease.buffer
     }
+    /// Byte offset of this tensor in its buffer.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+    /// What a bind group entry binds: exactly this tensor's bytes.
+    pub fn binding(&self) -> wgpu::BufferBinding<'_> {
+        wgpu::BufferBinding { buffer: &self.lease.buffer, offset: self.offset, size: std::num::NonZeroU64::new(self.bytes().max(4)) }
+    }
+    /// A view of `shape` starting `start` elements into this tensor. The byte offset must be
+    /// a multiple of 256 (the binding offset alignment every adapter accepts).
+    pub fn view(&self, start: usize, shape: &[usize]) -> Result<Tensor> {
+        let len: usize = shape.iter().product();
+        if start + len > self.len() {
+            bail!(Shape, "view of {shape:?} at element {start} exceeds tensor {:?}", self.shape);
+        }
+        let offset = self.offset + self.dtype.bytes(start);
+        if offset % 256 != 0 {
+            bail!(Shape, "view at byte offset {offset} is not 256-byte aligned");
+        }
+        Ok(Tensor { lease: self.lease.clone(), offset, shape: shape.to_vec(), dtype: self.dtype })
+    }
     /// The same storage seen with another shape of the same element count (Flatten is this).
     pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
         if shape.iter().product::<usize>() != self.len() {
             bail!(Shape, "cannot reshape {:?} ({} elements) to {:?}", self.shape, self.len(), shape);
         }
-        Ok(Tensor { lease: self.lease.clone(), shape: shape.to_vec(), dtype: self.dtype })
+        Ok(Tensor { lease: self.lease.clone(), offset: self.offset, shape: shape.to_vec(), dtype: self.dtype })
     }
     /// True when both tensors view the same buffer.
     pub fn same_storage(&self, other: &Tensor) -> bool {
         Arc::ptr_eq(&self.lease, &other.lease)
+    }
+    /// True when the two tensors' byte ranges overlap (an in-place hazard for a kernel that
+    /// binds one as read and the other as read_write).
+    pub fn overlaps(&self, other: &Tensor) -> bool {
+        self.same_storage(other) && self.offset < other.offset + other.bytes() && other.offset < self.offset + self.bytes()
     }
 }

@@ -17,11 +17,8 @@ struct Params {
     _pad: u32,
 }
 
-fn launch(device: &Device, entry: &'static str, params: Params, bindings: &[(u32, &wgpu::Buffer)]) -> Result<Dispatch> {
-    let uniform = device.uniform(&params);
-    let mut all = vec![(0, &uniform)];
-    all.extend_from_slice(bindings);
-    Ok(Dispatch::new(device, &ELEMENTWISE, entry, &[WG_CONST], &all, grid_for(device, params.n as usize)?))
+fn launch(device: &Device, entry: &'static str, params: Params, bindings: &[(u32, &Tensor)]) -> Result<Dispatch> {
+    Ok(Dispatch::with_params(device, &ELEMENTWISE, entry, &[WG_CONST], &params, bindings, grid_for(device, params.n as usize)?))
 }
 
 fn params(kernel: &str, n: usize) -> Result<Params> {
@@ -31,28 +28,28 @@ fn params(kernel: &str, n: usize) -> Result<Params> {
 /// `y = max(x, 0)`.
 pub fn relu_forward(device: &Device, x: &Tensor, y: &Tensor) -> Result<Dispatch> {
     expect_same_len("relu_forward", ("x", x), ("y", y))?;
-    launch(device, "relu_forward", params("relu_forward", x.len())?, &[(1, x.buffer()), (3, y.buffer())])
+    launch(device, "relu_forward", params("relu_forward", x.len())?, &[(1, x), (3, y)])
 }
 
 /// `dx = dy * (y > 0)`, from the forward's output `y` (so `x` need not be kept).
 pub fn relu_backward(device: &Device, dy: &Tensor, y: &Tensor, dx: &Tensor) -> Result<Dispatch> {
     expect_same_len("relu_backward", ("dy", dy), ("y", y))?;
     expect_same_len("relu_backward", ("dy", dy), ("dx", dx))?;
-    launch(device, "relu_backward", params("relu_backward", dy.len())?, &[(1, dy.buffer()), (2, y.buffer()), (3, dx.buffer())])
+    launch(device, "relu_backward", params("relu_backward", dy.len())?, &[(1, dy), (2, y), (3, dx)])
 }
 
 /// `out = a + b`.
 pub fn add(device: &Device, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<Dispatch> {
     expect_same_len("add", ("a", a), ("b", b))?;
     expect_same_len("add", ("a", a), ("out", out))?;
-    launch(device, "add", params("add", a.len())?, &[(1, a.buffer()), (2, b.buffer()), (3, out.buffer())])
+    launch(device, "add", params("add", a.len())?, &[(1, a), (2, b), (3, out)])
 }
 
 /// `out = alpha * a`.
 pub fn scale(device: &Device, a: &Tensor, alpha: f32, out: &Tensor) -> Result<Dispatch> {
     expect_same_len("scale", ("a", a), ("out", out))?;
     let p = Params { alpha, ..params("scale", a.len())? };
-    launch(device, "scale", p, &[(1, a.buffer()), (3, out.buffer())])
+    launch(device, "scale", p, &[(1, a), (3, out)])
 }
 
 /// Inverted dropout with a mask drawn from `(seed, step[0], index)`: kept elements are
@@ -64,7 +61,7 @@ pub fn dropout(device: &Device, x: &Tensor, y: &Tensor, rate: f32, seed: u32, st
         bail!(Config, "dropout rate must be in [0, 1), got {rate}");
     }
     let p = Params { alpha: rate, seed, ..params("dropout", x.len())? };
-    launch(device, "dropout", p, &[(1, x.buffer()), (3, y.buffer()), (4, step.buffer())])
+    launch(device, "dropout", p, &[(1, x), (3, y), (4, step)])
 }
 
 /// The host twin of the shader's mask, for tests: true where element `i` is kept.

@@ -54,12 +54,29 @@ impl Dispatch {
         shader: &Shader,
         entry: &'static str,
         constants: &[(&'static str, f64)],
-        bindings: &[(u32, &wgpu::Buffer)],
+        bindings: &[(u32, wgpu::BufferBinding<'_>)],
         groups: [u32; 3],
     ) -> Dispatch {
         let pipeline = device.pipeline(shader, entry, constants);
         let bind_group = device.bind_group(&pipeline, bindings);
         Dispatch { label: entry, pipeline, bind_group, groups }
+    }
+
+    /// The common case: a uniform `params` struct at binding 0, then tensors at their
+    /// bindings. The uniform buffer lives as long as the bind group, i.e. the dispatch.
+    pub fn with_params<P: bytemuck::Pod>(
+        device: &Device,
+        shader: &Shader,
+        entry: &'static str,
+        constants: &[(&'static str, f64)],
+        params: &P,
+        tensors: &[(u32, &crate::Tensor)],
+        groups: [u32; 3],
+    ) -> Dispatch {
+        let uniform = device.uniform(params);
+        let mut bindings = vec![(0, uniform.as_entire_buffer_binding())];
+        bindings.extend(tensors.iter().map(|(i, t)| (*i, t.binding())));
+        Dispatch::new(device, shader, entry, constants, &bindings, groups)
     }
 
     pub fn encode(&self, pass: &mut wgpu::ComputePass<'_>) {
