@@ -7,7 +7,8 @@ struct Params {
     alpha: f32,
     // dropout: per-step seed
     seed: u32,
-    _pad: u32,
+    // bias_add: channels (the bias length)
+    c: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -76,4 +77,14 @@ fn dropout(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     let i = index(wid, nwg, lid);
     if (i >= p.n) { return; }
     out[i] = select(0.0, a[i] / (1.0 - p.alpha), keep(i));
+}
+
+// out += b broadcast over the last dimension (a convolution's bias). In place, so the
+// output is bound once, read_write.
+@compute @workgroup_size(WG)
+fn bias_add(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    out[i] = out[i] + b[i % p.c];
 }

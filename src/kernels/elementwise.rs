@@ -14,7 +14,7 @@ struct Params {
     n: u32,
     alpha: f32,
     seed: u32,
-    _pad: u32,
+    c: u32,
 }
 
 fn launch(device: &Device, entry: &'static str, params: Params, bindings: &[(u32, &Tensor)]) -> Result<Dispatch> {
@@ -22,7 +22,7 @@ fn launch(device: &Device, entry: &'static str, params: Params, bindings: &[(u32
 }
 
 fn params(kernel: &str, n: usize) -> Result<Params> {
-    Ok(Params { n: u32_of(kernel, "elements", n)?, alpha: 0.0, seed: 0, _pad: 0 })
+    Ok(Params { n: u32_of(kernel, "elements", n)?, alpha: 0.0, seed: 0, c: 1 })
 }
 
 /// `y = max(x, 0)`.
@@ -50,6 +50,16 @@ pub fn scale(device: &Device, a: &Tensor, alpha: f32, out: &Tensor) -> Result<Di
     expect_same_len("scale", ("a", a), ("out", out))?;
     let p = Params { alpha, ..params("scale", a.len())? };
     launch(device, "scale", p, &[(1, a), (3, out)])
+}
+
+/// `y += bias`, broadcast over the last dimension of `y`, in place.
+pub fn bias_add(device: &Device, y: &Tensor, bias: &Tensor) -> Result<Dispatch> {
+    let c = *y.shape().last().unwrap_or(&0);
+    if bias.len() != c || c == 0 {
+        bail!(Shape, "bias_add: bias {:?} does not match the last dimension of {:?}", bias.shape(), y.shape());
+    }
+    let p = Params { c: c as u32, ..params("bias_add", y.len())? };
+    launch(device, "bias_add", p, &[(2, bias), (3, y)])
 }
 
 /// Inverted dropout with a mask drawn from `(seed, step[0], index)`: kept elements are

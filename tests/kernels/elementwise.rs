@@ -71,3 +71,17 @@ fn folded_grid_covers_more_than_one_dimension_of_workgroups() {
     let y = read(&ty);
     assert!(y.iter().zip(&x).all(|(g, v)| *g == v.max(0.0)), "folded grid missed elements");
 }
+
+#[test]
+fn bias_add_broadcasts_over_the_last_dimension() {
+    let d = device();
+    let mut r = rng(4);
+    for (rows, c) in [(1, 1), (7, 5), (33, 17)] {
+        let (y, b) = (random(&mut r, rows * c), random(&mut r, c));
+        let (ty, tb) = (upload(&y, &[rows, c]), upload(&b, &[c]));
+        run(&[elementwise::bias_add(&d, &ty, &tb).unwrap()]);
+        let want: Vec<f64> = (0..rows * c).map(|i| y[i] as f64 + b[i % c] as f64).collect();
+        assert_close(&format!("bias_add {rows}x{c}"), &read(&ty), &want);
+    }
+    assert!(elementwise::bias_add(&d, &upload(&[0.0; 6], &[2, 3]), &upload(&[0.0; 2], &[2])).is_err());
+}
