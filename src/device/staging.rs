@@ -107,7 +107,7 @@ impl StagingRing {
 pub struct Readback {
     pub buffer: wgpu::Buffer,
     ready: Arc<AtomicBool>,
-    pending: bool,
+    pending: Option<wgpu::SubmissionIndex>,
 }
 
 impl Readback {
@@ -121,12 +121,12 @@ impl Readback {
                 mapped_at_creation: false,
             }),
             ready: Arc::new(AtomicBool::new(false)),
-            pending: false,
+            pending: None,
         }
     }
 
-    /// Asks for the mapping after the submission that filled the buffer.
-    pub fn request(&mut self) {
+    /// Asks for the mapping after `submission`, the one that filled the buffer.
+    pub fn request(&mut self, submission: wgpu::SubmissionIndex) {
         self.ready.store(false, Ordering::Release);
         let flag = self.ready.clone();
         self.buffer.map_async(wgpu::MapMode::Read, .., move |r| {
@@ -134,23 +134,28 @@ impl Readback {
                 flag.store(true, Ordering::Release);
             }
         });
-        self.pending = true;
+        self.pending = Some(submission);
     }
 
-    /// Waits for the mapping, copies `len` bytes out and unmaps.
+    pub fn is_pending(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Waits for the submission that filled it (not for later ones), copies `len` bytes out
+    /// and unmaps.
     pub fn take(&mut self, device: &wgpu::Device, len: usize, out: &mut Vec<u8>) -> Result<()> {
-        if !self.pending {
+        let Some(submission) = self.pending.take() else {
             return Err(Error::Gpu("readback taken before it was requested".into()));
-        }
+        };
+        let wait = wgpu::PollType::Wait { submission_index: Some(submission), timeout: None };
+        device.poll(wait).map_err(|e| Error::Gpu(format!("waiting for a readback: {e}")))?;
         while !self.ready.load(Ordering::Acquire) {
-            device
-                .poll(wgpu::PollType::wait_indefinitely())
-                .map_err(|e| Error::Gpu(format!("waiting for a readback: {e}")))?;
+            device.poll(wgpu::PollType::Poll).map_err(|e| Error::Gpu(format!("readback: {e}")))?;
+            std::thread::yield_now();
         }
         out.clear();
         out.extend_from_slice(&self.buffer.get_mapped_range(..len as u64).map_err(|e| Error::Gpu(format!("readback map: {e:?}")))?);
         self.buffer.unmap();
-        self.pending = false;
         Ok(())
     }
 }

@@ -1,0 +1,88 @@
+//! BatchNormalization over the last (channel) axis, with Keras' defaults (momentum 0.99,
+//! epsilon 1e-3). A ReLU that directly follows is fused into its kernels.
+
+use serde_json::json;
+
+use super::{Graph, Init, Layer, ParamSpec, Saved, Weights};
+use crate::kernels::batchnorm::{self, BatchNormConfig};
+use crate::{bail, Result, Tensor};
+
+#[derive(Debug, Clone)]
+pub struct BatchNormalization {
+    pub momentum: f32,
+    pub epsilon: f32,
+    /// Set when the model fuses the following ReLU into this layer.
+    pub fused_relu: bool,
+}
+
+impl Default for BatchNormalization {
+    fn default() -> Self {
+        BatchNormalization { momentum: 0.99, epsilon: 1e-3, fused_relu: false }
+    }
+}
+
+impl BatchNormalization {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn momentum(mut self, m: f32) -> Self {
+        self.momentum = m;
+        self
+    }
+    pub fn epsilon(mut self, e: f32) -> Self {
+        self.epsilon = e;
+        self
+    }
+    fn cfg(&self) -> BatchNormConfig {
+        BatchNormConfig { momentum: self.momentum, epsilon: self.epsilon, relu: self.fused_relu }
+    }
+}
+
+impl Layer for BatchNormalization {
+    fn class_name(&self) -> &'static str {
+        "BatchNormalization"
+    }
+    fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>> {
+        if input.is_empty() {
+            bail!(Shape, "BatchNormalization needs at least a channel axis, got {input:?}");
+        }
+        if !(0.0..=1.0).contains(&self.momentum) || self.epsilon <= 0.0 {
+            bail!(Config, "BatchNormalization needs momentum in [0, 1] and epsilon > 0, got {} and {}", self.momentum, self.epsilon);
+        }
+        Ok(input.to_vec())
+    }
+    fn params(&self, input: &[usize]) -> Vec<ParamSpec> {
+        let c = *input.last().unwrap_or(&0);
+        vec![ParamSpec::new("gamma", vec![c], Init::Ones, false), ParamSpec::new("beta", vec![c], Init::Zeros, false)]
+    }
+    fn states(&self, input: &[usize]) -> Vec<ParamSpec> {
+        let c = *input.last().unwrap_or(&0);
+        vec![ParamSpec::new("moving_mean", vec![c], Init::Zeros, false), ParamSpec::new("moving_variance", vec![c], Init::Ones, false)]
+    }
+    fn config(&self) -> serde_json::Value {
+        json!({ "momentum": self.momentum, "epsilon": self.epsilon })
+    }
+    fn fuse_relu(&mut self) -> bool {
+        self.fused_relu = true;
+        true
+    }
+    fn forward(&self, g: &mut Graph, x: &Tensor, w: &Weights) -> Result<Saved> {
+        let y = g.activation(&x.shape()[1..])?;
+        let (gamma, beta, mean, var) = (&w.params[0], &w.params[1], &w.states[0], &w.states[1]);
+        if g.training {
+            let c = *x.shape().last().unwrap();
+            let saved = g.device.alloc(&[2, c], crate::DType::F32)?;
+            g.extend(batchnorm::forward_train(g.device, &self.cfg(), x, gamma, beta, mean, var, &saved, &y)?);
+            Ok(Saved { output: y, extra: vec![saved], inner: Vec::new() })
+        } else {
+            g.extend(batchnorm::forward_infer(g.device, &self.cfg(), x, gamma, beta, mean, var, &y)?);
+            Ok(Saved::output(y))
+        }
+    }
+    fn backward(&self, g: &mut Graph, x: &Tensor, saved: &Saved, dy: &Tensor, w: &Weights, _need_dx: bool) -> Result<Option<Tensor>> {
+        let dx = g.activation(&x.shape()[1..])?;
+        let stats = saved.extra.first().ok_or_else(|| crate::Error::Config("BatchNormalization backward without a training forward".into()))?;
+        g.extend(batchnorm::backward(g.device, &self.cfg(), x, &saved.output, dy, &w.params[0], stats, &dx, &w.grads[0], &w.grads[1])?);
+        Ok(Some(dx))
+    }
+}

@@ -1,0 +1,121 @@
+//! Conv2D: a 2-D convolution over NHWC input with a `[kh, kw, in, filters]` kernel.
+
+use serde_json::json;
+
+use super::{Graph, Init, Layer, ParamSpec, Saved, Weights};
+use crate::kernels::conv2d::{self, Conv2dGeometry, Padding};
+use crate::kernels::{elementwise, reduce};
+use crate::{bail, Result, Tensor};
+
+#[derive(Debug, Clone)]
+pub struct Conv2D {
+    pub filters: usize,
+    pub kernel_size: (usize, usize),
+    pub strides: (usize, usize),
+    pub padding: Padding,
+    pub use_bias: bool,
+    /// `glorot_uniform` (Keras' default) or `he_normal`.
+    pub kernel_initializer: &'static str,
+}
+
+impl Conv2D {
+    /// `filters` output channels with a square `kernel_size`, Keras' defaults otherwise:
+    /// stride 1, `valid` padding, a bias, Glorot-uniform kernel.
+    pub fn new(filters: usize, kernel_size: usize) -> Self {
+        Conv2D {
+            filters,
+            kernel_size: (kernel_size, kernel_size),
+            strides: (1, 1),
+            padding: Padding::Valid,
+            use_bias: true,
+            kernel_initializer: "glorot_uniform",
+        }
+    }
+    pub fn strides(mut self, s: usize) -> Self {
+        self.strides = (s, s);
+        self
+    }
+    pub fn padding(mut self, p: Padding) -> Self {
+        self.padding = p;
+        self
+    }
+    pub fn use_bias(mut self, b: bool) -> Self {
+        self.use_bias = b;
+        self
+    }
+    pub fn kernel_initializer(mut self, init: &'static str) -> Self {
+        self.kernel_initializer = init;
+        self
+    }
+
+    fn geometry(&self, batch: usize, input: &[usize]) -> Result<Conv2dGeometry> {
+        if input.len() != 3 {
+            bail!(Shape, "Conv2D expects (height, width, channels) input, got {input:?}");
+        }
+        let mut full = vec![batch];
+        full.extend_from_slice(input);
+        Conv2dGeometry::new(&full, self.filters, self.kernel_size, self.strides, self.padding)
+    }
+}
+
+impl Layer for Conv2D {
+    fn class_name(&self) -> &'static str {
+        "Conv2D"
+    }
+    fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>> {
+        if self.filters == 0 || self.kernel_size.0 == 0 || self.kernel_size.1 == 0 || self.strides.0 == 0 || self.strides.1 == 0 {
+            bail!(Config, "Conv2D needs positive filters, kernel_size and strides, got {self:?}");
+        }
+        Ok(self.geometry(1, input)?.output_shape()[1..].to_vec())
+    }
+    fn params(&self, input: &[usize]) -> Vec<ParamSpec> {
+        let (kh, kw) = self.kernel_size;
+        let cin = input.get(2).copied().unwrap_or(0);
+        let fan_in = kh * kw * cin;
+        let init = match self.kernel_initializer {
+            "he_normal" => Init::HeNormal { fan_in },
+            _ => Init::GlorotUniform { fan_in, fan_out: kh * kw * self.filters },
+        };
+        let mut p = vec![ParamSpec::new("kernel", vec![kh, kw, cin, self.filters], init, true)];
+        if self.use_bias {
+            p.push(ParamSpec::new("bias", vec![self.filters], Init::Zeros, false));
+        }
+        p
+    }
+    fn config(&self) -> serde_json::Value {
+        json!({
+            "filters": self.filters,
+            "kernel_size": [self.kernel_size.0, self.kernel_size.1],
+            "strides": [self.strides.0, self.strides.1],
+            "padding": self.padding.to_config(),
+            "use_bias": self.use_bias,
+            "kernel_initializer": self.kernel_initializer,
+        })
+    }
+    fn flops(&self, input: &[usize]) -> u64 {
+        self.geometry(1, input).map(|g| g.flops()).unwrap_or(0)
+    }
+    fn forward(&self, g: &mut Graph, x: &Tensor, w: &Weights) -> Result<Saved> {
+        let geom = self.geometry(g.batch, &x.shape()[1..])?;
+        let y = g.device.alloc(&geom.output_shape(), crate::DType::F32)?;
+        g.extend(conv2d::forward(g.device, &geom, x, &w.params[0], &y)?);
+        if self.use_bias {
+            g.push(elementwise::bias_add(g.device, &y, &w.params[1])?);
+        }
+        Ok(Saved::output(y))
+    }
+    fn backward(&self, g: &mut Graph, x: &Tensor, _: &Saved, dy: &Tensor, w: &Weights, need_dx: bool) -> Result<Option<Tensor>> {
+        let geom = self.geometry(g.batch, &x.shape()[1..])?;
+        g.extend(conv2d::backward_weights(g.device, &geom, x, dy, &w.grads[0])?);
+        if self.use_bias {
+            let rows = dy.len() / self.filters;
+            g.extend(reduce::sum_rows(g.device, &dy.reshape(&[rows, self.filters])?, &w.grads[1])?);
+        }
+        if !need_dx {
+            return Ok(None);
+        }
+        let dx = g.activation(&x.shape()[1..])?;
+        g.extend(conv2d::backward_data(g.device, &geom, dy, &w.params[0], &dx)?);
+        Ok(Some(dx))
+    }
+}

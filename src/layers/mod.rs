@@ -1,0 +1,158 @@
+//! Layers: what each contributes to a compiled step.
+//!
+//! A layer describes its parameters and output shape from its input shape (built lazily, as
+//! in Keras: the model gives the input shape once), and records its forward and backward
+//! kernels into a [`Graph`] when a step is compiled. Shapes exclude the batch dimension.
+
+mod activation;
+mod batch_norm;
+mod conv2d;
+mod dense;
+mod dropout;
+mod flatten;
+mod pooling;
+mod residual;
+
+pub use activation::ReLU;
+pub use batch_norm::BatchNormalization;
+pub use conv2d::Conv2D;
+pub use dense::Dense;
+pub use dropout::Dropout;
+pub use flatten::Flatten;
+pub use pooling::{AveragePooling2D, GlobalAveragePooling2D, MaxPool2D};
+pub use residual::Residual;
+
+pub use crate::kernels::conv2d::Padding;
+
+use crate::kernels::Dispatch;
+use crate::{Device, Result, Tensor};
+
+/// How a parameter starts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Init {
+    Zeros,
+    Ones,
+    /// Keras' default for kernels: U(±sqrt(6 / (fan_in + fan_out))).
+    GlorotUniform { fan_in: usize, fan_out: usize },
+    /// He et al.'s normal init, sqrt(2 / fan_in), the usual choice before ReLU.
+    HeNormal { fan_in: usize },
+}
+
+/// A parameter (trainable) or state tensor (BatchNorm's moving statistics) of a layer.
+#[derive(Clone, Debug)]
+pub struct ParamSpec {
+    /// Keras' name: `kernel`, `bias`, `gamma`, `beta`, `moving_mean`, `moving_variance`.
+    pub name: &'static str,
+    pub shape: Vec<usize>,
+    pub init: Init,
+    /// Whether weight decay applies (kernels yes; biases and BatchNorm's scale and shift no).
+    pub decay: bool,
+}
+
+impl ParamSpec {
+    pub fn new(name: &'static str, shape: Vec<usize>, init: Init, decay: bool) -> Self {
+        ParamSpec { name, shape, init, decay }
+    }
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A layer's slice of the model's flat parameter, gradient and state tensors, in the order
+/// of its `params()` and `states()`.
+pub struct Weights<'a> {
+    pub params: &'a [Tensor],
+    pub grads: &'a [Tensor],
+    pub states: &'a [Tensor],
+}
+
+impl<'a> Weights<'a> {
+    /// The sub-range belonging to a nested layer that owns `np` params and `ns` states
+    /// starting at (`p0`, `s0`).
+    pub fn slice(&self, p0: usize, np: usize, s0: usize, ns: usize) -> Weights<'a> {
+        Weights {
+            params: &self.params[p0..p0 + np],
+            grads: if self.grads.is_empty() { &[] } else { &self.grads[p0..p0 + np] },
+            states: &self.states[s0..s0 + ns],
+        }
+    }
+}
+
+/// What a layer's forward keeps for its backward: its output and any extra tensors.
+#[derive(Clone, Debug)]
+pub struct Saved {
+    pub output: Tensor,
+    pub extra: Vec<Tensor>,
+    /// Nested layers' records (the residual block).
+    pub inner: Vec<(Tensor, Saved)>,
+}
+
+impl Saved {
+    pub fn output(output: Tensor) -> Self {
+        Saved { output, extra: Vec::new(), inner: Vec::new() }
+    }
+}
+
+/// The recording context of a step: the device, the batch size, and the dispatch list the
+/// layers append to, in execution order.
+pub struct Graph<'d> {
+    pub device: &'d Device,
+    pub batch: usize,
+    pub training: bool,
+    /// u32 `[1]`: the step counter, rewritten every step (dropout draws from it).
+    pub step: Tensor,
+    pub dispatches: Vec<Dispatch>,
+    /// The layer being recorded and the number of layers before it, for names in errors
+    /// and per-layer seeds.
+    pub layer_index: usize,
+}
+
+impl<'d> Graph<'d> {
+    pub fn new(device: &'d Device, batch: usize, training: bool, step: Tensor) -> Self {
+        Graph { device, batch, training, step, dispatches: Vec::new(), layer_index: 0 }
+    }
+    /// A batch-sized activation tensor: `[batch, ..shape]`.
+    pub fn activation(&self, shape: &[usize]) -> Result<Tensor> {
+        let mut full = vec![self.batch];
+        full.extend_from_slice(shape);
+        self.device.alloc(&full, crate::DType::F32)
+    }
+    pub fn push(&mut self, d: Dispatch) {
+        self.dispatches.push(d);
+    }
+    pub fn extend(&mut self, d: Vec<Dispatch>) {
+        self.dispatches.extend(d);
+    }
+}
+
+/// A layer of a `Sequential` model.
+pub trait Layer: Send + Sync + std::fmt::Debug {
+    /// Keras' class name (`Conv2D`, `Dense`, ...), used in summaries and saved models.
+    fn class_name(&self) -> &'static str;
+    /// The per-sample output shape for a per-sample input shape, or a shape error naming both.
+    fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>>;
+    fn params(&self, _input: &[usize]) -> Vec<ParamSpec> {
+        Vec::new()
+    }
+    fn states(&self, _input: &[usize]) -> Vec<ParamSpec> {
+        Vec::new()
+    }
+    /// The constructor arguments, for saving the architecture (Keras' `get_config`).
+    fn config(&self) -> serde_json::Value;
+    /// Records the forward kernels reading `x` (`[batch, ..input]`).
+    fn forward(&self, g: &mut Graph, x: &Tensor, w: &Weights) -> Result<Saved>;
+    /// Records the backward kernels: writes the parameter gradients into `w.grads` and, when
+    /// `need_dx`, returns the gradient with respect to `x`.
+    fn backward(&self, g: &mut Graph, x: &Tensor, saved: &Saved, dy: &Tensor, w: &Weights, need_dx: bool) -> Result<Option<Tensor>>;
+    /// Floating-point operations of one sample's forward pass (for summaries and benchmarks).
+    fn flops(&self, _input: &[usize]) -> u64 {
+        0
+    }
+    /// Set by the model when a ReLU directly follows, so the layer can fuse it.
+    fn fuse_relu(&mut self) -> bool {
+        false
+    }
+}

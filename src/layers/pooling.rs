@@ -1,0 +1,158 @@
+//! MaxPool2D, AveragePooling2D and GlobalAveragePooling2D over NHWC input.
+
+use serde_json::json;
+
+use super::{Graph, Layer, Saved, Weights};
+use crate::kernels::pool::{self, Pool2dGeometry, PoolPadding};
+use crate::{bail, DType, Result, Tensor};
+
+/// Keras' shared arguments of the two windowed pools.
+#[derive(Debug, Clone)]
+struct Window {
+    pool_size: (usize, usize),
+    strides: (usize, usize),
+    padding: PoolPadding,
+}
+
+impl Window {
+    fn geometry(&self, class: &str, batch: usize, input: &[usize]) -> Result<Pool2dGeometry> {
+        if input.len() != 3 {
+            bail!(Shape, "{class} expects (height, width, channels) input, got {input:?}");
+        }
+        Pool2dGeometry::new(&[batch, input[0], input[1], input[2]], self.pool_size, self.strides, self.padding)
+    }
+    fn config(&self) -> serde_json::Value {
+        json!({
+            "pool_size": [self.pool_size.0, self.pool_size.1],
+            "strides": [self.strides.0, self.strides.1],
+            "padding": if self.padding == PoolPadding::Same { "same" } else { "valid" },
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct MaxPool2D(Window);
+
+impl MaxPool2D {
+    /// A square window; strides default to the window (Keras' default), `valid` padding.
+    pub fn new(pool_size: usize) -> Self {
+        MaxPool2D(Window { pool_size: (pool_size, pool_size), strides: (pool_size, pool_size), padding: PoolPadding::Valid })
+    }
+    pub fn strides(mut self, s: usize) -> Self {
+        self.0.strides = (s, s);
+        self
+    }
+    pub fn padding(mut self, p: PoolPadding) -> Self {
+        self.0.padding = p;
+        self
+    }
+}
+
+impl Layer for MaxPool2D {
+    fn class_name(&self) -> &'static str {
+        "MaxPool2D"
+    }
+    fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>> {
+        Ok(self.0.geometry("MaxPool2D", 1, input)?.output_shape()[1..].to_vec())
+    }
+    fn config(&self) -> serde_json::Value {
+        self.0.config()
+    }
+    fn forward(&self, g: &mut Graph, x: &Tensor, _: &Weights) -> Result<Saved> {
+        let geom = self.0.geometry("MaxPool2D", g.batch, &x.shape()[1..])?;
+        let y = g.device.alloc(&geom.output_shape(), DType::F32)?;
+        let argmax = g.device.alloc(&geom.output_shape(), DType::U32)?;
+        g.extend(pool::max_pool_forward(g.device, &geom, x, &y, &argmax)?);
+        Ok(Saved { output: y, extra: vec![argmax], inner: Vec::new() })
+    }
+    fn backward(&self, g: &mut Graph, x: &Tensor, saved: &Saved, dy: &Tensor, _: &Weights, need_dx: bool) -> Result<Option<Tensor>> {
+        if !need_dx {
+            return Ok(None);
+        }
+        let geom = self.0.geometry("MaxPool2D", g.batch, &x.shape()[1..])?;
+        let dx = g.activation(&x.shape()[1..])?;
+        g.extend(pool::max_pool_backward(g.device, &geom, dy, &saved.extra[0], &dx)?);
+        Ok(Some(dx))
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct AveragePooling2D(Window);
+
+impl AveragePooling2D {
+    pub fn new(pool_size: usize) -> Self {
+        AveragePooling2D(Window { pool_size: (pool_size, pool_size), strides: (pool_size, pool_size), padding: PoolPadding::Valid })
+    }
+    pub fn strides(mut self, s: usize) -> Self {
+        self.0.strides = (s, s);
+        self
+    }
+    pub fn padding(mut self, p: PoolPadding) -> Self {
+        self.0.padding = p;
+        self
+    }
+}
+
+impl Layer for AveragePooling2D {
+    fn class_name(&self) -> &'static str {
+        "AveragePooling2D"
+    }
+    fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>> {
+        Ok(self.0.geometry("AveragePooling2D", 1, input)?.output_shape()[1..].to_vec())
+    }
+    fn config(&self) -> serde_json::Value {
+        self.0.config()
+    }
+    fn forward(&self, g: &mut Graph, x: &Tensor, _: &Weights) -> Result<Saved> {
+        let geom = self.0.geometry("AveragePooling2D", g.batch, &x.shape()[1..])?;
+        let y = g.device.alloc(&geom.output_shape(), DType::F32)?;
+        g.extend(pool::avg_pool_forward(g.device, &geom, x, &y)?);
+        Ok(Saved::output(y))
+    }
+    fn backward(&self, g: &mut Graph, x: &Tensor, _: &Saved, dy: &Tensor, _: &Weights, need_dx: bool) -> Result<Option<Tensor>> {
+        if !need_dx {
+            return Ok(None);
+        }
+        let geom = self.0.geometry("AveragePooling2D", g.batch, &x.shape()[1..])?;
+        let dx = g.activation(&x.shape()[1..])?;
+        g.extend(pool::avg_pool_backward(g.device, &geom, dy, &dx)?);
+        Ok(Some(dx))
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct GlobalAveragePooling2D;
+
+impl GlobalAveragePooling2D {
+    pub fn new() -> Self {
+        GlobalAveragePooling2D
+    }
+}
+
+impl Layer for GlobalAveragePooling2D {
+    fn class_name(&self) -> &'static str {
+        "GlobalAveragePooling2D"
+    }
+    fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>> {
+        if input.len() != 3 {
+            bail!(Shape, "GlobalAveragePooling2D expects (height, width, channels) input, got {input:?}");
+        }
+        Ok(vec![input[2]])
+    }
+    fn config(&self) -> serde_json::Value {
+        json!({})
+    }
+    fn forward(&self, g: &mut Graph, x: &Tensor, _: &Weights) -> Result<Saved> {
+        let y = g.activation(&[x.shape()[3]])?;
+        g.extend(pool::global_avg_pool_forward(g.device, x, &y)?);
+        Ok(Saved::output(y))
+    }
+    fn backward(&self, g: &mut Graph, x: &Tensor, _: &Saved, dy: &Tensor, _: &Weights, need_dx: bool) -> Result<Option<Tensor>> {
+        if !need_dx {
+            return Ok(None);
+        }
+        let dx = g.activation(&x.shape()[1..])?;
+        g.extend(pool::global_avg_pool_backward(g.device, dy, &dx)?);
+        Ok(Some(dx))
+    }
+}

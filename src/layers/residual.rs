@@ -1,0 +1,105 @@
+//! A residual block: `main(x) + shortcut(x)`, where the shortcut is the identity or a short
+//! chain (ResNet's 1x1 projection + BatchNorm). The ReLU after the join is a separate layer.
+
+use serde_json::json;
+
+use super::{Graph, Layer, ParamSpec, Saved, Weights};
+use crate::kernels::elementwise;
+use crate::{bail, Result, Tensor};
+
+#[derive(Debug)]
+pub struct Residual {
+    pub main: Vec<Box<dyn Layer>>,
+    pub shortcut: Vec<Box<dyn Layer>>,
+}
+
+impl Residual {
+    pub fn new(main: Vec<Box<dyn Layer>>, shortcut: Vec<Box<dyn Layer>>) -> Self {
+        Residual { main, shortcut }
+    }
+
+    /// Each sub-layer with its input shape and the index of its first param and state.
+    fn walk<'a>(&'a self, input: &[usize]) -> Result<Vec<(&'a dyn Layer, Vec<usize>, usize, usize, bool)>> {
+        let mut out = Vec::new();
+        let (mut p, mut s) = (0, 0);
+        for (chain, is_main) in [(&self.main, true), (&self.shortcut, false)] {
+            let mut shape = input.to_vec();
+            for layer in chain.iter() {
+                out.push((layer.as_ref(), shape.clone(), p, s, is_main));
+                p += layer.params(&shape).len();
+                s += layer.states(&shape).len();
+                shape = layer.output_shape(&shape)?;
+            }
+        }
+        Ok(out)
+    }
+
+    fn chain_shape(chain: &[Box<dyn Layer>], input: &[usize]) -> Result<Vec<usize>> {
+        chain.iter().try_fold(input.to_vec(), |shape, l| l.output_shape(&shape))
+    }
+}
+
+impl Layer for Residual {
+    fn class_name(&self) -> &'static str {
+        "Residual"
+    }
+    fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>> {
+        let main = Self::chain_shape(&self.main, input)?;
+        let short = Self::chain_shape(&self.shortcut, input)?;
+        if main != short {
+            bail!(Shape, "residual block: main path gives {main:?} but the shortcut gives {short:?} for input {input:?}");
+        }
+        Ok(main)
+    }
+    fn params(&self, input: &[usize]) -> Vec<ParamSpec> {
+        self.walk(input).map(|w| w.iter().flat_map(|(l, shape, ..)| l.params(shape)).collect()).unwrap_or_default()
+    }
+    fn states(&self, input: &[usize]) -> Vec<ParamSpec> {
+        self.walk(input).map(|w| w.iter().flat_map(|(l, shape, ..)| l.states(shape)).collect()).unwrap_or_default()
+    }
+    fn config(&self) -> serde_json::Value {
+        let chain = |c: &[Box<dyn Layer>]| -> Vec<serde_json::Value> {
+            c.iter().map(|l| json!({ "class_name": l.class_name(), "config": l.config() })).collect()
+        };
+        json!({ "main": chain(&self.main), "shortcut": chain(&self.shortcut) })
+    }
+    fn flops(&self, input: &[usize]) -> u64 {
+        self.walk(input).map(|w| w.iter().map(|(l, shape, ..)| l.flops(shape)).sum()).unwrap_or(0)
+    }
+    fn forward(&self, g: &mut Graph, x: &Tensor, w: &Weights) -> Result<Saved> {
+        let mut inner = Vec::new();
+        let mut ends = [x.clone(), x.clone()];
+        for (layer, shape, p, s, is_main) in self.walk(&x.shape()[1..])? {
+            let sub = w.slice(p, layer.params(&shape).len(), s, layer.states(&shape).len());
+            let input = ends[!is_main as usize].clone();
+            let saved = layer.forward(g, &input, &sub)?;
+            ends[!is_main as usize] = saved.output.clone();
+            inner.push((input, saved));
+        }
+        let y = g.activation(&ends[0].shape()[1..])?;
+        g.push(elementwise::add(g.device, &ends[0], &ends[1], &y)?);
+        Ok(Saved { output: y, extra: Vec::new(), inner })
+    }
+    fn backward(&self, g: &mut Graph, x: &Tensor, saved: &Saved, dy: &Tensor, w: &Weights, need_dx: bool) -> Result<Option<Tensor>> {
+        let walk = self.walk(&x.shape()[1..])?;
+        // The join's gradient reaches both paths unchanged; walk each chain backwards.
+        let mut grads = [dy.clone(), dy.clone()];
+        let first_main = walk.iter().position(|w| w.4);
+        let first_short = walk.iter().position(|w| !w.4);
+        for (i, ((layer, shape, p, s, is_main), (input, rec))) in walk.iter().zip(&saved.inner).enumerate().rev() {
+            let sub = w.slice(*p, layer.params(shape).len(), *s, layer.states(shape).len());
+            let path = !*is_main as usize;
+            // Only the first layer of a chain may skip its input gradient.
+            let first_of_chain = Some(i) == first_main || Some(i) == first_short;
+            if let Some(d) = layer.backward(g, input, rec, &grads[path], &sub, need_dx || !first_of_chain)? {
+                grads[path] = d;
+            }
+        }
+        if !need_dx {
+            return Ok(None);
+        }
+        let dx = g.activation(&x.shape()[1..])?;
+        g.push(elementwise::add(g.device, &grads[0], &grads[1], &dx)?);
+        Ok(Some(dx))
+    }
+}

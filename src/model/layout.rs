@@ -1,0 +1,172 @@
+//! Where every parameter lives in the model's flat tensors, and how it starts.
+//!
+//! Parameters, their gradients and the optimizer state are one flat f32 tensor each, with
+//! every parameter at a 64-float (256-byte) boundary so it can be bound as a view. The
+//! optimizer then updates the whole model in a few dispatches and the gradient exchange
+//! moves contiguous ranges. BatchNorm's moving statistics live in a second flat tensor.
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+use crate::layers::{Init, Layer, ParamSpec};
+use crate::Result;
+
+/// Floats per alignment unit: 256 bytes, the binding offset alignment of every adapter.
+pub const ALIGN: usize = 64;
+
+#[derive(Clone, Debug)]
+pub struct Entry {
+    /// `conv2d_3/kernel`
+    pub name: String,
+    pub layer: usize,
+    pub spec: ParamSpec,
+    /// Offset in floats.
+    pub offset: usize,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Layout {
+    pub params: Vec<Entry>,
+    pub states: Vec<Entry>,
+    /// Total floats, padding included.
+    pub param_len: usize,
+    pub state_len: usize,
+    /// Per layer: (first param, count, first state, count).
+    pub per_layer: Vec<(usize, usize, usize, usize)>,
+    /// Keras-style layer names (`conv2d`, `conv2d_1`, ...).
+    pub layer_names: Vec<String>,
+    /// Per-sample output shape of each layer.
+    pub shapes: Vec<Vec<usize>>,
+}
+
+/// Keras' snake-case naming: `BatchNormalization` -> `batch_normalization`.
+pub fn snake(class: &str) -> String {
+    let mut out = String::new();
+    let chars: Vec<char> = class.chars().collect();
+    for (i, c) in chars.iter().enumerate() {
+        if c.is_uppercase() && i > 0 && (chars[i - 1].is_lowercase() || chars.get(i + 1).is_some_and(|n| n.is_lowercase())) && chars[i - 1] != '2' {
+            out.push('_');
+        }
+        out.extend(c.to_lowercase());
+    }
+    out
+}
+
+impl Layout {
+    pub fn new(input: &[usize], layers: &[Box<dyn Layer>]) -> Result<Layout> {
+        let mut l = Layout::default();
+        let mut shape = input.to_vec();
+        let mut seen = std::collections::HashMap::<String, usize>::new();
+        for (i, layer) in layers.iter().enumerate() {
+            let base = snake(layer.class_name());
+            let n = seen.entry(base.clone()).or_insert(0);
+            let name = if *n == 0 { base.clone() } else { format!("{base}_{n}") };
+            *n += 1;
+            let (p0, s0) = (l.params.len(), l.states.len());
+            let (params, states) = (layer.params(&shape), layer.states(&shape));
+            for (k, spec) in params.iter().enumerate() {
+                let len = spec.len();
+                let entry = Entry { name: param_name(&name, &params, k), layer: i, spec: spec.clone(), offset: l.param_len };
+                l.params.push(entry);
+                l.param_len += len.div_ceil(ALIGN) * ALIGN;
+            }
+            for (k, spec) in states.iter().enumerate() {
+                let len = spec.len();
+                let entry = Entry { name: param_name(&name, &states, k), layer: i, spec: spec.clone(), offset: l.state_len };
+                l.states.push(entry);
+                l.state_len += len.div_ceil(ALIGN) * ALIGN;
+            }
+            l.per_layer.push((p0, l.params.len() - p0, s0, l.states.len() - s0));
+            shape = layer.output_shape(&shape).map_err(|e| crate::Error::Shape(format!("layer {i} ({name}): {e}")))?;
+            l.layer_names.push(name);
+            l.shapes.push(shape.clone());
+        }
+        l.param_len = l.param_len.max(ALIGN);
+        l.state_len = l.state_len.max(ALIGN);
+        Ok(l)
+    }
+
+    /// Trainable parameter count (no padding).
+    pub fn trainable_count(&self) -> usize {
+        self.params.iter().map(|e| e.spec.len()).sum()
+    }
+    pub fn state_count(&self) -> usize {
+        self.states.iter().map(|e| e.spec.len()).sum()
+    }
+
+    /// Initial values of every parameter and state, drawn from `seed`.
+    pub fn initial_values(&self, seed: u64) -> (Vec<f32>, Vec<f32>) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut params = vec![0.0f32; self.param_len];
+        for e in &self.params {
+            fill(&mut params[e.offset..e.offset + e.spec.len()], e.spec.init, &mut rng);
+        }
+        let mut states = vec![0.0f32; self.state_len];
+        for e in &self.states {
+            fill(&mut states[e.offset..e.offset + e.spec.len()], e.spec.init, &mut rng);
+        }
+        (params, states)
+    }
+
+    /// Ranges (offset, len in floats, both 64-aligned) that weight decay does and does not
+    /// apply to, merged where neighbours agree, covering the whole flat tensor.
+    pub fn decay_ranges(&self) -> Vec<(usize, usize, bool)> {
+        let mut out: Vec<(usize, usize, bool)> = Vec::new();
+        for e in &self.params {
+            let len = e.spec.len().div_ceil(ALIGN) * ALIGN;
+            match out.last_mut() {
+                Some(last) if last.2 == e.spec.decay && last.0 + last.1 == e.offset => last.1 += len,
+                _ => out.push((e.offset, len, e.spec.decay)),
+            }
+        }
+        if out.is_empty() {
+            out.push((0, self.param_len, false));
+        }
+        out
+    }
+}
+
+/// `conv2d/kernel`; a layer holding several sub-layers' parameters (a residual block)
+/// numbers them: `residual/3_gamma`.
+fn param_name(layer: &str, specs: &[ParamSpec], k: usize) -> String {
+    let unique = specs.iter().filter(|s| s.name == specs[k].name).count() == 1;
+    if unique { format!("{layer}/{}", specs[k].name) } else { format!("{layer}/{k}_{}", specs[k].name) }
+}
+
+fn fill(out: &mut [f32], init: Init, rng: &mut StdRng) {
+    match init {
+        Init::Zeros => out.fill(0.0),
+        Init::Ones => out.fill(1.0),
+        Init::GlorotUniform { fan_in, fan_out } => {
+            let limit = (6.0 / (fan_in + fan_out).max(1) as f32).sqrt();
+            out.iter_mut().for_each(|v| *v = rng.random_range(-limit..limit));
+        }
+        Init::HeNormal { fan_in } => {
+            let std = (2.0 / fan_in.max(1) as f32).sqrt();
+            // Box-Muller; truncated at two standard deviations like Keras' he_normal.
+            for v in out.iter_mut() {
+                *v = loop {
+                    let (u1, u2): (f32, f32) = (rng.random_range(f32::EPSILON..1.0), rng.random());
+                    let z = (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos();
+                    if z.abs() <= 2.0 {
+                        break z * std / 0.87962566;
+                    }
+                };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::snake;
+    #[test]
+    fn keras_names() {
+        assert_eq!(snake("Conv2D"), "conv2d");
+        assert_eq!(snake("BatchNormalization"), "batch_normalization");
+        assert_eq!(snake("GlobalAveragePooling2D"), "global_average_pooling2d");
+        assert_eq!(snake("MaxPool2D"), "max_pool2d");
+        assert_eq!(snake("ReLU"), "re_lu");
+        assert_eq!(snake("Dense"), "dense");
+    }
+}

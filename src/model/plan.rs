@@ -1,0 +1,142 @@
+//! A compiled step: every buffer and dispatch of one replica's forward (+ loss + backward)
+//! for one batch size, recorded once and replayed every step.
+
+use std::sync::Arc;
+
+use crate::device::Readback;
+use crate::kernels::{image, loss, Dispatch};
+use crate::layers::{Graph, Layer, Saved, Weights};
+use crate::model::layout::Layout;
+use crate::model::losses::Loss;
+use crate::{DType, Device, Result, Tensor};
+
+/// What every replica shares about the model: layers, layout, input and loss.
+pub struct Definition {
+    pub input_shape: Vec<usize>,
+    pub layers: Vec<Box<dyn Layer>>,
+    /// Layers whose ReLU was fused into the layer before them: recorded as nothing.
+    pub fused: Vec<bool>,
+    pub layout: Layout,
+    pub loss: Loss,
+    pub classes: usize,
+    /// Per-channel normalisation of the u8 input: `(x / 255 - mean) / std`.
+    pub mean: Vec<f32>,
+    pub std: Vec<f32>,
+}
+
+/// The tensors of one replica that every plan of it shares.
+pub struct Shared {
+    pub params: Vec<Tensor>,
+    pub grads: Vec<Tensor>,
+    pub states: Vec<Tensor>,
+    /// u32 `[4]`: word 0 is the step counter (dropout masks).
+    pub step: Tensor,
+}
+
+pub struct Plan {
+    pub batch: usize,
+    pub training: bool,
+    /// u8 `[batch, h, w, c]` and u32 `[batch]`, filled through the staging ring.
+    pub images: Tensor,
+    pub labels: Tensor,
+    /// f32 one-hot `[batch, classes]` (mean squared error only).
+    pub targets: Option<Tensor>,
+    pub logits: Tensor,
+    pub loss: Tensor,
+    pub rank: Tensor,
+    /// Forward, loss and (when training) backward, in order.
+    pub dispatches: Vec<Dispatch>,
+    /// Two readbacks of `[loss | rank]`, alternated so step k's is read while k+1 runs.
+    pub readbacks: [Readback; 2],
+    pub next_readback: usize,
+    /// Index into `dispatches` where each layer's backward starts, last layer first, for
+    /// splitting the backward into gradient buckets.
+    pub backward_marks: Vec<(usize, usize)>,
+}
+
+impl Plan {
+    /// Records the step of `def` for `batch` samples on `device`. `scale` multiplies the
+    /// loss gradient: one over the global batch, so summing replicas' gradients averages.
+    pub fn build(def: &Definition, device: &Arc<Device>, shared: &Shared, batch: usize, training: bool, scale: f32) -> Result<Plan> {
+        let [h, w, c] = [def.input_shape[0], def.input_shape[1], def.input_shape[2]];
+        let images = device.alloc(&[batch, h, w, c], DType::U8)?;
+        let labels = device.alloc(&[batch], DType::U32)?;
+        let mut g = Graph::new(device, batch, training, shared.step.clone());
+        let x = g.activation(&def.input_shape)?;
+        g.push(image::normalize_u8(device, &images, &def.mean, &def.std, &x)?);
+
+        let mut records: Vec<(usize, Tensor, Saved)> = Vec::new();
+        let mut input = x;
+        for (i, layer) in def.layers.iter().enumerate() {
+            if def.fused[i] {
+                continue;
+            }
+            g.layer_index = i;
+            let saved = layer.forward(&mut g, &input, &weights(def, shared, i))?;
+            let out = saved.output.clone();
+            records.push((i, input, saved));
+            input = out;
+        }
+        let logits = input;
+        let loss = device.alloc(&[batch], DType::F32)?;
+        let rank = device.alloc(&[batch], DType::U32)?;
+        let dlogits = device.alloc(logits.shape(), DType::F32)?;
+        let mut targets = None;
+        match def.loss {
+            Loss::SparseCategoricalCrossentropy => {
+                g.push(loss::softmax_cross_entropy(device, &logits, &labels, scale, &loss, &dlogits, &rank)?);
+            }
+            Loss::MeanSquaredError => {
+                // Cross-entropy still runs for the label ranks the metrics need; its loss and
+                // gradient go to scratch tensors.
+                let (scratch_loss, scratch_grad) = (device.alloc(&[batch], DType::F32)?, device.alloc(logits.shape(), DType::F32)?);
+                g.push(loss::softmax_cross_entropy(device, &logits, &labels, scale, &scratch_loss, &scratch_grad, &rank)?);
+                let t = device.alloc(logits.shape(), DType::F32)?;
+                g.push(loss::mean_squared_error(device, &logits, &t, scale, &loss, &dlogits)?);
+                targets = Some(t);
+            }
+        }
+
+        let mut backward_marks = Vec::new();
+        if training {
+            let first = records.first().map(|r| r.0).unwrap_or(0);
+            let mut dy = dlogits;
+            for (i, input, saved) in records.iter().rev() {
+                backward_marks.push((*i, g.dispatches.len()));
+                g.layer_index = *i;
+                match def.layers[*i].backward(&mut g, input, saved, &dy, &weights(def, shared, *i), *i != first)? {
+                    Some(dx) => dy = dx,
+                    None => break,
+                }
+            }
+        }
+        let bytes = 8 * batch as u64;
+        Ok(Plan {
+            batch,
+            training,
+            images,
+            labels,
+            targets,
+            logits,
+            loss,
+            rank,
+            dispatches: g.dispatches,
+            readbacks: [Readback::new(device.wgpu(), bytes), Readback::new(device.wgpu(), bytes)],
+            next_readback: 0,
+            backward_marks,
+        })
+    }
+
+    /// Encodes the copies of this step's loss and ranks into the next readback buffer.
+    pub fn encode_readback(&self, encoder: &mut wgpu::CommandEncoder) {
+        let rb = &self.readbacks[self.next_readback].buffer;
+        let n = 4 * self.batch as u64;
+        encoder.copy_buffer_to_buffer(self.loss.buffer(), self.loss.offset(), rb, 0, n);
+        encoder.copy_buffer_to_buffer(self.rank.buffer(), self.rank.offset(), rb, n, n);
+    }
+}
+
+fn weights<'a>(def: &Definition, shared: &'a Shared, layer: usize) -> Weights<'a> {
+    let (p0, np, s0, ns) = def.layout.per_layer[layer];
+    Weights { params: &shared.params[p0..p0 + np], grads: &shared.grads[p0..p0 + np], states: &shared.states[s0..s0 + ns] }
+}

@@ -1,0 +1,111 @@
+//! SGD and Adam/AdamW with Keras' argument names and PyTorch's update rules (stated in
+//! `kernels::optimizer`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::kernels::optimizer::OptimizerKind;
+use crate::{bail, Result};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "name", rename_all = "lowercase")]
+pub enum Optimizer {
+    Sgd { learning_rate: f32, momentum: f32, nesterov: bool, weight_decay: f32 },
+    Adam { learning_rate: f32, beta_1: f32, beta_2: f32, epsilon: f32, weight_decay: f32 },
+    AdamW { learning_rate: f32, beta_1: f32, beta_2: f32, epsilon: f32, weight_decay: f32 },
+}
+
+impl Optimizer {
+    /// Keras' `SGD(learning_rate)`: no momentum, no weight decay.
+    pub fn sgd(learning_rate: f32) -> Self {
+        Optimizer::Sgd { learning_rate, momentum: 0.0, nesterov: false, weight_decay: 0.0 }
+    }
+    /// Keras' `Adam(learning_rate)` with beta_1 0.9, beta_2 0.999, epsilon 1e-7.
+    pub fn adam(learning_rate: f32) -> Self {
+        Optimizer::Adam { learning_rate, beta_1: 0.9, beta_2: 0.999, epsilon: 1e-7, weight_decay: 0.0 }
+    }
+    /// Keras' `AdamW(learning_rate)`: decoupled weight decay 0.004 by default.
+    pub fn adamw(learning_rate: f32) -> Self {
+        Optimizer::AdamW { learning_rate, beta_1: 0.9, beta_2: 0.999, epsilon: 1e-7, weight_decay: 0.004 }
+    }
+    pub fn momentum(mut self, m: f32) -> Self {
+        if let Optimizer::Sgd { momentum, .. } = &mut self {
+            *momentum = m;
+        }
+        self
+    }
+    pub fn nesterov(mut self, n: bool) -> Self {
+        if let Optimizer::Sgd { nesterov, .. } = &mut self {
+            *nesterov = n;
+        }
+        self
+    }
+    pub fn weight_decay(mut self, wd: f32) -> Self {
+        match &mut self {
+            Optimizer::Sgd { weight_decay, .. } | Optimizer::Adam { weight_decay, .. } | Optimizer::AdamW { weight_decay, .. } => {
+                *weight_decay = wd
+            }
+        }
+        self
+    }
+
+    pub fn learning_rate(&self) -> f32 {
+        match self {
+            Optimizer::Sgd { learning_rate, .. } | Optimizer::Adam { learning_rate, .. } | Optimizer::AdamW { learning_rate, .. } => {
+                *learning_rate
+            }
+        }
+    }
+    pub fn weight_decay_value(&self) -> f32 {
+        match self {
+            Optimizer::Sgd { weight_decay, .. } | Optimizer::Adam { weight_decay, .. } | Optimizer::AdamW { weight_decay, .. } => *weight_decay,
+        }
+    }
+
+    /// Parses the command line's `--optimizer` name.
+    pub fn from_name(name: &str, learning_rate: f32) -> Result<Self> {
+        Ok(match name.to_ascii_lowercase().as_str() {
+            "sgd" => Optimizer::sgd(learning_rate).momentum(0.9).nesterov(true).weight_decay(5e-4),
+            "adam" => Optimizer::adam(learning_rate),
+            "adamw" => Optimizer::adamw(learning_rate),
+            other => bail!(Config, "unknown optimizer `{other}` (expected sgd, adam or adamw)"),
+        })
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let lr = self.learning_rate();
+        if !(lr.is_finite() && lr > 0.0) {
+            bail!(Config, "learning rate must be positive and finite, got {lr}");
+        }
+        let wd = self.weight_decay_value();
+        if !(wd.is_finite() && wd >= 0.0) {
+            bail!(Config, "weight decay must be >= 0, got {wd}");
+        }
+        match self {
+            Optimizer::Sgd { momentum, .. } if !(0.0..1.0).contains(momentum) => bail!(Config, "momentum must be in [0, 1), got {momentum}"),
+            Optimizer::Adam { beta_1, beta_2, .. } | Optimizer::AdamW { beta_1, beta_2, .. }
+                if !(0.0..1.0).contains(beta_1) || !(0.0..1.0).contains(beta_2) =>
+            {
+                bail!(Config, "beta_1 and beta_2 must be in [0, 1), got {beta_1} and {beta_2}")
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The kernel's view: the update rule and how many state tensors it keeps per parameter.
+    pub fn kind(&self) -> OptimizerKind {
+        match *self {
+            Optimizer::Sgd { momentum, nesterov, .. } => OptimizerKind::Sgd { momentum, nesterov },
+            Optimizer::Adam { beta_1, beta_2, epsilon, .. } => OptimizerKind::Adam { beta1: beta_1, beta2: beta_2, epsilon, decoupled: false },
+            Optimizer::AdamW { beta_1, beta_2, epsilon, .. } => OptimizerKind::Adam { beta1: beta_1, beta2: beta_2, epsilon, decoupled: true },
+        }
+    }
+
+    /// Flat state tensors the optimizer keeps (velocity; or Adam's two moments).
+    pub fn state_count(&self) -> usize {
+        match self {
+            Optimizer::Sgd { momentum, .. } if *momentum == 0.0 => 0,
+            Optimizer::Sgd { .. } => 1,
+            _ => 2,
+        }
+    }
+}

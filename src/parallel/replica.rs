@@ -1,0 +1,257 @@
+//! One replica: a device with its own copy of the weights, gradients, optimizer state,
+//! compiled plans and staging ring. No replica is a master: all hold the same tensors.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::device::{Readback, StagingRing};
+use crate::kernels::optimizer::{self, Hyper};
+use crate::kernels::Dispatch;
+use crate::model::plan::{Definition, Plan, Shared};
+use crate::optim::Optimizer;
+use crate::{DType, Device, Result, Tensor};
+
+/// One batch on the host, as the data pipeline produces it.
+pub struct HostBatch<'a> {
+    pub images: &'a [u8],
+    pub labels: &'a [u32],
+}
+
+impl HostBatch<'_> {
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+}
+
+/// Per-sample loss and label rank of one finished step.
+pub struct StepOutput {
+    pub loss: Vec<f32>,
+    pub rank: Vec<u32>,
+}
+
+/// Batch size, training, and the bits of the loss scale (one over the global batch).
+type PlanKey = (usize, bool, u32);
+
+pub struct Replica {
+    pub device: Arc<Device>,
+    pub params: Tensor,
+    pub grads: Tensor,
+    pub states: Tensor,
+    opt_state: Vec<Tensor>,
+    hyper: Tensor,
+    shared: Shared,
+    update: Vec<Dispatch>,
+    plans: HashMap<PlanKey, Plan>,
+    ring: StagingRing,
+    /// Plans whose readback is in flight, oldest first.
+    in_flight: std::collections::VecDeque<(PlanKey, usize)>,
+    grad_readback: Readback,
+    grad_ring: StagingRing,
+    scratch: Vec<u8>,
+}
+
+impl Replica {
+    /// Allocates every shared tensor on `device` and uploads the initial values.
+    pub fn new(device: Arc<Device>, def: &Definition, optimizer: &Optimizer, params: &[f32], states: &[f32], max_batch: usize) -> Result<Replica> {
+        let l = &def.layout;
+        let p = device.upload(&[l.param_len], params)?;
+        let grads = device.zeros(&[l.param_len])?;
+        let s = device.upload(&[l.state_len], states)?;
+        let view = |t: &Tensor, e: &crate::model::layout::Entry| t.view(e.offset, &e.spec.shape);
+        let shared = Shared {
+            params: l.params.iter().map(|e| view(&p, e)).collect::<Result<_>>()?,
+            grads: l.params.iter().map(|e| view(&grads, e)).collect::<Result<_>>()?,
+            states: l.states.iter().map(|e| view(&s, e)).collect::<Result<_>>()?,
+            step: device.zeros_of(&[4], DType::U32)?,
+        };
+        let opt_state = (0..optimizer.state_count()).map(|_| device.zeros(&[l.param_len])).collect::<Result<Vec<_>>>()?;
+        let hyper = device.zeros(&[4])?;
+        let mut update = Vec::new();
+        for (offset, len, decay) in l.decay_ranges() {
+            let wd = if decay { optimizer.weight_decay_value() } else { 0.0 };
+            let state: Vec<Tensor> = opt_state.iter().map(|t| t.view(offset, &[len])).collect::<Result<_>>()?;
+            let state_refs: Vec<&Tensor> = state.iter().collect();
+            update.push(optimizer::update(&device, optimizer.kind(), wd, &p.view(offset, &[len])?, &grads.view(offset, &[len])?, &state_refs, &hyper)?);
+        }
+        let sample = def.input_shape.iter().product::<usize>();
+        let staging = (sample + 4 + 4 * def.classes) * max_batch + 64;
+        let ring = StagingRing::new(device.wgpu(), 3, staging as u64);
+        let grad_bytes = 4 * l.param_len as u64;
+        Ok(Replica {
+            grad_readback: Readback::new(device.wgpu(), grad_bytes),
+            grad_ring: StagingRing::new(device.wgpu(), 2, grad_bytes),
+            device,
+            params: p,
+            grads,
+            states: s,
+            opt_state,
+            hyper,
+            shared,
+            update,
+            plans: HashMap::new(),
+            ring,
+            in_flight: Default::default(),
+            scratch: Vec::new(),
+        })
+    }
+
+    /// Stages `batch`, then records and submits forward, loss and (when training) backward.
+    /// With `exchange`, the gradients are copied out for the host all-reduce and the update
+    /// waits for `apply_gradients`; otherwise the optimizer runs in the same submission.
+    pub fn run_step(&mut self, def: &Definition, batch: &HostBatch, training: bool, hyper: Hyper, step: u32, scale: f32, exchange: bool) -> Result<()> {
+        let n = batch.len();
+        let dev = self.device.clone();
+        let step_words = [step, 0, 0, 0];
+        let targets: Vec<f32> = if def.loss == crate::model::losses::Loss::MeanSquaredError {
+            let mut t = vec![0.0f32; n * def.classes];
+            for (i, &l) in batch.labels.iter().enumerate() {
+                t[i * def.classes + l as usize] = 1.0;
+            }
+            t
+        } else {
+            Vec::new()
+        };
+        let (hyper_t, step_t) = (self.hyper.clone(), self.shared.step.clone());
+        let plan = plan_for(&mut self.plans, &self.in_flight, def, &dev, &self.shared, n, training, scale)?;
+        let mut enc = dev.wgpu().create_command_encoder(&Default::default());
+        let mut parts: Vec<(&[u8], &wgpu::Buffer, u64)> = vec![
+            (batch.images, plan.images.buffer(), plan.images.offset()),
+            (bytemuck::cast_slice(batch.labels), plan.labels.buffer(), plan.labels.offset()),
+            (bytemuck::bytes_of(&hyper), hyper_t.buffer(), hyper_t.offset()),
+            (bytemuck::cast_slice(&step_words), step_t.buffer(), step_t.offset()),
+        ];
+        if let Some(t) = &plan.targets {
+            parts.push((bytemuck::cast_slice(&targets), t.buffer(), t.offset()));
+        }
+        let slot = self.ring.stage(dev.wgpu(), &mut enc, &parts)?;
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            for d in &plan.dispatches {
+                d.encode(&mut pass);
+            }
+        }
+        plan.encode_readback(&mut enc);
+        let rb = plan.next_readback;
+        plan.next_readback ^= 1;
+        if training && exchange {
+            enc.copy_buffer_to_buffer(self.grads.buffer(), self.grads.offset(), &self.grad_readback.buffer, 0, self.grads.bytes());
+        } else if training {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            for d in &self.update {
+                d.encode(&mut pass);
+            }
+        }
+        let submission = dev.queue().submit([enc.finish()]);
+        plan.readbacks[rb].request(submission.clone());
+        self.ring.submitted(slot, submission.clone());
+        if training && exchange {
+            self.grad_readback.request(submission);
+        }
+        self.in_flight.push_back(((n, training, scale.to_bits()), rb));
+        Ok(())
+    }
+
+    /// Waits for this replica's gradients of the last step and returns them (f32 words).
+    pub fn take_gradients(&mut self, out: &mut Vec<f32>) -> Result<()> {
+        let len = self.grads.bytes() as usize;
+        self.grad_readback.take(self.device.wgpu(), len, &mut self.scratch)?;
+        out.clear();
+        out.extend_from_slice(bytemuck::cast_slice(&self.scratch));
+        Ok(())
+    }
+
+    /// Uploads the averaged gradients and runs the optimizer.
+    pub fn apply_gradients(&mut self, summed: &[f32]) -> Result<()> {
+        let dev = self.device.clone();
+        let mut enc = dev.wgpu().create_command_encoder(&Default::default());
+        let slot = self.grad_ring.stage(dev.wgpu(), &mut enc, &[(bytemuck::cast_slice(summed), self.grads.buffer(), self.grads.offset())])?;
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            for d in &self.update {
+                d.encode(&mut pass);
+            }
+        }
+        let submission = dev.queue().submit([enc.finish()]);
+        self.grad_ring.submitted(slot, submission);
+        Ok(())
+    }
+
+    /// Steps submitted whose outputs have not been collected.
+    pub fn pending(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Waits for the oldest submitted step and returns its per-sample loss and ranks.
+    pub fn collect(&mut self) -> Result<Option<StepOutput>> {
+        let Some((key, rb)) = self.in_flight.pop_front() else { return Ok(None) };
+        let n = key.0;
+        let plan = self.plans.get_mut(&key).expect("plans in flight are kept");
+        plan.readbacks[rb].take(self.device.wgpu(), 8 * n, &mut self.scratch)?;
+        let (loss, rank) = self.scratch.split_at(4 * n);
+        self.device.check()?;
+        Ok(Some(StepOutput { loss: bytemuck::cast_slice(loss).to_vec(), rank: bytemuck::cast_slice(rank).to_vec() }))
+    }
+
+    /// Runs an inference forward of `batch` and returns its logits `[n, classes]`.
+    pub fn logits(&mut self, def: &Definition, batch: &HostBatch) -> Result<Vec<f32>> {
+        self.run_step(def, batch, false, Hyper::default(), 0, 1.0, false)?;
+        self.collect()?;
+        let logits = self.plans[&(batch.len(), false, 1f32.to_bits())].logits.clone();
+        self.device.read(&logits)
+    }
+
+    pub fn read_params(&self) -> Result<Vec<f32>> {
+        self.device.read(&self.params)
+    }
+    pub fn read_states(&self) -> Result<Vec<f32>> {
+        self.device.read(&self.states)
+    }
+    pub fn read_optimizer_state(&self) -> Result<Vec<Vec<f32>>> {
+        self.opt_state.iter().map(|t| self.device.read(t)).collect()
+    }
+    pub fn write_params(&self, params: &[f32]) -> Result<()> {
+        self.device.write(&self.params, params)
+    }
+    pub fn write_states(&self, states: &[f32]) -> Result<()> {
+        self.device.write(&self.states, states)
+    }
+    pub fn write_optimizer_state(&self, state: &[Vec<f32>]) -> Result<()> {
+        for (t, v) in self.opt_state.iter().zip(state) {
+            self.device.write(t, v)?;
+        }
+        Ok(())
+    }
+    pub fn optimizer_state_len(&self) -> usize {
+        self.opt_state.len()
+    }
+}
+
+/// The compiled plan for `n` samples, built on first use. A short last batch gets its own
+/// plan, so BatchNorm's statistics always cover exactly the samples present.
+#[allow(clippy::too_many_arguments)]
+fn plan_for<'p>(
+    plans: &'p mut HashMap<PlanKey, Plan>,
+    in_flight: &std::collections::VecDeque<(PlanKey, usize)>,
+    def: &Definition,
+    device: &Arc<Device>,
+    shared: &Shared,
+    n: usize,
+    training: bool,
+    scale: f32,
+) -> Result<&'p mut Plan> {
+    let key = (n, training, scale.to_bits());
+    if !plans.contains_key(&key) {
+        // Keep the full-batch plan and at most one short-batch plan of each kind.
+        if plans.keys().filter(|k| k.1 == training).count() >= 2 {
+            let idle = plans.keys().filter(|k| k.1 == training && !in_flight.iter().any(|f| f.0 == **k)).copied();
+            if let Some(k) = idle.min_by_key(|k| k.0) {
+                plans.remove(&k);
+            }
+        }
+        plans.insert(key, Plan::build(def, device, shared, n, training, scale)?);
+    }
+    Ok(plans.get_mut(&key).unwrap())
+}
