@@ -1,0 +1,87 @@
+//! `convoy evaluate` and `convoy predict`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use serde_json::json;
+
+use convoy::data::from_spec;
+use convoy::model::Sequential;
+use convoy::Result;
+
+#[derive(Args, Debug)]
+pub struct EvaluateArgs {
+    #[arg(long)]
+    pub load: PathBuf,
+    /// The validation split of this data is evaluated.
+    #[arg(long, default_value = "synthetic")]
+    pub data: String,
+    /// Defaults to the model's input size.
+    #[arg(long)]
+    pub image_size: Option<usize>,
+    #[arg(long, default_value = "all")]
+    pub devices: String,
+    #[arg(long, default_value_t = 256)]
+    pub batch_size: usize,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct PredictArgs {
+    #[arg(long)]
+    pub load: PathBuf,
+    /// The validation split of this data is predicted.
+    #[arg(long)]
+    pub data: String,
+    #[arg(long)]
+    pub image_size: Option<usize>,
+    #[arg(long, default_value = "all")]
+    pub devices: String,
+    #[arg(long, default_value_t = 256)]
+    pub batch_size: usize,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Opens the model first (so a bad file fails before any data is read), then the data at
+/// the model's input size unless told otherwise.
+fn open(load: &PathBuf, data: &str, image_size: Option<usize>, devices: &str, batch: usize) -> Result<(Sequential, std::sync::Arc<dyn convoy::data::Dataset>)> {
+    let (probe, _) = Sequential::load(load)?;
+    let size = image_size.unwrap_or(probe.input_shape()[0]);
+    let (_, val) = from_spec(data, Some(size), 0)?;
+    let devices = convoy::device::open(devices)?;
+    Ok((Sequential::load_compiled(load, devices, batch)?, val))
+}
+
+pub fn run_evaluate(a: EvaluateArgs) -> Result<()> {
+    let (mut model, val) = open(&a.load, &a.data, a.image_size, &a.devices, a.batch_size)?;
+    let logs = model.evaluate(val, a.batch_size)?;
+    let get = |k: &str| logs.get(k).copied().unwrap_or(f64::NAN);
+    if a.json {
+        println!("{}", json!({ "loss": get("loss"), "accuracy": get("accuracy"), "samples": get("samples") as u64 }));
+    } else {
+        println!("loss {:.4}  accuracy {:.4}  on {} samples", get("loss"), get("accuracy"), get("samples"));
+    }
+    Ok(())
+}
+
+pub fn run_predict(a: PredictArgs) -> Result<()> {
+    let (mut model, val) = open(&a.load, &a.data, a.image_size, &a.devices, a.batch_size)?;
+    let names = val.class_names();
+    let probs = model.predict(val, a.batch_size)?;
+    let rows: Vec<(usize, f32)> = probs
+        .iter()
+        .map(|p| p.iter().enumerate().fold((0, f32::NEG_INFINITY), |best, (i, &v)| if v > best.1 { (i, v) } else { best }))
+        .collect();
+    let label = |c: usize| names.get(c).cloned().unwrap_or_else(|| c.to_string());
+    if a.json {
+        let preds: Vec<_> = rows.iter().enumerate().map(|(i, (c, p))| json!({ "index": i, "class": c, "label": label(*c), "probability": p })).collect();
+        println!("{}", json!({ "samples": rows.len(), "predictions": preds }));
+    } else {
+        for (i, (c, p)) in rows.iter().enumerate() {
+            println!("{i}\t{}\t{p:.4}", label(*c));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,157 @@
+//! `convoy train`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::Args;
+use serde_json::json;
+
+use convoy::callbacks::ModelCheckpoint;
+use convoy::data::{from_spec, Augment, Dataset};
+use convoy::model::{zoo, CompileOptions, FitOptions, Loss, Metric, Sequential};
+use convoy::optim::Optimizer;
+use convoy::{bail, Result};
+
+use super::{check_output, device_json};
+
+#[derive(Args, Debug)]
+pub struct TrainArgs {
+    /// resnet20, resnet18, convnet7 or mlp.
+    #[arg(long, default_value = "convnet7")]
+    pub model: String,
+    /// synthetic, cifar10:DIR, cifar100:DIR or folder:DIR.
+    #[arg(long, default_value = "synthetic")]
+    pub data: String,
+    /// all, indices like 0,1, software, software:N, an adapter name or PCI bus id.
+    #[arg(long, default_value = "all")]
+    pub devices: String,
+    #[arg(long, default_value_t = 3)]
+    pub epochs: usize,
+    /// The global batch, split across devices.
+    #[arg(long, default_value_t = 128)]
+    pub batch_size: usize,
+    #[arg(long)]
+    pub lr: Option<f32>,
+    /// sgd (momentum 0.9, Nesterov, weight decay 5e-4), adam or adamw.
+    #[arg(long, default_value = "sgd")]
+    pub optimizer: String,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Image side in pixels (folder data is resized to it); 32 by default.
+    #[arg(long)]
+    pub image_size: Option<usize>,
+    /// Write the trained model here (safetensors).
+    #[arg(long)]
+    pub save: Option<PathBuf>,
+    /// Write `checkpoint.safetensors` here after every epoch.
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Continue from `checkpoint.safetensors` in --checkpoint-dir.
+    #[arg(long)]
+    pub resume: bool,
+    /// Write a Chrome trace (open in Perfetto) of the run.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: TrainArgs) -> Result<()> {
+    let started = Instant::now();
+    check_output(&a.save)?;
+    check_output(&a.trace)?;
+    if a.epochs == 0 || a.batch_size == 0 {
+        bail!(Config, "--epochs and --batch-size must be positive (got {} and {})", a.epochs, a.batch_size);
+    }
+    if let Some(dir) = &a.checkpoint_dir {
+        if !dir.is_dir() {
+            std::fs::create_dir_all(dir).map_err(|e| convoy::Error::io(dir, e))?;
+        }
+    }
+    let checkpoint = a.checkpoint_dir.as_ref().map(|d| d.join("checkpoint.safetensors"));
+    if a.resume && checkpoint.is_none() {
+        bail!(Config, "--resume needs --checkpoint-dir");
+    }
+    let (train, val): (Arc<dyn Dataset>, Arc<dyn Dataset>) = from_spec(&a.data, a.image_size, a.seed)?;
+    let devices = convoy::device::open(&a.devices)?;
+    let mut model = match &checkpoint {
+        Some(path) if a.resume && path.exists() => {
+            let m = Sequential::load_compiled(path, devices.clone(), a.batch_size)?;
+            if !a.json {
+                eprintln!("resuming from {} at epoch {}", path.display(), m.compiled_epoch());
+            }
+            m
+        }
+        _ => {
+            let mut m = zoo::by_name(&a.model, &train.image_shape(), train.num_classes())?;
+            let lr = a.lr.unwrap_or(if a.optimizer == "sgd" { 0.05 } else { 1e-3 });
+            m.compile(CompileOptions {
+                optimizer: Optimizer::from_name(&a.optimizer, lr)?,
+                loss: Loss::SparseCategoricalCrossentropy,
+                metrics: vec![Metric::Accuracy],
+                devices: devices.clone(),
+                seed: a.seed,
+                max_batch: a.batch_size,
+            })?;
+            m
+        }
+    };
+    if !a.json {
+        eprint!("{}", model.summary()?);
+        let names: Vec<String> = devices.iter().map(|d| format!("{} ({})", d.name(), d.backend())).collect();
+        eprintln!("training on {}", names.join(", "));
+    }
+    let mut callbacks: Vec<Box<dyn convoy::callbacks::Callback>> = Vec::new();
+    if let Some(path) = &checkpoint {
+        callbacks.push(Box::new(ModelCheckpoint::new(path.to_string_lossy().to_string())));
+    }
+    let history = model.fit(
+        train,
+        FitOptions {
+            epochs: a.epochs,
+            batch_size: a.batch_size,
+            seed: a.seed,
+            validation_data: Some(val),
+            callbacks,
+            augment: Some(Augment { random_crop_padding: 2, horizontal_flip: false }),
+            verbose: 1,
+            trace: a.trace.clone(),
+            ..Default::default()
+        },
+    )?;
+    if let Some(path) = &a.save {
+        model.save(path)?;
+    }
+    let h = history.history();
+    let last = |k: &str| h.get(k).and_then(|v| v.last().copied()).unwrap_or(f64::NAN);
+    let samples = model.replica_samples();
+    let devs: Vec<_> = model.devices().iter().zip(samples).map(|(d, s)| device_json(d, s)).collect();
+    // The last epoch: the first one also pays for compiling pipelines.
+    let ips = last("images_per_sec");
+    let out = json!({
+        "model": a.model,
+        "data": a.data,
+        "epochs": model.compiled_epoch(),
+        "train_loss": last("loss"),
+        "train_accuracy": last("accuracy"),
+        "val_loss": last("val_loss"),
+        "val_accuracy": last("val_accuracy"),
+        "images_per_sec": ips,
+        "seconds": started.elapsed().as_secs_f64(),
+        "devices": devs,
+    });
+    if a.json {
+        println!("{out}");
+    } else {
+        println!(
+            "trained {} epochs: val_accuracy {:.4}, val_loss {:.4}, {:.0} images/s, {:.1} s",
+            model.compiled_epoch(),
+            last("val_accuracy"),
+            last("val_loss"),
+            ips,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}

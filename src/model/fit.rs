@@ -1,0 +1,295 @@
+//! `fit`, `evaluate` and `predict`.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::callbacks::{Callback, Context, History, Logs, ProgressBar, Saver};
+use crate::data::{batch_count, channel_stats, epoch_indices, Augment, Dataset, Loader};
+use crate::kernels::optimizer::Hyper;
+use crate::model::losses::Metric;
+use crate::model::Sequential;
+use crate::parallel::{HostBatch, StepOutput};
+use crate::{bail, Result};
+
+/// `fit`'s arguments, with Keras' names and defaults.
+pub struct FitOptions {
+    pub epochs: usize,
+    /// The global batch, split across the model's devices.
+    pub batch_size: usize,
+    pub shuffle: bool,
+    pub seed: u64,
+    pub validation_data: Option<Arc<dyn Dataset>>,
+    pub callbacks: Vec<Box<dyn Callback>>,
+    pub augment: Option<Augment>,
+    /// Drop a last batch smaller than `batch_size`. Default false (Keras' behaviour): the
+    /// short batch is trained on, with its own compiled step.
+    pub drop_remainder: bool,
+    /// Continue epoch numbering from here (resume).
+    pub initial_epoch: usize,
+    /// 0: silent, 1: a progress bar.
+    pub verbose: u8,
+    /// Write a Chrome trace of the run here.
+    pub trace: Option<std::path::PathBuf>,
+}
+
+impl Default for FitOptions {
+    fn default() -> Self {
+        FitOptions {
+            epochs: 1,
+            batch_size: 32,
+            shuffle: true,
+            seed: 0,
+            validation_data: None,
+            callbacks: Vec::new(),
+            augment: None,
+            drop_remainder: false,
+            initial_epoch: 0,
+            verbose: 1,
+            trace: None,
+        }
+    }
+}
+
+/// Running sums of a pass over data.
+#[derive(Default)]
+struct Tally {
+    samples: usize,
+    loss: f64,
+    hits: Vec<usize>,
+    nonfinite: bool,
+}
+
+impl Tally {
+    fn add(&mut self, metrics: &[Metric], outs: &[StepOutput]) {
+        self.hits.resize(metrics.len(), 0);
+        for o in outs {
+            self.samples += o.loss.len();
+            for &l in &o.loss {
+                if !l.is_finite() {
+                    self.nonfinite = true;
+                }
+                self.loss += l as f64;
+            }
+            for (m, h) in metrics.iter().zip(self.hits.iter_mut()) {
+                *h += o.rank.iter().filter(|&&r| m.hit(r)).count();
+            }
+        }
+    }
+    fn logs(&self, metrics: &[Metric], prefix: &str) -> Logs {
+        let n = self.samples.max(1) as f64;
+        let mut logs = Logs::new();
+        logs.insert(format!("{prefix}loss"), if self.nonfinite { f64::NAN } else { self.loss / n });
+        for (m, h) in metrics.iter().zip(&self.hits) {
+            logs.insert(format!("{prefix}{}", m.name()), *h as f64 / n);
+        }
+        logs
+    }
+}
+
+struct ModelSaver<'a>(&'a Sequential);
+
+impl Saver for ModelSaver<'_> {
+    fn save(&self, path: &Path) -> Result<()> {
+        self.0.save(path)
+    }
+}
+
+impl Sequential {
+    /// Trains on `data` and returns the per-epoch logs.
+    pub fn fit(&mut self, data: Arc<dyn Dataset>, mut opts: FitOptions) -> Result<History> {
+        self.check_data(data.as_ref())?;
+        if let Some(v) = &opts.validation_data {
+            self.check_data(v.as_ref())?;
+        }
+        if opts.batch_size == 0 {
+            bail!(Config, "batch_size must be positive");
+        }
+        if data.len() == 0 || (opts.drop_remainder && data.len() < opts.batch_size) {
+            bail!(Config, "{}: {} samples give no batch of {}", data.source(), data.len(), opts.batch_size);
+        }
+        // Normalisation statistics come from the first data a fresh model is trained on.
+        if self.compiled.as_ref().is_some_and(|c| c.step == 0) && self.pending_weights.is_none() && !self.normalization_fixed {
+            let (mean, std) = channel_stats(data.as_ref(), 2048)?;
+            self.set_normalization(mean, std)?;
+            self.normalization_fixed = true;
+        }
+        let mut history = History::new();
+        let mut progress = ProgressBar::new(opts.verbose);
+        let steps = batch_count(data.len(), opts.batch_size, opts.drop_remainder);
+        let samples = if opts.drop_remainder { steps * opts.batch_size } else { data.len() };
+        let start_epoch = opts.initial_epoch.max(self.compiled()?.epoch);
+        let base_lr = self.compiled()?.learning_rate;
+        let mut lr = base_lr;
+        let mut cbs: Vec<&mut dyn Callback> = vec![&mut history as &mut dyn Callback, &mut progress];
+        cbs.extend(opts.callbacks.iter_mut().map(|c| c.as_mut() as &mut dyn Callback));
+
+        macro_rules! hook {
+            ($method:ident ( $($arg:expr),* )) => {{
+                let mut ctx = Context { stop_training: false, learning_rate: lr, epochs: opts.epochs, steps_per_epoch: steps, samples, saver: &ModelSaver(self) };
+                for cb in cbs.iter_mut() {
+                    cb.$method($($arg,)* &mut ctx)?;
+                }
+                lr = ctx.learning_rate;
+                ctx.stop_training
+            }};
+        }
+
+        if opts.trace.is_some() {
+            crate::trace::start();
+        }
+        let mut stop = hook!(on_train_begin());
+        let mut last_logs = Logs::new();
+        let mut epoch = start_epoch;
+        while epoch < opts.epochs && !stop {
+            stop |= hook!(on_epoch_begin(epoch));
+            let indices = epoch_indices(data.len(), opts.shuffle, opts.seed, epoch);
+            let loader = Loader::new(data.clone(), indices, opts.batch_size, opts.drop_remainder, opts.augment.clone(), opts.seed ^ (epoch as u64) << 32, 4);
+            let mut tally = Tally::default();
+            let t_epoch = Instant::now();
+            let mut wait_total = 0.0;
+            let (mut upload_total, mut compute_total, mut exchange_total) = (0.0, 0.0, 0.0);
+            let mut t_wait = Instant::now();
+            let mut batches = loader.enumerate();
+            loop {
+                let next = {
+                    let _s = crate::trace::span("wait for input", 0);
+                    batches.next()
+                };
+                let Some((b, batch)) = next else { break };
+                let batch = batch?;
+                let waited = t_wait.elapsed().as_secs_f64();
+                wait_total += waited;
+                self.compiled()?.learning_rate = lr;
+                let timing = self.train_on_batch(&batch.images, &batch.labels)?;
+                upload_total += timing.iter().map(|t| t.upload).fold(0.0, f64::max);
+                compute_total += timing.iter().map(|t| t.compute).fold(0.0, f64::max);
+                exchange_total += timing.iter().map(|t| t.exchange).fold(0.0, f64::max);
+                // Read step k-1's loss while step k runs.
+                let (outs, waited) = self.collect(1)?;
+                compute_total += waited;
+                let c = self.compiled()?;
+                tally.add(&c.metrics, &outs);
+                let metrics = c.metrics.clone();
+                let mut logs = tally.logs(&metrics, "");
+                let elapsed = t_epoch.elapsed().as_secs_f64();
+                logs.insert("batch_size".into(), batch.labels.len() as f64);
+                logs.insert("images_per_sec".into(), tally.samples as f64 / elapsed.max(1e-9));
+                let total = (wait_total + upload_total + compute_total + exchange_total).max(1e-9);
+                logs.insert("input_wait".into(), wait_total / total);
+                logs.insert("compute".into(), (upload_total + compute_total) / total);
+                logs.insert("exchange".into(), exchange_total / total);
+                stop |= hook!(on_batch_end(b, &logs));
+                if stop {
+                    break;
+                }
+                t_wait = Instant::now();
+            }
+            let (outs, _) = self.collect(0)?;
+            let c = self.compiled()?;
+            tally.add(&c.metrics, &outs);
+            c.replicas.sync_states()?;
+            c.epoch = epoch + 1;
+            let metrics = c.metrics.clone();
+            let elapsed = t_epoch.elapsed().as_secs_f64();
+            let mut logs = tally.logs(&metrics, "");
+            logs.insert("images_per_sec".into(), tally.samples as f64 / elapsed.max(1e-9));
+            logs.insert("seconds".into(), elapsed);
+            let total = (wait_total + upload_total + compute_total + exchange_total).max(1e-9);
+            logs.insert("input_wait".into(), wait_total / total);
+            logs.insert("compute".into(), (upload_total + compute_total) / total);
+            logs.insert("exchange".into(), exchange_total / total);
+            logs.insert("learning_rate".into(), lr as f64);
+            if let Some(val) = opts.validation_data.clone() {
+                let _s = crate::trace::span("validation", 0);
+                let v = self.evaluate(val, opts.batch_size)?;
+                for (k, x) in v {
+                    logs.insert(format!("val_{k}"), x);
+                }
+            }
+            stop |= hook!(on_epoch_end(epoch, &logs));
+            last_logs = logs;
+            epoch += 1;
+        }
+        hook!(on_train_end(&last_logs));
+        drop(cbs);
+        if let Some(path) = &opts.trace {
+            let mut tracks = vec!["training loop".to_string()];
+            tracks.extend(self.devices().iter().map(|d| format!("replica {}: {}", d.ordinal, d.name())));
+            crate::trace::finish(path, &tracks)?;
+        }
+        Ok(history)
+    }
+
+    /// Loss and metrics over `data` (`loss`, `accuracy`, ..., `samples`).
+    pub fn evaluate(&mut self, data: Arc<dyn Dataset>, batch_size: usize) -> Result<Logs> {
+        self.check_data(data.as_ref())?;
+        let def = &self.def;
+        let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
+        c.replicas.sync_states()?;
+        let indices: Vec<usize> = (0..data.len()).collect();
+        let loader = Loader::new(data.clone(), indices, batch_size.max(1), false, None, 0, 4);
+        let mut tally = Tally::default();
+        let n = c.replicas.len();
+        for batch in loader {
+            let batch = batch?;
+            // Evaluation batches go to the replicas in turn: each runs whole batches.
+            let counts = c.replicas.shares(batch.labels.len());
+            let sample = batch.images.len() / batch.labels.len();
+            let mut at = 0;
+            let mut outs = Vec::new();
+            for (r, &k) in counts.iter().enumerate().take(n) {
+                if k == 0 {
+                    continue;
+                }
+                let hb = HostBatch { images: &batch.images[at * sample..(at + k) * sample], labels: &batch.labels[at..at + k] };
+                c.replicas.replicas[r].run_step(def, &hb, false, Hyper::default(), 0, 1.0, false)?;
+                at += k;
+            }
+            for r in c.replicas.replicas.iter_mut() {
+                while let Some(o) = r.collect()? {
+                    outs.push(o);
+                }
+            }
+            tally.add(&c.metrics, &outs);
+        }
+        let mut logs = tally.logs(&c.metrics, "");
+        logs.insert("samples".into(), tally.samples as f64);
+        Ok(logs)
+    }
+
+    /// Class probabilities (softmax of the logits) for every sample of `data`, in order.
+    pub fn predict(&mut self, data: Arc<dyn Dataset>, batch_size: usize) -> Result<Vec<Vec<f32>>> {
+        self.check_data(data.as_ref())?;
+        let def = &self.def;
+        let classes = def.classes;
+        let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
+        c.replicas.sync_states()?;
+        let loader = Loader::new(data.clone(), (0..data.len()).collect(), batch_size.max(1), false, None, 0, 4);
+        let mut out = Vec::with_capacity(data.len());
+        for batch in loader {
+            let batch = batch?;
+            let hb = HostBatch { images: &batch.images, labels: &batch.labels };
+            let logits = c.replicas.replicas[0].logits(def, &hb)?;
+            for row in logits.chunks(classes) {
+                let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+                let e: Vec<f32> = row.iter().map(|v| (v - m).exp()).collect();
+                let s: f32 = e.iter().sum();
+                out.push(e.iter().map(|v| v / s).collect());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Refuses data whose images or classes do not fit the model, naming both.
+    fn check_data(&self, data: &dyn Dataset) -> Result<()> {
+        let shape = data.image_shape();
+        if shape[..] != self.def.input_shape[..] {
+            bail!(Shape, "{}: images are {:?} (height, width, channels) but the model takes {:?}", data.source(), shape, self.def.input_shape);
+        }
+        if self.def.classes != 0 && data.num_classes() > self.def.classes {
+            bail!(Shape, "{}: {} classes but the model outputs {}", data.source(), data.num_classes(), self.def.classes);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,16 @@
+//! Sequential models: layout, compiled plans, fit/evaluate/predict, summary, save/load, zoo.
+pub mod config;
+mod fit;
+pub mod layout;
+pub mod losses;
+pub mod plan;
+pub mod saving;
+mod sequential;
+mod summary;
+pub mod zoo;
+
+pub use fit::FitOptions;
+pub use losses::{Loss, Metric};
+pub use saving::{write_atomic, TrainingState};
+pub use sequential::{CompileOptions, Compiled, Sequential};
+pub use summary::group;

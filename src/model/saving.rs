@@ -1,0 +1,192 @@
+//! Saving and loading in safetensors: every parameter as a named tensor (`conv2d/kernel`),
+//! the moving statistics and the optimizer state beside them, and the architecture,
+//! optimizer, normalisation and training position in the metadata.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+use safetensors::tensor::{Dtype, TensorView};
+use serde_json::{json, Value};
+
+use crate::layers::Layer;
+use crate::model::config::layer_from_config;
+use crate::model::losses::{Loss, Metric};
+use crate::model::sequential::CompileOptions;
+use crate::model::Sequential;
+use crate::optim::Optimizer;
+use crate::{Device, Error, Result};
+
+const FORMAT: &str = "convoy-1";
+
+/// What a checkpoint says about training, besides the weights.
+#[derive(Clone, Debug)]
+pub struct TrainingState {
+    pub optimizer: Optimizer,
+    pub loss: Loss,
+    pub metrics: Vec<Metric>,
+    pub step: u64,
+    pub epoch: usize,
+    pub learning_rate: f32,
+}
+
+impl Sequential {
+    /// Writes the model to `path` atomically: a temporary file in the same directory,
+    /// renamed over `path` once complete, so a crash never leaves a half-written file.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let (params, states, opt) = self.get_weights()?;
+        let layout = &self.def.layout;
+        let mut tensors: Vec<(String, Vec<usize>, &[f32])> = Vec::new();
+        for e in &layout.params {
+            tensors.push((e.name.clone(), e.spec.shape.clone(), &params[e.offset..e.offset + e.spec.len()]));
+        }
+        for e in &layout.states {
+            tensors.push((e.name.clone(), e.spec.shape.clone(), &states[e.offset..e.offset + e.spec.len()]));
+        }
+        for (i, s) in opt.iter().enumerate() {
+            tensors.push((format!("optimizer/{i}"), vec![s.len()], s));
+        }
+        let views: Vec<(String, TensorView)> = tensors
+            .iter()
+            .map(|(name, shape, data)| {
+                let view = TensorView::new(Dtype::F32, shape.clone(), bytemuck::cast_slice(data)).map_err(|e| Error::Config(format!("tensor {name}: {e}")))?;
+                Ok((name.clone(), view))
+            })
+            .collect::<Result<_>>()?;
+        let mut meta = HashMap::new();
+        meta.insert("format".to_string(), FORMAT.to_string());
+        meta.insert("architecture".to_string(), self.architecture().to_string());
+        meta.insert("normalization".to_string(), json!({ "mean": self.def.mean, "std": self.def.std }).to_string());
+        if let Some(c) = &self.compiled {
+            let training = json!({
+                "optimizer": c.optimizer,
+                "loss": self.def.loss,
+                "metrics": c.metrics,
+                "step": c.step,
+                "epoch": c.epoch,
+                "learning_rate": c.learning_rate,
+            });
+            meta.insert("training".to_string(), training.to_string());
+        }
+        let bytes = safetensors::tensor::serialize(views, Some(meta)).map_err(|e| Error::Config(format!("serialising {}: {e}", path.display())))?;
+        write_atomic(path, &bytes)
+    }
+
+    /// The architecture as Keras-like JSON: input shape and each layer's class and config.
+    pub fn architecture(&self) -> Value {
+        let layers: Vec<Value> = self.def.layers.iter().map(|l| json!({ "class_name": l.class_name(), "config": l.config() })).collect();
+        json!({ "input_shape": self.def.input_shape, "layers": layers })
+    }
+
+    /// Reads a saved model: architecture, weights, normalisation and (when present) the
+    /// training state. The model still needs `compile` (or use [`Sequential::load_compiled`]).
+    pub fn load(path: &Path) -> Result<(Sequential, Option<TrainingState>)> {
+        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        let bad = |msg: String| Error::format(path, msg);
+        let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).map_err(|e| bad(format!("not a safetensors file ({e})")))?;
+        let meta = header.metadata().clone().unwrap_or_default();
+        if meta.get("format").map(String::as_str) != Some(FORMAT) {
+            return Err(bad(format!("not a convoy model (format {:?}, expected {FORMAT})", meta.get("format"))));
+        }
+        let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| bad(format!("corrupt tensors ({e})")))?;
+        let arch: Value = serde_json::from_str(meta.get("architecture").ok_or_else(|| bad("no architecture".into()))?)
+            .map_err(|e| bad(format!("architecture: {e}")))?;
+        let input: Vec<usize> = serde_json::from_value(arch["input_shape"].clone()).map_err(|e| bad(format!("input_shape: {e}")))?;
+        let mut model = Sequential::new(&input);
+        for l in arch["layers"].as_array().ok_or_else(|| bad("architecture has no layer list".into()))? {
+            let layer: Box<dyn Layer> = layer_from_config(l).map_err(|e| bad(e.to_string()))?;
+            model.add_boxed(layer);
+        }
+        let layout = crate::model::layout::Layout::new(&input, &model.def.layers).map_err(|e| bad(e.to_string()))?;
+        let read = |name: &str, shape: &[usize], out: &mut [f32]| -> Result<()> {
+            let t = st.tensor(name).map_err(|_| bad(format!("missing tensor {name}")))?;
+            if t.dtype() != Dtype::F32 || t.shape() != shape {
+                return Err(bad(format!("tensor {name} is {:?} {:?}, expected F32 {shape:?}", t.dtype(), t.shape())));
+            }
+            for (o, c) in out.iter_mut().zip(t.data().chunks_exact(4)) {
+                *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+            Ok(())
+        };
+        let mut params = vec![0.0f32; layout.param_len];
+        for e in &layout.params {
+            read(&e.name, &e.spec.shape, &mut params[e.offset..e.offset + e.spec.len()])?;
+        }
+        let mut states = vec![0.0f32; layout.state_len];
+        for e in &layout.states {
+            read(&e.name, &e.spec.shape, &mut states[e.offset..e.offset + e.spec.len()])?;
+        }
+        let mut opt = Vec::new();
+        while let Ok(t) = st.tensor(&format!("optimizer/{}", opt.len())) {
+            if t.shape() != [layout.param_len] {
+                return Err(bad(format!("optimizer state has shape {:?}, expected [{}]", t.shape(), layout.param_len)));
+            }
+            let mut v = vec![0.0f32; layout.param_len];
+            read(&format!("optimizer/{}", opt.len()), &[layout.param_len], &mut v)?;
+            opt.push(v);
+        }
+        if let Some(n) = meta.get("normalization") {
+            let n: Value = serde_json::from_str(n).map_err(|e| bad(format!("normalization: {e}")))?;
+            let mean: Vec<f32> = serde_json::from_value(n["mean"].clone()).map_err(|e| bad(format!("normalization: {e}")))?;
+            let std: Vec<f32> = serde_json::from_value(n["std"].clone()).map_err(|e| bad(format!("normalization: {e}")))?;
+            model.set_normalization(mean, std).map_err(|e| bad(e.to_string()))?;
+            model.normalization_fixed = true;
+        }
+        let training = match meta.get("training") {
+            None => None,
+            Some(t) => {
+                let t: Value = serde_json::from_str(t).map_err(|e| bad(format!("training state: {e}")))?;
+                let field = |k: &str| t.get(k).cloned().ok_or_else(|| bad(format!("training state lacks {k}")));
+                Some(TrainingState {
+                    optimizer: serde_json::from_value(field("optimizer")?).map_err(|e| bad(format!("optimizer: {e}")))?,
+                    loss: serde_json::from_value(field("loss")?).map_err(|e| bad(format!("loss: {e}")))?,
+                    metrics: serde_json::from_value(field("metrics")?).map_err(|e| bad(format!("metrics: {e}")))?,
+                    step: field("step")?.as_u64().unwrap_or(0),
+                    epoch: field("epoch")?.as_u64().unwrap_or(0) as usize,
+                    learning_rate: field("learning_rate")?.as_f64().unwrap_or(0.0) as f32,
+                })
+            }
+        };
+        model.pending_weights = Some((params, states, opt));
+        Ok((model, training))
+    }
+
+    /// Loads a model and compiles it for `devices` with its saved optimizer, loss, metrics
+    /// and training position, ready to `evaluate`, `predict`, or continue `fit`.
+    pub fn load_compiled(path: &Path, devices: Vec<Arc<Device>>, max_batch: usize) -> Result<Sequential> {
+        let (mut model, training) = Sequential::load(path)?;
+        let t = training.unwrap_or(TrainingState {
+            optimizer: Optimizer::sgd(0.01),
+            loss: Loss::SparseCategoricalCrossentropy,
+            metrics: vec![Metric::Accuracy],
+            step: 0,
+            epoch: 0,
+            learning_rate: 0.01,
+        });
+        model.compile(CompileOptions { optimizer: t.optimizer, loss: t.loss, metrics: t.metrics, devices, seed: 0, max_batch })?;
+        let c = model.compiled.as_mut().unwrap();
+        c.step = t.step;
+        c.epoch = t.epoch;
+        c.learning_rate = t.learning_rate;
+        Ok(model)
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary sibling and a rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().ok_or_else(|| Error::Config(format!("{} is not a file path", path.display())))?;
+    let tmp = dir.join(format!(".{}.tmp-{}", name.to_string_lossy(), std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Error::io(path, e));
+    }
+    Ok(())
+}

@@ -1,0 +1,261 @@
+//! `Sequential`: a stack of layers, compiled for a set of devices, trained with `fit`.
+
+use std::sync::Arc;
+
+use crate::layers::Layer;
+use crate::model::layout::Layout;
+use crate::model::losses::{Loss, Metric};
+use crate::model::plan::Definition;
+use crate::optim::Optimizer;
+use crate::kernels::optimizer::Hyper;
+use crate::parallel::{Replica, ReplicaSet, StepOutput, StepTiming};
+use crate::{bail, Device, Result};
+
+/// Everything `compile` fixes: the update rule, the loss and metrics, the devices.
+pub struct Compiled {
+    pub optimizer: Optimizer,
+    pub metrics: Vec<Metric>,
+    pub replicas: ReplicaSet,
+    /// Optimizer steps taken so far (Adam's bias correction and dropout masks use it).
+    pub step: u64,
+    /// Epochs completed (for `--resume` and `initial_epoch`).
+    pub epoch: usize,
+    pub learning_rate: f32,
+    pub seed: u64,
+}
+
+pub struct Sequential {
+    pub(crate) def: Definition,
+    pub(crate) compiled: Option<Compiled>,
+    /// Saved state waiting for `compile` (a loaded model): params, states, optimizer state.
+    pub(crate) pending_weights: Option<(Vec<f32>, Vec<f32>, Vec<Vec<f32>>)>,
+    /// Set once the normalisation has been chosen (from data, or loaded from a file).
+    pub(crate) normalization_fixed: bool,
+}
+
+/// `compile`'s arguments, with Keras' names.
+pub struct CompileOptions {
+    pub optimizer: Optimizer,
+    pub loss: Loss,
+    pub metrics: Vec<Metric>,
+    /// The devices to train on: the model is replicated on each, the batch split across them.
+    pub devices: Vec<Arc<Device>>,
+    /// Seeds the initial weights.
+    pub seed: u64,
+    /// The largest batch `fit` will use (staging buffers are sized for it).
+    pub max_batch: usize,
+}
+
+impl Sequential {
+    /// An empty model taking `(height, width, channels)` u8 images.
+    pub fn new(input_shape: &[usize]) -> Self {
+        Sequential {
+            def: Definition {
+                input_shape: input_shape.to_vec(),
+                layers: Vec::new(),
+                fused: Vec::new(),
+                layout: Layout::default(),
+                loss: Loss::SparseCategoricalCrossentropy,
+                classes: 0,
+                mean: vec![0.5; input_shape.last().copied().unwrap_or(1)],
+                std: vec![0.25; input_shape.last().copied().unwrap_or(1)],
+            },
+            compiled: None,
+            pending_weights: None,
+            normalization_fixed: false,
+        }
+    }
+
+    pub fn add(&mut self, layer: impl Layer + 'static) -> &mut Self {
+        self.add_boxed(Box::new(layer))
+    }
+
+    pub fn add_boxed(&mut self, layer: Box<dyn Layer>) -> &mut Self {
+        self.def.layers.push(layer);
+        self.compiled = None;
+        self
+    }
+
+    pub fn input_shape(&self) -> &[usize] {
+        &self.def.input_shape
+    }
+    pub fn layers(&self) -> &[Box<dyn Layer>] {
+        &self.def.layers
+    }
+    pub fn is_compiled(&self) -> bool {
+        self.compiled.is_some()
+    }
+
+    /// The per-sample output shape, checking every layer against its input.
+    pub fn output_shape(&self) -> Result<Vec<usize>> {
+        Ok(Layout::new(&self.def.input_shape, &self.def.layers)?.shapes.last().cloned().unwrap_or_else(|| self.def.input_shape.clone()))
+    }
+
+    /// Sets the per-channel normalisation applied on the GPU to u8 input:
+    /// `(x / 255 - mean) / std`.
+    pub fn set_normalization(&mut self, mean: Vec<f32>, std: Vec<f32>) -> Result<()> {
+        let c = *self.def.input_shape.last().unwrap_or(&0);
+        if mean.len() != c || std.len() != c || std.iter().any(|s| *s <= 0.0 || !s.is_finite()) {
+            bail!(Config, "normalization needs {c} means and {c} positive stds, got {mean:?} and {std:?}");
+        }
+        self.def.mean = mean;
+        self.def.std = std;
+        Ok(())
+    }
+    pub fn normalization(&self) -> (&[f32], &[f32]) {
+        (&self.def.mean, &self.def.std)
+    }
+
+    /// Builds the layout, fuses ReLUs into the layers before them, allocates the weights on
+    /// every device and prepares the optimizer. Plans are recorded on first use per batch size.
+    pub fn compile(&mut self, opts: CompileOptions) -> Result<()> {
+        opts.optimizer.validate()?;
+        if opts.devices.is_empty() {
+            bail!(Device, "compile needs at least one device");
+        }
+        if self.def.input_shape.len() != 3 || self.def.input_shape.iter().any(|&d| d == 0) {
+            bail!(Shape, "the model input must be (height, width, channels), got {:?}", self.def.input_shape);
+        }
+        if self.def.layers.is_empty() {
+            bail!(Config, "the model has no layers");
+        }
+        let layout = Layout::new(&self.def.input_shape, &self.def.layers)?;
+        let out = layout.shapes.last().unwrap();
+        if out.len() != 1 {
+            bail!(Shape, "the last layer must output (classes,) logits, got {out:?}");
+        }
+        self.def.classes = out[0];
+        self.def.loss = opts.loss;
+        self.def.fused = vec![false; self.def.layers.len()];
+        for i in 1..self.def.layers.len() {
+            if self.def.layers[i].class_name() == "ReLU" && !self.def.fused[i - 1] && self.def.layers[i - 1].fuse_relu() {
+                self.def.fused[i] = true;
+            }
+        }
+        self.def.layout = layout;
+        let seed = opts.seed;
+        let (params, states, opt_state) = match self.pending_weights.take() {
+            Some(w) => w,
+            None => {
+                let (p, s) = self.def.layout.initial_values(seed);
+                (p, s, Vec::new())
+            }
+        };
+        let mut replicas = Vec::new();
+        for device in &opts.devices {
+            let r = Replica::new(device.clone(), &self.def, &opts.optimizer, &params, &states, opts.max_batch.max(1))?;
+            if opt_state.len() == r.optimizer_state_len() {
+                r.write_optimizer_state(&opt_state)?;
+            }
+            replicas.push(r);
+        }
+        let (step, epoch) = self.compiled.as_ref().map(|c| (c.step, c.epoch)).unwrap_or((0, 0));
+        self.compiled = Some(Compiled {
+            learning_rate: opts.optimizer.learning_rate(),
+            optimizer: opts.optimizer,
+            metrics: opts.metrics,
+            replicas: ReplicaSet::new(replicas),
+            step,
+            epoch,
+            seed,
+        });
+        Ok(())
+    }
+
+    pub(crate) fn compiled(&mut self) -> Result<&mut Compiled> {
+        self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))
+    }
+
+    /// One training step on a global batch of u8 images `[n, h, w, c]` and labels, split
+    /// across the replicas. Asynchronous: the step's loss and ranks come from
+    /// [`Sequential::collect`]. Returns the host timing per replica.
+    pub fn train_on_batch(&mut self, images: &[u8], labels: &[u32]) -> Result<Vec<StepTiming>> {
+        let sample: usize = self.def.input_shape.iter().product();
+        if labels.is_empty() || images.len() != labels.len() * sample {
+            bail!(Shape, "train_on_batch: {} image bytes for {} labels of {:?}", images.len(), labels.len(), self.def.input_shape);
+        }
+        if let Some(bad) = labels.iter().position(|&l| l as usize >= self.def.classes) {
+            bail!(Shape, "label {} at index {bad} is out of range for {} classes", labels[bad], self.def.classes);
+        }
+        let def = &self.def;
+        let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
+        let hyper = Hyper::for_step(c.learning_rate, &c.optimizer.kind(), c.step + 1);
+        let timing = c.replicas.train_step(def, images, labels, hyper, c.step as u32)?;
+        c.step += 1;
+        Ok(timing)
+    }
+
+    /// The mean loss over a batch and the gradient of it with respect to every parameter
+    /// (laid out as the flat parameter tensor), without updating anything but BatchNorm's
+    /// moving statistics. Runs on the first device.
+    pub fn compute_gradients(&mut self, images: &[u8], labels: &[u32]) -> Result<(f64, Vec<f32>)> {
+        let def = &self.def;
+        let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
+        let r = &mut c.replicas.replicas[0];
+        let batch = crate::parallel::HostBatch { images, labels };
+        r.run_step(def, &batch, true, Hyper::default(), c.step as u32, 1.0 / labels.len() as f32, true)?;
+        let mut grads = Vec::new();
+        r.take_gradients(&mut grads)?;
+        let out = r.collect()?.expect("the step just submitted");
+        let loss = out.loss.iter().map(|&l| l as f64).sum::<f64>() / labels.len() as f64;
+        Ok((loss, grads))
+    }
+
+    /// Overwrites the parameters (flat layout, as `get_weights` returns them) on every device.
+    pub fn set_weights(&mut self, params: &[f32]) -> Result<()> {
+        let c = self.compiled()?;
+        for r in &c.replicas.replicas {
+            r.write_params(params)?;
+        }
+        Ok(())
+    }
+
+    /// Collects finished steps until at most `keep` remain in flight; returns their outputs
+    /// and the time spent waiting for them.
+    pub fn collect(&mut self, keep: usize) -> Result<(Vec<StepOutput>, f64)> {
+        let c = self.compiled()?;
+        let (mut outs, mut waited) = (Vec::new(), 0.0);
+        while c.replicas.pending() > keep {
+            let (o, w) = c.replicas.collect()?.expect("a step is pending");
+            outs.extend(o);
+            waited += w.as_secs_f64();
+        }
+        Ok((outs, waited))
+    }
+
+    /// Host timing per replica accumulated since the last call.
+    pub fn take_timing(&mut self) -> Vec<StepTiming> {
+        self.compiled.as_mut().map(|c| c.replicas.take_timing()).unwrap_or_default()
+    }
+
+    /// Epochs completed.
+    pub fn compiled_epoch(&self) -> usize {
+        self.compiled.as_ref().map(|c| c.epoch).unwrap_or(0)
+    }
+
+    /// Training samples each device has processed.
+    pub fn replica_samples(&self) -> Vec<usize> {
+        self.compiled.as_ref().map(|c| c.replicas.samples.clone()).unwrap_or_default()
+    }
+
+    pub fn definition(&self) -> &Definition {
+        &self.def
+    }
+
+    /// The devices the model is compiled for.
+    pub fn devices(&self) -> Vec<Arc<Device>> {
+        self.compiled.as_ref().map(|c| c.replicas.replicas.iter().map(|r| r.device.clone()).collect()).unwrap_or_default()
+    }
+
+    /// Parameters, moving statistics and optimizer state, read from the first replica
+    /// after averaging the statistics across replicas.
+    pub fn get_weights(&self) -> Result<(Vec<f32>, Vec<f32>, Vec<Vec<f32>>)> {
+        if let Some(w) = &self.pending_weights {
+            return Ok(w.clone());
+        }
+        let c = self.compiled.as_ref().ok_or_else(|| crate::Error::Config("the model has no weights yet: compile it first".into()))?;
+        c.replicas.sync_states()?;
+        let r = &c.replicas.replicas[0];
+        Ok((r.read_params()?, r.read_states()?, r.read_optimizer_state()?))
+    }
+}

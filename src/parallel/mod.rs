@@ -1,0 +1,213 @@
+//! Data-parallel training: one replica per device, the global batch split across them by
+//! measured speed, gradients summed on the host and every replica applying the same update.
+//!
+//! Why the result does not depend on the split: each replica's loss gradient is scaled by
+//! one over the *global* batch, so the host sum of the replicas' gradients is exactly the
+//! gradient of the mean loss over the whole batch, weighted by each replica's sample count.
+//!
+//! BatchNorm's moving statistics are per replica while an epoch runs (each sees its own
+//! share of the batch, as in PyTorch DDP without SyncBatchNorm); they are averaged across
+//! replicas at the end of every epoch and before any evaluation or save, so every replica
+//! and every saved model holds the same values.
+
+pub mod replica;
+mod split;
+
+use std::time::{Duration, Instant};
+
+use rayon::prelude::*;
+
+pub use replica::{HostBatch, Replica, StepOutput};
+pub use split::split;
+
+use crate::kernels::optimizer::Hyper;
+use crate::model::plan::Definition;
+use crate::Result;
+
+/// Where one step's time went on the host, per replica (seconds).
+#[derive(Clone, Debug, Default)]
+pub struct StepTiming {
+    /// Staging the inputs and recording the step.
+    pub upload: f64,
+    /// Waiting for the device to finish forward and backward.
+    pub compute: f64,
+    /// Reading gradients back, summing them and uploading the sum.
+    pub exchange: f64,
+}
+
+pub struct ReplicaSet {
+    pub replicas: Vec<Replica>,
+    /// Relative speed of each replica (samples per second), re-measured as training runs.
+    speed: Vec<f64>,
+    /// Replicas that ran each step in flight, oldest first.
+    in_flight: std::collections::VecDeque<Vec<usize>>,
+    grads: Vec<Vec<f32>>,
+    sum: Vec<f32>,
+    /// Training samples each replica has processed.
+    pub samples: Vec<usize>,
+    /// Accumulated host-side timing per replica since the last `take_timing`.
+    timing: Vec<StepTiming>,
+}
+
+impl ReplicaSet {
+    pub fn new(replicas: Vec<Replica>) -> Self {
+        let n = replicas.len();
+        ReplicaSet { replicas, speed: vec![1.0; n], in_flight: Default::default(), grads: vec![Vec::new(); n], sum: Vec::new(), samples: vec![0; n], timing: vec![StepTiming::default(); n] }
+    }
+
+    pub fn len(&self) -> usize {
+        self.replicas.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.replicas.is_empty()
+    }
+
+    /// Current share of a batch per replica.
+    pub fn shares(&self, batch: usize) -> Vec<usize> {
+        split(batch, &self.speed)
+    }
+
+    /// Runs one training step of `batch` across the replicas and returns the timing per
+    /// replica. Outputs (loss and ranks) come later from `collect`.
+    pub fn train_step(&mut self, def: &Definition, images: &[u8], labels: &[u32], hyper: Hyper, step: u32) -> Result<Vec<StepTiming>> {
+        let n = labels.len();
+        let counts = self.shares(n);
+        let sample = images.len() / n.max(1);
+        let scale = 1.0 / n as f32;
+        let exchange = self.replicas.len() > 1;
+        let mut starts = Vec::with_capacity(counts.len());
+        let mut at = 0;
+        for &c in &counts {
+            starts.push(at);
+            at += c;
+        }
+        let ran: Vec<usize> = (0..counts.len()).filter(|&r| counts[r] > 0).collect();
+        let mut timing = vec![StepTiming::default(); self.replicas.len()];
+        let compute: Vec<Result<(f64, f64)>> = std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .replicas
+                .iter_mut()
+                .zip(self.grads.iter_mut())
+                .enumerate()
+                .filter(|(r, _)| counts[*r] > 0)
+                .map(|(r, (rep, grads))| {
+                    let (lo, hi) = (starts[r], starts[r] + counts[r]);
+                    let batch = HostBatch { images: &images[lo * sample..hi * sample], labels: &labels[lo..hi] };
+                    s.spawn(move || -> Result<(f64, f64)> {
+                        let t0 = Instant::now();
+                        {
+                            let _s = crate::trace::span("stage + record", 1 + r);
+                            rep.run_step(def, &batch, true, hyper, step, scale, exchange)?;
+                        }
+                        let t1 = Instant::now();
+                        if exchange {
+                            let _s = crate::trace::span("compute + gradient readback", 1 + r);
+                            rep.take_gradients(grads)?;
+                        }
+                        Ok(((t1 - t0).as_secs_f64(), t1.elapsed().as_secs_f64()))
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("replica thread panicked")).collect()
+        });
+        for (&r, res) in ran.iter().zip(compute) {
+            let (upload, comp) = res?;
+            timing[r].upload = upload;
+            timing[r].compute = comp;
+            if exchange {
+                // Samples per second of device work, smoothed so one slow step does not swing the split.
+                let rate = counts[r] as f64 / (upload + comp).max(1e-6);
+                self.speed[r] = 0.8 * self.speed[r] + 0.2 * rate;
+            }
+        }
+        if exchange {
+            let t0 = Instant::now();
+            {
+                let _s = crate::trace::span("host all-reduce", 0);
+                self.all_reduce(&ran);
+            }
+            let sum = &self.sum;
+            let results: Vec<Result<()>> = std::thread::scope(|s| {
+                let handles: Vec<_> = self
+                    .replicas
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(r, rep)| {
+                        s.spawn(move || {
+                            let _s = crate::trace::span("upload sum + optimizer", 1 + r);
+                            rep.apply_gradients(sum)
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().expect("replica thread panicked")).collect()
+            });
+            results.into_iter().collect::<Result<()>>()?;
+            let dt = t0.elapsed().as_secs_f64();
+            for t in timing.iter_mut() {
+                t.exchange = dt;
+            }
+        }
+        self.in_flight.push_back(ran);
+        for (r, t) in timing.iter().enumerate() {
+            self.samples[r] += counts[r];
+            self.timing[r].upload += t.upload;
+            self.timing[r].compute += t.compute;
+            self.timing[r].exchange += t.exchange;
+        }
+        Ok(timing)
+    }
+
+    /// Sums the gradients of the replicas that ran, in parallel chunks.
+    fn all_reduce(&mut self, ran: &[usize]) {
+        let len = self.grads[ran[0]].len();
+        self.sum.resize(len, 0.0);
+        let grads = &self.grads;
+        self.sum.par_chunks_mut(1 << 14).enumerate().for_each(|(c, out)| {
+            let lo = c << 14;
+            out.copy_from_slice(&grads[ran[0]][lo..lo + out.len()]);
+            for &r in &ran[1..] {
+                for (o, g) in out.iter_mut().zip(&grads[r][lo..lo + out.len()]) {
+                    *o += g;
+                }
+            }
+        });
+    }
+
+    /// Host timing per replica accumulated since the last call.
+    pub fn take_timing(&mut self) -> Vec<StepTiming> {
+        std::mem::replace(&mut self.timing, vec![StepTiming::default(); self.replicas.len()])
+    }
+
+    /// Steps submitted and not yet collected.
+    pub fn pending(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Waits for the oldest step in flight and returns every participating replica's output.
+    pub fn collect(&mut self) -> Result<Option<(Vec<StepOutput>, Duration)>> {
+        let Some(ran) = self.in_flight.pop_front() else { return Ok(None) };
+        let _s = crate::trace::span("wait for step", 0);
+        let t0 = Instant::now();
+        let mut out = Vec::with_capacity(ran.len());
+        for r in ran {
+            if let Some(o) = self.replicas[r].collect()? {
+                out.push(o);
+            }
+        }
+        Ok(Some((out, t0.elapsed())))
+    }
+
+    /// Averages BatchNorm's moving statistics across replicas (see the module docs).
+    pub fn sync_states(&self) -> Result<()> {
+        if self.replicas.len() < 2 {
+            return Ok(());
+        }
+        let all: Vec<Vec<f32>> = self.replicas.iter().map(|r| r.read_states()).collect::<Result<_>>()?;
+        let n = all.len() as f32;
+        let mean: Vec<f32> = (0..all[0].len()).map(|i| all.iter().map(|s| s[i]).sum::<f32>() / n).collect();
+        for r in &self.replicas {
+            r.write_states(&mean)?;
+        }
+        Ok(())
+    }
+}

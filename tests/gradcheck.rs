@@ -1,0 +1,123 @@
+//! Finite-difference gradient checks through small whole networks: the analytic gradient
+//! of the compiled backward pass against central differences of the forward loss, along
+//! random directions and on the largest single coordinates.
+
+use std::sync::Arc;
+
+use convoy::layers::*;
+use convoy::model::{CompileOptions, Loss, Metric, Sequential};
+use convoy::optim::Optimizer;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+fn device() -> Vec<Arc<convoy::Device>> {
+    vec![convoy::device::open(&std::env::var("CONVOY_TEST_DEVICE").unwrap_or_else(|_| "software".into())).unwrap().remove(0)]
+}
+
+fn compile(model: &mut Sequential, loss: Loss) {
+    model
+        .compile(CompileOptions {
+            optimizer: Optimizer::sgd(0.1),
+            loss,
+            metrics: vec![Metric::Accuracy],
+            devices: device(),
+            seed: 3,
+            max_batch: 8,
+        })
+        .unwrap();
+}
+
+/// Checks the gradient of `model` on a random batch; returns the worst relative error.
+fn check(model: &mut Sequential, batch: usize, classes: u32, seed: u64) -> f64 {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let sample: usize = model.input_shape().iter().product();
+    let images: Vec<u8> = (0..batch * sample).map(|_| rng.random()).collect();
+    let labels: Vec<u32> = (0..batch).map(|_| rng.random_range(0..classes)).collect();
+    let (params, _, _) = model.get_weights().unwrap();
+    let (_, grads) = model.compute_gradients(&images, &labels).unwrap();
+    assert!(grads.iter().all(|g| g.is_finite()), "non-finite gradient");
+    let mut loss_at = |p: &[f32]| -> f64 {
+        model.set_weights(p).unwrap();
+        model.compute_gradients(&images, &labels).unwrap().0
+    };
+    let eps = 1e-2f64;
+    let mut worst = 0.0f64;
+    // Random directions of unit norm exercise every parameter at once.
+    for _ in 0..3 {
+        let v: Vec<f64> = params.iter().map(|_| rng.random_range(-1.0f64..1.0)).collect();
+        let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        let shifted = |s: f64| -> Vec<f32> { params.iter().zip(&v).map(|(p, d)| (*p as f64 + s * d / norm) as f32).collect() };
+        let numeric = (loss_at(&shifted(eps)) - loss_at(&shifted(-eps))) / (2.0 * eps);
+        let analytic: f64 = grads.iter().zip(&v).map(|(g, d)| *g as f64 * d / norm).sum();
+        let err = (numeric - analytic).abs() / analytic.abs().max(numeric.abs()).max(1e-3);
+        worst = worst.max(err);
+    }
+    // The largest single coordinates.
+    let mut order: Vec<usize> = (0..grads.len()).collect();
+    order.sort_by(|&a, &b| grads[b].abs().total_cmp(&grads[a].abs()));
+    for &i in order.iter().take(4) {
+        let mut p = params.clone();
+        p[i] = params[i] + eps as f32;
+        let up = loss_at(&p);
+        p[i] = params[i] - eps as f32;
+        let down = loss_at(&p);
+        let numeric = (up - down) / (2.0 * eps);
+        let err = (numeric - grads[i] as f64).abs() / (grads[i] as f64).abs().max(numeric.abs()).max(1e-3);
+        worst = worst.max(err);
+    }
+    model.set_weights(&params).unwrap();
+    worst
+}
+
+#[test]
+fn conv_bn_relu_pool_dense_gradients_match_finite_differences() {
+    let mut m = Sequential::new(&[7, 6, 3]);
+    m.add(Conv2D::new(5, 3).padding(Padding::Same));
+    m.add(BatchNormalization::new());
+    m.add(ReLU::new());
+    m.add(MaxPool2D::new(2));
+    m.add(Flatten::new());
+    m.add(Dense::new(4));
+    compile(&mut m, Loss::SparseCategoricalCrossentropy);
+    let err = check(&mut m, 5, 4, 1);
+    assert!(err < 2e-2, "relative error {err:.3e}");
+}
+
+#[test]
+fn residual_block_gradients_match_finite_differences() {
+    let mut m = Sequential::new(&[6, 6, 3]);
+    m.add(Conv2D::new(4, 3).padding(Padding::Explicit(1, 1)).use_bias(false));
+    m.add(BatchNormalization::new());
+    m.add(ReLU::new());
+    let main: Vec<Box<dyn Layer>> = vec![
+        Box::new(Conv2D::new(6, 3).strides(2).padding(Padding::Explicit(1, 1)).use_bias(false)),
+        Box::new(BatchNormalization::new()),
+        Box::new(ReLU::new()),
+        Box::new(Conv2D::new(6, 3).padding(Padding::Explicit(1, 1)).use_bias(false)),
+        Box::new(BatchNormalization::new()),
+    ];
+    let shortcut: Vec<Box<dyn Layer>> =
+        vec![Box::new(Conv2D::new(6, 1).strides(2).use_bias(false)), Box::new(BatchNormalization::new())];
+    m.add(Residual::new(main, shortcut));
+    m.add(ReLU::new());
+    let identity: Vec<Box<dyn Layer>> = vec![Box::new(Conv2D::new(6, 3).padding(Padding::Same)), Box::new(BatchNormalization::new())];
+    m.add(Residual::new(identity, Vec::new()));
+    m.add(GlobalAveragePooling2D::new());
+    m.add(Dense::new(3));
+    compile(&mut m, Loss::SparseCategoricalCrossentropy);
+    let err = check(&mut m, 4, 3, 2);
+    assert!(err < 2e-2, "relative error {err:.3e}");
+}
+
+#[test]
+fn average_pool_dropout_free_mlp_with_mse_gradients_match() {
+    let mut m = Sequential::new(&[5, 5, 2]);
+    m.add(AveragePooling2D::new(2).strides(1));
+    m.add(Flatten::new());
+    m.add(Dense::new(7));
+    m.add(ReLU::new());
+    m.add(Dense::new(3));
+    compile(&mut m, Loss::MeanSquaredError);
+    let err = check(&mut m, 3, 3, 3);
+    assert!(err < 2e-2, "relative error {err:.3e}");
+}
