@@ -12,7 +12,10 @@
 //!   until a plan (or `Device::run`) encodes them, so a compiled step replays without
 //!   allocating.
 
+pub mod conv2d;
+pub mod dense;
 pub mod elementwise;
+pub mod gemm;
 
 use crate::device::Device;
 use crate::{bail, Result};
@@ -33,9 +36,10 @@ macro_rules! shader {
     };
 }
 shader!(ELEMENTWISE, "elementwise.wgsl");
+shader!(CONV2D, "conv2d.wgsl");
 
 /// Every shader file, for validation tests.
-pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE];
+pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D];
 
 /// One recorded kernel launch: pipeline, bindings and grid, ready to replay.
 #[derive(Clone, Debug)]

@@ -1,0 +1,435 @@
+// Implicit GEMM for convolution and dense layers: C[M, N] = sum_k A[m, k] * B[k, n].
+//
+// One tile loop serves every product; the override constants A_KIND and B_KIND pick how a
+// tile of A and of B is gathered from memory (plain matrix, transposed matrix, im2col of an
+// NHWC image, zero-stuffed gradient), and TM / WM / WN / BK pick the tile. Pipelines are
+// specialised per combination, so the driver folds every branch on them away.
+//
+// Tile: BM = WM * TM rows by BN = WN * 4 columns, WM * WN invocations, each holding a TM x 4
+// register block. K advances BK at a time through workgroup memory, stored k-major so the
+// inner loop reads a column of A and a row of B as vec4s.
+//
+// Split K: workgroup `split` sums k in [split * k_chunk, (split + 1) * k_chunk) and writes
+// its partial C at c[split * M * N ..]; `reduce_splits` adds the partials (and the bias).
+//
+// Every operand is bound as array<vec4<f32>>: a quad is one 16-byte load where the layout
+// allows (flags), and a scalar is `buf[i / 4][i % 4]` elsewhere. The host rounds binding
+// sizes up to 16 bytes; every index is guarded against the real sizes below.
+
+struct Params {
+    m: u32,
+    n: u32,
+    k: u32,
+    // K per split, a multiple of BK so no tile straddles two splits
+    k_chunk: u32,
+    tiles_m: u32,
+    tiles_n: u32,
+    splits: u32,
+    // bit 0: A quads are aligned 16-byte loads; bit 1: B quads are; bit 2: C rows are
+    // (N % 4 == 0); bit 3: add bias[n]
+    flags: u32,
+    // convolution geometry: x[batch, in_h, in_w, in_c], kernel [kh, kw, in_c, filters],
+    // y[batch, out_h, out_w, filters]
+    in_h: u32,
+    in_w: u32,
+    in_c: u32,
+    filters: u32,
+    out_h: u32,
+    out_w: u32,
+    kh: u32,
+    kw: u32,
+    stride_h: u32,
+    stride_w: u32,
+    pad_top: u32,
+    pad_left: u32,
+    // B_BLOCKED_T: B[k, n] = b[((k / kb) * N + n) * kb + k % kb]
+    kb: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> a: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> b: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> bias: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> c: array<vec4<f32>>;
+
+// How A[m, k] is gathered. Keep in step with `ALoad` in src/kernels/gemm.rs.
+const A_ROWS: u32 = 0u;       // a[M, K] row-major: k contiguous
+const A_COLS: u32 = 1u;       // a[K, M] (A transposed): m contiguous
+const A_IM2COL: u32 = 2u;     // conv forward: m = (n, oh, ow), k = (i, j, c) of x
+const A_IM2COL_T: u32 = 3u;   // conv weight gradient: m = (i, j, c), k = (n, oh, ow) of x
+const A_DY_STUFFED: u32 = 4u; // conv input gradient: m = (n, ih, iw), k = (i, j, f) of dy
+// How B[k, n] is gathered.
+const B_ROWS: u32 = 0u;       // b[K, N] row-major: n contiguous
+const B_BLOCKED_T: u32 = 1u;  // b[K / kb, N, kb]: k contiguous within blocks of kb
+
+override A_KIND: u32 = 0u;
+override B_KIND: u32 = 0u;
+// rows per invocation: 4 or 8 (the accumulator holds 8)
+override TM: u32 = 4u;
+// invocations along M and along N (each owns 4 columns)
+override WM: u32 = 16u;
+override WN: u32 = 16u;
+// K step, a multiple of 4
+override BK: u32 = 16u;
+override WG: u32 = 256u;
+
+override BM: u32 = WM * TM;
+override BN: u32 = WN * 4u;
+override THREADS: u32 = WM * WN;
+
+const NONE: u32 = 0xffffffffu;
+
+// k-major tiles: a_tile holds A[m0 + m, k0 + kk] at float kk * BM + m.
+var<workgroup> a_tile: array<vec4<f32>, BK * BM / 4u>;
+var<workgroup> b_tile: array<vec4<f32>, BK * BN / 4u>;
+
+fn flag(bit: u32) -> bool {
+    return (p.flags & (1u << bit)) != 0u;
+}
+
+// Element index in x of x[n, oh * s - pt + i, ow * s - pl + j, c], or NONE in the padding.
+// Rows above the image wrap around to huge u32 values and fail the `< in_h` test.
+fn x_index(n: u32, oh: u32, ow: u32, i: u32, j: u32, ch: u32) -> u32 {
+    let ih = oh * p.stride_h + i - p.pad_top;
+    let iw = ow * p.stride_w + j - p.pad_left;
+    if (ih >= p.in_h || iw >= p.in_w) {
+        return NONE;
+    }
+    return ((n * p.in_h + ih) * p.in_w + iw) * p.in_c + ch;
+}
+
+// Element index in a of A[m, k], or NONE where A is zero (outside A, or padding).
+fn a_index(m: u32, k: u32) -> u32 {
+    if (m >= p.m || k >= p.k) {
+        return NONE;
+    }
+    switch A_KIND {
+        case A_ROWS: {
+            return m * p.k + k;
+        }
+        case A_COLS: {
+            return k * p.m + m;
+        }
+        case A_IM2COL: {
+            let ow = m % p.out_w;
+            let t = m / p.out_w;
+            let ch = k % p.in_c;
+            let ij = k / p.in_c;
+            return x_index(t / p.out_h, t % p.out_h, ow, ij / p.kw, ij % p.kw, ch);
+        }
+        case A_IM2COL_T: {
+            let ow = k % p.out_w;
+            let t = k / p.out_w;
+            let ch = m % p.in_c;
+            let ij = m / p.in_c;
+            return x_index(t / p.out_h, t % p.out_h, ow, ij / p.kw, ij % p.kw, ch);
+        }
+        default: { // A_DY_STUFFED
+            // dx[n, ih, iw, c] gathers dy[n, oh, ow, f] where oh * s - pt + i == ih. For
+            // stride s only one (i, j) in s * s hits a whole oh: the rest of K is the zeros
+            // of a zero-stuffed dy, loaded and multiplied for nothing (3/4 of the work at
+            // stride 2; splitting dx into s * s phase GEMMs would skip them).
+            let iw = m % p.in_w;
+            let t = m / p.in_w;
+            let ih = t % p.in_h;
+            let f = k % p.filters;
+            let ij = k / p.filters;
+            let i = ij / p.kw;
+            let j = ij % p.kw;
+            let th = ih + p.pad_top;
+            let tw = iw + p.pad_left;
+            if (th < i || tw < j) {
+                return NONE;
+            }
+            let oh = (th - i) / p.stride_h;
+            let ow = (tw - j) / p.stride_w;
+            if (oh * p.stride_h != th - i || ow * p.stride_w != tw - j || oh >= p.out_h || ow >= p.out_w) {
+                return NONE;
+            }
+            return (((t / p.in_h) * p.out_h + oh) * p.out_w + ow) * p.filters + f;
+        }
+    }
+}
+
+fn b_index(k: u32, n: u32) -> u32 {
+    if (k >= p.k || n >= p.n) {
+        return NONE;
+    }
+    if (B_KIND == B_ROWS) {
+        return k * p.n + n;
+    }
+    return ((k / p.kb) * p.n + n) * p.kb + k % p.kb;
+}
+
+fn a_at(m: u32, k: u32) -> f32 {
+    let i = a_index(m, k);
+    if (i == NONE) {
+        return 0.0;
+    }
+    let q = i / 4u;
+    let r = i % 4u;
+    return a[q][r];
+}
+
+fn b_at(k: u32, n: u32) -> f32 {
+    let i = b_index(k, n);
+    if (i == NONE) {
+        return 0.0;
+    }
+    let q = i / 4u;
+    let r = i % 4u;
+    return b[q][r];
+}
+
+fn a_is_m_contiguous() -> bool {
+    return A_KIND == A_COLS || A_KIND == A_IM2COL_T;
+}
+
+// Four consecutive elements of A along its contiguous direction, starting at (m, k).
+// The host sets the quad flag only where the four share one validity and sit in one
+// aligned vec4, so the first element's index decides for all.
+fn a_quad(m: u32, k: u32) -> vec4<f32> {
+    if (flag(0u)) {
+        let i = a_index(m, k);
+        if (i == NONE) {
+            return vec4<f32>(0.0);
+        }
+        let q = i / 4u;
+        return a[q];
+    }
+    if (a_is_m_contiguous()) {
+        return vec4<f32>(a_at(m, k), a_at(m + 1u, k), a_at(m + 2u, k), a_at(m + 3u, k));
+    }
+    return vec4<f32>(a_at(m, k), a_at(m, k + 1u), a_at(m, k + 2u), a_at(m, k + 3u));
+}
+
+fn b_quad(k: u32, n: u32) -> vec4<f32> {
+    if (flag(1u)) {
+        let i = b_index(k, n);
+        if (i == NONE) {
+            return vec4<f32>(0.0);
+        }
+        let q = i / 4u;
+        return b[q];
+    }
+    if (B_KIND == B_ROWS) {
+        return vec4<f32>(b_at(k, n), b_at(k, n + 1u), b_at(k, n + 2u), b_at(k, n + 3u));
+    }
+    return vec4<f32>(b_at(k, n), b_at(k + 1u, n), b_at(k + 2u, n), b_at(k + 3u, n));
+}
+
+fn set_a_tile(i: u32, v: f32) {
+    let q = i / 4u;
+    let r = i % 4u;
+    a_tile[q][r] = v;
+}
+
+fn set_b_tile(i: u32, v: f32) {
+    let q = i / 4u;
+    let r = i % 4u;
+    b_tile[q][r] = v;
+}
+
+// Stages A[m0.., k0..] and B[k0.., n0..] in workgroup memory, one quad per step per
+// invocation, with consecutive invocations on consecutive addresses of the source.
+fn load_tiles(m0: u32, n0: u32, k0: u32, lid: u32) {
+    for (var l = lid; l < BM * BK / 4u; l += THREADS) {
+        if (a_is_m_contiguous()) {
+            let mq = l % (BM / 4u);
+            let kk = l / (BM / 4u);
+            let v = a_quad(m0 + mq * 4u, k0 + kk);
+            let at = kk * (BM / 4u) + mq;
+            a_tile[at] = v;
+        } else {
+            // four k of one row: transposed into k-major order on the way in
+            let kq = l % (BK / 4u);
+            let mm = l / (BK / 4u);
+            let v = a_quad(m0 + mm, k0 + kq * 4u);
+            let at = kq * 4u * BM + mm;
+            set_a_tile(at, v.x);
+            set_a_tile(at + BM, v.y);
+            set_a_tile(at + 2u * BM, v.z);
+            set_a_tile(at + 3u * BM, v.w);
+        }
+    }
+    for (var l = lid; l < BN * BK / 4u; l += THREADS) {
+        if (B_KIND == B_ROWS) {
+            let nq = l % (BN / 4u);
+            let kk = l / (BN / 4u);
+            let v = b_quad(k0 + kk, n0 + nq * 4u);
+            let at = kk * (BN / 4u) + nq;
+            b_tile[at] = v;
+        } else {
+            let kq = l % (BK / 4u);
+            let nn = l / (BK / 4u);
+            let v = b_quad(k0 + kq * 4u, n0 + nn);
+            let at = kq * 4u * BN + nn;
+            set_b_tile(at, v.x);
+            set_b_tile(at + BN, v.y);
+            set_b_tile(at + 2u * BN, v.z);
+            set_b_tile(at + 3u * BN, v.w);
+        }
+    }
+}
+
+fn bias_at(n: u32) -> f32 {
+    let q = n / 4u;
+    let r = n % 4u;
+    return bias[q][r];
+}
+
+fn store(base: u32, m: u32, n: u32, v: vec4<f32>) {
+    var out = v;
+    if (flag(3u)) {
+        out += vec4<f32>(bias_at(n), bias_at(min(n + 1u, p.n - 1u)), bias_at(min(n + 2u, p.n - 1u)), bias_at(min(n + 3u, p.n - 1u)));
+    }
+    let i = base + m * p.n + n;
+    if (flag(2u)) {
+        // N % 4 == 0: the four columns are one aligned vec4, all inside C
+        let q = i / 4u;
+        c[q] = out;
+        return;
+    }
+    for (var e = 0u; e < 4u; e++) {
+        if (n + e < p.n) {
+            let ie = i + e;
+            let q = ie / 4u;
+            let r = ie % 4u;
+            c[q][r] = out[e];
+        }
+    }
+}
+
+@compute @workgroup_size(THREADS)
+fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    // n-tiles vary fastest, so neighbouring workgroups share their rows of A (the large
+    // im2col side) in cache.
+    let tile = wid.x + wid.y * nwg.x;
+    if (tile >= p.tiles_m * p.tiles_n * p.splits) {
+        return; // uniform: the whole workgroup leaves
+    }
+    let tn = tile % p.tiles_n;
+    let rest = tile / p.tiles_n;
+    let tm = rest % p.tiles_m;
+    let split = rest / p.tiles_m;
+    let m0 = tm * BM;
+    let n0 = tn * BN;
+    let k_begin = split * p.k_chunk;
+    let k_end = min(k_begin + p.k_chunk, p.k);
+    let tx = lid % WN;
+    let ty = lid / WN;
+
+    var acc: array<vec4<f32>, 8>;
+    for (var k0 = k_begin; k0 < k_end; k0 += BK) {
+        load_tiles(m0, n0, k0, lid);
+        workgroupBarrier();
+        for (var kk = 0u; kk < BK; kk++) {
+            let bi = kk * (BN / 4u) + tx;
+            let bv = b_tile[bi];
+            for (var q = 0u; q < TM / 4u; q++) {
+                let ai = (kk * BM + ty * TM) / 4u + q;
+                let av = a_tile[ai];
+                acc[q * 4u] = fma(vec4<f32>(av.x), bv, acc[q * 4u]);
+                acc[q * 4u + 1u] = fma(vec4<f32>(av.y), bv, acc[q * 4u + 1u]);
+                acc[q * 4u + 2u] = fma(vec4<f32>(av.z), bv, acc[q * 4u + 2u]);
+                acc[q * 4u + 3u] = fma(vec4<f32>(av.w), bv, acc[q * 4u + 3u]);
+            }
+        }
+        workgroupBarrier();
+    }
+
+    let base = split * p.m * p.n;
+    let n = n0 + tx * 4u;
+    if (n >= p.n) {
+        return;
+    }
+    for (var i = 0u; i < TM; i++) {
+        let m = m0 + ty * TM + i;
+        if (m < p.m) {
+            store(base, m, n, acc[i]);
+        }
+    }
+}
+
+// c = sum over the split partials a[s * M * N ..] (+ bias[n]), one quad per invocation.
+@compute @workgroup_size(WG)
+fn reduce_splits(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let quad = (wid.x + wid.y * nwg.x) * WG + lid;
+    let len = p.m * p.n;
+    let i0 = quad * 4u;
+    if (i0 >= len) {
+        return;
+    }
+    var s = vec4<f32>(0.0);
+    if (flag(2u)) {
+        // N % 4 == 0, so every partial starts on a vec4
+        for (var sp = 0u; sp < p.splits; sp++) {
+            let q = (sp * len + i0) / 4u;
+            s += a[q];
+        }
+    } else {
+        for (var sp = 0u; sp < p.splits; sp++) {
+            for (var e = 0u; e < 4u; e++) {
+                if (i0 + e < len) {
+                    let ie = sp * len + i0 + e;
+                    let q = ie / 4u;
+                    let r = ie % 4u;
+                    s[e] += a[q][r];
+                }
+            }
+        }
+    }
+    for (var e = 0u; e < 4u; e++) {
+        let ie = i0 + e;
+        if (ie < len) {
+            var v = s[e];
+            if (flag(3u)) {
+                v += bias_at(ie % p.n);
+            }
+            let q = ie / 4u;
+            let r = ie % 4u;
+            c[q][r] = v;
+        }
+    }
+}
+
+// Column sums of a[M, N] (the bias gradient), split over row chunks of k_chunk rows:
+// c[chunk * N + n] = sum of a[r, n] for r in the chunk. A workgroup covers 64 columns with
+// 4 invocations on each, which stride through the chunk's rows and then combine.
+const CS_COLS: u32 = 64u;
+const CS_LANES: u32 = 4u;
+var<workgroup> cs_part: array<f32, 256>;
+
+@compute @workgroup_size(256)
+fn column_sums(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let tile = wid.x + wid.y * nwg.x;
+    let live = tile < p.tiles_n * p.splits; // uniform across the workgroup
+    let col = (tile % p.tiles_n) * CS_COLS + lid % CS_COLS;
+    let chunk = tile / p.tiles_n;
+    let lane = lid / CS_COLS;
+    var s = 0.0;
+    if (live && col < p.n) {
+        let r_end = min((chunk + 1u) * p.k_chunk, p.m);
+        for (var r = chunk * p.k_chunk + lane; r < r_end; r += CS_LANES) {
+            let ie = r * p.n + col;
+            let q = ie / 4u;
+            let e = ie % 4u;
+            s += a[q][e];
+        }
+    }
+    cs_part[lid] = s;
+    workgroupBarrier();
+    if (lane == 0u && live && col < p.n) {
+        let total = cs_part[lid] + cs_part[lid + CS_COLS] + cs_part[lid + 2u * CS_COLS] + cs_part[lid + 3u * CS_COLS];
+        let ie = chunk * p.n + col;
+        let q = ie / 4u;
+        let e = ie % 4u;
+        c[q][e] = total;
+    }
+}

@@ -1,0 +1,238 @@
+//! 2-D convolution as implicit GEMM (`shaders/conv2d.wgsl`, through [`super::gemm`]).
+//!
+//! Forward, input gradient and kernel gradient are three GEMMs over the same image:
+//! - forward: `y[M = N*OH*OW, F] = im2col(x)[M, K = KH*KW*C] · w[K, F]`
+//! - input gradient: `dx[N*H*W, C] = stuffed(dy)[N*H*W, KH*KW*F] · wᵀ` (w read per (i, j)
+//!   block as `[C, F]` transposed)
+//! - kernel gradient: `dw[KH*KW*C, F] = im2col(x)ᵀ · dy[N*OH*OW, F]`, its long K split
+//!   across workgroups and reduced by a second dispatch.
+//!
+//! 1x1 kernels at stride 1 without padding skip the image arithmetic: x is already the
+//! `[N*H*W, C]` matrix.
+
+use super::gemm::{self, ALoad, BLoad, Gemm, GemmOptions};
+use super::{expect_shape, Dispatch};
+use crate::{bail, Device, Result, Tensor};
+
+/// How the borders of the image are treated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Padding {
+    /// No padding: `out = (in - k) / s + 1`, rounded down.
+    Valid,
+    /// Keras / TensorFlow "same": `out = ceil(in / s)`, the padding split with the odd
+    /// pixel at the bottom / right.
+    Same,
+    /// PyTorch's symmetric `(pad_h, pad_w)`: `out = (in + 2p - k) / s + 1`, rounded down.
+    Explicit(usize, usize),
+}
+
+/// Every size of one convolution, resolved once from the input shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv2dGeometry {
+    pub batch: usize,
+    pub in_h: usize,
+    pub in_w: usize,
+    pub in_c: usize,
+    pub filters: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub stride_h: usize,
+    pub stride_w: usize,
+    pub pad_top: usize,
+    pub pad_left: usize,
+    pub out_h: usize,
+    pub out_w: usize,
+}
+
+/// Output length and leading padding along one axis.
+fn axis(what: &str, input: usize, k: usize, s: usize, padding: Padding, pad: usize) -> Result<(usize, usize)> {
+    let (out, before) = match padding {
+        Padding::Same => {
+            let out = input.div_ceil(s);
+            let total = ((out - 1) * s + k).saturating_sub(input);
+            (out, total / 2)
+        }
+        Padding::Valid | Padding::Explicit(..) => {
+            let padded = input + 2 * pad;
+            if padded < k {
+                bail!(Shape, "conv2d: {what} {input} with padding {pad} is smaller than the kernel ({k}): the output would be empty");
+            }
+            ((padded - k) / s + 1, pad)
+        }
+    };
+    Ok((out, before))
+}
+
+impl Conv2dGeometry {
+    /// Resolves the geometry of a convolution of an NHWC input of `input_shape` with
+    /// `filters` kernels of `kernel = (kh, kw)`.
+    pub fn new(input_shape: &[usize], filters: usize, kernel: (usize, usize), strides: (usize, usize), padding: Padding) -> Result<Self> {
+        let &[batch, in_h, in_w, in_c] = input_shape else {
+            bail!(Shape, "conv2d expects an NHWC input [batch, height, width, channels], got {input_shape:?}");
+        };
+        if input_shape.contains(&0) {
+            bail!(Shape, "conv2d: input shape {input_shape:?} has an empty dimension");
+        }
+        if filters == 0 || kernel.0 == 0 || kernel.1 == 0 {
+            bail!(Config, "conv2d: filters ({filters}) and kernel size {kernel:?} must be positive");
+        }
+        if strides.0 == 0 || strides.1 == 0 {
+            bail!(Config, "conv2d: strides {strides:?} must be positive");
+        }
+        let (ph, pw) = match padding {
+            Padding::Explicit(ph, pw) => (ph, pw),
+            _ => (0, 0),
+        };
+        let (out_h, pad_top) = axis("height", in_h, kernel.0, strides.0, padding, ph)?;
+        let (out_w, pad_left) = axis("width", in_w, kernel.1, strides.1, padding, pw)?;
+        Ok(Conv2dGeometry {
+            batch,
+            in_h,
+            in_w,
+            in_c,
+            filters,
+            kh: kernel.0,
+            kw: kernel.1,
+            stride_h: strides.0,
+            stride_w: strides.1,
+            pad_top,
+            pad_left,
+            out_h,
+            out_w,
+        })
+    }
+
+    pub fn input_shape(&self) -> Vec<usize> {
+        vec![self.batch, self.in_h, self.in_w, self.in_c]
+    }
+    pub fn output_shape(&self) -> Vec<usize> {
+        vec![self.batch, self.out_h, self.out_w, self.filters]
+    }
+    pub fn kernel_shape(&self) -> Vec<usize> {
+        vec![self.kh, self.kw, self.in_c, self.filters]
+    }
+
+    /// Multiply-adds of the forward pass, counted as 2 flops each (each backward GEMM
+    /// costs the same).
+    pub fn flops(&self) -> u64 {
+        2 * (self.batch * self.out_h * self.out_w) as u64 * self.filters as u64 * (self.kh * self.kw * self.in_c) as u64
+    }
+
+    /// A 1x1 kernel at stride 1 without padding: the image is already the GEMM's matrix.
+    pub fn is_pointwise(&self) -> bool {
+        self.kh == 1 && self.kw == 1 && self.stride_h == 1 && self.stride_w == 1 && self.pad_top == 0 && self.pad_left == 0
+    }
+
+    fn out_pixels(&self) -> usize {
+        self.batch * self.out_h * self.out_w
+    }
+    fn in_pixels(&self) -> usize {
+        self.batch * self.in_h * self.in_w
+    }
+}
+
+/// `y[n, oh, ow, f] = sum_{i, j, c} x[n, oh*sh - pt + i, ow*sw - pl + j, c] * w[i, j, c, f]`,
+/// zero outside the image.
+///
+/// # Shapes
+/// x `[batch, in_h, in_w, in_c]`, w `[kh, kw, in_c, filters]`, y `[batch, out_h, out_w, filters]`.
+pub fn forward(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tensor, y: &Tensor) -> Result<Vec<Dispatch>> {
+    forward_with(device, geom, x, w, y, &GemmOptions::default())
+}
+
+/// [`forward`] with the tile and K split forced (tuning, tests).
+pub fn forward_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tensor, y: &Tensor, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
+    const K: &str = "conv2d_forward";
+    expect_shape(K, "x", x, &geom.input_shape())?;
+    expect_shape(K, "kernel", w, &geom.kernel_shape())?;
+    expect_shape(K, "y", y, &geom.output_shape())?;
+    let a_load = if geom.is_pointwise() { ALoad::Rows } else { ALoad::Im2col };
+    let g = Gemm {
+        label: K,
+        m: geom.out_pixels(),
+        n: geom.filters,
+        k: geom.kh * geom.kw * geom.in_c,
+        a_load,
+        b_load: BLoad::Rows,
+        conv: Some(geom),
+        a: x,
+        b: w,
+        bias: None,
+        c: y,
+    };
+    gemm::launch(device, &g, opts)
+}
+
+/// The input gradient: `dx[n, ih, iw, c] = sum dy[n, oh, ow, f] * w[i, j, c, f]` over
+/// every `(oh, ow, i, j)` with `oh*sh - pt + i = ih` and `ow*sw - pl + j = iw`. `dx` is
+/// overwritten; pixels no output reads get zero.
+///
+/// At stride s the GEMM walks all KH*KW taps for every input pixel although only about
+/// 1/s² of them line up with an output: at stride 2 three quarters of its multiply-adds
+/// are with zeros (the price of one kernel for every stride; the stride-2 layers are a
+/// small share of a ResNet's backward time).
+///
+/// # Shapes
+/// dy `[batch, out_h, out_w, filters]`, w `[kh, kw, in_c, filters]`, dx `[batch, in_h, in_w, in_c]`.
+pub fn backward_data(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w: &Tensor, dx: &Tensor) -> Result<Vec<Dispatch>> {
+    backward_data_with(device, geom, dy, w, dx, &GemmOptions::default())
+}
+
+/// [`backward_data`] with the tile and K split forced.
+pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w: &Tensor, dx: &Tensor, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
+    const K: &str = "conv2d_backward_data";
+    expect_shape(K, "dy", dy, &geom.output_shape())?;
+    expect_shape(K, "kernel", w, &geom.kernel_shape())?;
+    expect_shape(K, "dx", dx, &geom.input_shape())?;
+    let a_load = if geom.is_pointwise() { ALoad::Rows } else { ALoad::DyStuffed };
+    let g = Gemm {
+        label: K,
+        m: geom.in_pixels(),
+        n: geom.in_c,
+        k: geom.kh * geom.kw * geom.filters,
+        a_load,
+        // w[i, j] is a [C, F] block: B[(i, j, f), c] reads it transposed.
+        b_load: BLoad::BlockedT(geom.filters),
+        conv: Some(geom),
+        a: dy,
+        b: w,
+        bias: None,
+        c: dx,
+    };
+    gemm::launch(device, &g, opts)
+}
+
+/// The kernel gradient: `dw[i, j, c, f] = sum_{n, oh, ow} x[n, oh*sh - pt + i, ow*sw - pl + j, c]
+/// * dy[n, oh, ow, f]`. `dw` is overwritten. K (every output pixel of the batch) is long
+/// and the output small, so K is split across workgroups into a private workspace and
+/// summed by a second dispatch.
+///
+/// # Shapes
+/// x `[batch, in_h, in_w, in_c]`, dy `[batch, out_h, out_w, filters]`, dw `[kh, kw, in_c, filters]`.
+pub fn backward_weights(device: &Device, geom: &Conv2dGeometry, x: &Tensor, dy: &Tensor, dw: &Tensor) -> Result<Vec<Dispatch>> {
+    backward_weights_with(device, geom, x, dy, dw, &GemmOptions::default())
+}
+
+/// [`backward_weights`] with the tile and K split forced.
+pub fn backward_weights_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor, dy: &Tensor, dw: &Tensor, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
+    const K: &str = "conv2d_backward_weights";
+    expect_shape(K, "x", x, &geom.input_shape())?;
+    expect_shape(K, "dy", dy, &geom.output_shape())?;
+    expect_shape(K, "dw", dw, &geom.kernel_shape())?;
+    // x seen as [N*H*W, C] is the stored transpose of A[C, N*H*W] in the pointwise case.
+    let a_load = if geom.is_pointwise() { ALoad::Cols } else { ALoad::Im2colT };
+    let g = Gemm {
+        label: K,
+        m: geom.kh * geom.kw * geom.in_c,
+        n: geom.filters,
+        k: geom.out_pixels(),
+        a_load,
+        b_load: BLoad::Rows,
+        conv: Some(geom),
+        a: x,
+        b: dy,
+        bias: None,
+        c: dw,
+    };
+    gemm::launch(device, &g, opts)
+}

@@ -1,0 +1,396 @@
+//! The implicit-GEMM engine behind `conv2d` and `dense` (`shaders/conv2d.wgsl`).
+//!
+//! Every product is `C[M, N] = sum_k A[m, k] * B[k, n]`; the callers only say how A and B
+//! are gathered ([`ALoad`], [`BLoad`]) and the engine picks a [`Tile`], splits K across
+//! workgroups when the output is too small to fill the GPU, and checks which operands can
+//! be read as aligned vec4s.
+
+use bytemuck::{Pod, Zeroable};
+
+use super::conv2d::Conv2dGeometry;
+use super::{grid, u32_of, Dispatch, CONV2D, WG, WG_CONST};
+use crate::{bail, Device, Result, Tensor};
+
+/// An output tile: `bm x bn` outputs per workgroup, K staged `bk` at a time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tile {
+    /// 256 invocations, 8x4 each: the big layers (many output pixels and >= 64 filters).
+    M128N64,
+    /// 128 invocations, 8x4 each: many pixels, 32 filters.
+    M128N32,
+    /// 256 invocations, 4x4 each.
+    M64N64,
+    /// 64 invocations, 4x4 each: small outputs that would leave most of the GPU idle.
+    M32N32,
+    /// 64 invocations, 4x4 each: narrow outputs (16 filters, a classifier's 10 classes).
+    M64N16,
+}
+
+/// Workgroups that fill a large GPU (~130 compute units, one or two groups each). A tuning
+/// hook: the tile and split choices below are reasoned, not yet measured.
+const TARGET_WORKGROUPS: usize = 256;
+
+impl Tile {
+    pub const ALL: [Tile; 5] = [Tile::M128N64, Tile::M128N32, Tile::M64N64, Tile::M32N32, Tile::M64N16];
+
+    /// (rows per invocation, invocations along M, invocations along N, K step)
+    fn shape(self) -> (u32, u32, u32, u32) {
+        match self {
+            Tile::M128N64 => (8, 16, 16, 16),
+            Tile::M128N32 => (8, 16, 8, 16),
+            Tile::M64N64 => (4, 16, 16, 16),
+            Tile::M32N32 => (4, 8, 8, 16),
+            Tile::M64N16 => (4, 16, 4, 16),
+        }
+    }
+    pub fn bm(self) -> usize {
+        let (tm, wm, _, _) = self.shape();
+        (tm * wm) as usize
+    }
+    pub fn bn(self) -> usize {
+        (self.shape().2 * 4) as usize
+    }
+    pub fn bk(self) -> usize {
+        self.shape().3 as usize
+    }
+    fn tiles(self, m: usize, n: usize) -> usize {
+        m.div_ceil(self.bm()) * n.div_ceil(self.bn())
+    }
+
+    /// The largest tile that, with K split where K is long, still gives the GPU enough
+    /// workgroups; big tiles reuse each loaded value more.
+    pub fn choose(m: usize, n: usize, k: usize) -> Tile {
+        if n <= 16 {
+            return Tile::M64N16;
+        }
+        let big: &[Tile] = if n <= 32 { &[Tile::M128N32] } else { &[Tile::M128N64, Tile::M64N64] };
+        for &t in big {
+            let tiles = t.tiles(m, n);
+            if tiles * choose_splits(tiles, m, n, k) >= TARGET_WORKGROUPS {
+                return t;
+            }
+        }
+        Tile::M32N32
+    }
+
+    fn constants(self, a: ALoad, b: BLoad) -> Vec<(&'static str, f64)> {
+        let (tm, wm, wn, bk) = self.shape();
+        vec![
+            ("A_KIND", a.kind() as f64),
+            ("B_KIND", b.kind() as f64),
+            ("TM", tm as f64),
+            ("WM", wm as f64),
+            ("WN", wn as f64),
+            ("BK", bk as f64),
+        ]
+    }
+}
+
+/// Overrides of the engine's own choices, for tuning and for tests that must reach every
+/// tile and the split-K path on small shapes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GemmOptions {
+    pub tile: Option<Tile>,
+    /// Workgroups along K (1 = no split); rounded down so every split gets work.
+    pub splits: Option<usize>,
+}
+
+/// How `A[m, k]` is gathered; values match `A_*` in the shader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ALoad {
+    /// `a[M, K]`.
+    Rows,
+    /// `a[K, M]`, i.e. Aᵀ is stored.
+    Cols,
+    /// im2col of x: m = (n, oh, ow), k = (i, j, c).
+    Im2col,
+    /// Transposed im2col of x: m = (i, j, c), k = (n, oh, ow).
+    Im2colT,
+    /// dy seen through the transposed convolution: m = (n, ih, iw), k = (i, j, f).
+    DyStuffed,
+}
+
+impl ALoad {
+    fn kind(self) -> u32 {
+        self as u32
+    }
+}
+
+/// How `B[k, n]` is gathered; values match `B_*` in the shader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BLoad {
+    /// `b[K, N]`.
+    Rows,
+    /// `b[K / kb, N, kb]`: Bᵀ stored in blocks of `kb` k (kb = K for a plain transpose).
+    BlockedT(usize),
+}
+
+impl BLoad {
+    fn kind(self) -> u32 {
+        match self {
+            BLoad::Rows => 0,
+            BLoad::BlockedT(_) => 1,
+        }
+    }
+}
+
+/// One product for [`launch`].
+pub(crate) struct Gemm<'a> {
+    pub label: &'static str,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub a_load: ALoad,
+    pub b_load: BLoad,
+    pub conv: Option<&'a Conv2dGeometry>,
+    pub a: &'a Tensor,
+    pub b: &'a Tensor,
+    pub bias: Option<&'a Tensor>,
+    pub c: &'a Tensor,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default, Pod, Zeroable)]
+struct Params {
+    m: u32,
+    n: u32,
+    k: u32,
+    k_chunk: u32,
+    tiles_m: u32,
+    tiles_n: u32,
+    splits: u32,
+    flags: u32,
+    in_h: u32,
+    in_w: u32,
+    in_c: u32,
+    filters: u32,
+    out_h: u32,
+    out_w: u32,
+    kh: u32,
+    kw: u32,
+    stride_h: u32,
+    stride_w: u32,
+    pad_top: u32,
+    pad_left: u32,
+    kb: u32,
+    _pad: [u32; 3],
+}
+
+const QUAD_A: u32 = 1;
+const QUAD_B: u32 = 2;
+const QUAD_C: u32 = 4;
+const BIAS: u32 = 8;
+
+/// Workspace above this many bytes is not worth the extra traffic of splitting K.
+const MAX_WORKSPACE: usize = 64 << 20;
+
+/// K splits for a grid of `tiles`: enough workgroups to fill a large GPU, at least 512 k
+/// per split so the partials stay few.
+fn choose_splits(tiles: usize, m: usize, n: usize, k: usize) -> usize {
+    if tiles >= TARGET_WORKGROUPS {
+        return 1;
+    }
+    let want = TARGET_WORKGROUPS.div_ceil(tiles);
+    let by_k = (k / 512).max(1);
+    let by_space = (MAX_WORKSPACE / (4 * m * n).max(1)).max(1);
+    want.min(by_k).min(by_space)
+}
+
+/// A binding of `t` as `array<vec4<f32>>`: its size rounded up to whole vec4s. Pool
+/// buffers come in multiples of 256 bytes and views start 256-aligned, so the rounded
+/// range stays inside the buffer; the kernel never touches the padding.
+fn quad_binding<'t>(kernel: &str, t: &'t Tensor) -> Result<wgpu::BufferBinding<'t>> {
+    let size = t.bytes().div_ceil(16).max(1) * 16;
+    if t.offset() % 16 != 0 || t.offset() + size > t.buffer().size() {
+        bail!(Shape, "{kernel}: tensor {:?} at byte {} of a {}-byte buffer cannot be bound as vec4s", t.shape(), t.offset(), t.buffer().size());
+    }
+    Ok(wgpu::BufferBinding { buffer: t.buffer(), offset: t.offset(), size: std::num::NonZeroU64::new(size) })
+}
+
+fn conv_params(p: &mut Params, g: &Conv2dGeometry, kernel: &str) -> Result<()> {
+    let u = |what, v| u32_of(kernel, what, v);
+    p.in_h = u("in_h", g.in_h)?;
+    p.in_w = u("in_w", g.in_w)?;
+    p.in_c = u("in_c", g.in_c)?;
+    p.filters = u("filters", g.filters)?;
+    p.out_h = u("out_h", g.out_h)?;
+    p.out_w = u("out_w", g.out_w)?;
+    p.kh = u("kh", g.kh)?;
+    p.kw = u("kw", g.kw)?;
+    p.stride_h = u("stride_h", g.stride_h)?;
+    p.stride_w = u("stride_w", g.stride_w)?;
+    p.pad_top = u("pad_top", g.pad_top)?;
+    p.pad_left = u("pad_left", g.pad_left)?;
+    Ok(())
+}
+
+/// Whether quads along A's contiguous direction are aligned vec4s that are wholly inside
+/// or wholly outside A (and the padding).
+fn a_quads(g: &Gemm) -> bool {
+    let c = g.conv.map_or(0, |c| c.in_c);
+    match g.a_load {
+        ALoad::Rows => g.k % 4 == 0,
+        ALoad::Cols => g.m % 4 == 0,
+        ALoad::Im2col | ALoad::Im2colT => c % 4 == 0,
+        ALoad::DyStuffed => g.conv.is_some_and(|c| c.filters % 4 == 0),
+    }
+}
+
+fn b_quads(g: &Gemm) -> bool {
+    match g.b_load {
+        BLoad::Rows => g.n % 4 == 0,
+        BLoad::BlockedT(kb) => kb % 4 == 0,
+    }
+}
+
+/// Records `g` as one GEMM dispatch, plus a reduction when K is split. `c` is overwritten.
+pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
+    let kernel = g.label;
+    if g.m == 0 || g.n == 0 {
+        return Ok(Vec::new());
+    }
+    if g.conv.is_none() && matches!(g.a_load, ALoad::Im2col | ALoad::Im2colT | ALoad::DyStuffed) {
+        bail!(Config, "{kernel}: a convolution load needs its geometry");
+    }
+    for (name, t) in [("a", g.a), ("b", g.b)].into_iter().chain(g.bias.map(|b| ("bias", b))) {
+        if g.c.overlaps(t) {
+            bail!(Shape, "{kernel}: output {:?} overlaps input {name} {:?}", g.c.shape(), t.shape());
+        }
+    }
+    let tile = opts.tile.unwrap_or_else(|| Tile::choose(g.m, g.n, g.k));
+    let (tiles_m, tiles_n) = (g.m.div_ceil(tile.bm()), g.n.div_ceil(tile.bn()));
+    let bk = tile.bk();
+    let k_steps = g.k.div_ceil(bk).max(1);
+    let want = opts.splits.unwrap_or_else(|| choose_splits(tiles_m * tiles_n, g.m, g.n, g.k)).clamp(1, k_steps);
+    // Whole K steps per split; recount so no split is empty.
+    let k_chunk = k_steps.div_ceil(want) * bk;
+    let splits = g.k.div_ceil(k_chunk).max(1);
+
+    let mut p = Params {
+        m: u32_of(kernel, "M", g.m)?,
+        n: u32_of(kernel, "N", g.n)?,
+        k: u32_of(kernel, "K", g.k)?,
+        k_chunk: u32_of(kernel, "K per split", k_chunk)?,
+        tiles_m: u32_of(kernel, "row tiles", tiles_m)?,
+        tiles_n: u32_of(kernel, "column tiles", tiles_n)?,
+        splits: splits as u32,
+        ..Params::default()
+    };
+    u32_of(kernel, "M * N * splits", g.m * g.n * splits)?;
+    if let Some(conv) = g.conv {
+        conv_params(&mut p, conv, kernel)?;
+    }
+    if let BLoad::BlockedT(kb) = g.b_load {
+        p.kb = u32_of(kernel, "kb", kb)?;
+    }
+    p.flags |= if a_quads(g) { QUAD_A } else { 0 } | if b_quads(g) { QUAD_B } else { 0 };
+    p.flags |= if g.n % 4 == 0 { QUAD_C } else { 0 };
+
+    let bias = g.bias.unwrap_or(g.b); // bound but unread without the BIAS flag
+    let groups = grid(device, (tiles_m * tiles_n * splits) as u64)?;
+    let constants = tile.constants(g.a_load, g.b_load);
+    if splits == 1 {
+        p.flags |= if g.bias.is_some() { BIAS } else { 0 };
+        let bindings = [
+            (1, quad_binding(kernel, g.a)?),
+            (2, quad_binding(kernel, g.b)?),
+            (3, quad_binding(kernel, bias)?),
+            (4, quad_binding(kernel, g.c)?),
+        ];
+        return Ok(vec![with_uniform(device, "gemm", &constants, &p, &bindings, groups)]);
+    }
+
+    // The partials live in a buffer of their own rather than a pooled tensor: the pool
+    // would hand a dropped tensor's buffer to the next caller while this plan still
+    // writes it. The bind groups keep the buffer alive as long as the dispatches.
+    let workspace = device.wgpu().create_buffer(&wgpu::BufferDescriptor {
+        label: Some("gemm split-K partials"),
+        size: ((g.m * g.n * splits) as u64 * 4).div_ceil(16) * 16,
+        usage: wgpu::BufferUsages::STORAGE,
+        mapped_at_creation: false,
+    });
+    let partials = workspace.as_entire_buffer_binding();
+    let bindings = [
+        (1, quad_binding(kernel, g.a)?),
+        (2, quad_binding(kernel, g.b)?),
+        (3, quad_binding(kernel, bias)?),
+        (4, partials.clone()),
+    ];
+    let gemm = with_uniform(device, "gemm", &constants, &p, &bindings, groups);
+    p.flags |= if g.bias.is_some() { BIAS } else { 0 };
+    let reduce = reduce_dispatch(device, kernel, &p, partials, bias, g.c)?;
+    Ok(vec![gemm, reduce])
+}
+
+fn with_uniform(
+    device: &Device,
+    entry: &'static str,
+    constants: &[(&'static str, f64)],
+    p: &Params,
+    bindings: &[(u32, wgpu::BufferBinding<'_>)],
+    groups: [u32; 3],
+) -> Dispatch {
+    let uniform = device.uniform(p);
+    let mut all = vec![(0, uniform.as_entire_buffer_binding())];
+    all.extend(bindings.iter().cloned());
+    Dispatch::new(device, &CONV2D, entry, constants, &all, groups)
+}
+
+/// `c = sum over p.splits partials of M * N` (+ bias when flagged).
+fn reduce_dispatch(
+    device: &Device,
+    kernel: &str,
+    p: &Params,
+    partials: wgpu::BufferBinding<'_>,
+    bias: &Tensor,
+    c: &Tensor,
+) -> Result<Dispatch> {
+    let quads = (p.m as usize * p.n as usize).div_ceil(4);
+    let groups = grid(device, quads.div_ceil(WG as usize) as u64)?;
+    let bindings = [(1, partials), (3, quad_binding(kernel, bias)?), (4, quad_binding(kernel, c)?)];
+    Ok(with_uniform(device, "reduce_splits", &[WG_CONST], p, &bindings, groups))
+}
+
+/// Rows per chunk of the column sums: long enough to amortise the second pass, short
+/// enough that tall inputs (a conv bias over N * H * W rows) still spread over the GPU.
+const COLUMN_CHUNK: usize = 1024;
+const COLUMN_TILE: usize = 64;
+
+/// `out[n] = sum_m a[m, n]` for `a` seen as `[rows, cols]`; `out` is overwritten.
+pub(crate) fn column_sums(device: &Device, kernel: &str, a: &Tensor, rows: usize, cols: usize, out: &Tensor) -> Result<Vec<Dispatch>> {
+    if cols == 0 {
+        return Ok(Vec::new());
+    }
+    if out.overlaps(a) {
+        bail!(Shape, "{kernel}: output {:?} overlaps input {:?}", out.shape(), a.shape());
+    }
+    let chunks = rows.div_ceil(COLUMN_CHUNK).max(1);
+    let tiles_n = cols.div_ceil(COLUMN_TILE);
+    let mut p = Params {
+        m: u32_of(kernel, "rows", rows)?,
+        n: u32_of(kernel, "columns", cols)?,
+        k_chunk: COLUMN_CHUNK as u32,
+        tiles_n: u32_of(kernel, "column tiles", tiles_n)?,
+        splits: u32_of(kernel, "row chunks", chunks)?,
+        ..Params::default()
+    };
+    u32_of(kernel, "rows * columns", rows * cols)?;
+    let groups = grid(device, (tiles_n * chunks) as u64)?;
+    if chunks == 1 {
+        let bindings = [(1, quad_binding(kernel, a)?), (4, quad_binding(kernel, out)?)];
+        return Ok(vec![with_uniform(device, "column_sums", &[], &p, &bindings, groups)]);
+    }
+    let workspace = device.wgpu().create_buffer(&wgpu::BufferDescriptor {
+        label: Some("column-sum partials"),
+        size: ((chunks * cols) as u64 * 4).div_ceil(16) * 16,
+        usage: wgpu::BufferUsages::STORAGE,
+        mapped_at_creation: false,
+    });
+    let partials = workspace.as_entire_buffer_binding();
+    let sums = with_uniform(device, "column_sums", &[], &p, &[(1, quad_binding(kernel, a)?), (4, partials.clone())], groups);
+    // The reduction sees the partials as [chunks, 1, cols]; `a` fills the unread bias slot.
+    p.m = 1;
+    p.flags = if cols % 4 == 0 { QUAD_C } else { 0 };
+    let reduce = reduce_dispatch(device, kernel, &p, partials, a, out)?;
+    Ok(vec![sums, reduce])
+}

@@ -1,0 +1,190 @@
+//! Convolution forward, input gradient and kernel gradient against direct f64 loops over
+//! the definition (no im2col in the reference, so a shared indexing mistake cannot hide).
+
+use convoy::kernels::conv2d::{self, Conv2dGeometry, Padding};
+use convoy::kernels::gemm::{GemmOptions, Tile};
+
+use crate::common::*;
+
+/// Calls `f(n, oh, ow, i, j, ih, iw)` for every tap that lands inside the image.
+fn taps(g: &Conv2dGeometry, mut f: impl FnMut(usize, usize, usize, usize, usize, usize, usize)) {
+    for n in 0..g.batch {
+        for oh in 0..g.out_h {
+            for ow in 0..g.out_w {
+                for i in 0..g.kh {
+                    for j in 0..g.kw {
+                        let ih = (oh * g.stride_h + i) as isize - g.pad_top as isize;
+                        let iw = (ow * g.stride_w + j) as isize - g.pad_left as isize;
+                        if ih >= 0 && iw >= 0 && (ih as usize) < g.in_h && (iw as usize) < g.in_w {
+                            f(n, oh, ow, i, j, ih as usize, iw as usize);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+struct Idx<'a>(&'a Conv2dGeometry);
+impl Idx<'_> {
+    fn x(&self, n: usize, h: usize, w: usize, c: usize) -> usize {
+        ((n * self.0.in_h + h) * self.0.in_w + w) * self.0.in_c + c
+    }
+    fn y(&self, n: usize, h: usize, w: usize, f: usize) -> usize {
+        ((n * self.0.out_h + h) * self.0.out_w + w) * self.0.filters + f
+    }
+    fn w(&self, i: usize, j: usize, c: usize, f: usize) -> usize {
+        ((i * self.0.kw + j) * self.0.in_c + c) * self.0.filters + f
+    }
+}
+
+fn forward_ref(g: &Conv2dGeometry, x: &[f32], w: &[f32]) -> Vec<f64> {
+    let ix = Idx(g);
+    let mut y = vec![0.0f64; g.output_shape().iter().product()];
+    taps(g, |n, oh, ow, i, j, ih, iw| {
+        for c in 0..g.in_c {
+            for f in 0..g.filters {
+                y[ix.y(n, oh, ow, f)] += x[ix.x(n, ih, iw, c)] as f64 * w[ix.w(i, j, c, f)] as f64;
+            }
+        }
+    });
+    y
+}
+
+fn backward_data_ref(g: &Conv2dGeometry, dy: &[f32], w: &[f32]) -> Vec<f64> {
+    let ix = Idx(g);
+    let mut dx = vec![0.0f64; g.input_shape().iter().product()];
+    taps(g, |n, oh, ow, i, j, ih, iw| {
+        for c in 0..g.in_c {
+            for f in 0..g.filters {
+                dx[ix.x(n, ih, iw, c)] += dy[ix.y(n, oh, ow, f)] as f64 * w[ix.w(i, j, c, f)] as f64;
+            }
+        }
+    });
+    dx
+}
+
+fn backward_weights_ref(g: &Conv2dGeometry, x: &[f32], dy: &[f32]) -> Vec<f64> {
+    let ix = Idx(g);
+    let mut dw = vec![0.0f64; g.kernel_shape().iter().product()];
+    taps(g, |n, oh, ow, i, j, ih, iw| {
+        for c in 0..g.in_c {
+            for f in 0..g.filters {
+                dw[ix.w(i, j, c, f)] += x[ix.x(n, ih, iw, c)] as f64 * dy[ix.y(n, oh, ow, f)] as f64;
+            }
+        }
+    });
+    dw
+}
+
+type Case = ([usize; 4], usize, (usize, usize), (usize, usize), Padding);
+
+/// Awkward shapes: batch 1 and 3, odd images, channel counts on and off multiples of 4
+/// (scalar and vec4 loads), every padding, strides 1 and 2, square and oblong kernels.
+const CASES: &[Case] = &[
+    ([1, 5, 7, 3], 6, (3, 3), (1, 1), Padding::Same),
+    ([3, 9, 9, 5], 33, (3, 3), (2, 2), Padding::Explicit(1, 1)),
+    ([1, 9, 9, 17], 1, (5, 5), (1, 1), Padding::Valid),
+    ([3, 5, 7, 3], 6, (2, 3), (2, 2), Padding::Same),
+    ([1, 7, 5, 8], 16, (3, 3), (2, 2), Padding::Explicit(1, 1)),
+    ([3, 5, 7, 17], 33, (1, 1), (1, 1), Padding::Explicit(0, 0)),
+    ([1, 9, 9, 8], 12, (1, 1), (1, 1), Padding::Valid),
+    ([3, 9, 9, 5], 6, (1, 1), (2, 2), Padding::Valid),
+    ([1, 5, 7, 3], 33, (5, 5), (2, 2), Padding::Same),
+    ([1, 9, 9, 16], 8, (3, 3), (1, 1), Padding::Explicit(1, 1)),
+    ([3, 5, 7, 4], 6, (2, 3), (1, 2), Padding::Explicit(1, 1)),
+    ([1, 5, 5, 3], 1, (5, 5), (1, 1), Padding::Valid),
+    ([1, 6, 6, 3], 4, (3, 3), (2, 2), Padding::Valid),
+    ([1, 7, 9, 5], 6, (3, 3), (2, 2), Padding::Explicit(2, 1)),
+];
+
+/// Runs all three passes of `geom` with `opts`, outputs pre-filled with garbage so that
+/// accumulation instead of overwriting shows, and returns the three relative errors.
+fn check(geom: &Conv2dGeometry, opts: &GemmOptions, case: &str, seed: u64) -> [f64; 3] {
+    let d = device();
+    let mut r = rng(seed);
+    let (xs, ws, ys) = (geom.input_shape(), geom.kernel_shape(), geom.output_shape());
+    let (xl, wl, yl) = (xs.iter().product(), ws.iter().product(), ys.iter().product());
+    let (x, w, dy) = (random(&mut r, xl), random(&mut r, wl), random(&mut r, yl));
+    let (tx, tw, tdy) = (upload(&x, &xs), upload(&w, &ws), upload(&dy, &ys));
+    let (ty, tdx, tdw) = (upload(&random(&mut r, yl), &ys), upload(&random(&mut r, xl), &xs), upload(&random(&mut r, wl), &ws));
+    let mut all = conv2d::forward_with(&d, geom, &tx, &tw, &ty, opts).unwrap();
+    all.extend(conv2d::backward_data_with(&d, geom, &tdy, &tw, &tdx, opts).unwrap());
+    all.extend(conv2d::backward_weights_with(&d, geom, &tx, &tdy, &tdw, opts).unwrap());
+    run(&all);
+    [
+        assert_close(&format!("{case} forward"), &read(&ty), &forward_ref(geom, &x, &w)),
+        assert_close(&format!("{case} backward_data"), &read(&tdx), &backward_data_ref(geom, &dy, &w)),
+        assert_close(&format!("{case} backward_weights"), &read(&tdw), &backward_weights_ref(geom, &x, &dy)),
+    ]
+}
+
+#[test]
+fn forward_and_gradients_match_direct_loops() {
+    let mut worst = [0.0f64; 3];
+    for (n, &(shape, filters, kernel, strides, padding)) in CASES.iter().enumerate() {
+        let geom = Conv2dGeometry::new(&shape, filters, kernel, strides, padding).unwrap();
+        let case = format!("{shape:?} f={filters} k={kernel:?} s={strides:?} {padding:?}");
+        let e = check(&geom, &GemmOptions::default(), &case, 100 + n as u64);
+        for (w, e) in worst.iter_mut().zip(e) {
+            *w = w.max(e);
+        }
+    }
+    println!("conv2d worst relative errors: forward {:.1e}, data {:.1e}, weights {:.1e}", worst[0], worst[1], worst[2]);
+}
+
+#[test]
+fn every_tile_and_k_split_gives_the_same_result() {
+    // One scalar-load and one vec4-load case, each through every tile (all larger than the
+    // output in some direction) and with K split into uneven parts.
+    let cases = [
+        Conv2dGeometry::new(&[3, 9, 9, 5], 33, (3, 3), (2, 2), Padding::Same).unwrap(),
+        Conv2dGeometry::new(&[1, 9, 9, 8], 12, (3, 3), (1, 1), Padding::Explicit(1, 1)).unwrap(),
+    ];
+    for (c, geom) in cases.iter().enumerate() {
+        for tile in Tile::ALL {
+            for splits in [1, 3] {
+                let opts = GemmOptions { tile: Some(tile), splits: Some(splits) };
+                check(geom, &opts, &format!("case {c} {tile:?} splits {splits}"), 200 + c as u64);
+            }
+        }
+    }
+}
+
+#[test]
+fn geometry_follows_keras_and_pytorch() {
+    let g = Conv2dGeometry::new(&[2, 5, 7, 3], 4, (3, 2), (2, 2), Padding::Same).unwrap();
+    // Keras: out = ceil(in / s); height pads (2*2 + 3 - 5) = 2 -> 1 on top, width
+    // (3*2 + 2 - 7) = 1 -> 0 on the left (the odd pixel goes right).
+    assert_eq!((g.out_h, g.out_w, g.pad_top, g.pad_left), (3, 4, 1, 0));
+    let g = Conv2dGeometry::new(&[1, 9, 9, 3], 4, (3, 3), (2, 2), Padding::Explicit(1, 1)).unwrap();
+    assert_eq!((g.out_h, g.out_w, g.pad_top), (5, 5, 1)); // PyTorch: (9 + 2 - 3) / 2 + 1
+    let g = Conv2dGeometry::new(&[1, 6, 6, 3], 4, (3, 3), (2, 2), Padding::Valid).unwrap();
+    assert_eq!((g.out_h, g.out_w), (2, 2));
+    assert_eq!(g.output_shape(), vec![1, 2, 2, 4]);
+    assert_eq!(g.kernel_shape(), vec![3, 3, 3, 4]);
+    assert_eq!(g.flops(), 2 * 4 * 4 * 27);
+    assert!(Conv2dGeometry::new(&[1, 1, 1, 3], 4, (1, 1), (1, 1), Padding::Valid).unwrap().is_pointwise());
+}
+
+#[test]
+fn bad_shapes_are_errors_that_name_them() {
+    let d = device();
+    let msg = |r: convoy::Result<Conv2dGeometry>| r.unwrap_err().to_string();
+    let e = msg(Conv2dGeometry::new(&[1, 3, 8, 2], 4, (5, 3), (1, 1), Padding::Valid));
+    assert!(e.contains("height 3") && e.contains("(5)"), "{e}");
+    let e = msg(Conv2dGeometry::new(&[8, 8, 2], 4, (3, 3), (1, 1), Padding::Same));
+    assert!(e.contains("[8, 8, 2]"), "{e}");
+    assert!(Conv2dGeometry::new(&[1, 8, 8, 2], 4, (3, 3), (0, 1), Padding::Same).is_err());
+    assert!(Conv2dGeometry::new(&[1, 8, 0, 2], 4, (3, 3), (1, 1), Padding::Same).is_err());
+
+    let g = Conv2dGeometry::new(&[1, 5, 5, 3], 4, (3, 3), (1, 1), Padding::Same).unwrap();
+    let (x, w, y) = (d.zeros(&[1, 5, 5, 3]).unwrap(), d.zeros(&[3, 3, 3, 4]).unwrap(), d.zeros(&[1, 5, 5, 4]).unwrap());
+    let wrong = d.zeros(&[3, 3, 4, 4]).unwrap();
+    let e = conv2d::forward(&d, &g, &x, &wrong, &y).unwrap_err().to_string();
+    assert!(e.contains("[3, 3, 4, 4]") && e.contains("[3, 3, 3, 4]"), "{e}");
+    let e = conv2d::backward_data(&d, &g, &x, &w, &x).unwrap_err().to_string();
+    assert!(e.contains("dy") && e.contains("[1, 5, 5, 3]"), "{e}");
+    let e = conv2d::backward_weights(&d, &g, &x, &y, &y).unwrap_err().to_string();
+    assert!(e.contains("dw") && e.contains("[1, 5, 5, 4]"), "{e}");
+}
