@@ -12,7 +12,9 @@
 //!   until a plan (or `Device::run`) encodes them, so a compiled step replays without
 //!   allocating.
 
+pub mod batchnorm;
 pub mod elementwise;
+pub mod reduce;
 
 use crate::device::Device;
 use crate::{bail, Result};
@@ -33,9 +35,11 @@ macro_rules! shader {
     };
 }
 shader!(ELEMENTWISE, "elementwise.wgsl");
+shader!(REDUCE, "reduce.wgsl");
+shader!(BATCHNORM, "batchnorm.wgsl");
 
 /// Every shader file, for validation tests.
-pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE];
+pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &REDUCE, &BATCHNORM];
 
 /// One recorded kernel launch: pipeline, bindings and grid, ready to replay.
 #[derive(Clone, Debug)]
