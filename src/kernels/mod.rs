@@ -12,10 +12,12 @@
 //!   until a plan (or `Device::run`) encodes them, so a compiled step replays without
 //!   allocating.
 
+pub mod batchnorm;
 pub mod conv2d;
 pub mod dense;
 pub mod elementwise;
 pub mod gemm;
+pub mod reduce;
 
 use crate::device::Device;
 use crate::{bail, Result};
@@ -37,9 +39,11 @@ macro_rules! shader {
 }
 shader!(ELEMENTWISE, "elementwise.wgsl");
 shader!(CONV2D, "conv2d.wgsl");
+shader!(REDUCE, "reduce.wgsl");
+shader!(BATCHNORM, "batchnorm.wgsl");
 
 /// Every shader file, for validation tests.
-pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D];
+pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &REDUCE, &BATCHNORM];
 
 /// One recorded kernel launch: pipeline, bindings and grid, ready to replay.
 #[derive(Clone, Debug)]

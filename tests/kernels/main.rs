@@ -1,7 +1,9 @@
 //! Kernel tests: each kernel against a plain-Rust f64 reference on random inputs of awkward
 //! shapes, and every WGSL file through naga.
+mod batchnorm;
 mod common;
 mod conv2d;
 mod dense;
 mod elementwise;
+mod reduce;
 mod shaders;

@@ -1,0 +1,273 @@
+// BatchNormalization over the last dimension, with an optional fused ReLU.
+//
+// Every tensor is seen as a row-major [rows, cols] matrix: rows = N*H*W (or N after a Dense
+// layer), cols = channels, the fastest dimension in NHWC. Per-channel statistics are column
+// reductions split like shaders/reduce.wgsl: a workgroup owns 2^col_log2 adjacent columns
+// and one chunk of chunk_rows rows, its invocations laid out as lanes x columns; each lane
+// walks every lanes-th row of the chunk, the lanes fold through a tree in workgroup memory,
+// and a second pass merges the [chunks, cols] partials.
+//
+// Training statistics are Welford per lane and Chan's pairwise merge between lanes and
+// chunks: E[x²] − E[x]² in f32 loses every digit when |mean| >> std. The variance is the
+// biased one (divided by rows), as Keras 3 both normalises with and feeds to the moving
+// variance; the unbiased one would divide by zero for a batch of one row.
+//
+// saved holds [2, cols]: row 0 the batch mean, row 1 the inverse standard deviation
+// 1 / sqrt(var + epsilon), which the backward pass reuses.
+
+struct Params {
+    rows: u32,
+    cols: u32,
+    chunk_rows: u32,
+    chunks: u32,
+    // Column tile of this pass (the merge passes use a narrower one than the first pass).
+    col_log2: u32,
+    relu: u32,
+    momentum: f32,
+    epsilon: f32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+// Inputs.
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> y: array<f32>;
+@group(0) @binding(3) var<storage, read> dy: array<f32>;
+@group(0) @binding(4) var<storage, read> gamma: array<f32>;
+@group(0) @binding(5) var<storage, read> beta: array<f32>;
+@group(0) @binding(6) var<storage, read> saved: array<f32>;
+@group(0) @binding(7) var<storage, read> moving_mean_in: array<f32>;
+@group(0) @binding(8) var<storage, read> moving_var_in: array<f32>;
+@group(0) @binding(9) var<storage, read> partials_in: array<f32>;
+@group(0) @binding(10) var<storage, read> dgamma_in: array<f32>;
+@group(0) @binding(11) var<storage, read> dbeta_in: array<f32>;
+// Outputs.
+@group(0) @binding(12) var<storage, read_write> partials: array<f32>;
+@group(0) @binding(13) var<storage, read_write> saved_out: array<f32>;
+@group(0) @binding(14) var<storage, read_write> moving_mean: array<f32>;
+@group(0) @binding(15) var<storage, read_write> moving_var: array<f32>;
+@group(0) @binding(16) var<storage, read_write> out: array<f32>;
+@group(0) @binding(17) var<storage, read_write> dgamma: array<f32>;
+@group(0) @binding(18) var<storage, read_write> dbeta: array<f32>;
+
+override WG: u32 = 256u;
+
+// Per invocation: a count and two statistics (mean and M2, or two sums).
+var<workgroup> sh_n: array<f32, WG>;
+var<workgroup> sh_a: array<f32, WG>;
+var<workgroup> sh_b: array<f32, WG>;
+
+// Where an invocation sits in its workgroup's lanes x columns layout.
+struct Tile {
+    col: u32,
+    lane: u32,
+    lanes: u32,
+    width: u32,
+}
+
+fn tile(wid: vec3<u32>, lid: u32) -> Tile {
+    let width = 1u << p.col_log2;
+    return Tile(wid.x * width + (lid & (width - 1u)), lid >> p.col_log2, WG >> p.col_log2, width);
+}
+
+// Rows in chunk k (never 0 for k < chunks: the host sizes chunks that way).
+fn chunk_size(k: u32) -> f32 {
+    return f32(min(p.chunk_rows, p.rows - k * p.chunk_rows));
+}
+
+// Folds the lanes' (n, mean, M2) into lane 0 with Chan's merge. Every invocation must call
+// it: it holds barriers, and t.lanes is uniform.
+fn fold_welford(t: Tile, lid: u32) {
+    workgroupBarrier();
+    for (var half = t.lanes >> 1u; half > 0u; half >>= 1u) {
+        if (t.lane < half) {
+            let j = lid + half * t.width;
+            let na = sh_n[lid];
+            let nb = sh_n[j];
+            let n = na + nb;
+            if (nb > 0.0) {
+                let d = sh_a[j] - sh_a[lid];
+                let f = nb / n;
+                sh_a[lid] += d * f;
+                sh_b[lid] += sh_b[j] + d * d * na * f;
+                sh_n[lid] = n;
+            }
+        }
+        workgroupBarrier();
+    }
+}
+
+// Folds the lanes' two sums into lane 0; same contract as fold_welford.
+fn fold_sums(t: Tile, lid: u32) {
+    workgroupBarrier();
+    for (var half = t.lanes >> 1u; half > 0u; half >>= 1u) {
+        if (t.lane < half) {
+            let j = lid + half * t.width;
+            sh_a[lid] += sh_a[j];
+            sh_b[lid] += sh_b[j];
+        }
+        workgroupBarrier();
+    }
+}
+
+fn linear_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+    return (wid.x + wid.y * nwg.x) * WG + lid;
+}
+
+// Pass 1 of the training statistics: per (chunk, column) mean and M2 into
+// partials[chunk * cols + col] and partials[(chunks + chunk) * cols + col].
+@compute @workgroup_size(WG)
+fn stats_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let t = tile(wid, lid);
+    let chunk = wid.y;
+    let start = chunk * p.chunk_rows;
+    let end = min(start + p.chunk_rows, p.rows);
+    var n = 0.0;
+    var mean = 0.0;
+    var m2 = 0.0;
+    if (t.col < p.cols) {
+        for (var r = start + t.lane; r < end; r += t.lanes) {
+            let v = x[r * p.cols + t.col];
+            n += 1.0;
+            let d = v - mean;
+            mean += d / n;
+            m2 += d * (v - mean);
+        }
+    }
+    sh_n[lid] = n;
+    sh_a[lid] = mean;
+    sh_b[lid] = m2;
+    fold_welford(t, lid);
+    if (t.lane == 0u && t.col < p.cols && chunk < p.chunks) {
+        partials[chunk * p.cols + t.col] = sh_a[lid];
+        partials[(p.chunks + chunk) * p.cols + t.col] = sh_b[lid];
+    }
+}
+
+// Pass 2: merges the chunks per column, writes saved_out and updates the moving statistics
+// as moving = momentum * moving + (1 - momentum) * batch.
+@compute @workgroup_size(WG)
+fn stats_finalize(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let t = tile(wid, lid);
+    var n = 0.0;
+    var mean = 0.0;
+    var m2 = 0.0;
+    if (t.col < p.cols) {
+        for (var k = t.lane; k < p.chunks; k += t.lanes) {
+            let nb = chunk_size(k);
+            let total = n + nb;
+            let d = partials_in[k * p.cols + t.col] - mean;
+            let f = nb / total;
+            mean += d * f;
+            m2 += partials_in[(p.chunks + k) * p.cols + t.col] + d * d * n * f;
+            n = total;
+        }
+    }
+    sh_n[lid] = n;
+    sh_a[lid] = mean;
+    sh_b[lid] = m2;
+    fold_welford(t, lid);
+    if (t.lane == 0u && t.col < p.cols) {
+        let c = t.col;
+        let batch_mean = sh_a[lid];
+        let batch_var = max(sh_b[lid] / f32(p.rows), 0.0);
+        saved_out[c] = batch_mean;
+        saved_out[p.cols + c] = inverseSqrt(batch_var + p.epsilon);
+        moving_mean[c] = p.momentum * moving_mean[c] + (1.0 - p.momentum) * batch_mean;
+        moving_var[c] = p.momentum * moving_var[c] + (1.0 - p.momentum) * batch_var;
+    }
+}
+
+fn write_y(i: u32, c: u32, mean: f32, inv_std: f32) {
+    var v = (x[i] - mean) * (inv_std * gamma[c]) + beta[c];
+    if (p.relu != 0u) {
+        v = max(v, 0.0);
+    }
+    out[i] = v;
+}
+
+// Pass 3 of training: y = gamma * (x - mean) * inv_std + beta with the batch statistics.
+@compute @workgroup_size(WG)
+fn normalize_train(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                   @builtin(local_invocation_index) lid: u32) {
+    let i = linear_index(wid, nwg, lid);
+    if (i >= p.rows * p.cols) { return; }
+    let c = i % p.cols;
+    write_y(i, c, saved[c], saved[p.cols + c]);
+}
+
+// Inference: the same with the moving statistics.
+@compute @workgroup_size(WG)
+fn normalize_infer(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                   @builtin(local_invocation_index) lid: u32) {
+    let i = linear_index(wid, nwg, lid);
+    if (i >= p.rows * p.cols) { return; }
+    let c = i % p.cols;
+    write_y(i, c, moving_mean_in[c], inverseSqrt(moving_var_in[c] + p.epsilon));
+}
+
+// The upstream gradient, masked by the fused ReLU's output where there is one.
+fn grad(i: u32) -> f32 {
+    return select(dy[i], 0.0, p.relu != 0u && !(y[i] > 0.0));
+}
+
+// Backward pass 1: per (chunk, column) Σ dy and Σ dy * (x - mean) into the two planes of
+// partials (inv_std is applied once, in the merge).
+@compute @workgroup_size(WG)
+fn backward_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let t = tile(wid, lid);
+    let chunk = wid.y;
+    let start = chunk * p.chunk_rows;
+    let end = min(start + p.chunk_rows, p.rows);
+    var s_dy = 0.0;
+    var s_dyx = 0.0;
+    if (t.col < p.cols) {
+        let mean = saved[t.col];
+        for (var r = start + t.lane; r < end; r += t.lanes) {
+            let i = r * p.cols + t.col;
+            let g = grad(i);
+            s_dy += g;
+            s_dyx += g * (x[i] - mean);
+        }
+    }
+    sh_a[lid] = s_dy;
+    sh_b[lid] = s_dyx;
+    fold_sums(t, lid);
+    if (t.lane == 0u && t.col < p.cols && chunk < p.chunks) {
+        partials[chunk * p.cols + t.col] = sh_a[lid];
+        partials[(p.chunks + chunk) * p.cols + t.col] = sh_b[lid];
+    }
+}
+
+// Backward pass 2: dbeta = Σ dy, dgamma = Σ dy * x_hat, merged over the chunks.
+@compute @workgroup_size(WG)
+fn backward_merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let t = tile(wid, lid);
+    var s_dy = 0.0;
+    var s_dyx = 0.0;
+    if (t.col < p.cols) {
+        for (var k = t.lane; k < p.chunks; k += t.lanes) {
+            s_dy += partials_in[k * p.cols + t.col];
+            s_dyx += partials_in[(p.chunks + k) * p.cols + t.col];
+        }
+    }
+    sh_a[lid] = s_dy;
+    sh_b[lid] = s_dyx;
+    fold_sums(t, lid);
+    if (t.lane == 0u && t.col < p.cols) {
+        dbeta[t.col] = sh_a[lid];
+        dgamma[t.col] = sh_b[lid] * saved[p.cols + t.col];
+    }
+}
+
+// Backward pass 3: dx = gamma * inv_std / M * (M * dy - dbeta - x_hat * dgamma), M = rows.
+@compute @workgroup_size(WG)
+fn backward_dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let i = linear_index(wid, nwg, lid);
+    if (i >= p.rows * p.cols) { return; }
+    let c = i % p.cols;
+    let inv_std = saved[p.cols + c];
+    let x_hat = (x[i] - saved[c]) * inv_std;
+    let m = f32(p.rows);
+    out[i] = gamma[c] * inv_std * (grad(i) - (dbeta_in[c] + x_hat * dgamma_in[c]) / m);
+}

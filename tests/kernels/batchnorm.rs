@@ -1,0 +1,302 @@
+//! BatchNormalization (training and inference forward, backward, fused ReLU) against an f64
+//! reference: two-pass batch statistics, biased variance, Keras' moving-average update.
+
+use convoy::kernels::batchnorm::{self, BatchNormConfig};
+use convoy::Tensor;
+use rand::rngs::StdRng;
+use rand::RngExt;
+
+use crate::common::*;
+
+const SHAPES: &[&[usize]] = &[&[1, 1, 1, 3], &[2, 5, 7, 5], &[3, 9, 9, 17], &[4, 33], &[2, 3, 3, 64]];
+
+/// Inputs of one case: x is `offset[c] + scale[c] * u` per channel, so means sit away from
+/// zero and channels differ.
+struct Case {
+    shape: Vec<usize>,
+    c: usize,
+    x: Vec<f32>,
+    gamma: Vec<f32>,
+    beta: Vec<f32>,
+    moving_mean: Vec<f32>,
+    moving_var: Vec<f32>,
+}
+
+fn case(r: &mut StdRng, shape: &[usize], offset: f32) -> Case {
+    let c = *shape.last().unwrap();
+    let n: usize = shape.iter().product();
+    let offsets: Vec<f32> = (0..c).map(|_| offset + r.random_range(-2.0f32..2.0)).collect();
+    let scales: Vec<f32> = (0..c).map(|_| r.random_range(0.3f32..2.0)).collect();
+    let u = random(r, n);
+    let x = u.iter().enumerate().map(|(i, v)| offsets[i % c] + scales[i % c] * v).collect();
+    Case {
+        shape: shape.to_vec(),
+        c,
+        x,
+        gamma: (0..c).map(|_| r.random_range(0.5f32..1.5) * if r.random_bool(0.2) { -1.0 } else { 1.0 }).collect(),
+        beta: random(r, c),
+        moving_mean: random(r, c),
+        moving_var: (0..c).map(|_| r.random_range(0.5f32..2.0)).collect(),
+    }
+}
+
+/// f64 two-pass mean and biased variance per channel.
+fn stats(x: &[f32], c: usize) -> (Vec<f64>, Vec<f64>) {
+    let rows = (x.len() / c) as f64;
+    let mut mean = vec![0.0; c];
+    for (i, v) in x.iter().enumerate() {
+        mean[i % c] += *v as f64 / rows;
+    }
+    let mut var = vec![0.0; c];
+    for (i, v) in x.iter().enumerate() {
+        var[i % c] += (*v as f64 - mean[i % c]).powi(2) / rows;
+    }
+    (mean, var)
+}
+
+fn normalize(k: &Case, mean: &[f64], inv_std: &[f64], relu: bool) -> Vec<f64> {
+    k.x.iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let c = i % k.c;
+            let y = k.gamma[c] as f64 * (*v as f64 - mean[c]) * inv_std[c] + k.beta[c] as f64;
+            if relu { y.max(0.0) } else { y }
+        })
+        .collect()
+}
+
+/// f64 backward: returns (dx, dgamma, dbeta); `y` is the forward output the ReLU mask reads.
+fn backward_ref(k: &Case, y: &[f32], dy: &[f32], relu: bool) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (mean, var) = stats(&k.x, k.c);
+    let eps = BatchNormConfig::default().epsilon as f64;
+    let inv: Vec<f64> = var.iter().map(|v| 1.0 / (v + eps).sqrt()).collect();
+    let m = (k.x.len() / k.c) as f64;
+    let g: Vec<f64> = dy.iter().zip(y).map(|(g, y)| if relu && *y <= 0.0 { 0.0 } else { *g as f64 }).collect();
+    let x_hat: Vec<f64> = k.x.iter().enumerate().map(|(i, v)| (*v as f64 - mean[i % k.c]) * inv[i % k.c]).collect();
+    let (mut dgamma, mut dbeta) = (vec![0.0; k.c], vec![0.0; k.c]);
+    for i in 0..g.len() {
+        dbeta[i % k.c] += g[i];
+        dgamma[i % k.c] += g[i] * x_hat[i];
+    }
+    let dx = (0..g.len())
+        .map(|i| {
+            let c = i % k.c;
+            k.gamma[c] as f64 * inv[c] / m * (m * g[i] - dbeta[c] - x_hat[i] * dgamma[c])
+        })
+        .collect();
+    (dx, dgamma, dbeta)
+}
+
+/// gamma, beta, moving_mean, moving_var as 256-byte-aligned views of one buffer, the way a
+/// model lays its parameters out.
+fn parameters(k: &Case) -> [Tensor; 4] {
+    let stride = k.c.div_ceil(64) * 64;
+    let mut flat = vec![0.0f32; 4 * stride];
+    for (j, v) in [&k.gamma, &k.beta, &k.moving_mean, &k.moving_var].iter().enumerate() {
+        flat[j * stride..j * stride + k.c].copy_from_slice(v);
+    }
+    let all = upload(&flat, &[4 * stride]);
+    [0, 1, 2, 3].map(|j| all.view(j * stride, &[k.c]).unwrap())
+}
+
+/// Stale values in outputs must be overwritten, never accumulated into.
+fn stale(shape: &[usize]) -> Tensor {
+    upload(&vec![-3.0; shape.iter().product()], shape)
+}
+
+struct TrainOut {
+    y: Tensor,
+    saved: Tensor,
+    params: [Tensor; 4],
+    x: Tensor,
+}
+
+fn train(k: &Case, cfg: &BatchNormConfig) -> (TrainOut, Vec<convoy::kernels::Dispatch>) {
+    let d = device();
+    let params = parameters(k);
+    let [gamma, beta, mm, mv] = &params;
+    let (x, y, saved) = (upload(&k.x, &k.shape), stale(&k.shape), stale(&[2, k.c]));
+    let dispatches = batchnorm::forward_train(&d, cfg, &x, gamma, beta, mm, mv, &saved, &y).unwrap();
+    (TrainOut { y, saved, params, x }, dispatches)
+}
+
+/// Checks the training forward's outputs against f64; returns the worst relative error.
+fn check_train(name: &str, k: &Case, cfg: &BatchNormConfig, out: &TrainOut) -> f64 {
+    let (mean, var) = stats(&k.x, k.c);
+    let inv: Vec<f64> = var.iter().map(|v| 1.0 / (v + cfg.epsilon as f64).sqrt()).collect();
+    let saved = read(&out.saved);
+    let mom = cfg.momentum as f64;
+    let new_mm: Vec<f64> = k.moving_mean.iter().zip(&mean).map(|(o, b)| mom * *o as f64 + (1.0 - mom) * b).collect();
+    let new_mv: Vec<f64> = k.moving_var.iter().zip(&var).map(|(o, b)| mom * *o as f64 + (1.0 - mom) * b).collect();
+    [
+        assert_close(&format!("{name}: y"), &read(&out.y), &normalize(k, &mean, &inv, cfg.relu)),
+        assert_close(&format!("{name}: saved mean"), &saved[..k.c], &mean),
+        assert_close(&format!("{name}: saved inv_std"), &saved[k.c..], &inv),
+        assert_close(&format!("{name}: moving_mean"), &read(&out.params[2]), &new_mm),
+        assert_close(&format!("{name}: moving_var"), &read(&out.params[3]), &new_mv),
+    ]
+    .into_iter()
+    .fold(0.0, f64::max)
+}
+
+#[test]
+fn train_forward_matches_f64() {
+    let mut r = rng(31);
+    for shape in SHAPES {
+        for relu in [false, true] {
+            let k = case(&mut r, shape, 0.0);
+            let cfg = BatchNormConfig { momentum: 0.6, relu, ..Default::default() };
+            let (out, dispatches) = train(&k, &cfg);
+            run(&dispatches);
+            let e = check_train(&format!("train {shape:?} relu={relu}"), &k, &cfg, &out);
+            println!("train forward {shape:?} relu={relu}: rel err {e:.2e}");
+        }
+    }
+}
+
+#[test]
+fn inference_forward_matches_f64() {
+    let d = device();
+    let mut r = rng(32);
+    for shape in SHAPES {
+        for relu in [false, true] {
+            let k = case(&mut r, shape, 0.0);
+            let cfg = BatchNormConfig { relu, ..Default::default() };
+            let [gamma, beta, mm, mv] = &parameters(&k);
+            let (x, y) = (upload(&k.x, shape), stale(shape));
+            run(&batchnorm::forward_infer(&d, &cfg, &x, gamma, beta, mm, mv, &y).unwrap());
+            let mean: Vec<f64> = k.moving_mean.iter().map(|v| *v as f64).collect();
+            let inv: Vec<f64> = k.moving_var.iter().map(|v| 1.0 / (*v as f64 + cfg.epsilon as f64).sqrt()).collect();
+            let e = assert_close(&format!("infer {shape:?} relu={relu}"), &read(&y), &normalize(&k, &mean, &inv, relu));
+            println!("inference forward {shape:?} relu={relu}: rel err {e:.2e}");
+            assert_eq!(read(mm), k.moving_mean, "inference leaves the moving statistics alone");
+        }
+    }
+}
+
+/// Runs forward_train then backward; checks dx, dgamma and dbeta. Returns the worst error.
+fn check_backward(name: &str, k: &Case, cfg: &BatchNormConfig, dy: &[f32]) -> f64 {
+    let d = device();
+    let (out, mut dispatches) = train(k, cfg);
+    let (tdy, dx, dgamma, dbeta) = (upload(dy, &k.shape), stale(&k.shape), stale(&[k.c]), stale(&[k.c]));
+    dispatches.extend(batchnorm::backward(&d, cfg, &out.x, &out.y, &tdy, &out.params[0], &out.saved, &dx, &dgamma, &dbeta).unwrap());
+    run(&dispatches);
+    let (want_dx, want_dgamma, want_dbeta) = backward_ref(k, &read(&out.y), dy, cfg.relu);
+    [
+        assert_close(&format!("{name}: dx"), &read(&dx), &want_dx),
+        assert_close(&format!("{name}: dgamma"), &read(&dgamma), &want_dgamma),
+        assert_close(&format!("{name}: dbeta"), &read(&dbeta), &want_dbeta),
+    ]
+    .into_iter()
+    .fold(0.0, f64::max)
+}
+
+#[test]
+fn backward_matches_f64() {
+    let mut r = rng(33);
+    // A single row has dx = 0 exactly (every x equals its mean); the robustness tests cover it.
+    for shape in SHAPES.iter().filter(|s| s[..s.len() - 1].iter().product::<usize>() > 1) {
+        for relu in [false, true] {
+            let k = case(&mut r, shape, 0.0);
+            let dy = random(&mut r, k.x.len());
+            let e = check_backward(&format!("backward {shape:?} relu={relu}"), &k, &BatchNormConfig { relu, ..Default::default() }, &dy);
+            println!("backward {shape:?} relu={relu}: rel err {e:.2e}");
+        }
+    }
+}
+
+#[test]
+fn many_rows_are_merged_across_workgroups_and_stay_stable() {
+    // 70,000 rows of 3 channels with means near 100 and unit spread: E[x²] − E[x]² in f32
+    // would lose about four digits here; the Welford/Chan merge must not.
+    let d = device();
+    let mut r = rng(34);
+    let k = case(&mut r, &[7, 100, 100, 3], 100.0);
+    let cfg = BatchNormConfig { momentum: 0.6, relu: true, ..Default::default() };
+    let (out, dispatches) = train(&k, &cfg);
+    assert!(dispatches[0].groups()[1] > 1, "statistics ran in one chunk: {:?}", dispatches[0].groups());
+    run(&dispatches);
+    let e = check_train("70,000 rows", &k, &cfg, &out);
+    println!("train forward 70,000 x 3 relu: rel err {e:.2e}");
+    let dy = random(&mut r, k.x.len());
+    let e = check_backward("70,000 rows", &k, &cfg, &dy);
+    println!("backward 70,000 x 3 relu: rel err {e:.2e}");
+    drop(d);
+}
+
+/// Runs forward_train and backward and returns (y, saved, moving_mean, moving_var, dx, dgamma, dbeta).
+fn step(k: &Case, cfg: &BatchNormConfig, dy: &[f32]) -> [Vec<f32>; 7] {
+    let d = device();
+    let (out, mut dispatches) = train(k, cfg);
+    let (tdy, dx, dgamma, dbeta) = (upload(dy, &k.shape), stale(&k.shape), stale(&[k.c]), stale(&[k.c]));
+    dispatches.extend(batchnorm::backward(&d, cfg, &out.x, &out.y, &tdy, &out.params[0], &out.saved, &dx, &dgamma, &dbeta).unwrap());
+    run(&dispatches);
+    [&out.y, &out.saved, &out.params[2], &out.params[3], &dx, &dgamma, &dbeta].map(read)
+}
+
+fn assert_finite(case: &str, named: &[(&str, &Vec<f32>)]) {
+    for (name, v) in named {
+        assert!(v.iter().all(|x| x.is_finite()), "{case}: {name} is not finite: {v:?}");
+    }
+}
+
+#[test]
+fn a_batch_of_one_pixel_is_finite() {
+    // Variance 0 over a single row: y = beta, the gradient flows only to beta.
+    let mut r = rng(35);
+    for relu in [false, true] {
+        let k = case(&mut r, &[1, 1, 1, 6], 0.0);
+        let dy = random(&mut r, 6);
+        let cfg = BatchNormConfig { relu, ..Default::default() };
+        let [y, saved, mm, mv, dx, dgamma, dbeta] = step(&k, &cfg, &dy);
+        assert_finite("batch of one", &[("y", &y), ("saved", &saved), ("moving_mean", &mm), ("moving_var", &mv), ("dx", &dx), ("dgamma", &dgamma), ("dbeta", &dbeta)]);
+        let want_y: Vec<f64> = k.beta.iter().map(|b| if relu { (*b as f64).max(0.0) } else { *b as f64 }).collect();
+        assert_close("batch of one: y", &y, &want_y);
+        let want_mv: Vec<f64> = k.moving_var.iter().map(|v| 0.99 * *v as f64).collect();
+        assert_close("batch of one: moving_var", &mv, &want_mv);
+        let want_dbeta: Vec<f64> = dy.iter().zip(&y).map(|(g, y)| if relu && *y <= 0.0 { 0.0 } else { *g as f64 }).collect();
+        assert_close("batch of one: dbeta", &dbeta, &want_dbeta);
+        assert!(dx.iter().chain(&dgamma).all(|v| v.abs() < 1e-6), "batch of one: dx {dx:?} dgamma {dgamma:?} should vanish");
+    }
+}
+
+#[test]
+fn a_constant_batch_is_finite() {
+    let mut r = rng(36);
+    let mut k = case(&mut r, &[4, 3, 3, 5], 0.0);
+    k.x = (0..k.x.len()).map(|i| [3.7f32, -0.25, 0.0, 1e3, -42.0][i % 5]).collect();
+    let dy = random(&mut r, k.x.len());
+    let cfg = BatchNormConfig { relu: true, ..Default::default() };
+    let [y, saved, mm, mv, dx, dgamma, dbeta] = step(&k, &cfg, &dy);
+    assert_finite("constant batch", &[("y", &y), ("saved", &saved), ("moving_mean", &mm), ("moving_var", &mv), ("dx", &dx), ("dgamma", &dgamma), ("dbeta", &dbeta)]);
+    let want_y: Vec<f64> = (0..y.len()).map(|i| (k.beta[i % 5] as f64).max(0.0)).collect();
+    assert_close("constant batch: y", &y, &want_y);
+    assert_close("constant batch: saved mean", &saved[..5], &[3.7f32, -0.25, 0.0, 1e3, -42.0].map(|v| v as f64));
+    let (want_dx, want_dgamma, want_dbeta) = backward_ref(&k, &y, &dy, true);
+    assert!(dx.iter().zip(&want_dx).all(|(g, w)| (*g as f64 - w).abs() < 1e-5), "constant batch: dx {dx:?}");
+    assert!(dgamma.iter().zip(&want_dgamma).all(|(g, w)| (*g as f64 - w).abs() < 1e-5), "constant batch: dgamma {dgamma:?}");
+    assert_close("constant batch: dbeta", &dbeta, &want_dbeta);
+}
+
+#[test]
+fn bad_shapes_and_configs_are_refused() {
+    let d = device();
+    let z = |s: &[usize]| d.zeros(s).unwrap();
+    let (x, y, saved) = (z(&[2, 3, 3, 8]), z(&[2, 3, 3, 8]), z(&[2, 8]));
+    let (g, b, mm, mv) = (z(&[8]), z(&[8]), z(&[8]), z(&[8]));
+    let cfg = BatchNormConfig::default();
+    assert!(batchnorm::forward_train(&d, &cfg, &x, &g, &b, &mm, &mv, &saved, &y).is_ok());
+    let e = batchnorm::forward_train(&d, &cfg, &x, &z(&[7]), &b, &mm, &mv, &saved, &y).unwrap_err().to_string();
+    assert!(e.contains("gamma") && e.contains("[7]") && e.contains("[2, 3, 3, 8]"), "message names the shapes: {e}");
+    assert!(batchnorm::forward_train(&d, &cfg, &x, &g, &b, &mm, &mv, &z(&[8]), &y).is_err(), "saved must be [2, C]");
+    assert!(batchnorm::forward_train(&d, &cfg, &x, &g, &b, &mm, &mv, &saved, &z(&[2, 3, 8, 3])).is_err(), "y must match x");
+    assert!(batchnorm::forward_train(&d, &cfg, &x, &g, &b, &mm, &mv, &saved, &x).is_err(), "y may not alias x");
+    assert!(batchnorm::forward_train(&d, &cfg, &x, &g, &b, &mm, &mm, &saved, &y).is_err(), "moving stats may not alias");
+    let bad = BatchNormConfig { epsilon: 0.0, ..cfg };
+    assert!(batchnorm::forward_train(&d, &bad, &x, &g, &b, &mm, &mv, &saved, &y).is_err(), "epsilon 0");
+    let bad = BatchNormConfig { momentum: 1.5, ..cfg };
+    assert!(batchnorm::forward_infer(&d, &bad, &x, &g, &b, &mm, &mv, &y).is_err(), "momentum 1.5");
+    assert!(batchnorm::forward_infer(&d, &cfg, &z(&[0, 8]), &g, &b, &mm, &mv, &z(&[0, 8])).is_err(), "no rows");
+    assert!(batchnorm::backward(&d, &cfg, &x, &y, &y, &g, &saved, &z(&[2, 3, 3, 8]), &z(&[8]), &z(&[9])).is_err(), "dbeta must be [C]");
+    assert!(batchnorm::backward(&d, &cfg, &x, &y, &y, &g, &saved, &y, &z(&[8]), &z(&[8])).is_err(), "dx may not alias y");
+}
