@@ -13,6 +13,9 @@
 //!   allocating.
 
 pub mod elementwise;
+pub mod image;
+pub mod loss;
+pub mod pool;
 
 use crate::device::Device;
 use crate::{bail, Result};
@@ -33,9 +36,12 @@ macro_rules! shader {
     };
 }
 shader!(ELEMENTWISE, "elementwise.wgsl");
+shader!(IMAGE, "image.wgsl");
+shader!(LOSS, "loss.wgsl");
+shader!(POOL, "pool.wgsl");
 
 /// Every shader file, for validation tests.
-pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE];
+pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &IMAGE, &LOSS, &POOL];
 
 /// One recorded kernel launch: pipeline, bindings and grid, ready to replay.
 #[derive(Clone, Debug)]

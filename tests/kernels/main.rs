@@ -2,4 +2,7 @@
 //! shapes, and every WGSL file through naga.
 mod common;
 mod elementwise;
+mod image;
+mod loss;
+mod pool;
 mod shaders;
