@@ -17,6 +17,9 @@ pub mod conv2d;
 pub mod dense;
 pub mod elementwise;
 pub mod gemm;
+pub mod image;
+pub mod loss;
+pub mod pool;
 pub mod reduce;
 
 use crate::device::Device;
@@ -41,9 +44,12 @@ shader!(ELEMENTWISE, "elementwise.wgsl");
 shader!(CONV2D, "conv2d.wgsl");
 shader!(REDUCE, "reduce.wgsl");
 shader!(BATCHNORM, "batchnorm.wgsl");
+shader!(POOL, "pool.wgsl");
+shader!(LOSS, "loss.wgsl");
+shader!(IMAGE, "image.wgsl");
 
 /// Every shader file, for validation tests.
-pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &REDUCE, &BATCHNORM];
+pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &REDUCE, &BATCHNORM, &POOL, &LOSS, &IMAGE];
 
 /// One recorded kernel launch: pipeline, bindings and grid, ready to replay.
 #[derive(Clone, Debug)]

@@ -6,4 +6,7 @@ mod conv2d;
 mod dense;
 mod elementwise;
 mod reduce;
+mod image;
+mod loss;
+mod pool;
 mod shaders;

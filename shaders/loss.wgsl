@@ -1,0 +1,130 @@
+// Losses with their gradients fused: softmax cross-entropy over integer labels (with the
+// rank of the label's logit, for accuracy metrics) and mean squared error. One workgroup per
+// row; the row grid may be folded into 2-D (see src/kernels/mod.rs).
+
+struct Params {
+    rows: u32,
+    // classes (cross-entropy) or outputs per row (MSE)
+    k: u32,
+    // the gradient's factor: 1 / global batch, since replicas' gradients are summed
+    scale: f32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+// logits or predictions, [rows, k]
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> labels: array<u32>;
+// MSE targets, [rows, k]
+@group(0) @binding(3) var<storage, read> targets: array<f32>;
+@group(0) @binding(4) var<storage, read_write> loss: array<f32>;
+@group(0) @binding(5) var<storage, read_write> grad: array<f32>;
+@group(0) @binding(6) var<storage, read_write> rank: array<u32>;
+
+// Invocations per row, shared with `ROW_THREADS` in src/kernels/loss.rs. Rows are short
+// (classes), so a small group keeps most invocations busy.
+const ROW: u32 = 64u;
+
+var<workgroup> red_f: array<f32, ROW>;
+var<workgroup> red_u: array<u32, ROW>;
+
+fn reduce_max(lid: u32, v: f32) -> f32 {
+    red_f[lid] = v;
+    workgroupBarrier();
+    for (var s = ROW / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) { red_f[lid] = max(red_f[lid], red_f[lid + s]); }
+        workgroupBarrier();
+    }
+    let r = red_f[0];
+    // the next reduction must not overwrite red_f[0] before everyone has read it
+    workgroupBarrier();
+    return r;
+}
+
+struct Sums {
+    f: f32,
+    n: u32,
+}
+
+// Sums a float and a count in one pass of barriers.
+fn reduce_sum(lid: u32, v: f32, n: u32) -> Sums {
+    red_f[lid] = v;
+    red_u[lid] = n;
+    workgroupBarrier();
+    for (var s = ROW / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            red_f[lid] += red_f[lid + s];
+            red_u[lid] += red_u[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let r = Sums(red_f[0], red_u[0]);
+    workgroupBarrier();
+    return r;
+}
+
+fn row_of(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return wid.x + wid.y * nwg.x;
+}
+
+// loss = logsumexp(row) - row[label], computed after subtracting the row's max so ±80 logits
+// stay finite; grad = scale * (softmax - onehot(label)); rank = classes scoring strictly above
+// the label. A label >= k reads in bounds and yields a NaN loss and rank k.
+@compute @workgroup_size(ROW)
+fn softmax_cross_entropy(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                         @builtin(local_invocation_index) lid: u32) {
+    let row = row_of(wid, nwg);
+    // uniform across the workgroup, so no barrier is skipped by part of it
+    if (row >= p.rows) { return; }
+    let base = row * p.k;
+    var m = a[base];
+    for (var j = lid; j < p.k; j += ROW) {
+        m = max(m, a[base + j]);
+    }
+    m = reduce_max(lid, m);
+
+    let label = labels[row];
+    let valid = label < p.k;
+    let safe = min(label, p.k - 1u);
+    let target_logit = a[base + safe];
+    var s = 0.0;
+    var above = 0u;
+    for (var j = lid; j < p.k; j += ROW) {
+        let v = a[base + j];
+        s += exp(v - m);
+        above += select(0u, 1u, v > target_logit);
+    }
+    let sums = reduce_sum(lid, s, above);
+    let total = sums.f;
+
+    for (var j = lid; j < p.k; j += ROW) {
+        let prob = exp(a[base + j] - m) / total;
+        grad[base + j] = p.scale * (prob - select(0.0, 1.0, j == label));
+    }
+    if (lid == 0u) {
+        // WGSL rejects NaN in constant expressions, so its bits depend on a runtime value
+        let nan = bitcast<f32>(0x7fc00000u | (label & 1u));
+        loss[row] = select(nan, log(total) + (m - target_logit), valid);
+        rank[row] = select(p.k, sums.n, valid);
+    }
+}
+
+// loss = mean over the row of (pred - target)^2; grad = scale * 2 * (pred - target) / k.
+@compute @workgroup_size(ROW)
+fn mean_squared_error(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                      @builtin(local_invocation_index) lid: u32) {
+    let row = row_of(wid, nwg);
+    if (row >= p.rows) { return; }
+    let base = row * p.k;
+    let kf = f32(p.k);
+    var s = 0.0;
+    for (var j = lid; j < p.k; j += ROW) {
+        let d = a[base + j] - targets[base + j];
+        s += d * d;
+        grad[base + j] = p.scale * 2.0 * d / kf;
+    }
+    let sums = reduce_sum(lid, s, 0u);
+    if (lid == 0u) {
+        loss[row] = sums.f / kf;
+    }
+}

@@ -1,0 +1,216 @@
+// Pooling over NHWC f32 tensors: max and average pooling with Keras "valid"/"same" padding,
+// and global average pooling. One invocation per output element of each kernel; the grid may
+// be folded into 2-D (see src/kernels/mod.rs).
+//
+// Backward kernels are gathers (one invocation per input-gradient element, summing over the
+// windows that cover it) because WGSL has no float atomics; they overwrite their output.
+
+struct Params {
+    batch: u32,
+    in_h: u32,
+    in_w: u32,
+    channels: u32,
+    pool_h: u32,
+    pool_w: u32,
+    stride_h: u32,
+    stride_w: u32,
+    pad_top: u32,
+    pad_left: u32,
+    out_h: u32,
+    out_w: u32,
+    // invocations that do work: the element count of the kernel's output
+    n: u32,
+    _p0: u32,
+    _p1: u32,
+    _p2: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+// forward: x; backward: dy
+@group(0) @binding(1) var<storage, read> src: array<f32>;
+// max_pool_backward: the forward's argmax
+@group(0) @binding(2) var<storage, read> arg_in: array<u32>;
+// forward: y; backward: dx
+@group(0) @binding(3) var<storage, read_write> dst: array<f32>;
+// max_pool_forward: for each output, the input position `h * in_w + w` it took its value from
+@group(0) @binding(4) var<storage, read_write> arg_out: array<u32>;
+
+override WG: u32 = 256u;
+
+// The argmax of a window that holds no input element (cannot happen with Keras padding, but
+// the kernel must not index with garbage if it did).
+const NONE: u32 = 0xffffffffu;
+
+fn index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+    return (wid.x + wid.y * nwg.x) * WG + lid;
+}
+
+// An output position and the input rows/columns its window covers, clipped to the input:
+// padded positions take no part in max or mean.
+struct Window {
+    b: u32,
+    oh: u32,
+    ow: u32,
+    c: u32,
+    h_lo: u32,
+    h_hi: u32,
+    w_lo: u32,
+    w_hi: u32,
+}
+
+fn clip(o: u32, stride: u32, pad: u32, pool: u32, size: u32) -> vec2<u32> {
+    let start = i32(o * stride) - i32(pad);
+    return vec2<u32>(u32(max(start, 0)), u32(clamp(start + i32(pool), 0, i32(size))));
+}
+
+fn window_of(i: u32) -> Window {
+    var w: Window;
+    w.c = i % p.channels;
+    var r = i / p.channels;
+    w.ow = r % p.out_w;
+    r = r / p.out_w;
+    w.oh = r % p.out_h;
+    w.b = r / p.out_h;
+    let hs = clip(w.oh, p.stride_h, p.pad_top, p.pool_h, p.in_h);
+    let ws = clip(w.ow, p.stride_w, p.pad_left, p.pool_w, p.in_w);
+    w.h_lo = hs.x;
+    w.h_hi = hs.y;
+    w.w_lo = ws.x;
+    w.w_hi = ws.y;
+    return w;
+}
+
+fn in_index(b: u32, h: u32, w: u32, c: u32) -> u32 {
+    return ((b * p.in_h + h) * p.in_w + w) * p.channels + c;
+}
+
+fn out_index(b: u32, oh: u32, ow: u32, c: u32) -> u32 {
+    return ((b * p.out_h + oh) * p.out_w + ow) * p.channels + c;
+}
+
+// The range of outputs whose windows cover input row (or column) `i`:
+// o * stride - pad <= i < o * stride - pad + pool. Empty when x > y.
+fn covering(i: u32, stride: u32, pad: u32, pool: u32, out: u32) -> vec2<u32> {
+    let t = i + pad;
+    let lo = select(0u, (t + 1u - pool + stride - 1u) / stride, t + 1u > pool);
+    let hi = min(t / stride, out - 1u);
+    return vec2<u32>(lo, hi);
+}
+
+// Input-gradient element `i` decoded as (b, h, w, c).
+fn input_position(i: u32) -> vec4<u32> {
+    let c = i % p.channels;
+    var r = i / p.channels;
+    let w = r % p.in_w;
+    r = r / p.in_w;
+    return vec4<u32>(r / p.in_h, r % p.in_h, w, c);
+}
+
+@compute @workgroup_size(WG)
+fn max_pool_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                    @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    let win = window_of(i);
+    var best = 0.0;
+    var arg = NONE;
+    for (var h = win.h_lo; h < win.h_hi; h++) {
+        for (var w = win.w_lo; w < win.w_hi; w++) {
+            let v = src[in_index(win.b, h, w, win.c)];
+            // strict: on ties the first maximum in row-major window order wins
+            if (arg == NONE || v > best) {
+                best = v;
+                arg = h * p.in_w + w;
+            }
+        }
+    }
+    dst[i] = best;
+    arg_out[i] = arg;
+}
+
+// dx at an input position is the sum of dy over the outputs whose argmax chose it.
+@compute @workgroup_size(WG)
+fn max_pool_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                     @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    let pos = input_position(i);
+    let here = pos.y * p.in_w + pos.z;
+    let rows = covering(pos.y, p.stride_h, p.pad_top, p.pool_h, p.out_h);
+    let cols = covering(pos.z, p.stride_w, p.pad_left, p.pool_w, p.out_w);
+    var g = 0.0;
+    for (var oh = rows.x; oh <= rows.y; oh++) {
+        for (var ow = cols.x; ow <= cols.y; ow++) {
+            let o = out_index(pos.x, oh, ow, pos.w);
+            if (arg_in[o] == here) {
+                g += src[o];
+            }
+        }
+    }
+    dst[i] = g;
+}
+
+// Keras (TensorFlow) semantics: the mean is over the input elements of the window only.
+@compute @workgroup_size(WG)
+fn avg_pool_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                    @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    let win = window_of(i);
+    var s = 0.0;
+    for (var h = win.h_lo; h < win.h_hi; h++) {
+        for (var w = win.w_lo; w < win.w_hi; w++) {
+            s += src[in_index(win.b, h, w, win.c)];
+        }
+    }
+    let count = (win.h_hi - win.h_lo) * (win.w_hi - win.w_lo);
+    dst[i] = select(0.0, s / f32(count), count > 0u);
+}
+
+@compute @workgroup_size(WG)
+fn avg_pool_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                     @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    let pos = input_position(i);
+    let rows = covering(pos.y, p.stride_h, p.pad_top, p.pool_h, p.out_h);
+    let cols = covering(pos.z, p.stride_w, p.pad_left, p.pool_w, p.out_w);
+    var g = 0.0;
+    for (var oh = rows.x; oh <= rows.y; oh++) {
+        let hs = clip(oh, p.stride_h, p.pad_top, p.pool_h, p.in_h);
+        for (var ow = cols.x; ow <= cols.y; ow++) {
+            let ws = clip(ow, p.stride_w, p.pad_left, p.pool_w, p.in_w);
+            // this window covers `i`, so its count is at least one
+            let count = (hs.y - hs.x) * (ws.y - ws.x);
+            g += src[out_index(pos.x, oh, ow, pos.w)] / f32(count);
+        }
+    }
+    dst[i] = g;
+}
+
+// y[b, c] = mean over h, w of x[b, h, w, c]; adjacent invocations read adjacent channels.
+@compute @workgroup_size(WG)
+fn global_avg_pool_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                           @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    let c = i % p.channels;
+    let b = i / p.channels;
+    let hw = p.in_h * p.in_w;
+    var s = 0.0;
+    for (var j = 0u; j < hw; j++) {
+        s += src[(b * hw + j) * p.channels + c];
+    }
+    dst[i] = s / f32(hw);
+}
+
+@compute @workgroup_size(WG)
+fn global_avg_pool_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                            @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    let hw = p.in_h * p.in_w;
+    let c = i % p.channels;
+    let b = i / (hw * p.channels);
+    dst[i] = src[b * p.channels + c] / f32(hw);
+}

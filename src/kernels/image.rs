@@ -1,0 +1,70 @@
+//! Image input normalisation (`shaders/image.wgsl`): u8 pixels, uploaded four to a word,
+//! become `(x / 255 - mean[c]) / std[c]` in f32 on the GPU.
+//!
+//! # Shapes
+//! `x`: `[batch, height, width, channels]` u8 -> `y`: the same shape, f32.
+
+use bytemuck::{Pod, Zeroable};
+use wgpu::util::DeviceExt;
+
+use super::{expect_shape, grid_for, u32_of, Dispatch, IMAGE, WG_CONST};
+use crate::{bail, DType, Device, Result, Tensor};
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct Params {
+    n: u32,
+    channels: u32,
+    _pad: [u32; 2],
+}
+
+/// `y = (x / 255 - mean[c]) / std[c]` for every pixel of a u8 NHWC batch; `mean` and `std`
+/// hold one value per channel.
+///
+/// # Shapes
+/// `x`: `[batch, height, width, channels]` u8 -> `y`: `[batch, height, width, channels]` f32.
+pub fn normalize_u8(device: &Device, x: &Tensor, mean: &[f32], std: &[f32], y: &Tensor) -> Result<Dispatch> {
+    let k = "normalize_u8";
+    let &[_, _, _, channels] = x.shape() else {
+        bail!(Shape, "{k}: x must be [batch, height, width, channels], got {:?}", x.shape());
+    };
+    expect_shape(k, "y", y, x.shape())?;
+    if x.dtype() != DType::U8 || y.dtype() != DType::F32 {
+        bail!(Shape, "{k}: x {:?} must be U8 and y {:?} F32, got {:?} and {:?}", x.shape(), y.shape(), x.dtype(), y.dtype());
+    }
+    if channels == 0 {
+        bail!(Shape, "{k}: x {:?} has no channels", x.shape());
+    }
+    if mean.len() != channels || std.len() != channels {
+        bail!(Shape, "{k}: {channels} channels but {} means and {} standard deviations", mean.len(), std.len());
+    }
+    if let Some(s) = std.iter().find(|s| !(s.is_finite() && **s != 0.0)) {
+        bail!(Config, "{k}: standard deviations must be finite and non-zero, got {s} in {std:?}");
+    }
+    if x.same_storage(y) {
+        bail!(Shape, "{k}: x {:?} and y {:?} share a buffer", x.shape(), y.shape());
+    }
+    // Folded in f64 so the kernel's one multiply-add rounds once.
+    let affine: Vec<f32> = mean
+        .iter()
+        .zip(std)
+        .flat_map(|(&m, &s)| [(1.0 / (255.0 * s as f64)) as f32, (-(m as f64) / s as f64) as f32])
+        .collect();
+    // A buffer of its own, held by the bind group as long as the dispatch lives.
+    let table = device.wgpu().create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: Some("normalize_u8 mean/std"),
+        contents: bytemuck::cast_slice(&affine),
+        usage: wgpu::BufferUsages::STORAGE,
+    });
+    // The shader rounds the pixel count up to whole words in u32.
+    u32_of(k, "pixels + 3", x.len() + 3)?;
+    let params = Params { n: u32_of(k, "pixels", x.len())?, channels: u32_of(k, "channels", channels)?, _pad: [0; 2] };
+    let uniform = device.uniform(&params);
+    let bindings = [
+        (0, uniform.as_entire_buffer_binding()),
+        (1, x.binding()),
+        (2, table.as_entire_buffer_binding()),
+        (3, y.binding()),
+    ];
+    Ok(Dispatch::new(device, &IMAGE, k, &[WG_CONST], &bindings, grid_for(device, x.len().div_ceil(4))?))
+}

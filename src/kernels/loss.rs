@@ -1,0 +1,118 @@
+//! Losses with their gradients in one kernel (`shaders/loss.wgsl`): softmax cross-entropy
+//! over integer labels and mean squared error. One workgroup per row.
+//!
+//! # Shapes
+//! Predictions, targets and gradients `[batch, classes]`; labels, per-row losses and ranks
+//! `[batch]`.
+
+use bytemuck::{Pod, Zeroable};
+
+use super::{expect_shape, grid, u32_of, Dispatch, LOSS};
+use crate::{bail, DType, Device, Result, Tensor};
+
+/// Invocations per row; the shader's `ROW`.
+pub const ROW_THREADS: u32 = 64;
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct Params {
+    rows: u32,
+    k: u32,
+    scale: f32,
+    _pad: u32,
+}
+
+/// `[rows, k]` of a 2-d tensor with at least one column.
+fn rows_and_k(kernel: &str, operand: &str, t: &Tensor) -> Result<(usize, usize)> {
+    match *t.shape() {
+        [rows, k] if k > 0 => Ok((rows, k)),
+        _ => bail!(Shape, "{kernel}: {operand} must be [batch, classes] with classes > 0, got {:?}", t.shape()),
+    }
+}
+
+fn expect_dtype(kernel: &str, operand: &str, t: &Tensor, dtype: DType) -> Result<()> {
+    if t.dtype() != dtype {
+        bail!(Shape, "{kernel}: {operand} {:?} is {:?}, expected {dtype:?}", t.shape(), t.dtype());
+    }
+    Ok(())
+}
+
+/// wgpu refuses a buffer bound read-only and read-write in one dispatch (views of one buffer
+/// included), and overlapping outputs would race: refuse both on the host.
+fn expect_separate(kernel: &str, outputs: &[(&str, &Tensor)], inputs: &[(&str, &Tensor)]) -> Result<()> {
+    for (i, (out, o)) in outputs.iter().enumerate() {
+        for (name, t) in inputs {
+            if o.same_storage(t) {
+                bail!(Shape, "{kernel}: output {out} {:?} shares a buffer with input {name} {:?}", o.shape(), t.shape());
+            }
+        }
+        for (name, t) in &outputs[i + 1..] {
+            if o.overlaps(t) {
+                bail!(Shape, "{kernel}: outputs {out} {:?} and {name} {:?} overlap", o.shape(), t.shape());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn launch(device: &Device, entry: &'static str, rows: usize, k: usize, scale: f32, bindings: &[(u32, &Tensor)]) -> Result<Dispatch> {
+    let params = Params { rows: u32_of(entry, "rows", rows)?, k: u32_of(entry, "classes", k)?, scale, _pad: 0 };
+    u32_of(entry, "elements", rows * k)?;
+    Ok(Dispatch::with_params(device, &LOSS, entry, &[], &params, bindings, grid(device, rows as u64)?))
+}
+
+/// Softmax cross-entropy with integer labels, forward and backward fused:
+/// `loss[i] = -log softmax(logits[i])[labels[i]]`, `dlogits = scale * (softmax - onehot)`,
+/// and `rank[i]` = the number of classes whose logit is strictly greater than the label's
+/// (top-1 correct iff `rank == 0`, top-k iff `rank < k`). `scale` is `1 / global batch`.
+/// Labels must be validated on the host; a label `>= classes` gives a NaN loss, rank
+/// `classes` and `dlogits = scale * softmax`, and reads nothing out of bounds.
+///
+/// # Shapes
+/// `logits`: `[batch, classes]` f32, `labels`: `[batch]` u32 -> `loss`: `[batch]` f32,
+/// `dlogits`: `[batch, classes]` f32, `rank`: `[batch]` u32.
+pub fn softmax_cross_entropy(
+    device: &Device,
+    logits: &Tensor,
+    labels: &Tensor,
+    scale: f32,
+    loss: &Tensor,
+    dlogits: &Tensor,
+    rank: &Tensor,
+) -> Result<Dispatch> {
+    let kn = "softmax_cross_entropy";
+    let (rows, k) = rows_and_k(kn, "logits", logits)?;
+    expect_shape(kn, "labels", labels, &[rows])?;
+    expect_shape(kn, "loss", loss, &[rows])?;
+    expect_shape(kn, "dlogits", dlogits, &[rows, k])?;
+    expect_shape(kn, "rank", rank, &[rows])?;
+    for (name, t, dtype) in [
+        ("logits", logits, DType::F32),
+        ("labels", labels, DType::U32),
+        ("loss", loss, DType::F32),
+        ("dlogits", dlogits, DType::F32),
+        ("rank", rank, DType::U32),
+    ] {
+        expect_dtype(kn, name, t, dtype)?;
+    }
+    expect_separate(kn, &[("loss", loss), ("dlogits", dlogits), ("rank", rank)], &[("logits", logits), ("labels", labels)])?;
+    launch(device, kn, rows, k, scale, &[(1, logits), (2, labels), (4, loss), (5, dlogits), (6, rank)])
+}
+
+/// Mean squared error, forward and backward fused: `loss[i] = mean_k (pred - target)^2`,
+/// `dpred = scale * 2 * (pred - target) / k`.
+///
+/// # Shapes
+/// `pred`, `target`: `[batch, k]` -> `loss`: `[batch]`, `dpred`: `[batch, k]`.
+pub fn mean_squared_error(device: &Device, pred: &Tensor, target: &Tensor, scale: f32, loss: &Tensor, dpred: &Tensor) -> Result<Dispatch> {
+    let kn = "mean_squared_error";
+    let (rows, k) = rows_and_k(kn, "pred", pred)?;
+    expect_shape(kn, "target", target, &[rows, k])?;
+    expect_shape(kn, "loss", loss, &[rows])?;
+    expect_shape(kn, "dpred", dpred, &[rows, k])?;
+    for (name, t) in [("pred", pred), ("target", target), ("loss", loss), ("dpred", dpred)] {
+        expect_dtype(kn, name, t, DType::F32)?;
+    }
+    expect_separate(kn, &[("loss", loss), ("dpred", dpred)], &[("pred", pred), ("target", target)])?;
+    launch(device, kn, rows, k, scale, &[(1, pred), (3, target), (4, loss), (5, dpred)])
+}

@@ -1,0 +1,279 @@
+//! MaxPooling2D, AveragePooling2D and GlobalAveragePooling2D over NHWC tensors
+//! (`shaders/pool.wgsl`), with Keras' `"valid"`/`"same"` padding.
+//!
+//! # Shapes
+//! `x`, `dx`: `[batch, in_h, in_w, channels]`; `y`, `dy`, `argmax`: `[batch, out_h, out_w,
+//! channels]`; global pooling outputs `[batch, channels]`.
+
+use bytemuck::{Pod, Zeroable};
+
+use super::{expect_shape, grid_for, u32_of, Dispatch, POOL, WG_CONST};
+use crate::{bail, DType, Device, Error, Result, Tensor};
+
+/// Keras' `padding` argument of the pooling layers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolPadding {
+    /// Only windows that fit entirely inside the input.
+    Valid,
+    /// `ceil(in / stride)` outputs; the padding is split with the extra row/column at the
+    /// bottom/right, and padded positions take no part in the max or the mean.
+    Same,
+}
+
+impl std::str::FromStr for PoolPadding {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "valid" => Ok(PoolPadding::Valid),
+            "same" => Ok(PoolPadding::Same),
+            _ => bail!(Config, "padding must be \"valid\" or \"same\", got {s:?}"),
+        }
+    }
+}
+
+/// Where every pooling window of a 2-D pooling layer lies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pool2dGeometry {
+    pub batch: usize,
+    pub in_h: usize,
+    pub in_w: usize,
+    pub channels: usize,
+    pub pool_h: usize,
+    pub pool_w: usize,
+    pub stride_h: usize,
+    pub stride_w: usize,
+    pub pad_top: usize,
+    pub pad_left: usize,
+    pub out_h: usize,
+    pub out_w: usize,
+}
+
+/// (outputs, padding before) along one axis, as TensorFlow computes them.
+fn axis(size: usize, pool: usize, stride: usize, padding: PoolPadding) -> Option<(usize, usize)> {
+    match padding {
+        PoolPadding::Valid => size.checked_sub(pool).map(|d| (d / stride + 1, 0)),
+        PoolPadding::Same => {
+            let out = size.div_ceil(stride);
+            let total = ((out - 1) * stride + pool).saturating_sub(size);
+            Some((out, total / 2))
+        }
+    }
+}
+
+impl Pool2dGeometry {
+    /// `strides` defaults to `pool_size`, as in Keras.
+    ///
+    /// # Shapes
+    /// `input_shape`: `[batch, height, width, channels]`.
+    pub fn new(input_shape: &[usize], pool_size: [usize; 2], strides: Option<[usize; 2]>, padding: PoolPadding) -> Result<Self> {
+        let strides = strides.unwrap_or(pool_size);
+        let &[batch, in_h, in_w, channels] = input_shape else {
+            bail!(Shape, "pooling expects a 4-d NHWC input, got {input_shape:?}");
+        };
+        if pool_size.contains(&0) || strides.contains(&0) {
+            bail!(Config, "pooling needs positive pool_size and strides, got {pool_size:?} and {strides:?}");
+        }
+        if in_h == 0 || in_w == 0 || channels == 0 {
+            bail!(Shape, "pooling input {input_shape:?} is empty");
+        }
+        let too_small = || Error::Shape(format!("pooling input {input_shape:?} is smaller than pool_size {pool_size:?} with padding \"valid\""));
+        let (out_h, pad_top) = axis(in_h, pool_size[0], strides[0], padding).ok_or_else(too_small)?;
+        let (out_w, pad_left) = axis(in_w, pool_size[1], strides[1], padding).ok_or_else(too_small)?;
+        let g = Pool2dGeometry {
+            batch,
+            in_h,
+            in_w,
+            channels,
+            pool_h: pool_size[0],
+            pool_w: pool_size[1],
+            stride_h: strides[0],
+            stride_w: strides[1],
+            pad_top,
+            pad_left,
+            out_h,
+            out_w,
+        };
+        // The shader indexes in u32 and places windows in i32.
+        u32_of("pooling", "input elements", g.input_shape().iter().product())?;
+        if [in_h, in_w, g.pool_h, g.pool_w, g.stride_h, g.stride_w].iter().any(|&v| v >= 1 << 30) {
+            bail!(Shape, "pooling of {input_shape:?} with pool_size {pool_size:?} and strides {strides:?} is too large");
+        }
+        Ok(g)
+    }
+
+    pub fn input_shape(&self) -> [usize; 4] {
+        [self.batch, self.in_h, self.in_w, self.channels]
+    }
+
+    pub fn output_shape(&self) -> [usize; 4] {
+        [self.batch, self.out_h, self.out_w, self.channels]
+    }
+
+    fn params(&self, n: usize) -> Result<Params> {
+        let u = |v: usize| u32_of("pooling", "a dimension", v);
+        Ok(Params {
+            batch: u(self.batch)?,
+            in_h: u(self.in_h)?,
+            in_w: u(self.in_w)?,
+            channels: u(self.channels)?,
+            pool_h: u(self.pool_h)?,
+            pool_w: u(self.pool_w)?,
+            stride_h: u(self.stride_h)?,
+            stride_w: u(self.stride_w)?,
+            pad_top: u(self.pad_top)?,
+            pad_left: u(self.pad_left)?,
+            out_h: u(self.out_h)?,
+            out_w: u(self.out_w)?,
+            n: u32_of("pooling", "elements", n)?,
+            _pad: [0; 3],
+        })
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct Params {
+    batch: u32,
+    in_h: u32,
+    in_w: u32,
+    channels: u32,
+    pool_h: u32,
+    pool_w: u32,
+    stride_h: u32,
+    stride_w: u32,
+    pad_top: u32,
+    pad_left: u32,
+    out_h: u32,
+    out_w: u32,
+    n: u32,
+    _pad: [u32; 3],
+}
+
+fn expect_dtype(kernel: &str, operand: &str, t: &Tensor, dtype: DType) -> Result<()> {
+    if t.dtype() != dtype {
+        bail!(Shape, "{kernel}: {operand} {:?} is {:?}, expected {dtype:?}", t.shape(), t.dtype());
+    }
+    Ok(())
+}
+
+/// wgpu refuses a buffer bound read-only and read-write in one dispatch (views of one buffer
+/// included), and overlapping outputs would race: refuse both on the host.
+fn expect_separate(kernel: &str, outputs: &[(&str, &Tensor)], inputs: &[(&str, &Tensor)]) -> Result<()> {
+    for (i, (out, o)) in outputs.iter().enumerate() {
+        for (name, t) in inputs {
+            if o.same_storage(t) {
+                bail!(Shape, "{kernel}: output {out} {:?} shares a buffer with input {name} {:?}", o.shape(), t.shape());
+            }
+        }
+        for (name, t) in &outputs[i + 1..] {
+            if o.overlaps(t) {
+                bail!(Shape, "{kernel}: outputs {out} {:?} and {name} {:?} overlap", o.shape(), t.shape());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn launch(device: &Device, entry: &'static str, params: Params, bindings: &[(u32, &Tensor)]) -> Result<Dispatch> {
+    Ok(Dispatch::with_params(device, &POOL, entry, &[WG_CONST], &params, bindings, grid_for(device, params.n as usize)?))
+}
+
+/// Max pooling; `argmax` records, per output, the input position `h * in_w + w` that won
+/// (the first maximum in row-major window order on ties), for the backward pass.
+///
+/// # Shapes
+/// `x`: `[batch, in_h, in_w, channels]` f32 -> `y`: `[batch, out_h, out_w, channels]` f32,
+/// `argmax`: the same shape, u32.
+pub fn max_pool_forward(device: &Device, geom: &Pool2dGeometry, x: &Tensor, y: &Tensor, argmax: &Tensor) -> Result<Dispatch> {
+    let k = "max_pool_forward";
+    expect_shape(k, "x", x, &geom.input_shape())?;
+    expect_shape(k, "y", y, &geom.output_shape())?;
+    expect_shape(k, "argmax", argmax, &geom.output_shape())?;
+    expect_dtype(k, "x", x, DType::F32)?;
+    expect_dtype(k, "y", y, DType::F32)?;
+    expect_dtype(k, "argmax", argmax, DType::U32)?;
+    expect_separate(k, &[("y", y), ("argmax", argmax)], &[("x", x)])?;
+    launch(device, k, geom.params(y.len())?, &[(1, x), (3, y), (4, argmax)])
+}
+
+/// The gradient of max pooling: each input position receives the sum of `dy` over the
+/// outputs whose `argmax` chose it. Overwrites `dx`.
+///
+/// # Shapes
+/// `dy`, `argmax`: `[batch, out_h, out_w, channels]` -> `dx`: `[batch, in_h, in_w, channels]`.
+pub fn max_pool_backward(device: &Device, geom: &Pool2dGeometry, dy: &Tensor, argmax: &Tensor, dx: &Tensor) -> Result<Dispatch> {
+    let k = "max_pool_backward";
+    expect_shape(k, "dy", dy, &geom.output_shape())?;
+    expect_shape(k, "argmax", argmax, &geom.output_shape())?;
+    expect_shape(k, "dx", dx, &geom.input_shape())?;
+    expect_dtype(k, "dy", dy, DType::F32)?;
+    expect_dtype(k, "argmax", argmax, DType::U32)?;
+    expect_dtype(k, "dx", dx, DType::F32)?;
+    expect_separate(k, &[("dx", dx)], &[("dy", dy), ("argmax", argmax)])?;
+    launch(device, k, geom.params(dx.len())?, &[(1, dy), (2, argmax), (3, dx)])
+}
+
+/// Average pooling; the mean is over the input positions of each window (padding is not
+/// counted), as in Keras.
+///
+/// # Shapes
+/// `x`: `[batch, in_h, in_w, channels]` -> `y`: `[batch, out_h, out_w, channels]`.
+pub fn avg_pool_forward(device: &Device, geom: &Pool2dGeometry, x: &Tensor, y: &Tensor) -> Result<Dispatch> {
+    let k = "avg_pool_forward";
+    expect_shape(k, "x", x, &geom.input_shape())?;
+    expect_shape(k, "y", y, &geom.output_shape())?;
+    expect_dtype(k, "x", x, DType::F32)?;
+    expect_dtype(k, "y", y, DType::F32)?;
+    expect_separate(k, &[("y", y)], &[("x", x)])?;
+    launch(device, k, geom.params(y.len())?, &[(1, x), (3, y)])
+}
+
+/// The gradient of average pooling. Overwrites `dx`.
+///
+/// # Shapes
+/// `dy`: `[batch, out_h, out_w, channels]` -> `dx`: `[batch, in_h, in_w, channels]`.
+pub fn avg_pool_backward(device: &Device, geom: &Pool2dGeometry, dy: &Tensor, dx: &Tensor) -> Result<Dispatch> {
+    let k = "avg_pool_backward";
+    expect_shape(k, "dy", dy, &geom.output_shape())?;
+    expect_shape(k, "dx", dx, &geom.input_shape())?;
+    expect_dtype(k, "dy", dy, DType::F32)?;
+    expect_dtype(k, "dx", dx, DType::F32)?;
+    expect_separate(k, &[("dx", dx)], &[("dy", dy)])?;
+    launch(device, k, geom.params(dx.len())?, &[(1, dy), (3, dx)])
+}
+
+/// The geometry of a pool over the whole map, from the 4-d input (or input-gradient) shape.
+fn global_geometry(kernel: &str, shape: &[usize]) -> Result<Pool2dGeometry> {
+    let &[_, h, w, _] = shape else {
+        bail!(Shape, "{kernel}: expects a 4-d NHWC tensor, got {shape:?}");
+    };
+    Pool2dGeometry::new(shape, [h, w], None, PoolPadding::Valid).map_err(|e| Error::Shape(format!("{kernel}: {e}")))
+}
+
+/// The mean over height and width of each channel.
+///
+/// # Shapes
+/// `x`: `[batch, height, width, channels]` -> `y`: `[batch, channels]`.
+pub fn global_avg_pool_forward(device: &Device, x: &Tensor, y: &Tensor) -> Result<Dispatch> {
+    let k = "global_avg_pool_forward";
+    let g = global_geometry(k, x.shape())?;
+    expect_shape(k, "y", y, &[g.batch, g.channels])?;
+    expect_dtype(k, "x", x, DType::F32)?;
+    expect_dtype(k, "y", y, DType::F32)?;
+    expect_separate(k, &[("y", y)], &[("x", x)])?;
+    launch(device, k, g.params(y.len())?, &[(1, x), (3, y)])
+}
+
+/// Spreads `dy / (height * width)` over the map. Overwrites `dx`.
+///
+/// # Shapes
+/// `dy`: `[batch, channels]` -> `dx`: `[batch, height, width, channels]`.
+pub fn global_avg_pool_backward(device: &Device, dy: &Tensor, dx: &Tensor) -> Result<Dispatch> {
+    let k = "global_avg_pool_backward";
+    let g = global_geometry(k, dx.shape())?;
+    expect_shape(k, "dy", dy, &[g.batch, g.channels])?;
+    expect_dtype(k, "dy", dy, DType::F32)?;
+    expect_dtype(k, "dx", dx, DType::F32)?;
+    expect_separate(k, &[("dx", dx)], &[("dy", dy)])?;
+    launch(device, k, g.params(dx.len())?, &[(1, dy), (3, dx)])
+}

@@ -1,0 +1,207 @@
+//! Max, average and global average pooling against f64 references written here: windows are
+//! placed as TensorFlow's `padding="valid"|"same"` places them, padded positions take no part
+//! (Keras semantics), and max-pool ties go to the first maximum in row-major window order.
+
+use convoy::kernels::pool::{self, Pool2dGeometry, PoolPadding};
+use convoy::{DType, Tensor};
+
+use crate::common::*;
+
+/// The clipped input rows and columns of output (oh, ow)'s window.
+fn window(g: &Pool2dGeometry, oh: usize, ow: usize) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+    let clip = |o: usize, s: usize, pad: usize, k: usize, n: usize| {
+        let start = (o * s) as i64 - pad as i64;
+        start.max(0) as usize..((start + k as i64).min(n as i64)) as usize
+    };
+    (clip(oh, g.stride_h, g.pad_top, g.pool_h, g.in_h), clip(ow, g.stride_w, g.pad_left, g.pool_w, g.in_w))
+}
+
+fn at(g: &Pool2dGeometry, b: usize, h: usize, w: usize, c: usize) -> usize {
+    ((b * g.in_h + h) * g.in_w + w) * g.channels + c
+}
+
+/// Every output position as (flat output index, b, oh, ow, c).
+fn outputs(g: &Pool2dGeometry) -> impl Iterator<Item = (usize, usize, usize, usize, usize)> + '_ {
+    let [n, oh, ow, c] = g.output_shape();
+    (0..n * oh * ow * c).map(move |i| (i, i / (oh * ow * c), i / (ow * c) % oh, i / c % ow, i % c))
+}
+
+/// (y, argmax as `h * in_w + w`, dx) of max pooling.
+fn max_pool_ref(g: &Pool2dGeometry, x: &[f32], dy: &[f32]) -> (Vec<f64>, Vec<u32>, Vec<f64>) {
+    let (mut y, mut arg, mut dx) = (vec![], vec![], vec![0.0; x.len()]);
+    for (i, b, oh, ow, c) in outputs(g) {
+        let (rows, cols) = window(g, oh, ow);
+        let mut best: Option<(f32, usize, usize)> = None;
+        for h in rows {
+            for w in cols.clone() {
+                let v = x[at(g, b, h, w, c)];
+                if best.is_none_or(|(m, _, _)| v > m) {
+                    best = Some((v, h, w));
+                }
+            }
+        }
+        let (v, h, w) = best.expect("every Keras window holds an input element");
+        y.push(v as f64);
+        arg.push((h * g.in_w + w) as u32);
+        dx[at(g, b, h, w, c)] += dy[i] as f64;
+    }
+    (y, arg, dx)
+}
+
+/// (y, dx) of average pooling over the input elements of each window.
+fn avg_pool_ref(g: &Pool2dGeometry, x: &[f32], dy: &[f32]) -> (Vec<f64>, Vec<f64>) {
+    let (mut y, mut dx) = (vec![], vec![0.0; x.len()]);
+    for (i, b, oh, ow, c) in outputs(g) {
+        let (rows, cols) = window(g, oh, ow);
+        let count = (rows.len() * cols.len()) as f64;
+        let mut s = 0.0;
+        for h in rows {
+            for w in cols.clone() {
+                s += x[at(g, b, h, w, c)] as f64;
+                dx[at(g, b, h, w, c)] += dy[i] as f64 / count;
+            }
+        }
+        y.push(s / count);
+    }
+    (y, dx)
+}
+
+/// Gradient buffers start full of garbage: the kernels must overwrite, not accumulate.
+fn garbage(shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    upload(&vec![1234.5; n], shape)
+}
+
+fn geometries() -> Vec<Pool2dGeometry> {
+    let mut out = vec![];
+    for (batch, h, w, channels) in [(1, 5, 7, 1), (3, 9, 9, 3), (1, 9, 9, 5), (3, 5, 7, 17)] {
+        for (pool, stride) in [(2, 2), (3, 2)] {
+            for padding in [PoolPadding::Valid, PoolPadding::Same] {
+                out.push(Pool2dGeometry::new(&[batch, h, w, channels], [pool, pool], Some([stride, stride]), padding).unwrap());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn geometry_matches_keras() {
+    // (input, pool, stride, padding) -> (out_h, out_w, pad_top, pad_left), as TensorFlow computes them
+    let cases = [
+        ([5, 7], 2, 2, PoolPadding::Valid, [2, 3, 0, 0]),
+        ([5, 7], 2, 2, PoolPadding::Same, [3, 4, 0, 0]),
+        ([9, 9], 3, 2, PoolPadding::Valid, [4, 4, 0, 0]),
+        ([9, 9], 3, 2, PoolPadding::Same, [5, 5, 1, 1]),
+        ([5, 7], 3, 2, PoolPadding::Same, [3, 4, 1, 1]),
+        ([8, 8], 3, 2, PoolPadding::Same, [4, 4, 0, 0]),
+        ([3, 3], 3, 3, PoolPadding::Valid, [1, 1, 0, 0]),
+    ];
+    for (hw, pool, stride, padding, want) in cases {
+        let g = Pool2dGeometry::new(&[2, hw[0], hw[1], 3], [pool, pool], Some([stride, stride]), padding).unwrap();
+        assert_eq!([g.out_h, g.out_w, g.pad_top, g.pad_left], want, "{hw:?} pool {pool} stride {stride} {padding:?}");
+    }
+    let g = Pool2dGeometry::new(&[1, 6, 6, 1], [2, 3], None, "valid".parse().unwrap()).unwrap();
+    assert_eq!((g.stride_h, g.stride_w, g.out_h, g.out_w), (2, 3, 3, 2), "strides default to pool_size");
+    assert!("SAME".parse::<PoolPadding>().is_err());
+}
+
+#[test]
+fn max_pool_forward_and_backward() {
+    let d = device();
+    let mut r = rng(11);
+    for g in geometries() {
+        let (xs, ys) = (g.input_shape(), g.output_shape());
+        let x = random(&mut r, xs.iter().product());
+        let dy = random(&mut r, ys.iter().product());
+        let (tx, ty, targ, tdy, tdx) = (upload(&x, &xs), garbage(&ys), d.zeros_of(&ys, DType::U32).unwrap(), upload(&dy, &ys), garbage(&xs));
+        run(&[pool::max_pool_forward(&d, &g, &tx, &ty, &targ).unwrap(), pool::max_pool_backward(&d, &g, &tdy, &targ, &tdx).unwrap()]);
+        let (want_y, want_arg, want_dx) = max_pool_ref(&g, &x, &dy);
+        assert_eq!(d.read_u32(&targ).unwrap(), want_arg, "argmax {g:?}");
+        let e1 = assert_close(&format!("max pool forward {g:?}"), &read(&ty), &want_y);
+        let e2 = assert_close(&format!("max pool backward {g:?}"), &read(&tdx), &want_dx);
+        println!("max pool {xs:?} pool {} stride {} -> {ys:?}: forward {e1:.1e}, backward {e2:.1e}", g.pool_h, g.stride_h);
+    }
+}
+
+#[test]
+fn max_pool_ties_go_to_the_first_maximum() {
+    let d = device();
+    let mut r = rng(12);
+    for g in geometries() {
+        let (xs, ys) = (g.input_shape(), g.output_shape());
+        // three levels only, so most windows hold several equal maxima; one map all equal
+        let x: Vec<f32> = random(&mut r, xs.iter().product()).iter().map(|v| (v * 1.5).round()).collect();
+        for x in [x.clone(), vec![0.5; x.len()]] {
+            let dy = random(&mut r, ys.iter().product());
+            let (tx, ty, targ, tdy, tdx) = (upload(&x, &xs), garbage(&ys), d.zeros_of(&ys, DType::U32).unwrap(), upload(&dy, &ys), garbage(&xs));
+            run(&[pool::max_pool_forward(&d, &g, &tx, &ty, &targ).unwrap(), pool::max_pool_backward(&d, &g, &tdy, &targ, &tdx).unwrap()]);
+            let (want_y, want_arg, want_dx) = max_pool_ref(&g, &x, &dy);
+            assert_eq!(d.read_u32(&targ).unwrap(), want_arg, "tied argmax {g:?}");
+            assert_close(&format!("tied max pool forward {g:?}"), &read(&ty), &want_y);
+            assert_close(&format!("tied max pool backward {g:?}"), &read(&tdx), &want_dx);
+        }
+    }
+}
+
+#[test]
+fn avg_pool_forward_and_backward() {
+    let d = device();
+    let mut r = rng(13);
+    for g in geometries() {
+        let (xs, ys) = (g.input_shape(), g.output_shape());
+        let x = random(&mut r, xs.iter().product());
+        let dy = random(&mut r, ys.iter().product());
+        let (tx, ty, tdy, tdx) = (upload(&x, &xs), garbage(&ys), upload(&dy, &ys), garbage(&xs));
+        run(&[pool::avg_pool_forward(&d, &g, &tx, &ty).unwrap(), pool::avg_pool_backward(&d, &g, &tdy, &tdx).unwrap()]);
+        let (want_y, want_dx) = avg_pool_ref(&g, &x, &dy);
+        let e1 = assert_close(&format!("avg pool forward {g:?}"), &read(&ty), &want_y);
+        let e2 = assert_close(&format!("avg pool backward {g:?}"), &read(&tdx), &want_dx);
+        println!("avg pool {xs:?} pool {} stride {} -> {ys:?}: forward {e1:.1e}, backward {e2:.1e}", g.pool_h, g.stride_h);
+    }
+}
+
+#[test]
+fn global_avg_pool_forward_and_backward() {
+    let d = device();
+    let mut r = rng(14);
+    for (n, h, w, c) in [(1, 1, 1, 1), (3, 1, 1, 5), (1, 7, 5, 3), (3, 7, 5, 17), (2, 8, 8, 64)] {
+        let x = random(&mut r, n * h * w * c);
+        let dy = random(&mut r, n * c);
+        let (tx, ty, tdy, tdx) = (upload(&x, &[n, h, w, c]), garbage(&[n, c]), upload(&dy, &[n, c]), garbage(&[n, h, w, c]));
+        run(&[pool::global_avg_pool_forward(&d, &tx, &ty).unwrap(), pool::global_avg_pool_backward(&d, &tdy, &tdx).unwrap()]);
+        let hw = (h * w) as f64;
+        let want_y: Vec<f64> =
+            (0..n * c).map(|i| (0..h * w).map(|j| x[(i / c * h * w + j) * c + i % c] as f64).sum::<f64>() / hw).collect();
+        let want_dx: Vec<f64> = (0..n * h * w * c).map(|i| dy[i / (h * w * c) * c + i % c] as f64 / hw).collect();
+        let e1 = assert_close(&format!("global avg pool forward {:?}", [n, h, w, c]), &read(&ty), &want_y);
+        let e2 = assert_close(&format!("global avg pool backward {:?}", [n, h, w, c]), &read(&tdx), &want_dx);
+        println!("global avg pool {:?}: forward {e1:.1e}, backward {e2:.1e}", [n, h, w, c]);
+    }
+}
+
+#[test]
+fn bad_shapes_are_errors() {
+    let d = device();
+    assert!(Pool2dGeometry::new(&[1, 2, 5, 3], [3, 3], None, PoolPadding::Valid).is_err(), "input smaller than the pool");
+    assert!(Pool2dGeometry::new(&[1, 5, 5], [2, 2], None, PoolPadding::Valid).is_err(), "3-d input");
+    assert!(Pool2dGeometry::new(&[1, 5, 5, 3], [2, 0], None, PoolPadding::Same).is_err(), "zero pool");
+    let g = Pool2dGeometry::new(&[1, 5, 7, 3], [2, 2], None, PoolPadding::Same).unwrap();
+    let x = d.zeros(&g.input_shape()).unwrap();
+    let y = d.zeros(&g.output_shape()).unwrap();
+    let arg = d.zeros_of(&g.output_shape(), DType::U32).unwrap();
+    let wrong = d.zeros(&[1, 2, 3, 3]).unwrap();
+    assert!(pool::max_pool_forward(&d, &g, &x, &wrong, &arg).is_err(), "y of a valid pool");
+    assert!(pool::max_pool_forward(&d, &g, &x, &y, &y).is_err(), "f32 argmax");
+    assert!(pool::max_pool_backward(&d, &g, &y, &arg, &y).is_err(), "dx shaped like dy");
+    assert!(pool::avg_pool_forward(&d, &g, &x, &x).is_err(), "y shaped like x");
+    assert!(pool::avg_pool_backward(&d, &g, &y, &y).is_err(), "dx shaped like dy");
+    let whole = d.zeros(&[2 * g.input_shape().iter().product::<usize>()]).unwrap();
+    let view = whole.view(0, &g.output_shape()).unwrap();
+    let x_in_same = whole.view(0, &g.input_shape()).unwrap();
+    assert!(pool::avg_pool_forward(&d, &g, &x_in_same, &view).is_err(), "y sharing x's buffer");
+    assert!(pool::global_avg_pool_forward(&d, &x, &d.zeros(&[1, 3, 1]).unwrap()).is_err(), "3-d global output");
+    assert!(pool::global_avg_pool_forward(&d, &x, &d.zeros(&[1, 4]).unwrap()).is_err(), "wrong channels");
+    assert!(pool::global_avg_pool_backward(&d, &d.zeros(&[2, 3]).unwrap(), &x).is_err(), "wrong batch");
+    let e = pool::max_pool_forward(&d, &g, &x, &wrong, &arg).unwrap_err().to_string();
+    assert!(e.contains("[1, 2, 3, 3]") && e.contains("[1, 3, 4, 3]"), "message names both shapes: {e}");
+}
