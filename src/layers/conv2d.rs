@@ -87,7 +87,7 @@ impl Layer for Conv2D {
             "filters": self.filters,
             "kernel_size": [self.kernel_size.0, self.kernel_size.1],
             "strides": [self.strides.0, self.strides.1],
-            "padding": self.padding.to_config(),
+            "padding": padding_to_config(self.padding),
             "use_bias": self.use_bias,
             "kernel_initializer": self.kernel_initializer,
         })
@@ -117,5 +117,25 @@ impl Layer for Conv2D {
         let dx = g.activation(&x.shape()[1..])?;
         g.extend(conv2d::backward_data(g.device, &geom, dy, &w.params[0], &dx)?);
         Ok(Some(dx))
+    }
+}
+
+/// `"valid"`, `"same"` (Keras' strings) or `[ph, pw]` (explicit, PyTorch-style).
+pub fn padding_to_config(p: Padding) -> serde_json::Value {
+    match p {
+        Padding::Valid => json!("valid"),
+        Padding::Same => json!("same"),
+        Padding::Explicit(h, w) => json!([h, w]),
+    }
+}
+
+pub fn padding_from_config(v: &serde_json::Value) -> Result<Padding> {
+    match v {
+        serde_json::Value::String(s) if s == "valid" => Ok(Padding::Valid),
+        serde_json::Value::String(s) if s == "same" => Ok(Padding::Same),
+        serde_json::Value::Array(a) if a.len() == 2 && a.iter().all(|x| x.as_u64().is_some()) => {
+            Ok(Padding::Explicit(a[0].as_u64().unwrap() as usize, a[1].as_u64().unwrap() as usize))
+        }
+        other => bail!(Config, "padding must be \"valid\", \"same\" or [h, w], got {other}"),
     }
 }

@@ -15,7 +15,7 @@ mod residual;
 
 pub use activation::ReLU;
 pub use batch_norm::BatchNormalization;
-pub use conv2d::Conv2D;
+pub use conv2d::{padding_from_config, padding_to_config, Conv2D};
 pub use dense::Dense;
 pub use dropout::Dropout;
 pub use flatten::Flatten;

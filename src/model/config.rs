@@ -2,7 +2,6 @@
 
 use serde_json::Value;
 
-use crate::kernels::conv2d::Padding;
 use crate::kernels::pool::PoolPadding;
 use crate::layers::*;
 use crate::{bail, Result};
@@ -31,7 +30,7 @@ pub fn layer_from_config(v: &Value) -> Result<Box<dyn Layer>> {
             let mut l = Conv2D::new(num(&c, "filters")? as usize, kh);
             l.kernel_size = (kh, kw);
             l.strides = pair(&c, "strides")?;
-            l.padding = Padding::from_config(c.get("padding").unwrap_or(&Value::Null))?;
+            l.padding = padding_from_config(c.get("padding").unwrap_or(&Value::Null))?;
             l.use_bias = c.get("use_bias").and_then(Value::as_bool).unwrap_or(true);
             l.kernel_initializer = if c.get("kernel_initializer").and_then(Value::as_str) == Some("he_normal") { "he_normal" } else { "glorot_uniform" };
             Box::new(l)
