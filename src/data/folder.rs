@@ -1,0 +1,167 @@
+//! ImageNet-style folders: `DIR/<split>/<class>/*.{jpg,jpeg,png}`, decoded lazily on each `load`.
+
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+use image::imageops::{self, FilterType};
+use image::ImageReader;
+
+use super::{check_load, Dataset};
+use crate::{Error, Result};
+
+const LAYOUT: &str = "expected DIR/train/<class>/*.jpg and DIR/val/<class>/*.jpg (JPEG or PNG)";
+
+/// One split of an image folder. Classes are the sub-directories sorted by name (label = position);
+/// images within a class are sorted by file name. Each image is converted to RGB, resized so its
+/// short side is `image_size` (bilinear), then centre-cropped to `image_size` x `image_size`.
+#[derive(Clone, Debug)]
+pub struct ImageFolder {
+    root: PathBuf,
+    classes: Vec<String>,
+    samples: Vec<(PathBuf, u32)>,
+    image_size: usize,
+}
+
+impl ImageFolder {
+    /// Lists `dir/<split>` (`split` is "train" or "val"); decodes nothing yet.
+    pub fn open(dir: impl AsRef<Path>, split: &str, image_size: usize) -> Result<Self> {
+        let dir = dir.as_ref();
+        if image_size == 0 {
+            crate::bail!(Config, "image size must be positive for the image folder {}", dir.display());
+        }
+        let root = dir.join(split);
+        for d in [dir, root.as_path()] {
+            if !d.is_dir() {
+                let msg = format!("image folder directory not found ({LAYOUT})");
+                return Err(Error::io(d, std::io::Error::new(ErrorKind::NotFound, msg)));
+            }
+        }
+        let classes: Vec<String> = sorted_entries(&root)?
+            .into_iter()
+            .filter(|p| p.is_dir())
+            .map(|p| p.file_name().unwrap_or_default().to_string_lossy().into_owned())
+            .collect();
+        if classes.is_empty() {
+            return Err(Error::format(&root, format!("no class directories ({LAYOUT})")));
+        }
+        let mut samples = Vec::new();
+        for (label, class) in classes.iter().enumerate() {
+            let files = sorted_entries(&root.join(class))?;
+            samples.extend(files.into_iter().filter(|p| is_image(p)).map(|p| (p, label as u32)));
+        }
+        if samples.is_empty() {
+            let msg = format!("no .jpg, .jpeg or .png files in its {} class directories", classes.len());
+            return Err(Error::format(&root, msg));
+        }
+        Ok(Self { root, classes, samples, image_size })
+    }
+
+    /// The `train` and `val` splits of `dir`, which must have the same class names.
+    pub fn open_splits(dir: impl AsRef<Path>, image_size: usize) -> Result<(Self, Self)> {
+        let train = Self::open(dir.as_ref(), "train", image_size)?;
+        let val = Self::open(dir.as_ref(), "val", image_size)?;
+        if val.classes != train.classes {
+            let missing: Vec<&str> =
+                train.classes.iter().filter(|c| !val.classes.contains(c)).map(String::as_str).collect();
+            let extra: Vec<&str> =
+                val.classes.iter().filter(|c| !train.classes.contains(c)).map(String::as_str).collect();
+            let msg = format!(
+                "class directories differ from train's ({} in train, {} here; missing here: {}; not in train: {})",
+                train.classes.len(),
+                val.classes.len(),
+                preview(&missing),
+                preview(&extra)
+            );
+            return Err(Error::format(&val.root, msg));
+        }
+        Ok((train, val))
+    }
+
+    /// The file of sample `i`.
+    pub fn path(&self, i: usize) -> &Path {
+        &self.samples[i].0
+    }
+
+    /// The label of sample `i`, without decoding it.
+    pub fn label(&self, i: usize) -> u32 {
+        self.samples[i].1
+    }
+}
+
+impl Dataset for ImageFolder {
+    fn len(&self) -> usize {
+        self.samples.len()
+    }
+    fn image_shape(&self) -> [usize; 3] {
+        [self.image_size, self.image_size, 3]
+    }
+    fn num_classes(&self) -> usize {
+        self.classes.len()
+    }
+    fn class_names(&self) -> Vec<String> {
+        self.classes.clone()
+    }
+    fn source(&self) -> String {
+        self.root.display().to_string()
+    }
+    fn load(&self, i: usize, out: &mut [u8]) -> Result<u32> {
+        check_load(self, i, out)?;
+        let (path, label) = &self.samples[i];
+        decode_into(path, self.image_size, out)?;
+        Ok(*label)
+    }
+}
+
+/// Decodes `path`, resizes its short side to `size` and copies the centre `size` x `size` window.
+fn decode_into(path: &Path, size: usize, out: &mut [u8]) -> Result<()> {
+    let reader = ImageReader::open(path)
+        .and_then(|r| r.with_guessed_format())
+        .map_err(|e| Error::io(path, e))?;
+    let image = reader.decode().map_err(|e| Error::format(path, format!("cannot decode image: {e}")))?;
+    let rgb = image.to_rgb8();
+    let (w, h) = (rgb.width() as usize, rgb.height() as usize);
+    if w == 0 || h == 0 {
+        return Err(Error::format(path, format!("image is empty ({w}x{h})")));
+    }
+    let (nw, nh) = if w <= h {
+        (size, (h * size + w / 2) / w)
+    } else {
+        ((w * size + h / 2) / h, size)
+    };
+    let (nw, nh) = (nw.max(size), nh.max(size));
+    let resized = if (nw, nh) == (w, h) { rgb } else { imageops::resize(&rgb, nw as u32, nh as u32, FilterType::Triangle) };
+    let (x0, y0) = ((nw - size) / 2, (nh - size) / 2);
+    let src = resized.as_raw();
+    for (y, row) in out.chunks_exact_mut(size * 3).enumerate() {
+        let start = ((y0 + y) * nw + x0) * 3;
+        row.copy_from_slice(&src[start..start + size * 3]);
+    }
+    Ok(())
+}
+
+/// Entries of `dir` sorted by name, hidden ones (".DS_Store", ".git") left out.
+fn sorted_entries(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut paths = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let path = entry.map_err(|e| Error::io(dir, e))?.path();
+        if !path.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')) {
+            paths.push(path);
+        }
+    }
+    paths.sort();
+    Ok(paths)
+}
+
+fn is_image(path: &Path) -> bool {
+    let ext = path.extension().map(|e| e.to_string_lossy().to_ascii_lowercase());
+    path.is_file() && matches!(ext.as_deref(), Some("jpg" | "jpeg" | "png"))
+}
+
+/// At most five names, then a count, so a 1000-class mismatch stays one readable line.
+fn preview(names: &[&str]) -> String {
+    match names.len() {
+        0 => "none".into(),
+        n if n <= 5 => names.join(", "),
+        n => format!("{}, ... ({} more)", names[..5].join(", "), n - 5),
+    }
+}

@@ -1,0 +1,184 @@
+//! Background prefetching: a thread decodes and augments the next batches (the samples of one batch
+//! in parallel with rayon) while the GPUs work on the current one.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rayon::prelude::*;
+
+use super::{mix, Augment, Dataset};
+use crate::{Error, Result};
+
+/// One batch of decoded samples: `labels.len()` u8 HWC images back to back.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Batch {
+    pub images: Vec<u8>,
+    pub labels: Vec<u32>,
+}
+
+impl Batch {
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+}
+
+/// The sample order of one epoch: `0..len`, shuffled when asked. The same (seed, epoch) always gives
+/// the same order, so a resumed run replays it.
+pub fn epoch_indices(len: usize, shuffle: bool, seed: u64, epoch: usize) -> Vec<usize> {
+    let mut indices: Vec<usize> = (0..len).collect();
+    if shuffle {
+        indices.shuffle(&mut StdRng::seed_from_u64(mix(seed, epoch as u64)));
+    }
+    indices
+}
+
+/// Batches in an epoch of `len` samples: the last one is short unless `drop_remainder` (0 when
+/// `batch_size` is 0).
+pub fn batch_count(len: usize, batch_size: usize, drop_remainder: bool) -> usize {
+    match batch_size {
+        0 => 0,
+        b if drop_remainder => len / b,
+        b => len.div_ceil(b),
+    }
+}
+
+/// An iterator over the batches of one epoch, filled by a background thread through a queue of
+/// `depth` batches.
+///
+/// The last batch is short unless `drop_remainder`; convoy keeps it by default (every sample is
+/// seen each epoch) and the layers handle any batch size, BatchNorm included. A failed sample ends
+/// the stream with its error. Dropping the loader stops the thread within one sample per worker.
+pub struct Loader {
+    rx: Option<Receiver<Result<Batch>>>,
+    stop: Arc<AtomicBool>,
+    worker: Option<JoinHandle<()>>,
+    batches: usize,
+    source: String,
+}
+
+impl Loader {
+    /// `indices` is the epoch's order (see `epoch_indices`). Augmentation draws from a generator
+    /// seeded by (`seed`, position in `indices`): pass a different seed each epoch.
+    pub fn new(
+        dataset: Arc<dyn Dataset>,
+        indices: Vec<usize>,
+        batch_size: usize,
+        drop_remainder: bool,
+        augment: Option<Augment>,
+        seed: u64,
+        depth: usize,
+    ) -> Result<Self> {
+        let source = dataset.source();
+        if batch_size == 0 {
+            crate::bail!(Config, "batch size must be positive, got 0 (data: {source})");
+        }
+        if let Some(&bad) = indices.iter().find(|&&i| i >= dataset.len()) {
+            crate::bail!(Config, "sample index {bad} out of range for {source} ({} samples)", dataset.len());
+        }
+        let batches = batch_count(indices.len(), batch_size, drop_remainder);
+        let augment = augment.filter(|a| !a.is_identity());
+        let (tx, rx) = sync_channel(depth);
+        let stop = Arc::new(AtomicBool::new(false));
+        let job = Job { dataset, indices, batch_size, batches, augment, seed, stop: stop.clone() };
+        let worker = std::thread::Builder::new()
+            .name("convoy-loader".into())
+            .spawn(move || job.run(tx))
+            .map_err(|e| Error::Config(format!("cannot start the data loader thread: {e}")))?;
+        Ok(Self { rx: Some(rx), stop, worker: Some(worker), batches, source })
+    }
+
+    /// Batches this epoch will yield when no sample fails.
+    pub fn num_batches(&self) -> usize {
+        self.batches
+    }
+}
+
+impl Iterator for Loader {
+    type Item = Result<Batch>;
+
+    fn next(&mut self) -> Option<Result<Batch>> {
+        if let Ok(item) = self.rx.as_ref()?.recv() {
+            return Some(item);
+        }
+        // The sender is gone: the epoch ended, or the thread panicked, which must not look like
+        // a short epoch.
+        self.rx = None;
+        let panic = self.worker.take()?.join().err()?;
+        let why = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Some(Err(Error::format(&self.source, format!("data loader thread panicked: {why}"))))
+    }
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Dropping the receiver first unblocks a thread waiting on a full queue.
+        self.rx = None;
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
+    }
+}
+
+/// What the background thread owns.
+struct Job {
+    dataset: Arc<dyn Dataset>,
+    indices: Vec<usize>,
+    batch_size: usize,
+    batches: usize,
+    augment: Option<Augment>,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+}
+
+impl Job {
+    fn run(self, tx: SyncSender<Result<Batch>>) {
+        for (b, chunk) in self.indices.chunks(self.batch_size).take(self.batches).enumerate() {
+            if self.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let batch = self.fill(b * self.batch_size, chunk);
+            let failed = batch.is_err();
+            if self.stop.load(Ordering::Relaxed) || tx.send(batch).is_err() || failed {
+                return;
+            }
+        }
+    }
+
+    /// Decodes the samples `chunk` (which start at position `first` of the epoch) in parallel.
+    fn fill(&self, first: usize, chunk: &[usize]) -> Result<Batch> {
+        let ds = &*self.dataset;
+        let (sample, shape) = (ds.sample_bytes(), ds.image_shape());
+        let mut batch = Batch { images: vec![0; chunk.len() * sample], labels: vec![0; chunk.len()] };
+        batch
+            .images
+            .par_chunks_mut(sample)
+            .zip(batch.labels.par_iter_mut())
+            .zip(chunk.par_iter())
+            .enumerate()
+            .try_for_each(|(k, ((image, label), &i))| {
+                // Skip the remaining work of an abandoned batch; its result is never sent.
+                if self.stop.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                *label = ds.load(i, image)?;
+                match &self.augment {
+                    Some(a) => a.apply(image, shape, &mut StdRng::seed_from_u64(mix(self.seed, (first + k) as u64))),
+                    None => Ok(()),
+                }
+            })?;
+        Ok(batch)
+    }
+}

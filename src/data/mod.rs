@@ -1,0 +1,72 @@
+//! Training data on the host: datasets of u8 HWC images, augmentation and a background prefetcher.
+//!
+//! Images stay u8 (height, width, channels) all the way to the GPU, which normalises them: a quarter
+//! of the bytes of f32 on every copy.
+
+mod augment;
+mod cifar;
+mod folder;
+mod in_memory;
+mod loader;
+mod spec;
+mod stats;
+mod synthetic;
+
+pub use augment::Augment;
+pub use cifar::{cifar10, cifar100, CIFAR10_URL, CIFAR100_URL};
+pub use folder::ImageFolder;
+pub use in_memory::InMemory;
+pub use loader::{batch_count, epoch_indices, Batch, Loader};
+pub use spec::{from_spec, SPEC_FORMS};
+pub use stats::channel_stats;
+pub use synthetic::{synthetic, synthetic_split, SYNTHETIC_CLASSES};
+
+use crate::Result;
+
+/// A labelled image collection that can be read from several threads at once.
+pub trait Dataset: Send + Sync {
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// `[height, width, channels]` of every sample.
+    fn image_shape(&self) -> [usize; 3];
+    fn num_classes(&self) -> usize;
+    fn class_names(&self) -> Vec<String>;
+    /// A path or "synthetic", for messages.
+    fn source(&self) -> String;
+    /// Decodes sample `i` into `out` (u8 HWC, exactly h*w*c bytes) and returns its label.
+    fn load(&self, i: usize, out: &mut [u8]) -> Result<u32>;
+
+    /// Bytes of one decoded sample.
+    fn sample_bytes(&self) -> usize {
+        let [h, w, c] = self.image_shape();
+        h * w * c
+    }
+}
+
+/// Checks the arguments every `Dataset::load` receives, so that implementations cannot index out of bounds.
+pub(crate) fn check_load(ds: &dyn Dataset, i: usize, out: &[u8]) -> Result<()> {
+    if i >= ds.len() {
+        crate::bail!(Config, "sample index {i} out of range for {} ({} samples)", ds.source(), ds.len());
+    }
+    if out.len() != ds.sample_bytes() {
+        crate::bail!(
+            Shape,
+            "load from {} needs a buffer of {} bytes for shape {:?}, got {}",
+            ds.source(),
+            ds.sample_bytes(),
+            ds.image_shape(),
+            out.len()
+        );
+    }
+    Ok(())
+}
+
+/// SplitMix64: turns (seed, index) pairs into well-spread independent seeds.
+pub(crate) fn mix(seed: u64, index: u64) -> u64 {
+    let mut z = seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(0x632B_E59B_D9B4_E019);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
