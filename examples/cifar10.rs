@@ -35,9 +35,9 @@ fn run() -> convoy::Result<()> {
     })?;
     let schedule = Schedule::Warmup { warmup_epochs: 1.0, then: Box::new(Schedule::Cosine { epochs, min_lr: 0.0 }) };
     let callbacks: Vec<Box<dyn Callback>> = vec![
-        Box::new(LearningRateScheduler::new(Box::new(move |epoch, _| schedule.rate(base, epoch as f32)))),
-        Box::new(ModelCheckpoint::new("resnet20-best.safetensors".into()).monitor("val_accuracy").save_best_only(true)),
-        Box::new(CsvLogger::new("resnet20.csv".into())),
+        Box::new(LearningRateScheduler::new(move |epoch, _| schedule.rate(base, epoch as f32))),
+        Box::new(ModelCheckpoint::new("resnet20-best.safetensors").monitor("val_accuracy").save_best_only(true)),
+        Box::new(CsvLogger::new("resnet20.csv")),
     ];
     let history = model.fit(
         train,

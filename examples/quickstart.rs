@@ -19,6 +19,6 @@ fn main() -> convoy::Result<()> {
     })?;
     let history = model.fit(train, FitOptions { epochs: 3, batch_size: 128, validation_data: Some(val), ..Default::default() })?;
     let acc = history.history().get("val_accuracy").and_then(|v| v.last().copied()).unwrap_or(0.0);
-    println!("validation accuracy after {} epochs: {acc:.3}", history.epochs());
+    println!("validation accuracy after {} epochs: {acc:.3}", history.epochs().len());
     Ok(())
 }

@@ -1,8 +1,42 @@
 //! convoy: data-parallel CNN training on every GPU adapter of a machine, through wgpu.
+//!
+//! ```no_run
+//! use convoy::prelude::*;
+//! # fn main() -> convoy::Result<()> {
+//! let (train, val) = convoy::data::from_spec("synthetic", None, 0)?;
+//! let mut model = Sequential::new(&train.image_shape());
+//! model.add(Conv2D::new(16, 3).padding(Padding::Same)).add(BatchNormalization::new()).add(ReLU::new());
+//! model.add(GlobalAveragePooling2D::new()).add(Dense::new(train.num_classes()));
+//! model.compile(CompileOptions {
+//!     optimizer: Optimizer::sgd(0.1).momentum(0.9),
+//!     loss: Loss::SparseCategoricalCrossentropy,
+//!     metrics: vec![Metric::Accuracy],
+//!     devices: convoy::device::open("all")?,
+//!     seed: 0,
+//!     max_batch: 128,
+//! })?;
+//! let history = model.fit(train, FitOptions { epochs: 5, batch_size: 128, validation_data: Some(val), ..Default::default() })?;
+//! # Ok(()) }
+//! ```
+pub mod callbacks;
 pub mod data;
 pub mod device;
 pub mod error;
 pub mod kernels;
+pub mod layers;
+pub mod model;
+pub mod optim;
+pub mod parallel;
+pub mod trace;
 
-pub use device::{Device, DType, Tensor};
+pub use device::{DType, Device, Tensor};
 pub use error::{Error, Result};
+
+/// The names a training script needs.
+pub mod prelude {
+    pub use crate::callbacks::{Callback, Context, Logs};
+    pub use crate::data::Dataset;
+    pub use crate::layers::*;
+    pub use crate::model::{CompileOptions, FitOptions, Loss, Metric, Sequential};
+    pub use crate::optim::{Optimizer, Schedule};
+}

@@ -58,7 +58,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         })?;
         let total = warmup + a.steps;
         let indices: Vec<usize> = (0..total * global).map(|i| i % data.len()).collect();
-        let loader = Loader::new(data.clone(), indices, global, true, None, 0, 4);
+        let loader = Loader::new(data.clone(), indices, global, true, None, 0, 4)?;
         let (mut t0, mut wait) = (Instant::now(), 0.0);
         let mut t_wait = Instant::now();
         for (s, batch) in loader.enumerate() {

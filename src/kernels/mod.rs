@@ -19,6 +19,7 @@ pub mod elementwise;
 pub mod gemm;
 pub mod image;
 pub mod loss;
+pub mod optimizer;
 pub mod pool;
 pub mod reduce;
 
@@ -47,9 +48,10 @@ shader!(BATCHNORM, "batchnorm.wgsl");
 shader!(POOL, "pool.wgsl");
 shader!(LOSS, "loss.wgsl");
 shader!(IMAGE, "image.wgsl");
+shader!(OPTIMIZER, "optimizer.wgsl");
 
 /// Every shader file, for validation tests.
-pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &REDUCE, &BATCHNORM, &POOL, &LOSS, &IMAGE];
+pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &REDUCE, &BATCHNORM, &POOL, &LOSS, &IMAGE, &OPTIMIZER];
 
 /// One recorded kernel launch: pipeline, bindings and grid, ready to replay.
 #[derive(Clone, Debug)]

@@ -19,7 +19,7 @@ impl Window {
         if input.len() != 3 {
             bail!(Shape, "{class} expects (height, width, channels) input, got {input:?}");
         }
-        Pool2dGeometry::new(&[batch, input[0], input[1], input[2]], self.pool_size, self.strides, self.padding)
+        Pool2dGeometry::new(&[batch, input[0], input[1], input[2]], [self.pool_size.0, self.pool_size.1], Some([self.strides.0, self.strides.1]), self.padding)
     }
     fn config(&self) -> serde_json::Value {
         json!({
@@ -62,7 +62,7 @@ impl Layer for MaxPool2D {
         let geom = self.0.geometry("MaxPool2D", g.batch, &x.shape()[1..])?;
         let y = g.device.alloc(&geom.output_shape(), DType::F32)?;
         let argmax = g.device.alloc(&geom.output_shape(), DType::U32)?;
-        g.extend(pool::max_pool_forward(g.device, &geom, x, &y, &argmax)?);
+        g.push(pool::max_pool_forward(g.device, &geom, x, &y, &argmax)?);
         Ok(Saved { output: y, extra: vec![argmax], inner: Vec::new() })
     }
     fn backward(&self, g: &mut Graph, x: &Tensor, saved: &Saved, dy: &Tensor, _: &Weights, need_dx: bool) -> Result<Option<Tensor>> {
@@ -71,7 +71,7 @@ impl Layer for MaxPool2D {
         }
         let geom = self.0.geometry("MaxPool2D", g.batch, &x.shape()[1..])?;
         let dx = g.activation(&x.shape()[1..])?;
-        g.extend(pool::max_pool_backward(g.device, &geom, dy, &saved.extra[0], &dx)?);
+        g.push(pool::max_pool_backward(g.device, &geom, dy, &saved.extra[0], &dx)?);
         Ok(Some(dx))
     }
 }
@@ -106,7 +106,7 @@ impl Layer for AveragePooling2D {
     fn forward(&self, g: &mut Graph, x: &Tensor, _: &Weights) -> Result<Saved> {
         let geom = self.0.geometry("AveragePooling2D", g.batch, &x.shape()[1..])?;
         let y = g.device.alloc(&geom.output_shape(), DType::F32)?;
-        g.extend(pool::avg_pool_forward(g.device, &geom, x, &y)?);
+        g.push(pool::avg_pool_forward(g.device, &geom, x, &y)?);
         Ok(Saved::output(y))
     }
     fn backward(&self, g: &mut Graph, x: &Tensor, _: &Saved, dy: &Tensor, _: &Weights, need_dx: bool) -> Result<Option<Tensor>> {
@@ -115,7 +115,7 @@ impl Layer for AveragePooling2D {
         }
         let geom = self.0.geometry("AveragePooling2D", g.batch, &x.shape()[1..])?;
         let dx = g.activation(&x.shape()[1..])?;
-        g.extend(pool::avg_pool_backward(g.device, &geom, dy, &dx)?);
+        g.push(pool::avg_pool_backward(g.device, &geom, dy, &dx)?);
         Ok(Some(dx))
     }
 }
@@ -144,7 +144,7 @@ impl Layer for GlobalAveragePooling2D {
     }
     fn forward(&self, g: &mut Graph, x: &Tensor, _: &Weights) -> Result<Saved> {
         let y = g.activation(&[x.shape()[3]])?;
-        g.extend(pool::global_avg_pool_forward(g.device, x, &y)?);
+        g.push(pool::global_avg_pool_forward(g.device, x, &y)?);
         Ok(Saved::output(y))
     }
     fn backward(&self, g: &mut Graph, x: &Tensor, _: &Saved, dy: &Tensor, _: &Weights, need_dx: bool) -> Result<Option<Tensor>> {
@@ -152,7 +152,7 @@ impl Layer for GlobalAveragePooling2D {
             return Ok(None);
         }
         let dx = g.activation(&x.shape()[1..])?;
-        g.extend(pool::global_avg_pool_backward(g.device, dy, &dx)?);
+        g.push(pool::global_avg_pool_backward(g.device, dy, &dx)?);
         Ok(Some(dx))
     }
 }

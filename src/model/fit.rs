@@ -6,10 +6,9 @@ use std::time::Instant;
 
 use crate::callbacks::{Callback, Context, History, Logs, ProgressBar, Saver};
 use crate::data::{batch_count, channel_stats, epoch_indices, Augment, Dataset, Loader};
-use crate::kernels::optimizer::Hyper;
 use crate::model::losses::Metric;
 use crate::model::Sequential;
-use crate::parallel::{HostBatch, StepOutput};
+use crate::parallel::{HostBatch, StepOutput, NO_UPDATE};
 use crate::{bail, Result};
 
 /// `fit`'s arguments, with Keras' names and defaults.
@@ -115,7 +114,7 @@ impl Sequential {
             self.normalization_fixed = true;
         }
         let mut history = History::new();
-        let mut progress = ProgressBar::new(opts.verbose);
+        let mut progress = ProgressBar::new().verbose(opts.verbose);
         let steps = batch_count(data.len(), opts.batch_size, opts.drop_remainder);
         let samples = if opts.drop_remainder { steps * opts.batch_size } else { data.len() };
         let start_epoch = opts.initial_epoch.max(self.compiled()?.epoch);
@@ -130,7 +129,8 @@ impl Sequential {
                 for cb in cbs.iter_mut() {
                     cb.$method($($arg,)* &mut ctx)?;
                 }
-                lr = ctx.learning_rate;
+                #[allow(unused_assignments)]
+                { lr = ctx.learning_rate; }
                 ctx.stop_training
             }};
         }
@@ -144,7 +144,7 @@ impl Sequential {
         while epoch < opts.epochs && !stop {
             stop |= hook!(on_epoch_begin(epoch));
             let indices = epoch_indices(data.len(), opts.shuffle, opts.seed, epoch);
-            let loader = Loader::new(data.clone(), indices, opts.batch_size, opts.drop_remainder, opts.augment.clone(), opts.seed ^ (epoch as u64) << 32, 4);
+            let loader = Loader::new(data.clone(), indices, opts.batch_size, opts.drop_remainder, opts.augment.clone(), opts.seed ^ (epoch as u64) << 32, 4)?;
             let mut tally = Tally::default();
             let t_epoch = Instant::now();
             let mut wait_total = 0.0;
@@ -228,7 +228,7 @@ impl Sequential {
         let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
         c.replicas.sync_states()?;
         let indices: Vec<usize> = (0..data.len()).collect();
-        let loader = Loader::new(data.clone(), indices, batch_size.max(1), false, None, 0, 4);
+        let loader = Loader::new(data.clone(), indices, batch_size.max(1), false, None, 0, 4)?;
         let mut tally = Tally::default();
         let n = c.replicas.len();
         for batch in loader {
@@ -243,7 +243,7 @@ impl Sequential {
                     continue;
                 }
                 let hb = HostBatch { images: &batch.images[at * sample..(at + k) * sample], labels: &batch.labels[at..at + k] };
-                c.replicas.replicas[r].run_step(def, &hb, false, Hyper::default(), 0, 1.0, false)?;
+                c.replicas.replicas[r].run_step(def, &hb, false, NO_UPDATE, 0, 1.0, false)?;
                 at += k;
             }
             for r in c.replicas.replicas.iter_mut() {
@@ -265,7 +265,7 @@ impl Sequential {
         let classes = def.classes;
         let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
         c.replicas.sync_states()?;
-        let loader = Loader::new(data.clone(), (0..data.len()).collect(), batch_size.max(1), false, None, 0, 4);
+        let loader = Loader::new(data.clone(), (0..data.len()).collect(), batch_size.max(1), false, None, 0, 4)?;
         let mut out = Vec::with_capacity(data.len());
         for batch in loader {
             let batch = batch?;

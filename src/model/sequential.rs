@@ -179,7 +179,7 @@ impl Sequential {
         }
         let def = &self.def;
         let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
-        let hyper = Hyper::for_step(c.learning_rate, &c.optimizer.kind(), c.step + 1);
+        let hyper = Hyper::for_step(c.learning_rate, &c.optimizer.kind(), c.step + 1)?;
         let timing = c.replicas.train_step(def, images, labels, hyper, c.step as u32)?;
         c.step += 1;
         Ok(timing)
@@ -193,7 +193,7 @@ impl Sequential {
         let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
         let r = &mut c.replicas.replicas[0];
         let batch = crate::parallel::HostBatch { images, labels };
-        r.run_step(def, &batch, true, Hyper::default(), c.step as u32, 1.0 / labels.len() as f32, true)?;
+        r.run_step(def, &batch, true, crate::parallel::NO_UPDATE, c.step as u32, 1.0 / labels.len() as f32, true)?;
         let mut grads = Vec::new();
         r.take_gradients(&mut grads)?;
         let out = r.collect()?.expect("the step just submitted");

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 
-pub use replica::{HostBatch, Replica, StepOutput};
+pub use replica::{HostBatch, Replica, StepOutput, NO_UPDATE};
 pub use split::split;
 
 use crate::kernels::optimizer::Hyper;
@@ -164,9 +164,10 @@ impl ReplicaSet {
         let grads = &self.grads;
         self.sum.par_chunks_mut(1 << 14).enumerate().for_each(|(c, out)| {
             let lo = c << 14;
-            out.copy_from_slice(&grads[ran[0]][lo..lo + out.len()]);
+            let hi = lo + out.len();
+            out.copy_from_slice(&grads[ran[0]][lo..hi]);
             for &r in &ran[1..] {
-                for (o, g) in out.iter_mut().zip(&grads[r][lo..lo + out.len()]) {
+                for (o, g) in out.iter_mut().zip(&grads[r][lo..hi]) {
                     *o += g;
                 }
             }

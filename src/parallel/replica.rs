@@ -26,6 +26,9 @@ impl HostBatch<'_> {
     }
 }
 
+/// Optimizer inputs for a step that must not change the weights (evaluation, gradients).
+pub const NO_UPDATE: Hyper = Hyper { lr: 0.0, bias_correction1: 1.0, bias_correction2: 1.0, _pad: 0.0 };
+
 /// Per-sample loss and label rank of one finished step.
 pub struct StepOutput {
     pub loss: Vec<f32>,
@@ -74,7 +77,7 @@ impl Replica {
             let wd = if decay { optimizer.weight_decay_value() } else { 0.0 };
             let state: Vec<Tensor> = opt_state.iter().map(|t| t.view(offset, &[len])).collect::<Result<_>>()?;
             let state_refs: Vec<&Tensor> = state.iter().collect();
-            update.push(optimizer::update(&device, optimizer.kind(), wd, &p.view(offset, &[len])?, &grads.view(offset, &[len])?, &state_refs, &hyper)?);
+            update.push(optimizer::update(&device, &optimizer.kind(), wd, &p.view(offset, &[len])?, &grads.view(offset, &[len])?, &state_refs, &hyper)?);
         }
         let sample = def.input_shape.iter().product::<usize>();
         let staging = (sample + 4 + 4 * def.classes) * max_batch + 64;
@@ -197,7 +200,7 @@ impl Replica {
 
     /// Runs an inference forward of `batch` and returns its logits `[n, classes]`.
     pub fn logits(&mut self, def: &Definition, batch: &HostBatch) -> Result<Vec<f32>> {
-        self.run_step(def, batch, false, Hyper::default(), 0, 1.0, false)?;
+        self.run_step(def, batch, false, NO_UPDATE, 0, 1.0, false)?;
         self.collect()?;
         let logits = self.plans[&(batch.len(), false, 1f32.to_bits())].logits.clone();
         self.device.read(&logits)

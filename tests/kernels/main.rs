@@ -8,5 +8,6 @@ mod elementwise;
 mod reduce;
 mod image;
 mod loss;
+mod optimizer;
 mod pool;
 mod shaders;
