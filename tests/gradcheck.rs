@@ -40,7 +40,8 @@ fn check(model: &mut Sequential, batch: usize, classes: u32, seed: u64) -> f64 {
         model.set_weights(p).unwrap();
         model.compute_gradients(&images, &labels).unwrap().0
     };
-    let eps = 1e-2f64;
+    // Small enough that ReLU kinks are rarely crossed, large enough for f32 forward noise.
+    let eps = 2e-3f64;
     let mut worst = 0.0f64;
     // Random directions of unit norm exercise every parameter at once.
     for _ in 0..3 {
@@ -50,6 +51,7 @@ fn check(model: &mut Sequential, batch: usize, classes: u32, seed: u64) -> f64 {
         let numeric = (loss_at(&shifted(eps)) - loss_at(&shifted(-eps))) / (2.0 * eps);
         let analytic: f64 = grads.iter().zip(&v).map(|(g, d)| *g as f64 * d / norm).sum();
         let err = (numeric - analytic).abs() / analytic.abs().max(numeric.abs()).max(1e-3);
+        eprintln!("direction: numeric {numeric:.6} analytic {analytic:.6} error {err:.2e}");
         worst = worst.max(err);
     }
     // The largest single coordinates.
@@ -63,6 +65,7 @@ fn check(model: &mut Sequential, batch: usize, classes: u32, seed: u64) -> f64 {
         let down = loss_at(&p);
         let numeric = (up - down) / (2.0 * eps);
         let err = (numeric - grads[i] as f64).abs() / (grads[i] as f64).abs().max(numeric.abs()).max(1e-3);
+        eprintln!("param {i}: numeric {numeric:.6} analytic {:.6} error {err:.2e}", grads[i]);
         worst = worst.max(err);
     }
     model.set_weights(&params).unwrap();
@@ -80,7 +83,7 @@ fn conv_bn_relu_pool_dense_gradients_match_finite_differences() {
     m.add(Dense::new(4));
     compile(&mut m, Loss::SparseCategoricalCrossentropy);
     let err = check(&mut m, 5, 4, 1);
-    assert!(err < 2e-2, "relative error {err:.3e}");
+    assert!(err < 5e-3, "relative error {err:.3e}");
 }
 
 #[test]
@@ -106,7 +109,7 @@ fn residual_block_gradients_match_finite_differences() {
     m.add(Dense::new(3));
     compile(&mut m, Loss::SparseCategoricalCrossentropy);
     let err = check(&mut m, 4, 3, 2);
-    assert!(err < 2e-2, "relative error {err:.3e}");
+    assert!(err < 5e-3, "relative error {err:.3e}");
 }
 
 #[test]
@@ -119,5 +122,5 @@ fn average_pool_dropout_free_mlp_with_mse_gradients_match() {
     m.add(Dense::new(3));
     compile(&mut m, Loss::MeanSquaredError);
     let err = check(&mut m, 3, 3, 3);
-    assert!(err < 2e-2, "relative error {err:.3e}");
+    assert!(err < 5e-3, "relative error {err:.3e}");
 }
