@@ -13,6 +13,7 @@
 //!   allocating.
 
 pub mod elementwise;
+pub mod optimizer;
 
 use crate::device::Device;
 use crate::{bail, Result};
@@ -33,9 +34,10 @@ macro_rules! shader {
     };
 }
 shader!(ELEMENTWISE, "elementwise.wgsl");
+shader!(OPTIMIZER, "optimizer.wgsl");
 
 /// Every shader file, for validation tests.
-pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE];
+pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &OPTIMIZER];
 
 /// One recorded kernel launch: pipeline, bindings and grid, ready to replay.
 #[derive(Clone, Debug)]

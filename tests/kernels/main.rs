@@ -2,4 +2,5 @@
 //! shapes, and every WGSL file through naga.
 mod common;
 mod elementwise;
+mod optimizer;
 mod shaders;

@@ -1,0 +1,100 @@
+// Optimizer updates over flat f32 tensors: every parameter of a model in one dispatch.
+// One invocation per element of [p.start, p.start + p.n); the grid may be folded into 2-D
+// (see src/kernels/mod.rs). Formulas follow PyTorch's torch.optim.SGD / Adam / AdamW; the
+// Rust side (src/kernels/optimizer.rs) documents them.
+
+// Static settings, fixed when a step is compiled.
+struct Params {
+    // elements to update, starting `start` elements into every bound tensor
+    n: u32,
+    start: u32,
+    weight_decay: f32,
+    // SGD
+    momentum: f32,
+    // Adam
+    beta1: f32,
+    beta2: f32,
+    epsilon: f32,
+    // bit 0: Nesterov (SGD) or decoupled weight decay (AdamW)
+    flags: u32,
+}
+
+// Settings the training loop rewrites every step (mirrors `optimizer::Hyper`), so a
+// compiled step replays with a new learning rate without being rebuilt.
+struct Hyper {
+    lr: f32,
+    // 1 - beta1^step and 1 - beta2^step (Adam only)
+    bias_correction1: f32,
+    bias_correction2: f32,
+    _pad: f32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> grads: array<f32>;
+@group(0) @binding(2) var<storage, read> hyper: Hyper;
+@group(0) @binding(3) var<storage, read_write> params: array<f32>;
+// SGD: velocity; Adam: first moment
+@group(0) @binding(4) var<storage, read_write> state0: array<f32>;
+// Adam: second moment
+@group(0) @binding(5) var<storage, read_write> state1: array<f32>;
+
+override WG: u32 = 256u;
+
+// Position of this invocation within the range; callers return when it is >= p.n. The host
+// has checked start + n against every bound tensor, so that guard keeps unchecked builds in
+// bounds.
+fn index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+    return (wid.x + wid.y * nwg.x) * WG + lid;
+}
+
+// param -= lr * (grad + wd * param)
+@compute @workgroup_size(WG)
+fn sgd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+       @builtin(local_invocation_index) lid: u32) {
+    let r = index(wid, nwg, lid);
+    if (r >= p.n) { return; }
+    let i = p.start + r;
+    let w = params[i];
+    let g = grads[i] + p.weight_decay * w;
+    params[i] = w - hyper.lr * g;
+}
+
+// v = momentum * v + g; update = Nesterov ? g + momentum * v : v; param -= lr * update
+@compute @workgroup_size(WG)
+fn sgd_momentum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let r = index(wid, nwg, lid);
+    if (r >= p.n) { return; }
+    let i = p.start + r;
+    let w = params[i];
+    let g = grads[i] + p.weight_decay * w;
+    let v = p.momentum * state0[i] + g;
+    state0[i] = v;
+    let update = select(v, g + p.momentum * v, (p.flags & 1u) != 0u);
+    params[i] = w - hyper.lr * update;
+}
+
+// Adam with L2 decay folded into the gradient, or AdamW's decoupled decay applied to the
+// parameter first; epsilon is added outside the square root, as in PyTorch.
+@compute @workgroup_size(WG)
+fn adam(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let r = index(wid, nwg, lid);
+    if (r >= p.n) { return; }
+    let i = p.start + r;
+    let lr = hyper.lr;
+    var w = params[i];
+    var g = grads[i];
+    if ((p.flags & 1u) != 0u) {
+        w = w * (1.0 - lr * p.weight_decay);
+    } else {
+        g = g + p.weight_decay * w;
+    }
+    let m = p.beta1 * state0[i] + (1.0 - p.beta1) * g;
+    let v = p.beta2 * state1[i] + (1.0 - p.beta2) * g * g;
+    state0[i] = m;
+    state1[i] = v;
+    let m_hat = m / hyper.bias_correction1;
+    let v_hat = v / hyper.bias_correction2;
+    params[i] = w - lr * m_hat / (sqrt(v_hat) + p.epsilon);
+}

@@ -1,0 +1,319 @@
+//! Optimizer updates: SGD (momentum, Nesterov), Adam and AdamW over flat f32 tensors
+//! (`shaders/optimizer.wgsl`).
+//!
+//! A model's parameters live in one flat tensor and its gradients in another of the same
+//! length, so one dispatch updates every parameter. The optimizer state (SGD's velocity,
+//! Adam's `m` and `v`) are flat tensors of that length too, zero-filled before the first step.
+//!
+//! Settings split in two: static ones (momentum, betas, epsilon, weight decay) are baked
+//! into the dispatch's uniform; the ones that move during training (the learning rate of a
+//! schedule, Adam's bias corrections) are read from a 4-element f32 tensor laid out as
+//! [`Hyper`], which the training loop rewrites before each step, so a compiled step never
+//! needs rebuilding.
+//!
+//! Formulas, as in PyTorch 2 (`torch.optim.SGD`, `Adam`, `AdamW`; `g` is the gradient,
+//! `wd` the weight decay, `t` the step counted from 1):
+//! - SGD: `g += wd·p; v = momentum·v + g; u = nesterov ? g + momentum·v : v; p -= lr·u`
+//!   (with momentum 0 there is no velocity and `u = g`). Dampening is not supported (it is 0).
+//! - Adam: `g += wd·p` (L2 decay in the gradient); `m = β1·m + (1-β1)·g;
+//!   v = β2·v + (1-β2)·g²; p -= lr · (m / (1-β1^t)) / (sqrt(v / (1-β2^t)) + eps)`.
+//! - AdamW (`decoupled`): `p -= lr·wd·p` first, then the Adam step without L2 decay.
+//!
+//! Excluding parameters from weight decay (BatchNorm gamma/beta, biases) is done by
+//! updating ranges separately: [`update`] on views ([`Tensor::view`], 64-element aligned) or
+//! [`update_masked`], which takes the excluded element ranges directly. A model that lays out
+//! its decayed parameters first and the excluded ones after needs only two dispatches.
+//!
+//! # Shapes
+//! `params`, `grads` and every state tensor have the same number of elements (shapes are
+//! otherwise free); `hyper` has exactly [`Hyper::LEN`] elements.
+
+use std::ops::Range;
+
+use bytemuck::{Pod, Zeroable};
+
+use super::{grid_for, u32_of, Dispatch, OPTIMIZER, WG_CONST};
+use crate::{bail, DType, Device, Result, Tensor};
+
+/// Which update rule to run, with its static settings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum OptimizerKind {
+    /// Stochastic gradient descent; `momentum` 0 keeps no velocity.
+    Sgd { momentum: f32, nesterov: bool },
+    /// Adam; `decoupled` makes it AdamW.
+    Adam { beta1: f32, beta2: f32, epsilon: f32, decoupled: bool },
+}
+
+impl OptimizerKind {
+    pub fn sgd(momentum: f32, nesterov: bool) -> Self {
+        OptimizerKind::Sgd { momentum, nesterov }
+    }
+    /// Adam with PyTorch's defaults (β1 0.9, β2 0.999, eps 1e-8; Keras uses eps 1e-7).
+    pub fn adam() -> Self {
+        OptimizerKind::Adam { beta1: 0.9, beta2: 0.999, epsilon: 1e-8, decoupled: false }
+    }
+    /// AdamW with PyTorch's defaults.
+    pub fn adamw() -> Self {
+        OptimizerKind::Adam { beta1: 0.9, beta2: 0.999, epsilon: 1e-8, decoupled: true }
+    }
+
+    /// How many state tensors [`update`] expects: 0 for plain SGD, 1 (velocity) for SGD with
+    /// momentum, 2 (`m`, `v`) for Adam.
+    pub fn state_count(&self) -> usize {
+        match self {
+            OptimizerKind::Sgd { momentum, .. } if *momentum == 0.0 => 0,
+            OptimizerKind::Sgd { .. } => 1,
+            OptimizerKind::Adam { .. } => 2,
+        }
+    }
+
+    /// Refuses settings PyTorch refuses (and NaNs).
+    pub fn validate(&self, weight_decay: f32) -> Result<()> {
+        if !(weight_decay >= 0.0 && weight_decay.is_finite()) {
+            bail!(Config, "weight_decay must be finite and >= 0, got {weight_decay}");
+        }
+        match *self {
+            OptimizerKind::Sgd { momentum, nesterov } => {
+                if !(momentum >= 0.0 && momentum.is_finite()) {
+                    bail!(Config, "SGD momentum must be finite and >= 0, got {momentum}");
+                }
+                if nesterov && momentum == 0.0 {
+                    bail!(Config, "Nesterov momentum needs a momentum > 0");
+                }
+            }
+            OptimizerKind::Adam { beta1, beta2, epsilon, .. } => {
+                for (name, beta) in [("beta1", beta1), ("beta2", beta2)] {
+                    if !(0.0..1.0).contains(&beta) {
+                        bail!(Config, "Adam {name} must be in [0, 1), got {beta}");
+                    }
+                }
+                if !(epsilon >= 0.0 && epsilon.is_finite()) {
+                    bail!(Config, "Adam epsilon must be finite and >= 0, got {epsilon}");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The per-step settings, as the kernels read them from the `hyper` tensor (mirrored by
+/// `struct Hyper` in `shaders/optimizer.wgsl`). Rewrite it before each step with
+/// [`Hyper::write`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable)]
+pub struct Hyper {
+    /// Learning rate of this step (after any schedule).
+    pub lr: f32,
+    /// `1 - beta1^step` (Adam; 1 for SGD).
+    pub bias_correction1: f32,
+    /// `1 - beta2^step` (Adam; 1 for SGD).
+    pub bias_correction2: f32,
+    pub _pad: f32,
+}
+
+impl Hyper {
+    /// Elements of the `hyper` tensor.
+    pub const LEN: usize = 4;
+
+    /// The settings for update number `step`, counted from 1 as PyTorch does (the first
+    /// update is step 1; step 0 would divide by a zero bias correction).
+    pub fn for_step(lr: f32, kind: &OptimizerKind, step: u64) -> Result<Hyper> {
+        if step == 0 {
+            bail!(Config, "optimizer steps count from 1, got step 0");
+        }
+        let (bc1, bc2) = match *kind {
+            OptimizerKind::Sgd { .. } => (1.0, 1.0),
+            // In f64: 1 - 0.999^t loses most of its digits in f32 for small t.
+            OptimizerKind::Adam { beta1, beta2, .. } => {
+                let t = step.min(i32::MAX as u64) as i32;
+                (1.0 - (beta1 as f64).powi(t), 1.0 - (beta2 as f64).powi(t))
+            }
+        };
+        Ok(Hyper { lr, bias_correction1: bc1 as f32, bias_correction2: bc2 as f32, _pad: 0.0 })
+    }
+
+    /// A new `hyper` tensor holding these settings.
+    pub fn upload(&self, device: &Device) -> Result<Tensor> {
+        device.upload(&[Hyper::LEN], bytemuck::cast_slice(std::slice::from_ref(self)))
+    }
+
+    /// Overwrites `hyper` before the next submission. Sixteen bytes: `write_buffer` is the
+    /// cheapest path for a write this small.
+    pub fn write(&self, device: &Device, hyper: &Tensor) -> Result<()> {
+        expect_hyper(hyper)?;
+        device.queue().write_buffer(hyper.buffer(), hyper.offset(), bytemuck::bytes_of(self));
+        Ok(())
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct Params {
+    n: u32,
+    start: u32,
+    weight_decay: f32,
+    momentum: f32,
+    beta1: f32,
+    beta2: f32,
+    epsilon: f32,
+    flags: u32,
+}
+
+/// One update of every element of `params` from `grads`, reading the learning rate and
+/// bias corrections from `hyper` (see [`Hyper`]). `state` holds
+/// [`OptimizerKind::state_count`] tensors: `[velocity]` for SGD with momentum, `[m, v]` for
+/// Adam. Any operand may be a view, so sub-ranges with different weight decay are separate
+/// calls on views of the flat tensors.
+///
+/// # Shapes
+/// `params`, `grads`, each `state`: any shape, equal element counts; `hyper`: `[4]`.
+pub fn update(
+    device: &Device,
+    kind: &OptimizerKind,
+    weight_decay: f32,
+    params: &Tensor,
+    grads: &Tensor,
+    state: &[&Tensor],
+    hyper: &Tensor,
+) -> Result<Dispatch> {
+    check(kind, weight_decay, params, grads, state, hyper)?;
+    launch(device, kind, weight_decay, params, grads, state, hyper, 0..params.len())
+}
+
+/// [`update`] over the whole tensors, with weight decay skipped on the element ranges in
+/// `no_decay` (Keras' and PyTorch users' usual exclusion of BatchNorm gamma/beta and biases).
+/// Ranges need no alignment; they may come in any order but must not overlap. Returns one
+/// dispatch per stretch of equal decay, adjacent stretches merged.
+///
+/// # Shapes
+/// As [`update`]; every range lies within `0..params.len()`.
+#[allow(clippy::too_many_arguments)]
+pub fn update_masked(
+    device: &Device,
+    kind: &OptimizerKind,
+    weight_decay: f32,
+    params: &Tensor,
+    grads: &Tensor,
+    state: &[&Tensor],
+    hyper: &Tensor,
+    no_decay: &[Range<usize>],
+) -> Result<Vec<Dispatch>> {
+    check(kind, weight_decay, params, grads, state, hyper)?;
+    segments(params.len(), weight_decay, no_decay)?
+        .into_iter()
+        .map(|(range, wd)| launch(device, kind, wd, params, grads, state, hyper, range))
+        .collect()
+}
+
+/// Splits `0..n` into `(range, weight decay)` stretches, merging neighbours of equal decay.
+fn segments(n: usize, weight_decay: f32, no_decay: &[Range<usize>]) -> Result<Vec<(Range<usize>, f32)>> {
+    let mut excluded: Vec<Range<usize>> = no_decay.iter().filter(|r| !r.is_empty()).cloned().collect();
+    excluded.sort_by_key(|r| r.start);
+    let mut out: Vec<(Range<usize>, f32)> = Vec::new();
+    let mut push = |range: Range<usize>, wd: f32| match out.last_mut() {
+        _ if range.is_empty() => {}
+        Some((last, last_wd)) if *last_wd == wd && last.end == range.start => last.end = range.end,
+        _ => out.push((range, wd)),
+    };
+    let mut at = 0;
+    for r in &excluded {
+        if r.end > n {
+            bail!(Shape, "optimizer: no-decay range {r:?} exceeds the {n} parameters");
+        }
+        if r.start < at {
+            bail!(Shape, "optimizer: no-decay ranges overlap at {r:?}");
+        }
+        push(at..r.start, weight_decay);
+        push(r.clone(), 0.0);
+        at = r.end;
+    }
+    push(at..n, weight_decay);
+    Ok(out)
+}
+
+fn expect_hyper(hyper: &Tensor) -> Result<()> {
+    if hyper.dtype() != DType::F32 || hyper.len() != Hyper::LEN {
+        bail!(Shape, "optimizer: hyper is {:?} {:?}, expected f32 [{}]", hyper.dtype(), hyper.shape(), Hyper::LEN);
+    }
+    Ok(())
+}
+
+fn check(kind: &OptimizerKind, weight_decay: f32, params: &Tensor, grads: &Tensor, state: &[&Tensor], hyper: &Tensor) -> Result<()> {
+    kind.validate(weight_decay)?;
+    expect_hyper(hyper)?;
+    if state.len() != kind.state_count() {
+        bail!(Shape, "optimizer: {kind:?} keeps {} state tensors, got {}", kind.state_count(), state.len());
+    }
+    let written: Vec<(&str, &Tensor)> = [("params", params)].into_iter().chain(state.iter().map(|t| ("state", *t))).collect();
+    for (name, t) in written.iter().copied().chain([("grads", grads)]) {
+        if t.dtype() != DType::F32 || t.len() != params.len() {
+            bail!(Shape, "optimizer: {name} is {:?} {:?}, params {:?}: expected f32 of equal size", t.dtype(), t.shape(), params.shape());
+        }
+    }
+    for (i, (a_name, a)) in written.iter().enumerate() {
+        // wgpu refuses a buffer bound read_write and read in one dispatch, ranges aside.
+        for (r_name, r) in [("grads", grads), ("hyper", hyper)] {
+            if a.same_storage(r) {
+                bail!(Shape, "optimizer: {r_name} must not share a buffer with {a_name}, which the kernel writes");
+            }
+        }
+        for (b_name, b) in &written[i + 1..] {
+            if a.overlaps(b) {
+                bail!(Shape, "optimizer: {a_name} {:?} and {b_name} {:?} overlap", a.shape(), b.shape());
+            }
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launch(
+    device: &Device,
+    kind: &OptimizerKind,
+    weight_decay: f32,
+    params: &Tensor,
+    grads: &Tensor,
+    state: &[&Tensor],
+    hyper: &Tensor,
+    range: Range<usize>,
+) -> Result<Dispatch> {
+    let mut p = Params {
+        n: u32_of("optimizer", "elements", range.len())?,
+        start: u32_of("optimizer", "range start", range.start)?,
+        weight_decay,
+        momentum: 0.0,
+        beta1: 0.0,
+        beta2: 0.0,
+        epsilon: 0.0,
+        flags: 0,
+    };
+    u32_of("optimizer", "range end", range.end)?;
+    let entry = match *kind {
+        OptimizerKind::Sgd { momentum, .. } if momentum == 0.0 => "sgd",
+        OptimizerKind::Sgd { momentum, nesterov } => {
+            (p.momentum, p.flags) = (momentum, nesterov as u32);
+            "sgd_momentum"
+        }
+        OptimizerKind::Adam { beta1, beta2, epsilon, decoupled } => {
+            (p.beta1, p.beta2, p.epsilon, p.flags) = (beta1, beta2, epsilon, decoupled as u32);
+            "adam"
+        }
+    };
+    let mut bindings = vec![(1, grads), (2, hyper), (3, params)];
+    bindings.extend(state.iter().enumerate().map(|(i, t)| (4 + i as u32, *t)));
+    Ok(Dispatch::with_params(device, &OPTIMIZER, entry, &[WG_CONST], &p, &bindings, grid_for(device, range.len())?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_merge_and_validate() {
+        assert_eq!(segments(10, 0.1, &[]).unwrap(), vec![(0..10, 0.1)]);
+        assert_eq!(segments(10, 0.1, &[6..10, 2..4, 4..5]).unwrap(), vec![(0..2, 0.1), (2..5, 0.0), (5..6, 0.1), (6..10, 0.0)]);
+        assert_eq!(segments(10, 0.0, &[3..4]).unwrap(), vec![(0..10, 0.0)]);
+        assert!(segments(10, 0.1, &[2..5, 4..6]).is_err());
+        assert!(segments(10, 0.1, &[8..11]).is_err());
+    }
+}

@@ -1,0 +1,224 @@
+//! SGD, Adam and AdamW updates against f64 references of PyTorch's formulas, over several
+//! steps of one compiled dispatch whose learning rate and gradients change between steps.
+
+use std::ops::Range;
+
+use convoy::kernels::optimizer::{self, Hyper, OptimizerKind};
+use convoy::{Error, Tensor};
+
+use crate::common::*;
+
+const SIZES: &[usize] = &[1, 7, 1000, 4097];
+const STEPS: u64 = 5;
+
+/// A decaying schedule, so a stale learning rate in `hyper` would show.
+fn lr_at(step: u64, base: f32) -> f32 {
+    base * 0.8f32.powi(step as i32 - 1)
+}
+
+/// The host model of the optimizer state: parameters and up to two state vectors.
+#[derive(Clone)]
+struct Model {
+    p: Vec<f64>,
+    s0: Vec<f64>,
+    s1: Vec<f64>,
+}
+
+/// One step of PyTorch's documented algorithms (torch.optim, "Algorithm" sections), dampening
+/// 0, with a per-element weight decay `wd` (0 where decay is masked off):
+///
+/// SGD:   g ← g + λθ;  b ← μb + g (b = g at t = 1: the same, as b starts at 0);
+///        g ← nesterov ? g + μb : b;  θ ← θ − γg
+/// Adam:  g ← g + λθ;  m ← β1·m + (1−β1)·g;  v ← β2·v + (1−β2)·g²;
+///        m̂ ← m / (1−β1^t);  v̂ ← v / (1−β2^t);  θ ← θ − γ·m̂ / (√v̂ + ε)
+/// AdamW: θ ← θ − γλθ, then Adam's moments and update without the g ← g + λθ line.
+fn reference_step(kind: &OptimizerKind, wd: &[f64], m: &mut Model, grads: &[f32], lr: f32, t: u64) {
+    let lr = lr as f64;
+    for i in 0..m.p.len() {
+        let (w, g) = (m.p[i], grads[i] as f64);
+        match *kind {
+            OptimizerKind::Sgd { momentum, nesterov } => {
+                let mu = momentum as f64;
+                let g = g + wd[i] * w;
+                let update = if mu == 0.0 {
+                    g
+                } else {
+                    m.s0[i] = mu * m.s0[i] + g;
+                    if nesterov { g + mu * m.s0[i] } else { m.s0[i] }
+                };
+                m.p[i] = w - lr * update;
+            }
+            OptimizerKind::Adam { beta1, beta2, epsilon, decoupled } => {
+                let (b1, b2, eps) = (beta1 as f64, beta2 as f64, epsilon as f64);
+                let (w, g) = if decoupled { (w - lr * wd[i] * w, g) } else { (w, g + wd[i] * w) };
+                m.s0[i] = b1 * m.s0[i] + (1.0 - b1) * g;
+                m.s1[i] = b2 * m.s1[i] + (1.0 - b2) * g * g;
+                let m_hat = m.s0[i] / (1.0 - b1.powi(t as i32));
+                let v_hat = m.s1[i] / (1.0 - b2.powi(t as i32));
+                m.p[i] = w - lr * m_hat / (v_hat.sqrt() + eps);
+            }
+        }
+    }
+}
+
+fn cases() -> Vec<(&'static str, OptimizerKind, f32, f32)> {
+    vec![
+        ("sgd", OptimizerKind::sgd(0.0, false), 0.0, 0.1),
+        ("sgd momentum", OptimizerKind::sgd(0.9, false), 0.0, 0.1),
+        ("sgd nesterov", OptimizerKind::sgd(0.9, true), 0.0, 0.1),
+        ("sgd weight decay", OptimizerKind::sgd(0.0, false), 0.05, 0.1),
+        ("sgd momentum + weight decay", OptimizerKind::sgd(0.9, true), 0.05, 0.1),
+        ("adam", OptimizerKind::adam(), 0.0, 0.01),
+        ("adam l2", OptimizerKind::adam(), 0.1, 0.01),
+        ("adamw", OptimizerKind::adamw(), 0.1, 0.01),
+    ]
+}
+
+/// Zero-filled state tensors for `kind`, as a model's compile would allocate them.
+fn zero_state(kind: &OptimizerKind, n: usize) -> Vec<Tensor> {
+    (0..kind.state_count()).map(|_| device().zeros(&[n]).unwrap()).collect()
+}
+
+/// Runs `STEPS` steps of `dispatches` (built once), rewriting grads and hyper before each,
+/// and the reference alongside. Returns the reference after the last step.
+fn train(kind: &OptimizerKind, wd: &[f64], model: &mut Model, grads: &Tensor, hyper: &Tensor, dispatches: &[convoy::kernels::Dispatch], base_lr: f32, seed: u64) {
+    let d = device();
+    let mut r = rng(seed);
+    for t in 1..=STEPS {
+        let g = random(&mut r, grads.len());
+        d.write(grads, &g).unwrap();
+        let lr = lr_at(t, base_lr);
+        Hyper::for_step(lr, kind, t).unwrap().write(&d, hyper).unwrap();
+        run(dispatches);
+        reference_step(kind, wd, model, &g, lr, t);
+    }
+}
+
+#[test]
+fn every_rule_matches_pytorch_over_several_steps() {
+    let d = device();
+    let mut r = rng(10);
+    let mut worst = 0.0f64;
+    for (name, kind, weight_decay, base_lr) in cases() {
+        for &n in SIZES {
+            let p0 = random(&mut r, n);
+            let (params, grads) = (upload(&p0, &[n]), d.zeros(&[n]).unwrap());
+            let state = zero_state(&kind, n);
+            let state_refs: Vec<&Tensor> = state.iter().collect();
+            let hyper = Hyper::for_step(base_lr, &kind, 1).unwrap().upload(&d).unwrap();
+            let step = optimizer::update(&d, &kind, weight_decay, &params, &grads, &state_refs, &hyper).unwrap();
+            let mut model = Model { p: p0.iter().map(|&v| v as f64).collect(), s0: vec![0.0; n], s1: vec![0.0; n] };
+            train(&kind, &vec![weight_decay as f64; n], &mut model, &grads, &hyper, &[step], base_lr, n as u64);
+            worst = worst.max(assert_close(&format!("{name} n={n} params"), &read(&params), &model.p));
+            if let Some(s) = state.first() {
+                worst = worst.max(assert_close(&format!("{name} n={n} state 0"), &read(s), &model.s0));
+            }
+            if let Some(s) = state.get(1) {
+                worst = worst.max(assert_close(&format!("{name} n={n} state 1"), &read(s), &model.s1));
+            }
+        }
+    }
+    eprintln!("optimizer rules: worst relative error {worst:.2e}");
+}
+
+#[test]
+fn view_update_leaves_the_rest_untouched() {
+    // 192 elements = 768 bytes in: a 256-byte-aligned view, 333 long, ending mid-tensor.
+    let d = device();
+    let mut r = rng(11);
+    let (n, start, len) = (1000, 192, 333);
+    let kind = OptimizerKind::adamw();
+    let p0 = random(&mut r, n);
+    let (params, grads) = (upload(&p0, &[n]), d.zeros(&[n]).unwrap());
+    let state = zero_state(&kind, n);
+    let hyper = Hyper::for_step(0.01, &kind, 1).unwrap().upload(&d).unwrap();
+    let views: Vec<Tensor> = [&params, &grads, &state[0], &state[1]].iter().map(|t| t.view(start, &[len]).unwrap()).collect();
+    let step = optimizer::update(&d, &kind, 0.1, &views[0], &views[1], &[&views[2], &views[3]], &hyper).unwrap();
+    let mut model = Model { p: p0[start..start + len].iter().map(|&v| v as f64).collect(), s0: vec![0.0; len], s1: vec![0.0; len] };
+    train(&kind, &vec![0.1; len], &mut model, &views[1], &hyper, &[step], 0.01, 11);
+    let got = read(&params);
+    let e = assert_close("adamw view", &got[start..start + len], &model.p);
+    eprintln!("adamw view: relative error {e:.2e}");
+    let outside = |v: &[f32]| v[..start].iter().chain(&v[start + len..]).copied().collect::<Vec<f32>>();
+    assert_eq!(outside(&got), outside(&p0), "parameters outside the view changed");
+    for s in &state {
+        assert!(outside(&read(s)).iter().all(|&v| v == 0.0), "state outside the view changed");
+    }
+}
+
+#[test]
+fn masked_weight_decay_skips_the_excluded_ranges() {
+    let d = device();
+    let mut r = rng(12);
+    let n = 1000;
+    // Unaligned ranges, out of order, two of them adjacent (merged into one dispatch).
+    let no_decay: Vec<Range<usize>> = vec![990..1000, 100..137, 137..140, 500..503];
+    let mut wd_of = vec![0.1f64; n];
+    for range in &no_decay {
+        wd_of[range.clone()].iter_mut().for_each(|w| *w = 0.0);
+    }
+    for (name, kind) in [("sgd momentum masked", OptimizerKind::sgd(0.9, false)), ("adamw masked", OptimizerKind::adamw()), ("adam masked", OptimizerKind::adam())] {
+        let p0 = random(&mut r, n);
+        let (params, grads) = (upload(&p0, &[n]), d.zeros(&[n]).unwrap());
+        let state = zero_state(&kind, n);
+        let state_refs: Vec<&Tensor> = state.iter().collect();
+        let hyper = Hyper::for_step(0.05, &kind, 1).unwrap().upload(&d).unwrap();
+        let steps = optimizer::update_masked(&d, &kind, 0.1, &params, &grads, &state_refs, &hyper, &no_decay).unwrap();
+        assert_eq!(steps.len(), 6, "{name}: decayed/excluded stretches 0..100, 100..140, 140..500, 500..503, 503..990, 990..1000");
+        let mut model = Model { p: p0.iter().map(|&v| v as f64).collect(), s0: vec![0.0; n], s1: vec![0.0; n] };
+        train(&kind, &wd_of, &mut model, &grads, &hyper, &steps, 0.05, 12);
+        let e = assert_close(name, &read(&params), &model.p);
+        eprintln!("{name}: relative error {e:.2e}");
+    }
+}
+
+#[test]
+fn bad_operands_are_errors() {
+    let d = device();
+    let n = 100;
+    let z = |len: usize| d.zeros(&[len]).unwrap();
+    let (params, grads, m, v) = (z(n), z(n), z(n), z(n));
+    let hyper = Hyper::for_step(0.1, &OptimizerKind::adam(), 1).unwrap().upload(&d).unwrap();
+    let adam = OptimizerKind::adam();
+    let is_shape = |r: convoy::Result<convoy::kernels::Dispatch>| matches!(r, Err(Error::Shape(_)));
+
+    let short = z(n - 1);
+    let err = optimizer::update(&d, &adam, 0.0, &params, &short, &[&m, &v], &hyper).unwrap_err();
+    assert!(matches!(err, Error::Shape(_)) && err.to_string().contains("[99]"), "length mismatch: {err}");
+    assert!(is_shape(optimizer::update(&d, &adam, 0.0, &params, &grads, &[&m, &short], &hyper)), "short state");
+    assert!(is_shape(optimizer::update(&d, &adam, 0.0, &params, &grads, &[&m], &hyper)), "Adam needs m and v");
+    assert!(is_shape(optimizer::update(&d, &OptimizerKind::sgd(0.0, false), 0.0, &params, &grads, &[&m], &hyper)), "plain SGD keeps no state");
+    assert!(is_shape(optimizer::update(&d, &OptimizerKind::sgd(0.9, false), 0.0, &params, &grads, &[], &hyper)), "momentum needs a velocity");
+    assert!(is_shape(optimizer::update(&d, &adam, 0.0, &params, &grads, &[&m, &v], &z(3))), "hyper of 3 elements");
+    assert!(is_shape(optimizer::update(&d, &adam, 0.0, &params, &grads, &[&m, &m], &hyper)), "m and v alias");
+    assert!(is_shape(optimizer::update(&d, &adam, 0.0, &params, &params, &[&m, &v], &hyper)), "grads alias params");
+
+    // Grads in the params' buffer: wgpu refuses read and read_write bindings of one buffer.
+    let both = z(128);
+    let (pv, gv) = (both.view(0, &[64]).unwrap(), both.view(64, &[64]).unwrap());
+    let (m64, v64) = (z(64), z(64));
+    assert!(is_shape(optimizer::update(&d, &adam, 0.0, &pv, &gv, &[&m64, &v64], &hyper)), "grads share the params' buffer");
+
+    assert!(matches!(optimizer::update(&d, &adam, -1.0, &params, &grads, &[&m, &v], &hyper), Err(Error::Config(_))), "negative decay");
+    let nesterov_without_momentum = OptimizerKind::sgd(0.0, true);
+    assert!(matches!(optimizer::update(&d, &nesterov_without_momentum, 0.0, &params, &grads, &[], &hyper), Err(Error::Config(_))));
+    let bad_beta = OptimizerKind::Adam { beta1: 1.0, beta2: 0.999, epsilon: 1e-8, decoupled: false };
+    assert!(matches!(optimizer::update(&d, &bad_beta, 0.0, &params, &grads, &[&m, &v], &hyper), Err(Error::Config(_))));
+    assert!(Hyper::for_step(0.1, &adam, 0).is_err(), "step 0");
+    assert!(optimizer::update_masked(&d, &adam, 0.1, &params, &grads, &[&m, &v], &hyper, &[10..20, 15..30]).is_err(), "overlapping ranges");
+    assert!(optimizer::update_masked(&d, &adam, 0.1, &params, &grads, &[&m, &v], &hyper, &[90..101]).is_err(), "range past the end");
+}
+
+#[test]
+fn hyper_matches_pytorch_bias_corrections() {
+    let adam = OptimizerKind::Adam { beta1: 0.9, beta2: 0.999, epsilon: 1e-8, decoupled: false };
+    let h = Hyper::for_step(0.5, &adam, 3).unwrap();
+    assert_eq!(h.lr, 0.5);
+    // Of the betas the kernel uses (f32), so the correction exactly un-biases its moments.
+    let (b1, b2) = (0.9f32 as f64, 0.999f32 as f64);
+    assert!((h.bias_correction1 as f64 - (1.0 - b1.powi(3))).abs() < 1e-7);
+    assert!((h.bias_correction2 as f64 - (1.0 - b2.powi(3))).abs() < 1e-9);
+    let s = Hyper::for_step(0.5, &OptimizerKind::sgd(0.9, false), 7).unwrap();
+    assert_eq!((s.bias_correction1, s.bias_correction2), (1.0, 1.0));
+    assert_eq!(std::mem::size_of::<Hyper>(), 4 * Hyper::LEN);
+}
