@@ -1,4 +1,5 @@
 //! convoy: data-parallel CNN training on every GPU adapter of a machine, through wgpu.
+pub mod callbacks;
 pub mod device;
 pub mod error;
 pub mod kernels;

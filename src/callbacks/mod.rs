@@ -1,6 +1,28 @@
 //! Callbacks: hooks `fit` calls at the start and end of training, epochs and batches, with
 //! Keras' names and log keys (`loss`, `accuracy`, `val_loss`, `val_accuracy`, ...).
 //! Users write their own by implementing [`Callback`]; every hook has a no-op default.
+//! Epoch and batch indices passed to the hooks count from 0, as in Keras.
+
+mod csv_logger;
+mod early_stopping;
+mod history;
+mod lr_scheduler;
+mod model_checkpoint;
+mod monitor;
+mod path_template;
+mod progress;
+mod reduce_lr;
+mod terminate_on_nan;
+
+pub use csv_logger::CsvLogger;
+pub use early_stopping::EarlyStopping;
+pub use history::History;
+pub use lr_scheduler::{LearningRateScheduler, Schedule};
+pub use model_checkpoint::ModelCheckpoint;
+pub use monitor::Mode;
+pub use progress::ProgressBar;
+pub use reduce_lr::ReduceLROnPlateau;
+pub use terminate_on_nan::TerminateOnNaN;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -11,6 +33,14 @@ use crate::Result;
 pub type Logs = BTreeMap<String, f64>;
 
 /// Saves the model being trained (ModelCheckpoint uses it).
+///
+/// Contract for implementations:
+/// - Write atomically: write a temporary file in the same directory as `path`, then rename it
+///   over `path`, so that a crash or a full disk never leaves a half-written checkpoint and an
+///   existing file at `path` stays intact until the new one is complete.
+/// - Do not create missing parent directories: a missing or unwritable directory is an
+///   `Error::Io` naming `path`, so a mistyped `--checkpoint-dir` fails instead of silently
+///   writing somewhere unexpected.
 pub trait Saver {
     fn save(&self, path: &Path) -> Result<()>;
 }

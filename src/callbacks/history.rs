@@ -1,0 +1,51 @@
+//! History: every epoch's logs, as Keras' `history.history["loss"]`.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{Callback, Context, Logs};
+use crate::Result;
+
+/// Records the logs of each epoch. It keeps accumulating across `fit` calls, so training in
+/// several calls gives one continuous record; [`History::epochs`] says which epoch each
+/// entry belongs to.
+///
+/// Serialises as `{"epoch": [0, 1, ...], "history": {"loss": [...], ...}}`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct History {
+    epoch: Vec<usize>,
+    history: BTreeMap<String, Vec<f64>>,
+}
+
+impl History {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Metric name to one value per recorded epoch. A key that appeared only in some epochs
+    /// (validation run every few epochs) has fewer values, as in Keras.
+    pub fn history(&self) -> &BTreeMap<String, Vec<f64>> {
+        &self.history
+    }
+
+    /// The epoch indices recorded, in order.
+    pub fn epochs(&self) -> &[usize] {
+        &self.epoch
+    }
+
+    /// The values of one metric; `None` when it was never logged.
+    pub fn get(&self, key: &str) -> Option<&[f64]> {
+        self.history.get(key).map(Vec::as_slice)
+    }
+}
+
+impl Callback for History {
+    fn on_epoch_end(&mut self, epoch: usize, logs: &Logs, _ctx: &mut Context) -> Result<()> {
+        self.epoch.push(epoch);
+        for (key, value) in logs {
+            self.history.entry(key.clone()).or_default().push(*value);
+        }
+        Ok(())
+    }
+}
