@@ -117,17 +117,83 @@ fn early_stopping_table() {
         stopped: Option<usize>,
     }
     let cases = [
-        Case { name: "patience 0 stops at the first stall", stop: EarlyStopping::new("val_loss"), key: "val_loss", series: &[1.0, 0.9, 0.95, 0.8], stopped: Some(2) },
-        Case { name: "patience 2 waits two stalled epochs", stop: EarlyStopping::new("val_loss").patience(2), key: "val_loss", series: &[1.0, 0.9, 0.95, 0.91, 0.8], stopped: Some(3) },
-        Case { name: "an improvement resets the count", stop: EarlyStopping::new("val_loss").patience(2), key: "val_loss", series: &[1.0, 1.1, 0.9, 1.2, 0.8, 0.85], stopped: None },
-        Case { name: "improvements below min_delta do not count", stop: EarlyStopping::new("val_loss").patience(1).min_delta(0.05), key: "val_loss", series: &[1.0, 0.97, 0.5], stopped: Some(1) },
-        Case { name: "auto mode maximises accuracy", stop: EarlyStopping::new("val_accuracy").patience(2), key: "val_accuracy", series: &[0.5, 0.6, 0.7, 0.65, 0.64], stopped: Some(4) },
-        Case { name: "explicit min on an accuracy", stop: EarlyStopping::new("val_accuracy").patience(2).mode(Mode::Min), key: "val_accuracy", series: &[0.5, 0.6, 0.7, 0.65, 0.64], stopped: Some(2) },
-        Case { name: "explicit max on another name", stop: EarlyStopping::new("val_top5").patience(1).mode(Mode::Max), key: "val_top5", series: &[0.5, 0.6, 0.55], stopped: Some(2) },
-        Case { name: "without baseline a stall within patience goes on", stop: EarlyStopping::new("val_loss").patience(2), key: "val_loss", series: &[0.9, 0.8, 0.85], stopped: None },
-        Case { name: "improving above the baseline does not reset patience", stop: EarlyStopping::new("val_loss").patience(2).baseline(0.5), key: "val_loss", series: &[0.9, 0.8, 0.85], stopped: Some(2) },
-        Case { name: "beating the baseline resets patience", stop: EarlyStopping::new("val_loss").patience(2).baseline(0.5), key: "val_loss", series: &[0.9, 0.4, 0.45, 0.46], stopped: Some(3) },
-        Case { name: "NaN is never an improvement", stop: EarlyStopping::new("val_loss").patience(1), key: "val_loss", series: &[f64::NAN, f64::NAN], stopped: Some(1) },
+        Case {
+            name: "patience 0 stops at the first stall",
+            stop: EarlyStopping::new("val_loss"),
+            key: "val_loss",
+            series: &[1.0, 0.9, 0.95, 0.8],
+            stopped: Some(2),
+        },
+        Case {
+            name: "patience 2 waits two stalled epochs",
+            stop: EarlyStopping::new("val_loss").patience(2),
+            key: "val_loss",
+            series: &[1.0, 0.9, 0.95, 0.91, 0.8],
+            stopped: Some(3),
+        },
+        Case {
+            name: "an improvement resets the count",
+            stop: EarlyStopping::new("val_loss").patience(2),
+            key: "val_loss",
+            series: &[1.0, 1.1, 0.9, 1.2, 0.8, 0.85],
+            stopped: None,
+        },
+        Case {
+            name: "improvements below min_delta do not count",
+            stop: EarlyStopping::new("val_loss").patience(1).min_delta(0.05),
+            key: "val_loss",
+            series: &[1.0, 0.97, 0.5],
+            stopped: Some(1),
+        },
+        Case {
+            name: "auto mode maximises accuracy",
+            stop: EarlyStopping::new("val_accuracy").patience(2),
+            key: "val_accuracy",
+            series: &[0.5, 0.6, 0.7, 0.65, 0.64],
+            stopped: Some(4),
+        },
+        Case {
+            name: "explicit min on an accuracy",
+            stop: EarlyStopping::new("val_accuracy").patience(2).mode(Mode::Min),
+            key: "val_accuracy",
+            series: &[0.5, 0.6, 0.7, 0.65, 0.64],
+            stopped: Some(2),
+        },
+        Case {
+            name: "explicit max on another name",
+            stop: EarlyStopping::new("val_top5").patience(1).mode(Mode::Max),
+            key: "val_top5",
+            series: &[0.5, 0.6, 0.55],
+            stopped: Some(2),
+        },
+        Case {
+            name: "without baseline a stall within patience goes on",
+            stop: EarlyStopping::new("val_loss").patience(2),
+            key: "val_loss",
+            series: &[0.9, 0.8, 0.85],
+            stopped: None,
+        },
+        Case {
+            name: "improving above the baseline does not reset patience",
+            stop: EarlyStopping::new("val_loss").patience(2).baseline(0.5),
+            key: "val_loss",
+            series: &[0.9, 0.8, 0.85],
+            stopped: Some(2),
+        },
+        Case {
+            name: "beating the baseline resets patience",
+            stop: EarlyStopping::new("val_loss").patience(2).baseline(0.5),
+            key: "val_loss",
+            series: &[0.9, 0.4, 0.45, 0.46],
+            stopped: Some(3),
+        },
+        Case {
+            name: "NaN is never an improvement",
+            stop: EarlyStopping::new("val_loss").patience(1),
+            key: "val_loss",
+            series: &[f64::NAN, f64::NAN],
+            stopped: Some(1),
+        },
     ];
     let saver = FakeSaver::default();
     for mut case in cases {
@@ -189,7 +255,10 @@ fn model_checkpoint_every_epoch_formats_names() {
 #[test]
 fn model_checkpoint_best_only() {
     let mut ckpt = ModelCheckpoint::new("best-{epoch}.st").save_best_only(true);
-    assert_eq!(checkpoint_paths(&mut ckpt, "val_loss", &[0.5, 0.6, 0.4, 0.4, f64::NAN, 0.3]), ["best-1.st", "best-3.st", "best-6.st"]);
+    assert_eq!(
+        checkpoint_paths(&mut ckpt, "val_loss", &[0.5, 0.6, 0.4, 0.4, f64::NAN, 0.3]),
+        ["best-1.st", "best-3.st", "best-6.st"]
+    );
     assert_eq!(ckpt.best(), Some(0.3));
 
     let mut ckpt = ModelCheckpoint::new("acc-{epoch}.st").monitor("val_accuracy").save_best_only(true);
@@ -241,7 +310,10 @@ fn model_checkpoint_errors() {
     let mut ckpt = ModelCheckpoint::new("best.st").save_best_only(true);
     ckpt.on_train_begin(&mut c).unwrap();
     let msg = config_message(ckpt.on_epoch_end(0, &logs(&[("loss", 0.5)]), &mut c).unwrap_err());
-    assert!(msg.contains("ModelCheckpoint") && msg.contains("\"val_loss\"") && msg.contains("available: [loss]"), "{msg}");
+    assert!(
+        msg.contains("ModelCheckpoint") && msg.contains("\"val_loss\"") && msg.contains("available: [loss]"),
+        "{msg}"
+    );
 
     // Without save_best_only the monitor is not needed.
     let mut ckpt = ModelCheckpoint::new("every.st");
@@ -316,13 +388,48 @@ fn reduce_lr_on_plateau_table() {
     }
     let flat = &[1.0; 6];
     let cases = [
-        Case { name: "factor after patience", plateau: ReduceLROnPlateau::new("val_loss").factor(0.5).patience(2), series: &[1.0; 5], lrs: &[1.0, 1.0, 0.5, 0.5, 0.25] },
-        Case { name: "default factor 0.1", plateau: ReduceLROnPlateau::new("val_loss").patience(1), series: &[1.0, 1.0], lrs: &[1.0, 0.1] },
-        Case { name: "cooldown", plateau: ReduceLROnPlateau::new("val_loss").factor(0.5).patience(1).cooldown(2), series: flat, lrs: &[1.0, 0.5, 0.5, 0.25, 0.25, 0.125] },
-        Case { name: "min_lr floor", plateau: ReduceLROnPlateau::new("val_loss").factor(0.5).patience(1).min_lr(0.3), series: &[1.0; 4], lrs: &[1.0, 0.5, 0.3, 0.3] },
-        Case { name: "below min_delta is a stall", plateau: ReduceLROnPlateau::new("val_loss").patience(1), series: &[1.0, 0.99995], lrs: &[1.0, 0.1] },
-        Case { name: "improvements reset the wait", plateau: ReduceLROnPlateau::new("val_loss").factor(0.5).patience(2), series: &[1.0, 1.0, 0.9, 0.9, 0.8], lrs: &[1.0; 5] },
-        Case { name: "auto mode maximises accuracy", plateau: ReduceLROnPlateau::new("val_accuracy").factor(0.5).patience(1), series: &[0.5, 0.6, 0.7, 0.6], lrs: &[1.0, 1.0, 1.0, 0.5] },
+        Case {
+            name: "factor after patience",
+            plateau: ReduceLROnPlateau::new("val_loss").factor(0.5).patience(2),
+            series: &[1.0; 5],
+            lrs: &[1.0, 1.0, 0.5, 0.5, 0.25],
+        },
+        Case {
+            name: "default factor 0.1",
+            plateau: ReduceLROnPlateau::new("val_loss").patience(1),
+            series: &[1.0, 1.0],
+            lrs: &[1.0, 0.1],
+        },
+        Case {
+            name: "cooldown",
+            plateau: ReduceLROnPlateau::new("val_loss").factor(0.5).patience(1).cooldown(2),
+            series: flat,
+            lrs: &[1.0, 0.5, 0.5, 0.25, 0.25, 0.125],
+        },
+        Case {
+            name: "min_lr floor",
+            plateau: ReduceLROnPlateau::new("val_loss").factor(0.5).patience(1).min_lr(0.3),
+            series: &[1.0; 4],
+            lrs: &[1.0, 0.5, 0.3, 0.3],
+        },
+        Case {
+            name: "below min_delta is a stall",
+            plateau: ReduceLROnPlateau::new("val_loss").patience(1),
+            series: &[1.0, 0.99995],
+            lrs: &[1.0, 0.1],
+        },
+        Case {
+            name: "improvements reset the wait",
+            plateau: ReduceLROnPlateau::new("val_loss").factor(0.5).patience(2),
+            series: &[1.0, 1.0, 0.9, 0.9, 0.8],
+            lrs: &[1.0; 5],
+        },
+        Case {
+            name: "auto mode maximises accuracy",
+            plateau: ReduceLROnPlateau::new("val_accuracy").factor(0.5).patience(1),
+            series: &[0.5, 0.6, 0.7, 0.6],
+            lrs: &[1.0, 1.0, 1.0, 0.5],
+        },
     ];
     let saver = FakeSaver::default();
     for mut case in cases {
@@ -344,7 +451,8 @@ fn reduce_lr_on_plateau_table() {
 #[test]
 fn reduce_lr_on_plateau_errors() {
     let saver = FakeSaver::default();
-    let msg = config_message(ReduceLROnPlateau::default().factor(1.0).on_train_begin(&mut ctx(&saver, 1, 1)).unwrap_err());
+    let msg =
+        config_message(ReduceLROnPlateau::default().factor(1.0).on_train_begin(&mut ctx(&saver, 1, 1)).unwrap_err());
     assert!(msg.contains("factor must be in [0, 1), got 1"), "{msg}");
     let mut plateau = ReduceLROnPlateau::default();
     let mut c = ctx(&saver, 1, 1);
@@ -366,7 +474,10 @@ fn csv_logger_writes_exact_content_and_flushes_each_epoch() {
     // A missing key is NA; a new key is not added.
     csv.on_epoch_end(1, &logs(&[("loss", 0.25), ("accuracy", 0.875), ("extra", 1.0)]), &mut c).unwrap();
     csv.on_train_end(&Logs::new(), &mut c).unwrap();
-    assert_eq!(std::fs::read_to_string(&path).unwrap(), "epoch,accuracy,loss,val_loss\n0,0.75,0.5,0.625\n1,0.875,0.25,NA\n");
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "epoch,accuracy,loss,val_loss\n0,0.75,0.5,0.625\n1,0.875,0.25,NA\n"
+    );
 
     // Without append a new run overwrites the file.
     let mut csv = CsvLogger::new(&path).separator(';');
@@ -455,7 +566,10 @@ fn history_records_every_epoch() {
     let json = serde_json::to_value(&history).unwrap();
     assert_eq!(
         json,
-        serde_json::json!({"epoch": [0, 1, 2], "history": {"accuracy": [0.5, 0.75, 0.875], "loss": [1.0, 0.5, 0.25], "val_loss": [0.625]}})
+        serde_json::json!({
+            "epoch": [0, 1, 2],
+            "history": {"accuracy": [0.5, 0.75, 0.875], "loss": [1.0, 0.5, 0.25], "val_loss": [0.625]}
+        })
     );
 }
 
@@ -510,7 +624,8 @@ fn progress_bar_plain_lines() {
     let text = progress_output(ProgressBar::new().to_writer(out.clone()), &out, (0.25, 0.1), 4213.4);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 2, "{text}");
-    let want = "Epoch 1/2 3/3 loss 0.5000 accuracy 0.7500 val_loss 1.0000e-4 val_accuracy 0.7000 4,213 img/s input-bound ";
+    let want =
+        "Epoch 1/2 3/3 loss 0.5000 accuracy 0.7500 val_loss 1.0000e-4 val_accuracy 0.7000 4,213 img/s input-bound ";
     assert!(lines[0].starts_with(want), "{}", lines[0]);
     assert!(lines[1].starts_with("Epoch 2/2 3/3 "), "{}", lines[1]);
 
@@ -561,8 +676,9 @@ fn custom_callback_alongside_builtin_ones() {
     let mut stop = StopBelow { threshold: 0.3, ..Default::default() };
     let mut history = History::new();
     let mut ckpt = ModelCheckpoint::new("w{epoch}.st");
-    let ran = fit(&mut [&mut stop, &mut history, &mut ckpt], &mut c, |epoch, _| logs(&[("loss", 1.0 / (epoch + 1) as f64)]))
-        .unwrap();
+    let ran =
+        fit(&mut [&mut stop, &mut history, &mut ckpt], &mut c, |epoch, _| logs(&[("loss", 1.0 / (epoch + 1) as f64)]))
+            .unwrap();
     // Losses 1, 0.5, 0.333, 0.25: stops after the fourth epoch.
     assert_eq!(ran, 8);
     assert_eq!(stop.calls, ["train_begin", "epoch_end 0", "epoch_end 1", "epoch_end 2", "epoch_end 3"]);

@@ -79,7 +79,8 @@ impl Callback for CsvLogger {
         let sep = self.separator.to_string();
         let mut text = String::new();
         if std::mem::take(&mut self.write_header) {
-            let header: Vec<String> = std::iter::once("epoch").chain(keys.iter().map(String::as_str)).map(|k| self.field(k)).collect();
+            let header: Vec<String> =
+                std::iter::once("epoch").chain(keys.iter().map(String::as_str)).map(|k| self.field(k)).collect();
             text += &header.join(&sep);
             text.push('\n');
         }

@@ -14,7 +14,8 @@ pub type Schedule = Box<dyn Fn(usize, f32) -> f32 + Send>;
 /// // Keras' example: keep the rate for 10 epochs, then decay it.
 /// let decay = LearningRateScheduler::new(|epoch, lr| if epoch < 10 { lr } else { lr * 0.9 });
 /// // Linear warm-up to 0.1 over the first 500 steps.
-/// let warmup = LearningRateScheduler::per_batch(|step, lr| if step < 500 { 0.1 * (step + 1) as f32 / 500.0 } else { lr });
+/// let warmup =
+///     LearningRateScheduler::per_batch(|step, lr| if step < 500 { 0.1 * (step + 1) as f32 / 500.0 } else { lr });
 /// ```
 pub struct LearningRateScheduler {
     schedule: Schedule,

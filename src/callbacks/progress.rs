@@ -89,7 +89,11 @@ impl ProgressBar {
 
     fn epoch_summary(&self, logs: &Logs) -> String {
         let elapsed = fmt_elapsed(self.started.elapsed());
-        [metrics(logs), self.throughput(logs), elapsed].into_iter().filter(|s| !s.is_empty()).collect::<Vec<_>>().join(" ")
+        [metrics(logs), self.throughput(logs), elapsed]
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 }
 
@@ -195,7 +199,11 @@ fn grouped(n: u64) -> String {
 /// `00:12`, `1:02:03`.
 fn fmt_clock(d: Duration) -> String {
     let s = d.as_secs();
-    if s >= 3600 { format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60) } else { format!("{:02}:{:02}", s / 60, s % 60) }
+    if s >= 3600 {
+        format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+    } else {
+        format!("{:02}:{:02}", s / 60, s % 60)
+    }
 }
 
 /// `12s`, `3m05s`, `1h02m`.

@@ -85,10 +85,7 @@ impl Callback for ReduceLROnPlateau {
     fn on_train_begin(&mut self, _ctx: &mut Context) -> Result<()> {
         // Keras refuses factor >= 1: it would never reduce anything.
         if !(0.0..1.0).contains(&self.factor) {
-            return Err(Error::Config(format!(
-                "ReduceLROnPlateau: factor must be in [0, 1), got {}",
-                self.factor
-            )));
+            return Err(Error::Config(format!("ReduceLROnPlateau: factor must be in [0, 1), got {}", self.factor)));
         }
         if !(self.min_lr.is_finite() && self.min_lr >= 0.0) {
             return Err(Error::Config(format!("ReduceLROnPlateau: min_lr must be >= 0, got {}", self.min_lr)));
