@@ -9,7 +9,7 @@ use super::{Callback, Context, Logs};
 use crate::{Error, Result};
 
 /// Log keys that describe the step rather than the model; shown as throughput and markers.
-const NOT_METRICS: [&str; 6] = ["batch_size", "images_per_sec", "input_wait", "compute", "exchange", "learning_rate"];
+const NOT_METRICS: [&str; 8] = ["batch_size", "images_per_sec", "input_wait", "compute", "exchange", "learning_rate", "seconds", "samples"];
 /// Step-time shares above which a step is said to wait on input or on the gradient exchange.
 const INPUT_BOUND: f64 = 0.2;
 const EXCHANGE_BOUND: f64 = 0.3;

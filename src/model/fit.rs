@@ -203,7 +203,7 @@ impl Sequential {
             if let Some(val) = opts.validation_data.clone() {
                 let _s = crate::trace::span("validation", 0);
                 let v = self.evaluate(val, opts.batch_size)?;
-                for (k, x) in v {
+                for (k, x) in v.into_iter().filter(|(k, _)| k != "samples") {
                     logs.insert(format!("val_{k}"), x);
                 }
             }

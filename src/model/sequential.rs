@@ -228,6 +228,17 @@ impl Sequential {
         self.compiled.as_mut().map(|c| c.replicas.take_timing()).unwrap_or_default()
     }
 
+    /// Fixes how each batch is split across the devices (relative speeds, one per device)
+    /// instead of measuring their speed while training.
+    pub fn set_device_speeds(&mut self, speeds: &[f64]) -> Result<()> {
+        self.compiled()?.replicas.set_speeds(speeds)
+    }
+
+    /// How a batch of `n` samples is split across the devices now.
+    pub fn device_shares(&self, n: usize) -> Vec<usize> {
+        self.compiled.as_ref().map(|c| c.replicas.shares(n)).unwrap_or_default()
+    }
+
     /// Epochs completed.
     pub fn compiled_epoch(&self) -> usize {
         self.compiled.as_ref().map(|c| c.epoch).unwrap_or(0)

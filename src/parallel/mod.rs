@@ -8,7 +8,10 @@
 //! BatchNorm's moving statistics are per replica while an epoch runs (each sees its own
 //! share of the batch, as in PyTorch DDP without SyncBatchNorm); they are averaged across
 //! replicas at the end of every epoch and before any evaluation or save, so every replica
-//! and every saved model holds the same values.
+//! and every saved model holds the same values. The price: with BatchNorm, a replica's
+//! gradients use its share's batch statistics, so two replicas do not reproduce one device
+//! exactly (tests/parallel.rs: 3.9e-2 relative weight difference after 5 steps of batch 16
+//! split 8 + 8; the test allows 1e-1). Without BatchNorm they agree to 1e-7.
 
 pub mod replica;
 mod split;
@@ -39,6 +42,8 @@ pub struct ReplicaSet {
     pub replicas: Vec<Replica>,
     /// Relative speed of each replica (samples per second), re-measured as training runs.
     speed: Vec<f64>,
+    /// Set when the user fixed the split: speeds are then not re-measured.
+    fixed_split: bool,
     /// Replicas that ran each step in flight, oldest first.
     in_flight: std::collections::VecDeque<Vec<usize>>,
     grads: Vec<Vec<f32>>,
@@ -52,7 +57,7 @@ pub struct ReplicaSet {
 impl ReplicaSet {
     pub fn new(replicas: Vec<Replica>) -> Self {
         let n = replicas.len();
-        ReplicaSet { replicas, speed: vec![1.0; n], in_flight: Default::default(), grads: vec![Vec::new(); n], sum: Vec::new(), samples: vec![0; n], timing: vec![StepTiming::default(); n] }
+        ReplicaSet { replicas, speed: vec![1.0; n], fixed_split: false, in_flight: Default::default(), grads: vec![Vec::new(); n], sum: Vec::new(), samples: vec![0; n], timing: vec![StepTiming::default(); n] }
     }
 
     pub fn len(&self) -> usize {
@@ -60,6 +65,16 @@ impl ReplicaSet {
     }
     pub fn is_empty(&self) -> bool {
         self.replicas.is_empty()
+    }
+
+    /// Fixes the batch split to these relative speeds (one per replica) instead of measuring.
+    pub fn set_speeds(&mut self, speeds: &[f64]) -> Result<()> {
+        if speeds.len() != self.replicas.len() || speeds.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
+            crate::bail!(Config, "need {} positive speeds, got {speeds:?}", self.replicas.len());
+        }
+        self.speed = speeds.to_vec();
+        self.fixed_split = true;
+        Ok(())
     }
 
     /// Current share of a batch per replica.
@@ -114,7 +129,7 @@ impl ReplicaSet {
             let (upload, comp) = res?;
             timing[r].upload = upload;
             timing[r].compute = comp;
-            if exchange {
+            if exchange && !self.fixed_split {
                 // Samples per second of device work, smoothed so one slow step does not swing the split.
                 let rate = counts[r] as f64 / (upload + comp).max(1e-6);
                 self.speed[r] = 0.8 * self.speed[r] + 0.2 * rate;
@@ -135,7 +150,7 @@ impl ReplicaSet {
                     .map(|(r, rep)| {
                         s.spawn(move || {
                             let _s = crate::trace::span("upload sum + optimizer", 1 + r);
-                            rep.apply_gradients(sum)
+                            rep.apply_gradients(sum, hyper)
                         })
                     })
                     .collect();

@@ -85,7 +85,7 @@ impl Replica {
         let grad_bytes = 4 * l.param_len as u64;
         Ok(Replica {
             grad_readback: Readback::new(device.wgpu(), grad_bytes),
-            grad_ring: StagingRing::new(device.wgpu(), 2, grad_bytes),
+            grad_ring: StagingRing::new(device.wgpu(), 2, grad_bytes + 16),
             device,
             params: p,
             grads,
@@ -166,11 +166,16 @@ impl Replica {
         Ok(())
     }
 
-    /// Uploads the averaged gradients and runs the optimizer.
-    pub fn apply_gradients(&mut self, summed: &[f32]) -> Result<()> {
+    /// Uploads the averaged gradients and this step's optimizer inputs (again: a replica
+    /// that sat out a short batch has not seen them) and runs the optimizer.
+    pub fn apply_gradients(&mut self, summed: &[f32], hyper: Hyper) -> Result<()> {
         let dev = self.device.clone();
         let mut enc = dev.wgpu().create_command_encoder(&Default::default());
-        let slot = self.grad_ring.stage(dev.wgpu(), &mut enc, &[(bytemuck::cast_slice(summed), self.grads.buffer(), self.grads.offset())])?;
+        let parts: [(&[u8], &wgpu::Buffer, u64); 2] = [
+            (bytemuck::cast_slice(summed), self.grads.buffer(), self.grads.offset()),
+            (bytemuck::bytes_of(&hyper), self.hyper.buffer(), self.hyper.offset()),
+        ];
+        let slot = self.grad_ring.stage(dev.wgpu(), &mut enc, &parts)?;
         {
             let mut pass = enc.begin_compute_pass(&Default::default());
             for d in &self.update {
