@@ -40,8 +40,12 @@ pub struct StepTiming {
 
 pub struct ReplicaSet {
     pub replicas: Vec<Replica>,
-    /// Relative speed of each replica (samples per second), re-measured as training runs.
+    /// Relative speed of each replica that the split follows. Changed only when the measured
+    /// speeds drift away from it: every distinct share is a separately compiled step.
     speed: Vec<f64>,
+    /// Samples per second of device work per replica, smoothed over steps.
+    measured: Vec<f64>,
+    steps_since_resplit: usize,
     /// Set when the user fixed the split: speeds are then not re-measured.
     fixed_split: bool,
     /// Replicas that ran each step in flight, oldest first.
@@ -57,7 +61,7 @@ pub struct ReplicaSet {
 impl ReplicaSet {
     pub fn new(replicas: Vec<Replica>) -> Self {
         let n = replicas.len();
-        ReplicaSet { replicas, speed: vec![1.0; n], fixed_split: false, in_flight: Default::default(), grads: vec![Vec::new(); n], sum: Vec::new(), samples: vec![0; n], timing: vec![StepTiming::default(); n] }
+        ReplicaSet { replicas, speed: vec![1.0; n], measured: vec![0.0; n], steps_since_resplit: 0, fixed_split: false, in_flight: Default::default(), grads: vec![Vec::new(); n], sum: Vec::new(), samples: vec![0; n], timing: vec![StepTiming::default(); n] }
     }
 
     pub fn len(&self) -> usize {
@@ -132,8 +136,11 @@ impl ReplicaSet {
             if exchange && !self.fixed_split {
                 // Samples per second of device work, smoothed so one slow step does not swing the split.
                 let rate = counts[r] as f64 / (upload + comp).max(1e-6);
-                self.speed[r] = 0.8 * self.speed[r] + 0.2 * rate;
+                self.measured[r] = if self.measured[r] == 0.0 { rate } else { 0.9 * self.measured[r] + 0.1 * rate };
             }
+        }
+        if exchange && !self.fixed_split {
+            self.maybe_resplit();
         }
         if exchange {
             let t0 = Instant::now();
@@ -170,6 +177,25 @@ impl ReplicaSet {
             self.timing[r].exchange += t.exchange;
         }
         Ok(timing)
+    }
+
+    /// Moves the split to the measured speeds when they differ from it by more than 10%,
+    /// at most every 50 steps, so equal devices keep one compiled step per batch size and
+    /// unequal ones converge to shares that finish together.
+    fn maybe_resplit(&mut self) {
+        self.steps_since_resplit += 1;
+        if self.steps_since_resplit < 50 || self.measured.iter().any(|&m| m <= 0.0) {
+            return;
+        }
+        let norm = |v: &[f64]| -> Vec<f64> {
+            let s: f64 = v.iter().sum();
+            v.iter().map(|x| x / s).collect()
+        };
+        let (now, want) = (norm(&self.speed), norm(&self.measured));
+        if now.iter().zip(&want).any(|(a, b)| (a - b).abs() > 0.1 * a) {
+            self.speed = want;
+        }
+        self.steps_since_resplit = 0;
     }
 
     /// Sums the gradients of the replicas that ran, in parallel chunks.

@@ -11,6 +11,20 @@ pub fn split(n: usize, speed: &[f64]) -> Vec<usize> {
     if n <= r {
         return (0..r).map(|i| usize::from(i < n)).collect();
     }
+    // Whole groups of 8 samples where the batch allows: GPU kernels tile by 4 and 8, and
+    // fewer distinct shares mean fewer compiled steps. The remainder goes to the first.
+    const GROUP: usize = 8;
+    if n >= 2 * GROUP * r {
+        let mut counts: Vec<usize> = proportional(n / GROUP, speed).iter().map(|c| c * GROUP).collect();
+        counts[0] += n % GROUP;
+        return counts;
+    }
+    proportional(n, speed)
+}
+
+/// One sample each, the rest in proportion to `speed` by largest remainder (n > len).
+fn proportional(n: usize, speed: &[f64]) -> Vec<usize> {
+    let r = speed.len();
     let total: f64 = speed.iter().map(|s| s.max(1e-9)).sum();
     // One sample each first, then the rest by speed.
     let rest = n - r;
@@ -37,7 +51,8 @@ mod tests {
     fn splits_cover_the_batch_and_follow_speed() {
         assert_eq!(split(256, &[1.0, 1.0]), vec![128, 128]);
         assert_eq!(split(257, &[1.0, 1.0]), vec![129, 128]);
-        assert_eq!(split(300, &[2.0, 1.0]), vec![200, 100]);
+        assert_eq!(split(300, &[2.0, 1.0]), vec![196, 104]);
+        assert_eq!(split(512, &[1.0, 1.02]), vec![256, 256]);
         assert_eq!(split(3, &[1.0, 1.0, 1.0, 1.0]), vec![1, 1, 1, 0]);
         assert_eq!(split(5, &[100.0, 1.0]), vec![4, 1]);
         for n in [1usize, 2, 7, 64, 1001] {
