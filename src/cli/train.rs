@@ -17,8 +17,9 @@ use super::{check_output, device_json};
 
 #[derive(Args, Debug)]
 pub struct TrainArgs {
-    /// resnet20, resnet18, convnet7 or mlp.
-    #[arg(long, default_value = "convnet7")]
+    /// resnet20, resnet18, convnet7 or mlp; `auto` (the default) trains resnet20 on GPUs and
+    /// the mlp on a software adapter, which runs about a GFLOP/s.
+    #[arg(long, default_value = "auto")]
     pub model: String,
     /// synthetic, cifar10:DIR, cifar100:DIR or folder:DIR.
     #[arg(long, default_value = "synthetic")]
@@ -26,7 +27,7 @@ pub struct TrainArgs {
     /// all, indices like 0,1, software, software:N, an adapter name or PCI bus id.
     #[arg(long, default_value = "all")]
     pub devices: String,
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 2)]
     pub epochs: usize,
     /// The global batch, split across devices.
     #[arg(long, default_value_t = 128)]
@@ -75,6 +76,11 @@ pub fn run(a: TrainArgs) -> Result<()> {
     }
     let (train, val): (Arc<dyn Dataset>, Arc<dyn Dataset>) = from_spec(&a.data, a.image_size, a.seed)?;
     let devices = convoy::device::open(&a.devices)?;
+    let model_name = match a.model.as_str() {
+        "auto" if devices.iter().all(|d| d.info().device_type == wgpu::DeviceType::Cpu) => "mlp".to_string(),
+        "auto" => "resnet20".to_string(),
+        other => other.to_string(),
+    };
     let mut model = match &checkpoint {
         Some(path) if a.resume && path.exists() => {
             let m = Sequential::load_compiled(path, devices.clone(), a.batch_size)?;
@@ -84,7 +90,7 @@ pub fn run(a: TrainArgs) -> Result<()> {
             m
         }
         _ => {
-            let mut m = zoo::by_name(&a.model, &train.image_shape(), train.num_classes())?;
+            let mut m = zoo::by_name(&model_name, &train.image_shape(), train.num_classes())?;
             let lr = a.lr.unwrap_or(if a.optimizer == "sgd" { 0.05 } else { 1e-3 });
             m.compile(CompileOptions {
                 optimizer: Optimizer::from_name(&a.optimizer, lr)?,
@@ -130,7 +136,7 @@ pub fn run(a: TrainArgs) -> Result<()> {
     // The last epoch: the first one also pays for compiling pipelines.
     let ips = last("images_per_sec");
     let out = json!({
-        "model": a.model,
+        "model": model_name,
         "data": a.data,
         "epochs": model.compiled_epoch(),
         "train_loss": last("loss"),
