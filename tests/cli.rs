@@ -1,0 +1,170 @@
+//! The `convoy` command line: its JSON contract and its handling of bad input (one line
+//! naming the cause and the file, a non-zero exit, no panic, nothing half-written).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn convoy(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_convoy")).args(args).env("XDG_RUNTIME_DIR", std::env::temp_dir()).output().unwrap()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("convoy-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The last line of standard output, parsed as JSON.
+fn json(out: &Output) -> serde_json::Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or_else(|| panic!("no output; stderr: {}", String::from_utf8_lossy(&out.stderr)));
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("last line is not JSON ({e}): {last}"))
+}
+
+/// Asserts a clean failure: non-zero exit, no panic, and an `error:` line containing each
+/// of `needles`.
+#[track_caller]
+fn fails_with(out: &Output, needles: &[&str]) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "expected failure; stderr: {stderr}");
+    assert!(!stderr.contains("panicked"), "panicked: {stderr}");
+    let line = stderr.lines().find(|l| l.starts_with("error:")).unwrap_or_else(|| panic!("no error line: {stderr}"));
+    for n in needles {
+        assert!(line.contains(n), "`{line}` does not mention `{n}`");
+    }
+}
+
+const TINY: &[&str] = &["--data", "synthetic:300,60", "--image-size", "8", "--model", "mlp", "--batch-size", "32"];
+
+#[test]
+fn devices_json_lists_the_software_adapter() {
+    let out = convoy(&["devices", "--json"]);
+    assert!(out.status.success());
+    let v = json(&out);
+    let list = v["devices"].as_array().unwrap();
+    assert!(list.iter().any(|d| d["type"] == "Cpu" && d["default"] == true), "{v}");
+}
+
+#[test]
+fn train_json_save_evaluate_and_predict() {
+    let dir = tmp("train");
+    let model = dir.join("m.safetensors");
+    let mut args = vec!["train", "--epochs", "2", "--json", "--save", model.to_str().unwrap(), "--devices", "software"];
+    args.extend_from_slice(TINY);
+    let out = convoy(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = json(&out);
+    for key in ["epochs", "train_loss", "train_accuracy", "val_loss", "val_accuracy", "images_per_sec", "seconds"] {
+        assert!(v[key].is_number(), "train JSON lacks {key}: {v}");
+    }
+    assert_eq!(v["epochs"], 2);
+    let d = &v["devices"][0];
+    assert!(d["name"].is_string() && d["backend"].is_string() && d["samples"] == 600, "{v}");
+
+    let out = convoy(&["evaluate", "--load", model.to_str().unwrap(), "--data", "synthetic:300,60", "--json", "--devices", "software"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let e = json(&out);
+    assert_eq!(e["samples"], 60);
+    assert!((e["accuracy"].as_f64().unwrap() - v["val_accuracy"].as_f64().unwrap()).abs() < 1e-9, "{e} vs {v}");
+
+    let out = convoy(&["predict", "--load", model.to_str().unwrap(), "--data", "synthetic:300,60", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json(&out)["predictions"].as_array().unwrap().len(), 60);
+}
+
+#[test]
+fn two_software_replicas_train_like_one() {
+    let run = |devices: &str| {
+        let mut args = vec!["train", "--epochs", "2", "--json", "--devices", devices];
+        args.extend_from_slice(TINY);
+        let out = convoy(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        json(&out)
+    };
+    let (one, two) = (run("software"), run("software:2"));
+    assert_eq!(two["devices"].as_array().unwrap().len(), 2);
+    let samples: u64 = two["devices"].as_array().unwrap().iter().map(|d| d["samples"].as_u64().unwrap()).sum();
+    assert_eq!(samples, 600);
+    let (a, b) = (one["val_accuracy"].as_f64().unwrap(), two["val_accuracy"].as_f64().unwrap());
+    assert!((a - b).abs() <= 0.05, "one device {a}, two {b}");
+}
+
+#[test]
+fn checkpoints_and_resume() {
+    let dir = tmp("resume");
+    let ck = dir.to_str().unwrap();
+    let mut args = vec!["train", "--epochs", "1", "--json", "--checkpoint-dir", ck, "--devices", "software"];
+    args.extend_from_slice(TINY);
+    assert!(convoy(&args).status.success());
+    assert!(dir.join("checkpoint.safetensors").exists());
+    let mut args = vec!["train", "--epochs", "2", "--json", "--checkpoint-dir", ck, "--resume", "--devices", "software"];
+    args.extend_from_slice(TINY);
+    let out = convoy(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = json(&out);
+    assert_eq!(v["epochs"], 2);
+    assert_eq!(v["devices"][0]["samples"], 300, "the resumed run trains one more epoch only: {v}");
+    let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().contains(".tmp")).collect();
+    assert!(leftovers.is_empty(), "temporary files left behind");
+}
+
+fn write(path: &Path, bytes: &[u8]) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn bad_input_fails_cleanly() {
+    let dir = tmp("bad");
+    // A missing directory.
+    let missing = dir.join("nope");
+    fails_with(&convoy(&["train", "--data", &format!("cifar10:{}", missing.display())]), &["nope"]);
+    fails_with(&convoy(&["train", "--data", &format!("folder:{}", missing.display())]), &["nope"]);
+    // A truncated CIFAR file.
+    let cifar = dir.join("cifar");
+    for f in ["data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin", "data_batch_5.bin", "test_batch.bin"] {
+        write(&cifar.join(f), &vec![1u8; 3073 * 2]);
+    }
+    write(&cifar.join("data_batch_3.bin"), &vec![1u8; 3073 + 100]);
+    fails_with(&convoy(&["train", "--data", &format!("cifar10:{}", cifar.display())]), &["data_batch_3.bin"]);
+    // A label out of range.
+    let mut bad = vec![1u8; 3073 * 2];
+    bad[3073] = 12;
+    write(&cifar.join("data_batch_3.bin"), &bad);
+    fails_with(&convoy(&["train", "--data", &format!("cifar10:{}", cifar.display())]), &["data_batch_3.bin", "12"]);
+    // A corrupt image in a folder.
+    let folder = dir.join("folder");
+    for split in ["train", "val"] {
+        for class in ["a", "b"] {
+            let img = image::RgbImage::from_pixel(9, 7, image::Rgb([10, 200, 30]));
+            std::fs::create_dir_all(folder.join(split).join(class)).unwrap();
+            img.save(folder.join(split).join(class).join("x.png")).unwrap();
+        }
+    }
+    write(&folder.join("train/b/broken.png"), b"\x89PNG\r\n\x1a\nnot really");
+    fails_with(&convoy(&["train", "--data", &format!("folder:{}", folder.display()), "--image-size", "8", "--model", "mlp"]), &["broken.png"]);
+    // An unwritable output path: nothing is trained, nothing written.
+    let out = dir.join("no-such-dir").join("m.safetensors");
+    fails_with(&convoy(&["train", "--save", out.to_str().unwrap(), "--data", "synthetic:64,8", "--image-size", "8"]), &["no-such-dir"]);
+    // A model file that is not one.
+    let fake = dir.join("fake.safetensors");
+    write(&fake, b"hello");
+    fails_with(&convoy(&["evaluate", "--load", fake.to_str().unwrap()]), &["fake.safetensors"]);
+    fails_with(&convoy(&["evaluate", "--load", dir.join("absent.safetensors").to_str().unwrap()]), &["absent.safetensors"]);
+    // Bad arguments.
+    fails_with(&convoy(&["train", "--model", "vgg99", "--data", "synthetic:64,8"]), &["vgg99"]);
+    fails_with(&convoy(&["train", "--devices", "99"]), &["99"]);
+    fails_with(&convoy(&["train", "--data", "imagenet:/x"]), &["imagenet"]);
+}
+
+#[test]
+fn a_model_that_does_not_fit_the_data_is_refused() {
+    let dir = tmp("mismatch");
+    let model = dir.join("m.safetensors");
+    let mut args = vec!["train", "--epochs", "1", "--save", model.to_str().unwrap(), "--devices", "software"];
+    args.extend_from_slice(TINY);
+    assert!(convoy(&args).status.success());
+    // The model takes 8x8 images; these are 12x12.
+    fails_with(&convoy(&["evaluate", "--load", model.to_str().unwrap(), "--data", "synthetic:20,20", "--image-size", "12"]), &["[12, 12, 3]", "[8, 8, 3]"]);
+}

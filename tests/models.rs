@@ -1,0 +1,164 @@
+//! Whole models on the software adapter: fit, save/load round trip, resume, determinism,
+//! short last batches.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use convoy::data::{synthetic_split, Dataset};
+use convoy::layers::*;
+use convoy::model::{zoo, CompileOptions, FitOptions, Loss, Metric, Sequential};
+use convoy::optim::Optimizer;
+
+fn devices() -> Vec<Arc<convoy::Device>> {
+    convoy::device::open("software").unwrap()
+}
+
+fn data(train: usize, val: usize) -> (Arc<dyn Dataset>, Arc<dyn Dataset>) {
+    let (t, v) = synthetic_split(train, val, 8, 5);
+    (Arc::new(t), Arc::new(v))
+}
+
+fn small_cnn() -> Sequential {
+    let mut m = Sequential::new(&[8, 8, 3]);
+    m.add(Conv2D::new(6, 3).padding(Padding::Same));
+    m.add(BatchNormalization::new());
+    m.add(ReLU::new());
+    m.add(MaxPool2D::new(2));
+    m.add(Dropout::new(0.1));
+    m.add(Flatten::new());
+    m.add(Dense::new(10));
+    m
+}
+
+fn compile(m: &mut Sequential, optimizer: Optimizer) {
+    m.compile(CompileOptions {
+        optimizer,
+        loss: Loss::SparseCategoricalCrossentropy,
+        metrics: vec![Metric::Accuracy, Metric::TopKAccuracy(5)],
+        devices: devices(),
+        seed: 1,
+        max_batch: 32,
+    })
+    .unwrap();
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("convoy-models-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn quiet(epochs: usize, val: Option<Arc<dyn Dataset>>) -> FitOptions {
+    FitOptions { epochs, batch_size: 32, validation_data: val, verbose: 0, ..Default::default() }
+}
+
+#[test]
+fn fit_learns_and_history_has_keras_keys() {
+    let (train, val) = data(600, 100);
+    let mut m = small_cnn();
+    compile(&mut m, Optimizer::adam(1e-2));
+    let h = m.fit(train, quiet(3, Some(val))).unwrap();
+    let hist = h.history();
+    for key in ["loss", "accuracy", "top_k_accuracy", "val_loss", "val_accuracy", "images_per_sec"] {
+        assert_eq!(hist.get(key).map(Vec::len), Some(3), "history lacks 3 values of {key}: {:?}", hist.keys());
+    }
+    let loss = &hist["loss"];
+    assert!(loss[2] < loss[0], "loss did not fall: {loss:?}");
+    assert!(hist["val_accuracy"][2] > 0.3, "val accuracy {:?}", hist["val_accuracy"]);
+}
+
+#[test]
+fn a_loaded_model_predicts_exactly_what_the_saved_one_did() {
+    let (train, val) = data(200, 40);
+    let mut m = small_cnn();
+    compile(&mut m, Optimizer::sgd(0.05).momentum(0.9));
+    m.fit(train, quiet(1, None)).unwrap();
+    let before = m.predict(val.clone(), 16).unwrap();
+    let path = tmp("roundtrip.safetensors");
+    m.save(&path).unwrap();
+    let mut loaded = Sequential::load_compiled(&path, devices(), 32).unwrap();
+    assert_eq!(loaded.architecture(), m.architecture());
+    let after = loaded.predict(val, 16).unwrap();
+    assert_eq!(before, after, "predictions differ after a save/load round trip");
+    let (w0, s0, o0) = m.get_weights().unwrap();
+    let (w1, s1, o1) = loaded.get_weights().unwrap();
+    assert_eq!((w0, s0, o0), (w1, s1, o1), "weights, statistics or optimizer state differ");
+}
+
+#[test]
+fn resume_continues_exactly_where_training_stopped() {
+    // Two epochs straight, against one epoch + save + load + one more epoch.
+    let (train, _) = data(160, 20);
+    let opts = |epochs| FitOptions { epochs, batch_size: 32, shuffle: true, seed: 9, verbose: 0, ..Default::default() };
+    let mut straight = small_cnn();
+    compile(&mut straight, Optimizer::sgd(0.05).momentum(0.9).nesterov(true));
+    straight.fit(train.clone(), opts(2)).unwrap();
+
+    let mut first = small_cnn();
+    compile(&mut first, Optimizer::sgd(0.05).momentum(0.9).nesterov(true));
+    first.fit(train.clone(), opts(1)).unwrap();
+    let path = tmp("resume.safetensors");
+    first.save(&path).unwrap();
+    let mut resumed = Sequential::load_compiled(&path, devices(), 32).unwrap();
+    assert_eq!(resumed.compiled_epoch(), 1);
+    resumed.fit(train, opts(2)).unwrap();
+    assert_eq!(resumed.compiled_epoch(), 2);
+    let (a, b) = (straight.get_weights().unwrap().0, resumed.get_weights().unwrap().0);
+    let diff = a.iter().zip(&b).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+    assert!(diff < 1e-5, "resumed weights differ by {diff}");
+}
+
+#[test]
+fn same_seed_same_result() {
+    let (train, _) = data(96, 10);
+    let run = || {
+        let mut m = small_cnn();
+        compile(&mut m, Optimizer::adam(1e-3));
+        m.fit(train.clone(), FitOptions { epochs: 1, batch_size: 32, seed: 3, verbose: 0, ..Default::default() }).unwrap();
+        m.get_weights().unwrap().0
+    };
+    assert_eq!(run(), run());
+}
+
+#[test]
+fn short_last_batches_keep_batch_norm_finite() {
+    // 33 samples at batch 32 leave a last batch of one; a Dense + BatchNorm on it sees a
+    // variance of zero.
+    let (train, val) = data(33, 5);
+    let mut m = Sequential::new(&[8, 8, 3]);
+    m.add(Flatten::new());
+    m.add(Dense::new(8));
+    m.add(BatchNormalization::new());
+    m.add(ReLU::new());
+    m.add(Dense::new(10));
+    compile(&mut m, Optimizer::sgd(0.1));
+    let h = m.fit(train.clone(), quiet(2, Some(val))).unwrap();
+    assert!(h.history()["loss"].iter().all(|l| l.is_finite()));
+    let (w, s, _) = m.get_weights().unwrap();
+    assert!(w.iter().chain(&s).all(|v| v.is_finite()), "non-finite weights or statistics");
+    // drop_remainder trains on the full batch only.
+    let h = m.fit(train, FitOptions { epochs: 3, batch_size: 32, drop_remainder: true, verbose: 0, ..Default::default() }).unwrap();
+    assert!(h.history()["loss"].iter().all(|l| l.is_finite()));
+}
+
+#[test]
+fn data_that_does_not_fit_the_model_is_refused() {
+    let mut m = zoo::mlp(&[16, 16, 3], 10);
+    compile(&mut m, Optimizer::sgd(0.1));
+    let (train, _) = data(10, 2); // 8x8 images
+    let err = m.fit(train, quiet(1, None)).unwrap_err().to_string();
+    assert!(err.contains("[8, 8, 3]") && err.contains("[16, 16, 3]"), "{err}");
+}
+
+#[test]
+fn summary_counts_parameters() {
+    let s = zoo::resnet20(&[32, 32, 3], 10).summary().unwrap();
+    assert!(s.contains("Total params"), "{s}");
+    let m = zoo::resnet18(&[32, 32, 3], 10);
+    let layout = convoy::model::layout::Layout::new(m.input_shape(), m.layers()).unwrap();
+    // design.md: resnet20 about 0.27 M, resnet18 about 11.2 M parameters.
+    assert!((11_100_000..11_300_000).contains(&layout.trainable_count()), "{}", layout.trainable_count());
+    let m = zoo::resnet20(&[32, 32, 3], 10);
+    let layout = convoy::model::layout::Layout::new(m.input_shape(), m.layers()).unwrap();
+    assert!((260_000..280_000).contains(&layout.trainable_count()), "{}", layout.trainable_count());
+}
