@@ -42,18 +42,45 @@ impl StagingRing {
         self.capacity
     }
 
-    /// Writes `parts` (each `(bytes, offset in the slot)`) into the next free slot, waiting
-    /// only for that slot's previous copy, and encodes copies from it to the destinations.
-    /// Returns the slot index; call `submitted` with it once `encoder` has been submitted.
+    /// Writes `parts` (each `(bytes, destination, destination offset)`) into the next free
+    /// slot, waiting only for that slot's previous copy, and encodes copies from it to the
+    /// destinations. Returns the slot index; call `submitted` with it once `encoder` has been
+    /// submitted.
     pub fn stage(
         &mut self,
         device: &wgpu::Device,
         encoder: &mut wgpu::CommandEncoder,
         parts: &[(&[u8], &wgpu::Buffer, u64)],
     ) -> Result<usize> {
+        let index = self.acquire(device)?;
+        let mut copies = Vec::with_capacity(parts.len());
+        let mut offset = 0u64;
+        {
+            let slot = &self.slots[index];
+            let mut view = slot.buffer.get_mapped_range_mut(..).map_err(|e| Error::Gpu(format!("staging map: {e:?}")))?;
+            for (bytes, dst, dst_offset) in parts {
+                let len = bytes.len();
+                let padded = len.div_ceil(4) as u64 * 4;
+                if offset + padded > self.capacity {
+                    return Err(Error::Gpu(format!("staging slot of {} bytes cannot hold {} bytes", self.capacity, offset + padded)));
+                }
+                let start = offset as usize;
+                view.slice(start..start + len).copy_from_slice(bytes);
+                copies.push((offset, padded, *dst, *dst_offset));
+                offset += padded;
+            }
+        }
+        self.commit(index, encoder, &copies);
+        Ok(index)
+    }
+
+    /// Takes the next slot, waiting only for its previous copy; it is mapped for writing
+    /// (`slot_buffer(i).get_mapped_range_mut`, from several threads on disjoint ranges)
+    /// until `commit`.
+    pub fn acquire(&mut self, device: &wgpu::Device) -> Result<usize> {
         let index = self.next;
         self.next = (self.next + 1) % self.slots.len();
-        let slot = &mut self.slots[index];
+        let slot = &self.slots[index];
         if !slot.mapped.load(Ordering::Acquire) {
             let wait = wgpu::PollType::Wait { submission_index: slot.last_use.clone(), timeout: None };
             device.poll(wait).map_err(|e| Error::Gpu(format!("waiting for a staging buffer: {e}")))?;
@@ -62,31 +89,24 @@ impl StagingRing {
                 std::thread::yield_now();
             }
         }
-        let mut offset = 0u64;
-        {
-            let mut view = slot.buffer.get_mapped_range_mut(..).map_err(|e| Error::Gpu(format!("staging map: {e:?}")))?;
-            for (bytes, _, _) in parts {
-                let len = bytes.len();
-                let padded = len.div_ceil(4) * 4;
-                if offset + padded as u64 > self.capacity {
-                    return Err(Error::Gpu(format!("staging slot of {} bytes cannot hold {} bytes", self.capacity, offset + padded as u64)));
-                }
-                let start = offset as usize;
-                view.slice(start..start + len).copy_from_slice(bytes);
-                offset += padded as u64;
-            }
-        }
+        Ok(index)
+    }
+
+    pub fn slot_buffer(&self, index: usize) -> &wgpu::Buffer {
+        &self.slots[index].buffer
+    }
+
+    /// Unmaps an acquired slot and encodes `copies` (slot offset, bytes, destination,
+    /// destination offset) out of it.
+    pub fn commit(&mut self, index: usize, encoder: &mut wgpu::CommandEncoder, copies: &[(u64, u64, &wgpu::Buffer, u64)]) {
+        let slot = &self.slots[index];
         slot.buffer.unmap();
         slot.mapped.store(false, Ordering::Release);
-        let mut at = 0u64;
-        for (bytes, dst, dst_offset) in parts {
-            let padded = (bytes.len() as u64).div_ceil(4) * 4;
-            if padded > 0 {
-                encoder.copy_buffer_to_buffer(&slot.buffer, at, dst, *dst_offset, padded);
+        for &(at, len, dst, dst_offset) in copies {
+            if len > 0 {
+                encoder.copy_buffer_to_buffer(&slot.buffer, at, dst, dst_offset, len);
             }
-            at += padded;
         }
-        Ok(index)
     }
 
     /// Re-maps slot `index` for writing once the GPU is done copying out of it.
@@ -144,6 +164,16 @@ impl Readback {
     /// Waits for the submission that filled it (not for later ones), copies `len` bytes out
     /// and unmaps.
     pub fn take(&mut self, device: &wgpu::Device, len: usize, out: &mut Vec<u8>) -> Result<()> {
+        self.wait(device)?;
+        out.clear();
+        out.extend_from_slice(&self.buffer.get_mapped_range(..len as u64).map_err(|e| Error::Gpu(format!("readback map: {e:?}")))?);
+        self.finish();
+        Ok(())
+    }
+
+    /// Waits until the buffer is mapped and leaves it mapped, for reading in place
+    /// (`buffer.get_mapped_range`, from several threads) until `finish`.
+    pub fn wait(&mut self, device: &wgpu::Device) -> Result<()> {
         let Some(submission) = self.pending.take() else {
             return Err(Error::Gpu("readback taken before it was requested".into()));
         };
@@ -153,9 +183,11 @@ impl Readback {
             device.poll(wgpu::PollType::Poll).map_err(|e| Error::Gpu(format!("readback: {e}")))?;
             std::thread::yield_now();
         }
-        out.clear();
-        out.extend_from_slice(&self.buffer.get_mapped_range(..len as u64).map_err(|e| Error::Gpu(format!("readback map: {e:?}")))?);
-        self.buffer.unmap();
         Ok(())
+    }
+
+    /// Unmaps after `wait`.
+    pub fn finish(&mut self) {
+        self.buffer.unmap();
     }
 }

@@ -50,8 +50,6 @@ pub struct ReplicaSet {
     fixed_split: bool,
     /// Replicas that ran each step in flight, oldest first.
     in_flight: std::collections::VecDeque<Vec<usize>>,
-    grads: Vec<Vec<f32>>,
-    sum: Vec<f32>,
     /// Training samples each replica has processed.
     pub samples: Vec<usize>,
     /// Accumulated host-side timing per replica since the last `take_timing`.
@@ -61,7 +59,7 @@ pub struct ReplicaSet {
 impl ReplicaSet {
     pub fn new(replicas: Vec<Replica>) -> Self {
         let n = replicas.len();
-        ReplicaSet { replicas, speed: vec![1.0; n], measured: vec![0.0; n], steps_since_resplit: 0, fixed_split: false, in_flight: Default::default(), grads: vec![Vec::new(); n], sum: Vec::new(), samples: vec![0; n], timing: vec![StepTiming::default(); n] }
+        ReplicaSet { replicas, speed: vec![1.0; n], measured: vec![0.0; n], steps_since_resplit: 0, fixed_split: false, in_flight: Default::default(), samples: vec![0; n], timing: vec![StepTiming::default(); n] }
     }
 
     pub fn len(&self) -> usize {
@@ -106,10 +104,9 @@ impl ReplicaSet {
             let handles: Vec<_> = self
                 .replicas
                 .iter_mut()
-                .zip(self.grads.iter_mut())
                 .enumerate()
                 .filter(|(r, _)| counts[*r] > 0)
-                .map(|(r, (rep, grads))| {
+                .map(|(r, rep)| {
                     let (lo, hi) = (starts[r], starts[r] + counts[r]);
                     let batch = HostBatch { images: &images[lo * sample..hi * sample], labels: &labels[lo..hi] };
                     s.spawn(move || -> Result<(f64, f64)> {
@@ -121,7 +118,7 @@ impl ReplicaSet {
                         let t1 = Instant::now();
                         if exchange {
                             let _s = crate::trace::span("compute + gradient readback", 1 + r);
-                            rep.take_gradients(grads)?;
+                            rep.wait_gradients()?;
                         }
                         Ok(((t1 - t0).as_secs_f64(), t1.elapsed().as_secs_f64()))
                     })
@@ -144,20 +141,21 @@ impl ReplicaSet {
         }
         if exchange {
             let t0 = Instant::now();
+            let slots: Vec<usize> = self.replicas.iter_mut().map(|r| r.begin_apply()).collect::<Result<_>>()?;
             {
                 let _s = crate::trace::span("host all-reduce", 0);
-                self.all_reduce(&ran);
+                self.all_reduce(&ran, &slots)?;
             }
-            let sum = &self.sum;
             let results: Vec<Result<()>> = std::thread::scope(|s| {
                 let handles: Vec<_> = self
                     .replicas
                     .iter_mut()
+                    .zip(&slots)
                     .enumerate()
-                    .map(|(r, rep)| {
+                    .map(|(r, (rep, &slot))| {
                         s.spawn(move || {
                             let _s = crate::trace::span("upload sum + optimizer", 1 + r);
-                            rep.apply_gradients(sum, hyper)
+                            rep.finish_apply(slot, hyper)
                         })
                     })
                     .collect();
@@ -198,21 +196,27 @@ impl ReplicaSet {
         self.steps_since_resplit = 0;
     }
 
-    /// Sums the gradients of the replicas that ran, in parallel chunks.
-    fn all_reduce(&mut self, ran: &[usize]) {
-        let len = self.grads[ran[0]].len();
-        self.sum.resize(len, 0.0);
-        let grads = &self.grads;
-        self.sum.par_chunks_mut(1 << 14).enumerate().for_each(|(c, out)| {
-            let lo = c << 14;
-            let hi = lo + out.len();
-            out.copy_from_slice(&grads[ran[0]][lo..hi]);
-            for &r in &ran[1..] {
-                for (o, g) in out.iter_mut().zip(&grads[r][lo..hi]) {
-                    *o += g;
+    /// Sums the gradients of the replicas that ran, reading their mapped readback buffers in
+    /// place and writing the sum straight into every replica's mapped staging slot: chunks
+    /// in parallel, no intermediate copy.
+    fn all_reduce(&self, ran: &[usize], slots: &[usize]) -> Result<()> {
+        const CHUNK: u64 = 1 << 18;
+        let bytes = self.replicas[0].gradient_bytes();
+        let map_err = |e: wgpu::MapRangeError| crate::Error::Gpu(format!("all-reduce map: {e:?}"));
+        (0..bytes.div_ceil(CHUNK)).into_par_iter().try_for_each(|c| -> Result<()> {
+            let (lo, hi) = (c * CHUNK, ((c + 1) * CHUNK).min(bytes));
+            let mut acc = vec![0.0f32; ((hi - lo) / 4) as usize];
+            for &r in ran {
+                let view = self.replicas[r].gradient_readback().get_mapped_range(lo..hi).map_err(map_err)?;
+                for (a, g) in acc.iter_mut().zip(bytemuck::cast_slice::<u8, f32>(&view)) {
+                    *a += g;
                 }
             }
-        });
+            for (rep, &slot) in self.replicas.iter().zip(slots) {
+                rep.apply_staging(slot).get_mapped_range_mut(lo..hi).map_err(map_err)?.copy_from_slice(bytemuck::cast_slice(&acc));
+            }
+            Ok(())
+        })
     }
 
     /// Host timing per replica accumulated since the last call.

@@ -52,6 +52,8 @@ pub struct Replica {
     /// Plans whose readback is in flight, oldest first.
     in_flight: std::collections::VecDeque<(PlanKey, usize)>,
     grad_readback: Readback,
+    /// Set while `grad_readback` is mapped for the host all-reduce.
+    grads_mapped: bool,
     grad_ring: StagingRing,
     scratch: Vec<u8>,
 }
@@ -85,6 +87,7 @@ impl Replica {
         let grad_bytes = 4 * l.param_len as u64;
         Ok(Replica {
             grad_readback: Readback::new(device.wgpu(), grad_bytes),
+            grads_mapped: false,
             grad_ring: StagingRing::new(device.wgpu(), 2, grad_bytes + 16),
             device,
             params: p,
@@ -166,16 +169,50 @@ impl Replica {
         Ok(())
     }
 
-    /// Uploads the averaged gradients and this step's optimizer inputs (again: a replica
-    /// that sat out a short batch has not seen them) and runs the optimizer.
-    pub fn apply_gradients(&mut self, summed: &[f32], hyper: Hyper) -> Result<()> {
+    /// Waits until this step's gradients are readable in place (`gradient_readback`).
+    pub fn wait_gradients(&mut self) -> Result<()> {
+        self.grad_readback.wait(self.device.wgpu())?;
+        self.grads_mapped = true;
+        Ok(())
+    }
+
+    /// The MAP_READ buffer holding the last step's gradients once `wait_gradients` returned.
+    pub fn gradient_readback(&self) -> &wgpu::Buffer {
+        &self.grad_readback.buffer
+    }
+
+    pub fn gradient_bytes(&self) -> u64 {
+        self.grads.bytes()
+    }
+
+    /// Takes a staging slot for the summed gradients; write them into `apply_staging(slot)`
+    /// at offset 0, then call `finish_apply`.
+    pub fn begin_apply(&mut self) -> Result<usize> {
+        self.grad_ring.acquire(self.device.wgpu())
+    }
+
+    pub fn apply_staging(&self, slot: usize) -> &wgpu::Buffer {
+        self.grad_ring.slot_buffer(slot)
+    }
+
+    /// Uploads the summed gradients written into `slot` and this step's optimizer inputs
+    /// (again: a replica that sat out a short batch has not seen them), then runs the
+    /// optimizer.
+    pub fn finish_apply(&mut self, slot: usize, hyper: Hyper) -> Result<()> {
+        if self.grads_mapped {
+            self.grad_readback.finish();
+            self.grads_mapped = false;
+        }
         let dev = self.device.clone();
+        let bytes = self.grads.bytes();
+        self.grad_ring
+            .slot_buffer(slot)
+            .get_mapped_range_mut(bytes..bytes + 16)
+            .map_err(|e| crate::Error::Gpu(format!("staging map: {e:?}")))?
+            .copy_from_slice(bytemuck::bytes_of(&hyper));
         let mut enc = dev.wgpu().create_command_encoder(&Default::default());
-        let parts: [(&[u8], &wgpu::Buffer, u64); 2] = [
-            (bytemuck::cast_slice(summed), self.grads.buffer(), self.grads.offset()),
-            (bytemuck::bytes_of(&hyper), self.hyper.buffer(), self.hyper.offset()),
-        ];
-        let slot = self.grad_ring.stage(dev.wgpu(), &mut enc, &parts)?;
+        let copies = [(0, bytes, self.grads.buffer(), self.grads.offset()), (bytes, 16, self.hyper.buffer(), self.hyper.offset())];
+        self.grad_ring.commit(slot, &mut enc, &copies);
         {
             let mut pass = enc.begin_compute_pass(&Default::default());
             for d in &self.update {
