@@ -1,23 +1,35 @@
-//! Train a small CNN on the built-in synthetic task: no download needed.
+//! Train on the built-in synthetic task: no download needed. On GPUs it trains ResNet-20;
+//! on a software adapter (about a GFLOP/s) a small MLP, which reaches over 90% validation
+//! accuracy there in a few minutes.
 //!
 //! cargo run --release --example quickstart [-- DEVICES]
 
 use convoy::prelude::*;
 
-fn main() -> convoy::Result<()> {
-    let devices = std::env::args().nth(1).unwrap_or_else(|| "all".into());
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> convoy::Result<()> {
+    let selection = std::env::args().nth(1).unwrap_or_else(|| "all".into());
+    let devices = convoy::device::open(&selection)?;
+    let software = devices.iter().all(|d| d.info().device_type == wgpu::DeviceType::Cpu);
     let (train, val) = convoy::data::from_spec("synthetic", None, 0)?;
-    let mut model = convoy::model::zoo::convnet7(&train.image_shape(), train.num_classes());
+    let (shape, classes) = (train.image_shape(), train.num_classes());
+    let mut model = if software { convoy::model::zoo::mlp(&shape, classes) } else { convoy::model::zoo::resnet20(&shape, classes) };
     print!("{}", model.summary()?);
     model.compile(CompileOptions {
-        optimizer: Optimizer::sgd(0.05).momentum(0.9).nesterov(true),
+        optimizer: Optimizer::sgd(0.05).momentum(0.9).nesterov(true).weight_decay(5e-4),
         loss: Loss::SparseCategoricalCrossentropy,
         metrics: vec![Metric::Accuracy],
-        devices: convoy::device::open(&devices)?,
+        devices,
         seed: 0,
         max_batch: 128,
     })?;
-    let history = model.fit(train, FitOptions { epochs: 3, batch_size: 128, validation_data: Some(val), ..Default::default() })?;
+    let history = model.fit(train, FitOptions { epochs: 2, batch_size: 128, validation_data: Some(val), ..Default::default() })?;
     let acc = history.history().get("val_accuracy").and_then(|v| v.last().copied()).unwrap_or(0.0);
     println!("validation accuracy after {} epochs: {acc:.3}", history.epochs().len());
     Ok(())
