@@ -7,7 +7,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{expect_shape, grid, u32_of, Dispatch, LOSS};
+use super::{expect_dtype, expect_separate, expect_shape, grid, u32_of, Dispatch, LOSS};
 use crate::{bail, DType, Device, Result, Tensor};
 
 /// Invocations per row; the shader's `ROW`.
@@ -28,31 +28,6 @@ fn rows_and_k(kernel: &str, operand: &str, t: &Tensor) -> Result<(usize, usize)>
         [rows, k] if k > 0 => Ok((rows, k)),
         _ => bail!(Shape, "{kernel}: {operand} must be [batch, classes] with classes > 0, got {:?}", t.shape()),
     }
-}
-
-fn expect_dtype(kernel: &str, operand: &str, t: &Tensor, dtype: DType) -> Result<()> {
-    if t.dtype() != dtype {
-        bail!(Shape, "{kernel}: {operand} {:?} is {:?}, expected {dtype:?}", t.shape(), t.dtype());
-    }
-    Ok(())
-}
-
-/// wgpu refuses a buffer bound read-only and read-write in one dispatch (views of one buffer
-/// included), and overlapping outputs would race: refuse both on the host.
-fn expect_separate(kernel: &str, outputs: &[(&str, &Tensor)], inputs: &[(&str, &Tensor)]) -> Result<()> {
-    for (i, (out, o)) in outputs.iter().enumerate() {
-        for (name, t) in inputs {
-            if o.same_storage(t) {
-                bail!(Shape, "{kernel}: output {out} {:?} shares a buffer with input {name} {:?}", o.shape(), t.shape());
-            }
-        }
-        for (name, t) in &outputs[i + 1..] {
-            if o.overlaps(t) {
-                bail!(Shape, "{kernel}: outputs {out} {:?} and {name} {:?} overlap", o.shape(), t.shape());
-            }
-        }
-    }
-    Ok(())
 }
 
 fn launch(device: &Device, entry: &'static str, rows: usize, k: usize, scale: f32, bindings: &[(u32, &Tensor)]) -> Result<Dispatch> {

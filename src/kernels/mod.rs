@@ -147,6 +147,32 @@ pub fn expect_same_len(kernel: &str, a: (&str, &crate::Tensor), b: (&str, &crate
     Ok(())
 }
 
+/// Checks a tensor's element type, naming the kernel and operand in the error.
+pub fn expect_dtype(kernel: &str, operand: &str, t: &crate::Tensor, dtype: crate::DType) -> Result<()> {
+    if t.dtype() != dtype {
+        bail!(Shape, "{kernel}: {operand} {:?} is {:?}, expected {dtype:?}", t.shape(), t.dtype());
+    }
+    Ok(())
+}
+
+/// wgpu refuses a buffer bound read-only and read-write in one dispatch (views of one buffer
+/// included), and overlapping outputs would race: refuse both on the host.
+pub fn expect_separate(kernel: &str, outputs: &[(&str, &crate::Tensor)], inputs: &[(&str, &crate::Tensor)]) -> Result<()> {
+    for (i, (out, o)) in outputs.iter().enumerate() {
+        for (name, t) in inputs {
+            if o.same_storage(t) {
+                bail!(Shape, "{kernel}: output {out} {:?} shares a buffer with input {name} {:?}", o.shape(), t.shape());
+            }
+        }
+        for (name, t) in &outputs[i + 1..] {
+            if o.overlaps(t) {
+                bail!(Shape, "{kernel}: outputs {out} {:?} and {name} {:?} overlap", o.shape(), t.shape());
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Converts a size to the u32 the shaders index with, refusing sizes they cannot address.
 pub fn u32_of(kernel: &str, what: &str, n: usize) -> Result<u32> {
     u32::try_from(n).map_err(|_| crate::Error::Shape(format!("{kernel}: {what} = {n} exceeds 2^32")))

@@ -7,7 +7,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{expect_shape, grid_for, u32_of, Dispatch, POOL, WG_CONST};
+use super::{expect_dtype, expect_separate, expect_shape, grid_for, u32_of, Dispatch, POOL, WG_CONST};
 use crate::{bail, DType, Device, Error, Result, Tensor};
 
 /// Keras' `padding` argument of the pooling layers.
@@ -147,31 +147,6 @@ struct Params {
     out_w: u32,
     n: u32,
     _pad: [u32; 3],
-}
-
-fn expect_dtype(kernel: &str, operand: &str, t: &Tensor, dtype: DType) -> Result<()> {
-    if t.dtype() != dtype {
-        bail!(Shape, "{kernel}: {operand} {:?} is {:?}, expected {dtype:?}", t.shape(), t.dtype());
-    }
-    Ok(())
-}
-
-/// wgpu refuses a buffer bound read-only and read-write in one dispatch (views of one buffer
-/// included), and overlapping outputs would race: refuse both on the host.
-fn expect_separate(kernel: &str, outputs: &[(&str, &Tensor)], inputs: &[(&str, &Tensor)]) -> Result<()> {
-    for (i, (out, o)) in outputs.iter().enumerate() {
-        for (name, t) in inputs {
-            if o.same_storage(t) {
-                bail!(Shape, "{kernel}: output {out} {:?} shares a buffer with input {name} {:?}", o.shape(), t.shape());
-            }
-        }
-        for (name, t) in &outputs[i + 1..] {
-            if o.overlaps(t) {
-                bail!(Shape, "{kernel}: outputs {out} {:?} and {name} {:?} overlap", o.shape(), t.shape());
-            }
-        }
-    }
-    Ok(())
 }
 
 fn launch(device: &Device, entry: &'static str, params: Params, bindings: &[(u32, &Tensor)]) -> Result<Dispatch> {
