@@ -188,7 +188,8 @@ impl Sequential {
             let (outs, _) = self.collect(0)?;
             let c = self.compiled()?;
             tally.add(&c.metrics, &outs);
-            c.replicas.sync_states()?;
+            c.replicas.flush()?;
+        c.replicas.sync_states()?;
             c.epoch = epoch + 1;
             let metrics = c.metrics.clone();
             let elapsed = t_epoch.elapsed().as_secs_f64();
@@ -226,6 +227,7 @@ impl Sequential {
         self.check_data(data.as_ref())?;
         let def = &self.def;
         let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
+        c.replicas.flush()?;
         c.replicas.sync_states()?;
         let indices: Vec<usize> = (0..data.len()).collect();
         let loader = Loader::new(data.clone(), indices, batch_size.max(1), false, None, 0, 4)?;
@@ -264,6 +266,7 @@ impl Sequential {
         let def = &self.def;
         let classes = def.classes;
         let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
+        c.replicas.flush()?;
         c.replicas.sync_states()?;
         let loader = Loader::new(data.clone(), (0..data.len()).collect(), batch_size.max(1), false, None, 0, 4)?;
         let mut out = Vec::with_capacity(data.len());

@@ -191,6 +191,7 @@ impl Sequential {
     pub fn compute_gradients(&mut self, images: &[u8], labels: &[u32]) -> Result<(f64, Vec<f32>)> {
         let def = &self.def;
         let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
+        c.replicas.flush()?;
         let r = &mut c.replicas.replicas[0];
         let batch = crate::parallel::HostBatch { images, labels };
         r.run_step(def, &batch, true, crate::parallel::NO_UPDATE, c.step as u32, 1.0 / labels.len() as f32, true)?;
@@ -214,6 +215,9 @@ impl Sequential {
     /// and the time spent waiting for them.
     pub fn collect(&mut self, keep: usize) -> Result<(Vec<StepOutput>, f64)> {
         let c = self.compiled()?;
+        if keep == 0 {
+            c.replicas.flush()?;
+        }
         let (mut outs, mut waited) = (Vec::new(), 0.0);
         while c.replicas.pending() > keep {
             let (o, w) = c.replicas.collect()?.expect("a step is pending");

@@ -48,6 +48,9 @@ pub struct ReplicaSet {
     steps_since_resplit: usize,
     /// Set when the user fixed the split: speeds are then not re-measured.
     fixed_split: bool,
+    /// The last step's exchange, finished by the next `train_step` or by `flush`:
+    /// (replicas that ran, their counts, the step's optimizer inputs).
+    pending_exchange: Option<(Vec<usize>, Vec<usize>, Hyper)>,
     /// Replicas that ran each step in flight, oldest first.
     in_flight: std::collections::VecDeque<Vec<usize>>,
     /// Training samples each replica has processed.
@@ -59,7 +62,7 @@ pub struct ReplicaSet {
 impl ReplicaSet {
     pub fn new(replicas: Vec<Replica>) -> Self {
         let n = replicas.len();
-        ReplicaSet { replicas, speed: vec![1.0; n], measured: vec![0.0; n], steps_since_resplit: 0, fixed_split: false, in_flight: Default::default(), samples: vec![0; n], timing: vec![StepTiming::default(); n] }
+        ReplicaSet { replicas, speed: vec![1.0; n], measured: vec![0.0; n], steps_since_resplit: 0, fixed_split: false, pending_exchange: None, in_flight: Default::default(), samples: vec![0; n], timing: vec![StepTiming::default(); n] }
     }
 
     pub fn len(&self) -> usize {
@@ -85,7 +88,10 @@ impl ReplicaSet {
     }
 
     /// Runs one training step of `batch` across the replicas and returns the timing per
-    /// replica. Outputs (loss and ranks) come later from `collect`.
+    /// replica. With several replicas the step is pipelined: step k is staged and recorded
+    /// while the devices still run step k-1, then k-1's gradients are summed and applied,
+    /// then k is submitted behind them; k's own exchange finishes in the next call (or in
+    /// `flush`). Outputs (loss and ranks) come later from `collect`.
     pub fn train_step(&mut self, def: &Definition, images: &[u8], labels: &[u32], hyper: Hyper, step: u32) -> Result<Vec<StepTiming>> {
         let n = labels.len();
         let counts = self.shares(n);
@@ -100,72 +106,45 @@ impl ReplicaSet {
         }
         let ran: Vec<usize> = (0..counts.len()).filter(|&r| counts[r] > 0).collect();
         let mut timing = vec![StepTiming::default(); self.replicas.len()];
-        let compute: Vec<Result<(f64, f64)>> = std::thread::scope(|s| {
+        let recorded: Vec<Result<(Option<replica::Recorded>, f64)>> = std::thread::scope(|s| {
             let handles: Vec<_> = self
                 .replicas
                 .iter_mut()
                 .enumerate()
-                .filter(|(r, _)| counts[*r] > 0)
                 .map(|(r, rep)| {
                     let (lo, hi) = (starts[r], starts[r] + counts[r]);
                     let batch = HostBatch { images: &images[lo * sample..hi * sample], labels: &labels[lo..hi] };
-                    s.spawn(move || -> Result<(f64, f64)> {
+                    s.spawn(move || -> Result<(Option<replica::Recorded>, f64)> {
+                        if batch.is_empty() {
+                            return Ok((None, 0.0));
+                        }
+                        let _s = crate::trace::span("stage + record", 1 + r);
                         let t0 = Instant::now();
-                        {
-                            let _s = crate::trace::span("stage + record", 1 + r);
-                            rep.run_step(def, &batch, true, hyper, step, scale, exchange)?;
-                        }
-                        let t1 = Instant::now();
-                        if exchange {
-                            let _s = crate::trace::span("compute + gradient readback", 1 + r);
-                            rep.wait_gradients()?;
-                        }
-                        Ok(((t1 - t0).as_secs_f64(), t1.elapsed().as_secs_f64()))
+                        let rec = rep.record_step(def, &batch, true, hyper, step, scale, exchange)?;
+                        Ok((Some(rec), t0.elapsed().as_secs_f64()))
                     })
                 })
                 .collect();
             handles.into_iter().map(|h| h.join().expect("replica thread panicked")).collect()
         });
-        for (&r, res) in ran.iter().zip(compute) {
-            let (upload, comp) = res?;
+        let mut steps = Vec::with_capacity(recorded.len());
+        for (r, res) in recorded.into_iter().enumerate() {
+            let (rec, upload) = res?;
             timing[r].upload = upload;
-            timing[r].compute = comp;
-            if exchange && !self.fixed_split {
-                // Samples per second of device work, smoothed so one slow step does not swing the split.
-                let rate = counts[r] as f64 / (upload + comp).max(1e-6);
-                self.measured[r] = if self.measured[r] == 0.0 { rate } else { 0.9 * self.measured[r] + 0.1 * rate };
-            }
+            steps.push(rec);
         }
-        if exchange && !self.fixed_split {
-            self.maybe_resplit();
+        let previous = self.flush_timed()?;
+        for (t, p) in timing.iter_mut().zip(previous) {
+            t.compute = p.compute;
+            t.exchange = p.exchange;
+        }
+        for (rep, rec) in self.replicas.iter_mut().zip(steps) {
+            if let Some(rec) = rec {
+                rep.submit_step(rec);
+            }
         }
         if exchange {
-            let t0 = Instant::now();
-            let slots: Vec<usize> = self.replicas.iter_mut().map(|r| r.begin_apply()).collect::<Result<_>>()?;
-            {
-                let _s = crate::trace::span("host all-reduce", 0);
-                self.all_reduce(&ran, &slots)?;
-            }
-            let results: Vec<Result<()>> = std::thread::scope(|s| {
-                let handles: Vec<_> = self
-                    .replicas
-                    .iter_mut()
-                    .zip(&slots)
-                    .enumerate()
-                    .map(|(r, (rep, &slot))| {
-                        s.spawn(move || {
-                            let _s = crate::trace::span("upload sum + optimizer", 1 + r);
-                            rep.finish_apply(slot, hyper)
-                        })
-                    })
-                    .collect();
-                handles.into_iter().map(|h| h.join().expect("replica thread panicked")).collect()
-            });
-            results.into_iter().collect::<Result<()>>()?;
-            let dt = t0.elapsed().as_secs_f64();
-            for t in timing.iter_mut() {
-                t.exchange = dt;
-            }
+            self.pending_exchange = Some((ran.clone(), counts.clone(), hyper));
         }
         self.in_flight.push_back(ran);
         for (r, t) in timing.iter().enumerate() {
@@ -173,6 +152,79 @@ impl ReplicaSet {
             self.timing[r].upload += t.upload;
             self.timing[r].compute += t.compute;
             self.timing[r].exchange += t.exchange;
+        }
+        Ok(timing)
+    }
+
+    /// Finishes the gradient exchange of the last step, if one is pending: afterwards every
+    /// replica holds the updated weights.
+    pub fn flush(&mut self) -> Result<()> {
+        let t = self.flush_timed()?;
+        for (acc, t) in self.timing.iter_mut().zip(t) {
+            acc.compute += t.compute;
+            acc.exchange += t.exchange;
+        }
+        Ok(())
+    }
+
+    /// `flush`, returning per replica the time spent waiting for its gradients and the
+    /// time of the sum and upload.
+    fn flush_timed(&mut self) -> Result<Vec<StepTiming>> {
+        let mut timing = vec![StepTiming::default(); self.replicas.len()];
+        let Some((ran, counts, hyper)) = self.pending_exchange.take() else { return Ok(timing) };
+        let waits: Vec<Result<f64>> = std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .replicas
+                .iter_mut()
+                .enumerate()
+                .filter(|(r, _)| ran.contains(r))
+                .map(|(r, rep)| {
+                    s.spawn(move || -> Result<f64> {
+                        let _s = crate::trace::span("compute + gradient readback", 1 + r);
+                        let t0 = Instant::now();
+                        rep.wait_gradients()?;
+                        Ok(t0.elapsed().as_secs_f64())
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("replica thread panicked")).collect()
+        });
+        for (&r, w) in ran.iter().zip(waits) {
+            timing[r].compute = w?;
+            if !self.fixed_split {
+                // Samples per second of device time, smoothed so one slow step does not swing the split.
+                let rate = counts[r] as f64 / (timing[r].compute + 1e-4);
+                self.measured[r] = if self.measured[r] == 0.0 { rate } else { 0.9 * self.measured[r] + 0.1 * rate };
+            }
+        }
+        if !self.fixed_split {
+            self.maybe_resplit();
+        }
+        let t0 = Instant::now();
+        let slots: Vec<usize> = self.replicas.iter_mut().map(|r| r.begin_apply()).collect::<Result<_>>()?;
+        {
+            let _s = crate::trace::span("host all-reduce", 0);
+            self.all_reduce(&ran, &slots)?;
+        }
+        let results: Vec<Result<()>> = std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .replicas
+                .iter_mut()
+                .zip(&slots)
+                .enumerate()
+                .map(|(r, (rep, &slot))| {
+                    s.spawn(move || {
+                        let _s = crate::trace::span("upload sum + optimizer", 1 + r);
+                        rep.finish_apply(slot, hyper)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("replica thread panicked")).collect()
+        });
+        results.into_iter().collect::<Result<()>>()?;
+        let dt = t0.elapsed().as_secs_f64();
+        for t in timing.iter_mut() {
+            t.exchange = dt;
         }
         Ok(timing)
     }

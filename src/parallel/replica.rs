@@ -29,6 +29,15 @@ impl HostBatch<'_> {
 /// Optimizer inputs for a step that must not change the weights (evaluation, gradients).
 pub const NO_UPDATE: Hyper = Hyper { lr: 0.0, bias_correction1: 1.0, bias_correction2: 1.0, _pad: 0.0 };
 
+/// A step recorded by `Replica::record_step`, waiting for `submit_step`.
+pub struct Recorded {
+    commands: wgpu::CommandBuffer,
+    slot: usize,
+    key: PlanKey,
+    readback: usize,
+    exchange: bool,
+}
+
 /// Per-sample loss and label rank of one finished step.
 pub struct StepOutput {
     pub loss: Vec<f32>,
@@ -108,6 +117,15 @@ impl Replica {
     /// With `exchange`, the gradients are copied out for the host all-reduce and the update
     /// waits for `apply_gradients`; otherwise the optimizer runs in the same submission.
     pub fn run_step(&mut self, def: &Definition, batch: &HostBatch, training: bool, hyper: Hyper, step: u32, scale: f32, exchange: bool) -> Result<()> {
+        let recorded = self.record_step(def, batch, training, hyper, step, scale, exchange)?;
+        self.submit_step(recorded);
+        Ok(())
+    }
+
+    /// Stages `batch` and records its step without submitting it, so the host work of
+    /// step k+1 can overlap the device work and gradient exchange of step k.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_step(&mut self, def: &Definition, batch: &HostBatch, training: bool, hyper: Hyper, step: u32, scale: f32, exchange: bool) -> Result<Recorded> {
         let n = batch.len();
         let dev = self.device.clone();
         let step_words = [step, 0, 0, 0];
@@ -150,14 +168,21 @@ impl Replica {
                 d.encode(&mut pass);
             }
         }
-        let submission = dev.queue().submit([enc.finish()]);
-        plan.readbacks[rb].request(submission.clone());
-        self.ring.submitted(slot, submission.clone());
-        if training && exchange {
+        Ok(Recorded { commands: enc.finish(), slot, key: (n, training, scale.to_bits()), readback: rb, exchange: training && exchange })
+    }
+
+    /// Submits a recorded step. Its gradient readback must not be mapped any more: the
+    /// previous step's exchange has to be finished first.
+    pub fn submit_step(&mut self, r: Recorded) {
+        let submission = self.device.queue().submit([r.commands]);
+        if let Some(plan) = self.plans.get_mut(&r.key) {
+            plan.readbacks[r.readback].request(submission.clone());
+        }
+        self.ring.submitted(r.slot, submission.clone());
+        if r.exchange {
             self.grad_readback.request(submission);
         }
-        self.in_flight.push_back(((n, training, scale.to_bits()), rb));
-        Ok(())
+        self.in_flight.push_back((r.key, r.readback));
     }
 
     /// Waits for this replica's gradients of the last step and returns them (f32 words).
