@@ -209,7 +209,7 @@ fn image_folder_lists_sorted_classes_and_decodes_to_size() {
         for px in out.chunks_exact(3) {
             // JPEG is lossy; PNG is exact, and resizing a solid colour keeps it.
             for (a, b) in px.iter().zip(rgb) {
-                assert!((*a as i32 - b as i32).abs() <= 3, "sample {i}: {px:?} vs {rgb:?}");
+                assert!((*a as i32 - b).abs() <= 3, "sample {i}: {px:?} vs {rgb:?}");
             }
         }
     }

@@ -46,7 +46,7 @@ pub struct PredictArgs {
 
 /// Opens the model first (so a bad file fails before any data is read), then the data at
 /// the model's input size unless told otherwise.
-fn open(load: &PathBuf, data: &str, image_size: Option<usize>, devices: &str, batch: usize) -> Result<(Sequential, std::sync::Arc<dyn convoy::data::Dataset>)> {
+fn open(load: &std::path::Path, data: &str, image_size: Option<usize>, devices: &str, batch: usize) -> Result<(Sequential, std::sync::Arc<dyn convoy::data::Dataset>)> {
     let (probe, _) = Sequential::load(load)?;
     let size = image_size.unwrap_or(probe.input_shape()[0]);
     let (_, val) = from_spec(data, Some(size), 0)?;

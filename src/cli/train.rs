@@ -65,11 +65,10 @@ pub fn run(a: TrainArgs) -> Result<()> {
     if a.epochs == 0 || a.batch_size == 0 {
         bail!(Config, "--epochs and --batch-size must be positive (got {} and {})", a.epochs, a.batch_size);
     }
-    if let Some(dir) = &a.checkpoint_dir {
-        if !dir.is_dir() {
+    if let Some(dir) = &a.checkpoint_dir
+        && !dir.is_dir() {
             std::fs::create_dir_all(dir).map_err(|e| convoy::Error::io(dir, e))?;
         }
-    }
     let checkpoint = a.checkpoint_dir.as_ref().map(|d| d.join("checkpoint.safetensors"));
     if a.resume && checkpoint.is_none() {
         bail!(Config, "--resume needs --checkpoint-dir");

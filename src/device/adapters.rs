@@ -115,7 +115,7 @@ pub fn summarize(all: &[AdapterEntry]) -> Vec<AdapterSummary> {
                 pci_bus_id: a.info.device_pci_bus_id.clone(),
                 driver: format!("{} {}", a.info.driver, a.info.driver_info).trim().to_string(),
                 default: defaults.contains(&a.index),
-                max_storage_buffer_binding_size: l.max_storage_buffer_binding_size as u64,
+                max_storage_buffer_binding_size: l.max_storage_buffer_binding_size,
                 max_buffer_size: l.max_buffer_size,
                 max_compute_workgroup_storage_size: l.max_compute_workgroup_storage_size,
                 max_compute_invocations_per_workgroup: l.max_compute_invocations_per_workgroup,

@@ -180,7 +180,7 @@ impl Device {
     pub fn alloc(&self, shape: &[usize], dtype: DType) -> Result<Tensor> {
         let len: usize = shape.iter().product();
         let bytes = dtype.bytes(len);
-        let max = self.device.limits().max_storage_buffer_binding_size as u64;
+        let max = self.device.limits().max_storage_buffer_binding_size;
         if bytes > max {
             bail!(Shape, "tensor {shape:?} needs {bytes} bytes, more than {}'s largest binding ({max})", self.info.name);
         }

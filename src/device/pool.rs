@@ -57,7 +57,7 @@ mod tests {
     fn size_classes_cover_the_request_and_waste_little() {
         for bytes in [1u64, 4, 255, 256, 257, 4096, 4097, 10_000, 1 << 20, (1 << 20) + 1, 123_456_789] {
             let c = size_class(bytes);
-            assert!(c >= bytes && c % 4 == 0, "{bytes} -> {c}");
+            assert!(c >= bytes && c.is_multiple_of(4), "{bytes} -> {c}");
             if bytes > 4096 {
                 assert!((c - bytes) as f64 <= bytes as f64 / 8.0, "{bytes} -> {c}");
             }

@@ -96,7 +96,7 @@ impl Tensor {
             bail!(Shape, "view of {shape:?} at element {start} exceeds tensor {:?}", self.shape);
         }
         let offset = self.offset + self.dtype.bytes(start);
-        if offset % 256 != 0 {
+        if !offset.is_multiple_of(256) {
             bail!(Shape, "view at byte offset {offset} is not 256-byte aligned");
         }
         Ok(Tensor { lease: self.lease.clone(), offset, shape: shape.to_vec(), dtype: self.dtype })

@@ -201,7 +201,7 @@ fn choose_splits(tiles: usize, m: usize, n: usize, k: usize) -> usize {
 /// range stays inside the buffer; the kernel never touches the padding.
 fn quad_binding<'t>(kernel: &str, t: &'t Tensor) -> Result<wgpu::BufferBinding<'t>> {
     let size = t.bytes().div_ceil(16).max(1) * 16;
-    if t.offset() % 16 != 0 || t.offset() + size > t.buffer().size() {
+    if !t.offset().is_multiple_of(16) || t.offset() + size > t.buffer().size() {
         bail!(Shape, "{kernel}: tensor {:?} at byte {} of a {}-byte buffer cannot be bound as vec4s", t.shape(), t.offset(), t.buffer().size());
     }
     Ok(wgpu::BufferBinding { buffer: t.buffer(), offset: t.offset(), size: std::num::NonZeroU64::new(size) })
@@ -229,16 +229,16 @@ fn conv_params(p: &mut Params, g: &Conv2dGeometry, kernel: &str) -> Result<()> {
 fn a_quads(g: &Gemm) -> bool {
     let c = g.conv.map_or(0, |c| c.in_c);
     match g.a_load {
-        ALoad::Rows => g.k % 4 == 0,
-        ALoad::Cols => g.m % 4 == 0,
-        ALoad::Im2col | ALoad::Im2colT => c % 4 == 0,
+        ALoad::Rows => g.k.is_multiple_of(4),
+        ALoad::Cols => g.m.is_multiple_of(4),
+        ALoad::Im2col | ALoad::Im2colT => c.is_multiple_of(4),
         ALoad::DyStuffed => g.conv.is_some_and(|c| c.filters % 4 == 0),
     }
 }
 
 fn b_quads(g: &Gemm) -> bool {
     match g.b_load {
-        BLoad::Rows => g.n % 4 == 0,
+        BLoad::Rows => g.n.is_multiple_of(4),
         BLoad::BlockedT(kb) => kb % 4 == 0,
     }
 }
@@ -284,7 +284,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         p.kb = u32_of(kernel, "kb", kb)?;
     }
     p.flags |= if a_quads(g) { QUAD_A } else { 0 } | if b_quads(g) { QUAD_B } else { 0 };
-    p.flags |= if g.n % 4 == 0 { QUAD_C } else { 0 };
+    p.flags |= if g.n.is_multiple_of(4) { QUAD_C } else { 0 };
 
     let bias = g.bias.unwrap_or(g.b); // bound but unread without the BIAS flag
     let groups = grid(device, (tiles_m * tiles_n * splits) as u64)?;
@@ -390,7 +390,7 @@ pub(crate) fn column_sums(device: &Device, kernel: &str, a: &Tensor, rows: usize
     let sums = with_uniform(device, "column_sums", &[], &p, &[(1, quad_binding(kernel, a)?), (4, partials.clone())], groups);
     // The reduction sees the partials as [chunks, 1, cols]; `a` fills the unread bias slot.
     p.m = 1;
-    p.flags = if cols % 4 == 0 { QUAD_C } else { 0 };
+    p.flags = if cols.is_multiple_of(4) { QUAD_C } else { 0 };
     let reduce = reduce_dispatch(device, kernel, &p, partials, a, out)?;
     Ok(vec![sums, reduce])
 }

@@ -96,7 +96,7 @@ impl Dispatch {
     }
 
     pub fn encode(&self, pass: &mut wgpu::ComputePass<'_>) {
-        if self.groups.iter().any(|&g| g == 0) {
+        if self.groups.contains(&0) {
             return;
         }
         pass.set_pipeline(&self.pipeline);

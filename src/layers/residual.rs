@@ -7,6 +7,9 @@ use super::{Graph, Layer, ParamSpec, Saved, Weights};
 use crate::kernels::elementwise;
 use crate::{bail, Result, Tensor};
 
+/// A sub-layer as `Residual::walk` visits it.
+type Step<'a> = (&'a dyn Layer, Vec<usize>, usize, usize, bool);
+
 #[derive(Debug)]
 pub struct Residual {
     pub main: Vec<Box<dyn Layer>>,
@@ -18,8 +21,9 @@ impl Residual {
         Residual { main, shortcut }
     }
 
-    /// Each sub-layer with its input shape and the index of its first param and state.
-    fn walk<'a>(&'a self, input: &[usize]) -> Result<Vec<(&'a dyn Layer, Vec<usize>, usize, usize, bool)>> {
+    /// Each sub-layer with its input shape, the index of its first param and state, and
+    /// whether it is on the main path.
+    fn walk<'a>(&'a self, input: &[usize]) -> Result<Vec<Step<'a>>> {
         let mut out = Vec::new();
         let (mut p, mut s) = (0, 0);
         for (chain, is_main) in [(&self.main, true), (&self.shortcut, false)] {

@@ -104,7 +104,7 @@ impl Sequential {
         if opts.batch_size == 0 {
             bail!(Config, "batch_size must be positive");
         }
-        if data.len() == 0 || (opts.drop_remainder && data.len() < opts.batch_size) {
+        if data.is_empty() || (opts.drop_remainder && data.len() < opts.batch_size) {
             bail!(Config, "{}: {} samples give no batch of {}", data.source(), data.len(), opts.batch_size);
         }
         // Normalisation statistics come from the first data a fresh model is trained on.
@@ -144,7 +144,7 @@ impl Sequential {
         while epoch < opts.epochs && !stop {
             stop |= hook!(on_epoch_begin(epoch));
             let indices = epoch_indices(data.len(), opts.shuffle, opts.seed, epoch);
-            let loader = Loader::new(data.clone(), indices, opts.batch_size, opts.drop_remainder, opts.augment.clone(), opts.seed ^ (epoch as u64) << 32, 4)?;
+            let loader = Loader::new(data.clone(), indices, opts.batch_size, opts.drop_remainder, opts.augment, opts.seed ^ (epoch as u64) << 32, 4)?;
             let mut tally = Tally::default();
             let t_epoch = Instant::now();
             let mut wait_total = 0.0;

@@ -149,7 +149,7 @@ fn fill(out: &mut [f32], init: Init, rng: &mut StdRng) {
                     let (u1, u2): (f32, f32) = (rng.random_range(f32::EPSILON..1.0), rng.random());
                     let z = (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos();
                     if z.abs() <= 2.0 {
-                        break z * std / 0.87962566;
+                        break z * std / 0.879_625_7;
                     }
                 };
             }

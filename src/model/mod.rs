@@ -12,5 +12,5 @@ pub mod zoo;
 pub use fit::FitOptions;
 pub use losses::{Loss, Metric};
 pub use saving::{write_atomic, TrainingState};
-pub use sequential::{CompileOptions, Compiled, Sequential};
+pub use sequential::{CompileOptions, Compiled, HostWeights, Sequential};
 pub use summary::group;

@@ -11,6 +11,10 @@ use crate::kernels::optimizer::Hyper;
 use crate::parallel::{Replica, ReplicaSet, StepOutput, StepTiming};
 use crate::{bail, Device, Result};
 
+/// A model's state on the host, in the flat layout: parameters, moving statistics, and the
+/// optimizer's state tensors.
+pub type HostWeights = (Vec<f32>, Vec<f32>, Vec<Vec<f32>>);
+
 /// Everything `compile` fixes: the update rule, the loss and metrics, the devices.
 pub struct Compiled {
     pub optimizer: Optimizer,
@@ -28,7 +32,7 @@ pub struct Sequential {
     pub(crate) def: Definition,
     pub(crate) compiled: Option<Compiled>,
     /// Saved state waiting for `compile` (a loaded model): params, states, optimizer state.
-    pub(crate) pending_weights: Option<(Vec<f32>, Vec<f32>, Vec<Vec<f32>>)>,
+    pub(crate) pending_weights: Option<HostWeights>,
     /// Set once the normalisation has been chosen (from data, or loaded from a file).
     pub(crate) normalization_fixed: bool,
 }
@@ -113,7 +117,7 @@ impl Sequential {
         if opts.devices.is_empty() {
             bail!(Device, "compile needs at least one device");
         }
-        if self.def.input_shape.len() != 3 || self.def.input_shape.iter().any(|&d| d == 0) {
+        if self.def.input_shape.len() != 3 || self.def.input_shape.contains(&0) {
             bail!(Shape, "the model input must be (height, width, channels), got {:?}", self.def.input_shape);
         }
         if self.def.layers.is_empty() {
@@ -264,7 +268,7 @@ impl Sequential {
 
     /// Parameters, moving statistics and optimizer state, read from the first replica
     /// after averaging the statistics across replicas.
-    pub fn get_weights(&self) -> Result<(Vec<f32>, Vec<f32>, Vec<Vec<f32>>)> {
+    pub fn get_weights(&self) -> Result<HostWeights> {
         if let Some(w) = &self.pending_weights {
             return Ok(w.clone());
         }

@@ -116,6 +116,7 @@ impl Replica {
     /// Stages `batch`, then records and submits forward, loss and (when training) backward.
     /// With `exchange`, the gradients are copied out for the host all-reduce and the update
     /// waits for `apply_gradients`; otherwise the optimizer runs in the same submission.
+    #[allow(clippy::too_many_arguments)]
     pub fn run_step(&mut self, def: &Definition, batch: &HostBatch, training: bool, hyper: Hyper, step: u32, scale: f32, exchange: bool) -> Result<()> {
         let recorded = self.record_step(def, batch, training, hyper, step, scale, exchange)?;
         self.submit_step(recorded);
