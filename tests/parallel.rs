@@ -60,6 +60,10 @@ fn rel_diff(a: &[f32], b: &[f32]) -> f64 {
 }
 
 fn two() -> Vec<Arc<convoy::Device>> {
+    // Tiny gradient buckets, so these small models exchange in several overlapped pieces.
+    // SAFETY: every test of this binary sets the same value; nothing reads it concurrently
+    // with a different expectation.
+    unsafe { std::env::set_var("CONVOY_BUCKET_BYTES", "512") };
     convoy::device::open("software:2").unwrap()
 }
 fn one() -> Vec<Arc<convoy::Device>> {
@@ -74,6 +78,7 @@ fn two_replicas_match_one_device_without_batch_norm() {
         let mut m = compiled(false, two());
         m.set_device_speeds(&speeds).unwrap();
         assert_eq!(m.device_shares(16), if speeds[0] == 1.0 { vec![8, 8] } else { vec![12, 4] });
+        assert!(m.definition().layout.param_len * 4 > 4 * 512, "the model must span several buckets");
         let (parallel, _) = train(&mut m, &data);
         let d = rel_diff(&single, &parallel);
         eprintln!("speeds {speeds:?}: relative difference {d:.2e}");

@@ -127,9 +127,9 @@ impl Plan {
         })
     }
 
-    /// Encodes the copies of this step's loss and ranks into the next readback buffer.
-    pub fn encode_readback(&self, encoder: &mut wgpu::CommandEncoder) {
-        let rb = &self.readbacks[self.next_readback].buffer;
+    /// Encodes the copies of this step's loss and ranks into readback buffer `which`.
+    pub fn encode_readback(&self, encoder: &mut wgpu::CommandEncoder, which: usize) {
+        let rb = &self.readbacks[which].buffer;
         let n = 4 * self.batch as u64;
         encoder.copy_buffer_to_buffer(self.loss.buffer(), self.loss.offset(), rb, 0, n);
         encoder.copy_buffer_to_buffer(self.rank.buffer(), self.rank.offset(), rb, n, n);

@@ -172,25 +172,23 @@ impl ReplicaSet {
     fn flush_timed(&mut self) -> Result<Vec<StepTiming>> {
         let mut timing = vec![StepTiming::default(); self.replicas.len()];
         let Some((ran, counts, hyper)) = self.pending_exchange.take() else { return Ok(timing) };
-        let waits: Vec<Result<f64>> = std::thread::scope(|s| {
-            let handles: Vec<_> = self
-                .replicas
-                .iter_mut()
-                .enumerate()
-                .filter(|(r, _)| ran.contains(r))
-                .map(|(r, rep)| {
-                    s.spawn(move || -> Result<f64> {
-                        let _s = crate::trace::span("compute + gradient readback", 1 + r);
-                        let t0 = Instant::now();
-                        rep.wait_gradients()?;
-                        Ok(t0.elapsed().as_secs_f64())
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().expect("replica thread panicked")).collect()
-        });
-        for (&r, w) in ran.iter().zip(waits) {
-            timing[r].compute = w?;
+        // Bucket by bucket, last layers first: while the host sums bucket b the devices are
+        // still running the backward of the buckets after it.
+        let t_flush = Instant::now();
+        let slots: Vec<usize> = self.replicas.iter_mut().map(|r| r.begin_apply()).collect::<Result<_>>()?;
+        let mut summing = 0.0;
+        for b in 0..self.replicas[0].bucket_count() {
+            for &r in &ran {
+                let _s = crate::trace::span("wait for gradient bucket", 1 + r);
+                self.replicas[r].wait_bucket(b)?;
+                timing[r].compute = t_flush.elapsed().as_secs_f64() - summing;
+            }
+            let _s = crate::trace::span("host all-reduce", 0);
+            let t0 = Instant::now();
+            self.all_reduce(&ran, &slots, b)?;
+            summing += t0.elapsed().as_secs_f64();
+        }
+        for &r in &ran {
             if !self.fixed_split {
                 // Samples per second of device time, smoothed so one slow step does not swing the split.
                 let rate = counts[r] as f64 / (timing[r].compute + 1e-4);
@@ -201,11 +199,6 @@ impl ReplicaSet {
             self.maybe_resplit();
         }
         let t0 = Instant::now();
-        let slots: Vec<usize> = self.replicas.iter_mut().map(|r| r.begin_apply()).collect::<Result<_>>()?;
-        {
-            let _s = crate::trace::span("host all-reduce", 0);
-            self.all_reduce(&ran, &slots)?;
-        }
         let results: Vec<Result<()>> = std::thread::scope(|s| {
             let handles: Vec<_> = self
                 .replicas
@@ -222,7 +215,7 @@ impl ReplicaSet {
             handles.into_iter().map(|h| h.join().expect("replica thread panicked")).collect()
         });
         results.into_iter().collect::<Result<()>>()?;
-        let dt = t0.elapsed().as_secs_f64();
+        let dt = t0.elapsed().as_secs_f64() + summing;
         for t in timing.iter_mut() {
             t.exchange = dt;
         }
@@ -248,18 +241,19 @@ impl ReplicaSet {
         self.steps_since_resplit = 0;
     }
 
-    /// Sums the gradients of the replicas that ran, reading their mapped readback buffers in
-    /// place and writing the sum straight into every replica's mapped staging slot: chunks
-    /// in parallel, no intermediate copy.
-    fn all_reduce(&self, ran: &[usize], slots: &[usize]) -> Result<()> {
+    /// Sums gradient bucket `bucket` of the replicas that ran, reading their mapped readback
+    /// buffers in place and writing the sum straight into every replica's mapped staging
+    /// slot: chunks in parallel, no intermediate copy.
+    fn all_reduce(&self, ran: &[usize], slots: &[usize], bucket: usize) -> Result<()> {
         const CHUNK: u64 = 1 << 18;
-        let bytes = self.replicas[0].gradient_bytes();
+        let (_, start, end) = self.replicas[0].bucket(bucket);
         let map_err = |e: wgpu::MapRangeError| crate::Error::Gpu(format!("all-reduce map: {e:?}"));
-        (0..bytes.div_ceil(CHUNK)).into_par_iter().try_for_each(|c| -> Result<()> {
-            let (lo, hi) = (c * CHUNK, ((c + 1) * CHUNK).min(bytes));
+        (0..(end - start).div_ceil(CHUNK)).into_par_iter().try_for_each(|c| -> Result<()> {
+            let (lo, hi) = (start + c * CHUNK, (start + (c + 1) * CHUNK).min(end));
             let mut acc = vec![0.0f32; ((hi - lo) / 4) as usize];
             for &r in ran {
-                let view = self.replicas[r].gradient_readback().get_mapped_range(lo..hi).map_err(map_err)?;
+                let (readback, base, _) = self.replicas[r].bucket(bucket);
+                let view = readback.get_mapped_range(lo - base..hi - base).map_err(map_err)?;
                 for (a, g) in acc.iter_mut().zip(bytemuck::cast_slice::<u8, f32>(&view)) {
                     *a += g;
                 }

@@ -31,7 +31,8 @@ pub const NO_UPDATE: Hyper = Hyper { lr: 0.0, bias_correction1: 1.0, bias_correc
 
 /// A step recorded by `Replica::record_step`, waiting for `submit_step`.
 pub struct Recorded {
-    commands: wgpu::CommandBuffer,
+    /// One command buffer, or one per gradient bucket when the gradients are exchanged.
+    commands: Vec<wgpu::CommandBuffer>,
     slot: usize,
     key: PlanKey,
     readback: usize,
@@ -60,9 +61,9 @@ pub struct Replica {
     ring: StagingRing,
     /// Plans whose readback is in flight, oldest first.
     in_flight: std::collections::VecDeque<(PlanKey, usize)>,
-    grad_readback: Readback,
-    /// Set while `grad_readback` is mapped for the host all-reduce.
-    grads_mapped: bool,
+    /// Gradient buckets in reverse layer order, each read back as soon as the backward
+    /// kernels that write it have run.
+    buckets: Vec<Bucket>,
     grad_ring: StagingRing,
     scratch: Vec<u8>,
 }
@@ -95,8 +96,7 @@ impl Replica {
         let ring = StagingRing::new(device.wgpu(), 3, staging as u64);
         let grad_bytes = 4 * l.param_len as u64;
         Ok(Replica {
-            grad_readback: Readback::new(device.wgpu(), grad_bytes),
-            grads_mapped: false,
+            buckets: buckets(device.wgpu(), &def.layout),
             grad_ring: StagingRing::new(device.wgpu(), 2, grad_bytes + 16),
             device,
             params: p,
@@ -152,59 +152,96 @@ impl Replica {
             parts.push((bytemuck::cast_slice(&targets), t.buffer(), t.offset()));
         }
         let slot = self.ring.stage(dev.wgpu(), &mut enc, &parts)?;
-        {
-            let mut pass = enc.begin_compute_pass(&Default::default());
-            for d in &plan.dispatches {
-                d.encode(&mut pass);
-            }
-        }
-        plan.encode_readback(&mut enc);
         let rb = plan.next_readback;
         plan.next_readback ^= 1;
-        if training && exchange {
-            enc.copy_buffer_to_buffer(self.grads.buffer(), self.grads.offset(), &self.grad_readback.buffer, 0, self.grads.bytes());
-        } else if training {
-            let mut pass = enc.begin_compute_pass(&Default::default());
-            for d in &self.update {
-                d.encode(&mut pass);
+        let exchange = training && exchange;
+        let mut commands = Vec::new();
+        if exchange {
+            // One command buffer per bucket, each ending with the copy of its gradients, so
+            // bucket b can be read back while the backward of the buckets after it runs.
+            let cuts = bucket_cuts(&self.buckets, &plan.backward_marks, plan.dispatches.len());
+            let mut start = 0;
+            for (b, &end) in cuts.iter().enumerate() {
+                let mut enc = if b == 0 { std::mem::replace(&mut enc, dev.wgpu().create_command_encoder(&Default::default())) } else { dev.wgpu().create_command_encoder(&Default::default()) };
+                {
+                    let mut pass = enc.begin_compute_pass(&Default::default());
+                    for d in &plan.dispatches[start..end] {
+                        d.encode(&mut pass);
+                    }
+                }
+                if b == 0 {
+                    plan.encode_readback(&mut enc, rb);
+                }
+                let bucket = &self.buckets[b];
+                enc.copy_buffer_to_buffer(self.grads.buffer(), self.grads.offset() + bucket.lo, &bucket.readback.buffer, 0, bucket.hi - bucket.lo);
+                commands.push(enc.finish());
+                start = end;
             }
+        } else {
+            {
+                let mut pass = enc.begin_compute_pass(&Default::default());
+                for d in &plan.dispatches {
+                    d.encode(&mut pass);
+                }
+            }
+            plan.encode_readback(&mut enc, rb);
+            if training {
+                let mut pass = enc.begin_compute_pass(&Default::default());
+                for d in &self.update {
+                    d.encode(&mut pass);
+                }
+            }
+            commands.push(enc.finish());
         }
-        Ok(Recorded { commands: enc.finish(), slot, key: (n, training, scale.to_bits()), readback: rb, exchange: training && exchange })
+        Ok(Recorded { commands, slot, key: (n, training, scale.to_bits()), readback: rb, exchange })
     }
 
     /// Submits a recorded step. Its gradient readback must not be mapped any more: the
     /// previous step's exchange has to be finished first.
     pub fn submit_step(&mut self, r: Recorded) {
-        let submission = self.device.queue().submit([r.commands]);
-        if let Some(plan) = self.plans.get_mut(&r.key) {
-            plan.readbacks[r.readback].request(submission.clone());
-        }
-        self.ring.submitted(r.slot, submission.clone());
-        if r.exchange {
-            self.grad_readback.request(submission);
+        for (b, commands) in r.commands.into_iter().enumerate() {
+            let submission = self.device.queue().submit([commands]);
+            if b == 0 {
+                if let Some(plan) = self.plans.get_mut(&r.key) {
+                    plan.readbacks[r.readback].request(submission.clone());
+                }
+                self.ring.submitted(r.slot, submission.clone());
+            }
+            if r.exchange {
+                self.buckets[b].readback.request(submission);
+            }
         }
         self.in_flight.push_back((r.key, r.readback));
     }
 
     /// Waits for this replica's gradients of the last step and returns them (f32 words).
     pub fn take_gradients(&mut self, out: &mut Vec<f32>) -> Result<()> {
-        let len = self.grads.bytes() as usize;
-        self.grad_readback.take(self.device.wgpu(), len, &mut self.scratch)?;
         out.clear();
-        out.extend_from_slice(bytemuck::cast_slice(&self.scratch));
+        out.resize((self.grads.bytes() / 4) as usize, 0.0);
+        for b in &mut self.buckets {
+            b.readback.take(self.device.wgpu(), (b.hi - b.lo) as usize, &mut self.scratch)?;
+            out[(b.lo / 4) as usize..(b.hi / 4) as usize].copy_from_slice(bytemuck::cast_slice(&self.scratch));
+        }
         Ok(())
     }
 
-    /// Waits until this step's gradients are readable in place (`gradient_readback`).
-    pub fn wait_gradients(&mut self) -> Result<()> {
-        self.grad_readback.wait(self.device.wgpu())?;
-        self.grads_mapped = true;
+    /// Gradient buckets, last layers first.
+    pub fn bucket_count(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// Waits until gradient bucket `b` of the last step is readable in place.
+    pub fn wait_bucket(&mut self, b: usize) -> Result<()> {
+        let bucket = &mut self.buckets[b];
+        bucket.readback.wait(self.device.wgpu())?;
+        bucket.mapped = true;
         Ok(())
     }
 
-    /// The MAP_READ buffer holding the last step's gradients once `wait_gradients` returned.
-    pub fn gradient_readback(&self) -> &wgpu::Buffer {
-        &self.grad_readback.buffer
+    /// Bucket `b`'s MAP_READ buffer and the byte range of the flat gradients it holds.
+    pub fn bucket(&self, b: usize) -> (&wgpu::Buffer, u64, u64) {
+        let bucket = &self.buckets[b];
+        (&bucket.readback.buffer, bucket.lo, bucket.hi)
     }
 
     pub fn gradient_bytes(&self) -> u64 {
@@ -225,9 +262,9 @@ impl Replica {
     /// (again: a replica that sat out a short batch has not seen them), then runs the
     /// optimizer.
     pub fn finish_apply(&mut self, slot: usize, hyper: Hyper) -> Result<()> {
-        if self.grads_mapped {
-            self.grad_readback.finish();
-            self.grads_mapped = false;
+        for b in self.buckets.iter_mut().filter(|b| b.mapped) {
+            b.readback.finish();
+            b.mapped = false;
         }
         let dev = self.device.clone();
         let bytes = self.grads.bytes();
@@ -325,4 +362,65 @@ fn plan_for<'p>(
         plans.insert(key, Plan::build(def, device, shared, n, training, scale)?);
     }
     Ok(plans.get_mut(&key).unwrap())
+}
+
+/// A contiguous byte range of the flat gradients, written by the backward of `layers`.
+struct Bucket {
+    /// Layer indices, last layer first.
+    layers: Vec<usize>,
+    lo: u64,
+    hi: u64,
+    readback: Readback,
+    mapped: bool,
+}
+
+/// Bytes of gradients per bucket: large enough that a submission per bucket costs little,
+/// small enough that the last bucket, which cannot overlap anything, is short.
+/// `CONVOY_BUCKET_BYTES` overrides it (tests use tiny buckets to exercise the cuts).
+fn bucket_bytes() -> u64 {
+    std::env::var("CONVOY_BUCKET_BYTES").ok().and_then(|v| v.parse().ok()).filter(|&b| b > 0).unwrap_or(8 << 20)
+}
+
+/// Groups layers, last first, into buckets of about `BUCKET_BYTES`. Parameters are laid out
+/// by layer, so a run of layers owns a contiguous range.
+fn buckets(device: &wgpu::Device, layout: &crate::model::layout::Layout) -> Vec<Bucket> {
+    use crate::model::layout::ALIGN;
+    let target = bucket_bytes();
+    let mut ranges: Vec<(Vec<usize>, u64, u64)> = Vec::new();
+    let (mut layers, mut lo, mut hi) = (Vec::new(), u64::MAX, 0u64);
+    for layer in (0..layout.per_layer.len()).rev() {
+        let (p0, np, _, _) = layout.per_layer[layer];
+        layers.push(layer);
+        for e in &layout.params[p0..p0 + np] {
+            lo = lo.min(4 * e.offset as u64);
+            hi = hi.max(4 * (e.offset + e.spec.len().div_ceil(ALIGN) * ALIGN) as u64);
+        }
+        if hi > lo && hi - lo >= target {
+            ranges.push((std::mem::take(&mut layers), lo, hi));
+            (lo, hi) = (u64::MAX, 0);
+        }
+    }
+    if hi > lo {
+        ranges.push((layers, lo, hi));
+    } else if let Some(last) = ranges.last_mut() {
+        last.0.extend(layers);
+    } else {
+        ranges.push((layers, 0, 4 * layout.param_len as u64));
+    }
+    ranges.into_iter().map(|(layers, lo, hi)| Bucket { layers, lo, hi, readback: Readback::new(device, hi - lo), mapped: false }).collect()
+}
+
+/// Where each bucket's command buffer ends in a plan's dispatch list: just before the
+/// backward of the next bucket's first recorded layer (the last one ends the list).
+fn bucket_cuts(buckets: &[Bucket], marks: &[(usize, usize)], len: usize) -> Vec<usize> {
+    let mut cuts: Vec<usize> = buckets[1..]
+        .iter()
+        .map(|next| marks.iter().find(|(layer, _)| next.layers.contains(layer)).map(|m| m.1).unwrap_or(len))
+        .collect();
+    cuts.push(len);
+    // Monotone even if a bucket recorded nothing.
+    for i in 1..cuts.len() {
+        cuts[i] = cuts[i].max(cuts[i - 1]);
+    }
+    cuts
 }
