@@ -1,6 +1,12 @@
 //! Data-parallel training: one replica per device, the global batch split across them by
 //! measured speed, gradients summed on the host and every replica applying the same update.
 //!
+//! A step's backward is submitted in gradient buckets (about 8 MB, last layers first), each
+//! ending with the copy of its gradients into a MAP_READ buffer; the host sums bucket b in
+//! place while the devices run the backward of the later buckets, and records the next step
+//! meanwhile, so only the last bucket, the upload of the sum and the optimizer remain
+//! between two steps.
+//!
 //! Why the result does not depend on the split: each replica's loss gradient is scaled by
 //! one over the *global* batch, so the host sum of the replicas' gradients is exactly the
 //! gradient of the mean loss over the whole batch, weighted by each replica's sample count.
