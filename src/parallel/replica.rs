@@ -244,10 +244,6 @@ impl Replica {
         (&bucket.readback.buffer, bucket.lo, bucket.hi)
     }
 
-    pub fn gradient_bytes(&self) -> u64 {
-        self.grads.bytes()
-    }
-
     /// Takes a staging slot for the summed gradients; write them into `apply_staging(slot)`
     /// at offset 0, then call `finish_apply`.
     pub fn begin_apply(&mut self) -> Result<usize> {
