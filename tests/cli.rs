@@ -94,7 +94,8 @@ fn two_software_replicas_train_like_one() {
 fn checkpoints_and_resume() {
     let dir = tmp("resume");
     let ck = dir.to_str().unwrap();
-    let mut args = vec!["train", "--epochs", "1", "--json", "--checkpoint-dir", ck, "--devices", "software"];
+    // Train on two replicas, resume on one.
+    let mut args = vec!["train", "--epochs", "1", "--json", "--checkpoint-dir", ck, "--devices", "software:2"];
     args.extend_from_slice(TINY);
     assert!(convoy(&args).status.success());
     assert!(dir.join("checkpoint.safetensors").exists());
