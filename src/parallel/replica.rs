@@ -371,17 +371,19 @@ struct Bucket {
 }
 
 /// Bytes of gradients per bucket: large enough that a submission per bucket costs little,
-/// small enough that the last bucket, which cannot overlap anything, is short.
+/// small enough that the last bucket, which cannot overlap anything, is short: 8 MB, or a
+/// quarter of a small model's gradients (at least 64 KB).
 /// `CONVOY_BUCKET_BYTES` overrides it (tests use tiny buckets to exercise the cuts).
-fn bucket_bytes() -> u64 {
-    std::env::var("CONVOY_BUCKET_BYTES").ok().and_then(|v| v.parse().ok()).filter(|&b| b > 0).unwrap_or(8 << 20)
+fn bucket_bytes(total: u64) -> u64 {
+    let default = (total / 4).clamp(64 << 10, 8 << 20);
+    std::env::var("CONVOY_BUCKET_BYTES").ok().and_then(|v| v.parse().ok()).filter(|&b| b > 0).unwrap_or(default)
 }
 
 /// Groups layers, last first, into buckets of about `BUCKET_BYTES`. Parameters are laid out
 /// by layer, so a run of layers owns a contiguous range.
 fn buckets(device: &wgpu::Device, layout: &crate::model::layout::Layout) -> Vec<Bucket> {
     use crate::model::layout::ALIGN;
-    let target = bucket_bytes();
+    let target = bucket_bytes(4 * layout.param_len as u64);
     let mut ranges: Vec<(Vec<usize>, u64, u64)> = Vec::new();
     let (mut layers, mut lo, mut hi) = (Vec::new(), u64::MAX, 0u64);
     for layer in (0..layout.per_layer.len()).rev() {
