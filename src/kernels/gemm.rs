@@ -9,7 +9,7 @@ use bytemuck::{Pod, Zeroable};
 
 use super::conv2d::Conv2dGeometry;
 use super::{grid, u32_of, Dispatch, CONV2D, WG, WG_CONST};
-use crate::{bail, Device, Result, Tensor};
+use crate::{bail, DType, Device, Result, Tensor};
 
 /// An output tile: `bm x bn` outputs per workgroup, K staged `bk` at a time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -246,16 +246,19 @@ fn b_quads(g: &Gemm) -> bool {
 /// Records `g` as one GEMM dispatch, plus a reduction when K is split. `c` is overwritten.
 pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
     let kernel = g.label;
-    if g.m == 0 || g.n == 0 {
-        return Ok(Vec::new());
-    }
     if g.conv.is_none() && matches!(g.a_load, ALoad::Im2col | ALoad::Im2colT | ALoad::DyStuffed) {
         bail!(Config, "{kernel}: a convolution load needs its geometry");
     }
-    for (name, t) in [("a", g.a), ("b", g.b)].into_iter().chain(g.bias.map(|b| ("bias", b))) {
-        if g.c.overlaps(t) {
+    for (name, t) in [("a", g.a), ("b", g.b), ("c", g.c)].into_iter().chain(g.bias.map(|b| ("bias", b))) {
+        if t.dtype() != DType::F32 {
+            bail!(Shape, "{kernel}: {name} {:?} is {:?}, expected F32", t.shape(), t.dtype());
+        }
+        if name != "c" && g.c.overlaps(t) {
             bail!(Shape, "{kernel}: output {:?} overlaps input {name} {:?}", g.c.shape(), t.shape());
         }
+    }
+    if g.m == 0 || g.n == 0 {
+        return Ok(Vec::new());
     }
     let tile = opts.tile.unwrap_or_else(|| Tile::choose(g.m, g.n, g.k));
     let (tiles_m, tiles_n) = (g.m.div_ceil(tile.bm()), g.n.div_ceil(tile.bn()));
@@ -363,6 +366,9 @@ pub(crate) fn column_sums(device: &Device, kernel: &str, a: &Tensor, rows: usize
     }
     if out.overlaps(a) {
         bail!(Shape, "{kernel}: output {:?} overlaps input {:?}", out.shape(), a.shape());
+    }
+    if a.dtype() != DType::F32 || out.dtype() != DType::F32 {
+        bail!(Shape, "{kernel}: expected F32 tensors, got {:?} and {:?}", a.dtype(), out.dtype());
     }
     let chunks = rows.div_ceil(COLUMN_CHUNK).max(1);
     let tiles_n = cols.div_ceil(COLUMN_TILE);

@@ -129,4 +129,7 @@ fn bad_shapes_are_errors_that_name_them() {
     let x = z(&[3, 4]);
     let e = dense::matmul(&d, &x, &z(&[4, 4]), &x.reshape(&[3, 4]).unwrap(), false, false).unwrap_err().to_string();
     assert!(e.contains("overlaps"), "{e}");
+    let labels = d.upload_u32(&[3, 4], &[0; 12]).unwrap();
+    let e = dense::matmul(&d, &labels, &z(&[4, 2]), &z(&[3, 2]), false, false).unwrap_err().to_string();
+    assert!(e.contains("U32"), "{e}");
 }
