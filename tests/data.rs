@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use convoy::data::*;
 use convoy::{Error, Result};
-use rand::rngs::StdRng;
 use rand::SeedableRng;
+use rand::rngs::StdRng;
 
 /// A fresh directory under the system temp dir, removed when dropped.
 struct TempDir(PathBuf);
@@ -52,9 +52,7 @@ fn cifar_byte(f: usize, r: usize, c: usize, p: usize) -> u8 {
 fn write_cifar(path: &Path, f: usize, labels: &[u8], label_bytes: usize) {
     let mut bytes = Vec::new();
     for (r, &label) in labels.iter().enumerate() {
-        for _ in 1..label_bytes {
-            bytes.push(7); // CIFAR-100 coarse label, ignored
-        }
+        bytes.extend(std::iter::repeat_n(7, label_bytes - 1)); // CIFAR-100 coarse label, ignored
         bytes.push(label);
         for c in 0..3 {
             for p in 0..1024 {
@@ -131,7 +129,10 @@ fn cifar_size_not_a_multiple_of_the_record_is_an_error() {
         std::fs::write(&file, b).unwrap();
         let (e, text) = err_text(cifar10(tmp.path()));
         assert!(matches!(e, Error::Format { .. }), "{text}");
-        assert!(text.contains("data_batch_3.bin") && text.contains("3073") && text.contains(&len.to_string()), "{text}");
+        assert!(
+            text.contains("data_batch_3.bin") && text.contains("3073") && text.contains(&len.to_string()),
+            "{text}"
+        );
     }
 }
 
@@ -559,7 +560,8 @@ fn channel_stats_mean_and_floored_std() {
 
 #[test]
 fn in_memory_rejects_bad_labels_and_sizes() {
-    let (_, text) = err_text(InMemory::new(vec![0; 8], vec![0, 1, 2, 3], [1, 1, 2], vec!["a".into(), "b".into()], "f.bin"));
+    let (_, text) =
+        err_text(InMemory::new(vec![0; 8], vec![0, 1, 2, 3], [1, 1, 2], vec!["a".into(), "b".into()], "f.bin"));
     assert!(text.contains("f.bin") && text.contains("label 2") && text.contains("sample 2"), "{text}");
     let (_, text) = err_text(InMemory::new(vec![0; 7], vec![0; 4], [1, 1, 2], vec!["a".into()], "f.bin"));
     assert!(text.contains("7 bytes"), "{text}");

@@ -20,6 +20,7 @@ const CIFAR10_CLASSES: [&str; 10] =
     ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"];
 
 // The fine labels of CIFAR-100, in label order (alphabetical, as in fine_label_names.txt).
+#[rustfmt::skip]
 const CIFAR100_CLASSES: [&str; 100] = [
     "apple", "aquarium_fish", "baby", "bear", "beaver", "bed", "bee", "beetle", "bicycle", "bottle",
     "bowl", "boy", "bridge", "bus", "butterfly", "camel", "can", "castle", "caterpillar", "cattle",
@@ -125,8 +126,7 @@ fn read_file(path: &Path, fmt: &Format, images: &mut Vec<u8>, labels: &mut Vec<u
     let count = bytes.len() / record;
     let first_label = labels.len();
     labels.extend(bytes.chunks_exact(record).map(|r| r[fmt.label_at] as u32));
-    if let Some((i, &label)) =
-        labels[first_label..].iter().enumerate().find(|&(_, &l)| l as usize >= fmt.classes.len())
+    if let Some((i, &label)) = labels[first_label..].iter().enumerate().find(|&(_, &l)| l as usize >= fmt.classes.len())
     {
         return Err(Error::format(
             path,

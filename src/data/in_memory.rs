@@ -1,6 +1,6 @@
 //! A dataset held entirely in host memory: CIFAR and the synthetic task.
 
-use super::{check_load, Dataset};
+use super::{Dataset, check_load};
 use crate::{Error, Result};
 
 /// Decoded u8 HWC images back to back, with one label per image.

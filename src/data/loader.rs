@@ -1,17 +1,17 @@
 //! Background prefetching: a thread decodes and augments the next batches (the samples of one batch
 //! in parallel with rayon) while the GPUs work on the current one.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
+use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
-use rand::SeedableRng;
 use rayon::prelude::*;
 
-use super::{mix, Augment, Dataset};
+use super::{Augment, Dataset, mix};
 use crate::{Error, Result};
 
 /// One batch of decoded samples: `labels.len()` u8 HWC images back to back.

@@ -13,13 +13,13 @@ mod stats;
 mod synthetic;
 
 pub use augment::Augment;
-pub use cifar::{cifar10, cifar100, CIFAR10_URL, CIFAR100_URL};
+pub use cifar::{CIFAR10_URL, CIFAR100_URL, cifar10, cifar100};
 pub use folder::ImageFolder;
 pub use in_memory::InMemory;
-pub use loader::{batch_count, epoch_indices, Batch, Loader};
-pub use spec::{from_spec, SPEC_FORMS};
+pub use loader::{Batch, Loader, batch_count, epoch_indices};
+pub use spec::{SPEC_FORMS, from_spec};
 pub use stats::channel_stats;
-pub use synthetic::{synthetic, synthetic_split, SYNTHETIC_CLASSES};
+pub use synthetic::{SYNTHETIC_CLASSES, synthetic, synthetic_split};
 
 use crate::Result;
 

@@ -2,12 +2,11 @@
 
 use std::sync::Arc;
 
-use super::{cifar10, cifar100, synthetic_split, Dataset, ImageFolder};
+use super::{Dataset, ImageFolder, cifar10, cifar100, synthetic_split};
 use crate::Result;
 
 /// The forms `from_spec` accepts, for help texts and error messages.
-pub const SPEC_FORMS: &str =
-    "synthetic, synthetic:TRAIN[,VAL] (sample counts), cifar10:DIR, cifar100:DIR, folder:DIR";
+pub const SPEC_FORMS: &str = "synthetic, synthetic:TRAIN[,VAL] (sample counts), cifar10:DIR, cifar100:DIR, folder:DIR";
 
 const SYNTHETIC_TRAIN: usize = 20_000;
 const SYNTHETIC_VAL: usize = 2_000;
@@ -15,11 +14,7 @@ const DEFAULT_IMAGE_SIZE: usize = 32;
 
 /// Opens the (training, validation) pair that `spec` names. `image_size` applies to `synthetic`
 /// and `folder` (default 32); CIFAR images are 32x32 only. `seed` draws the synthetic images.
-pub fn from_spec(
-    spec: &str,
-    image_size: Option<usize>,
-    seed: u64,
-) -> Result<(Arc<dyn Dataset>, Arc<dyn Dataset>)> {
+pub fn from_spec(spec: &str, image_size: Option<usize>, seed: u64) -> Result<(Arc<dyn Dataset>, Arc<dyn Dataset>)> {
     if image_size == Some(0) {
         crate::bail!(Config, "image size must be positive, got 0");
     }

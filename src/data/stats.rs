@@ -12,7 +12,11 @@ pub fn channel_stats(ds: &dyn Dataset, max_samples: usize) -> Result<(Vec<f32>, 
     let len = ds.len();
     let n = len.min(max_samples);
     if n == 0 {
-        crate::bail!(Config, "channel statistics need at least one sample ({}: {len} samples, max_samples {max_samples})", ds.source());
+        crate::bail!(
+            Config,
+            "channel statistics need at least one sample ({}: {len} samples, max_samples {max_samples})",
+            ds.source()
+        );
     }
     let channels = ds.image_shape()[2];
     // (sum, sum of squares) per channel, in f64: 50,000 CIFAR images are 150 M terms.

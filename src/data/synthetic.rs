@@ -8,7 +8,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use rayon::prelude::*;
 
-use super::{mix, InMemory};
+use super::{InMemory, mix};
 
 /// Class names, in label order.
 pub const SYNTHETIC_CLASSES: [&str; 10] = [
@@ -79,19 +79,20 @@ fn draw(class: u32, size: usize, rng: &mut StdRng, out: &mut [u8]) {
     let cy = s * 0.5 + rng.random_range(-jitter..=jitter);
     let fg: [i32; 3] = std::array::from_fn(|_| rng.random_range(140..=255));
     let bg: [i32; 3] = std::array::from_fn(|_| rng.random_range(0..=70));
-    // Per-pixel noise from a xorshift: a full CSPRNG per byte would dominate the drawing time.
+    // Per-pixel noise from a xorshift, one draw for the three channels: a CSPRNG per byte would
+    // dominate the drawing time.
     let mut state = rng.random::<u64>() | 1;
-    for y in 0..size {
+    for (y, row) in out.chunks_exact_mut(size * 3).enumerate() {
         let v = (y as f32 + 0.5 - cy) / half;
-        for x in 0..size {
+        for (x, px) in row.chunks_exact_mut(3).enumerate() {
             let u = (x as f32 + 0.5 - cx) / half;
             let colour = if inside(class, u, v) { &fg } else { &bg };
-            let px = &mut out[(y * size + x) * 3..][..3];
-            for (p, &c) in px.iter_mut().zip(colour) {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                let noise = (state % 25) as i32 - 12;
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            for (k, (p, &c)) in px.iter_mut().zip(colour).enumerate() {
+                // A byte of the draw scaled to -12..=12.
+                let noise = ((state >> (8 * k)) & 0xFF) as i32 * 25 / 256 - 12;
                 *p = (c + noise).clamp(0, 255) as u8;
             }
         }
