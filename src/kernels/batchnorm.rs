@@ -207,7 +207,7 @@ fn check<'a>(
         bail!(Config, "{kernel}: momentum must be in [0, 1], got {}", cfg.momentum);
     }
     let c = match x.shape().last() {
-        Some(&c) if c > 0 && x.len() > 0 => c,
+        Some(&c) if c > 0 && !x.is_empty() => c,
         _ => bail!(Shape, "{kernel}: x has shape {:?}, expected [..., channels] with no zero dimension", x.shape()),
     };
     for (name, t) in like_x {
