@@ -179,7 +179,7 @@ fn columns(device: &Device, kernel: &str, x: &Tensor, cols: usize, out: &Tensor)
     if out.overlaps(x) {
         bail!(Shape, "{kernel}: out {:?} overlaps x {:?}", out.shape(), x.shape());
     }
-    let split = Split::new(kernel, if cols == 0 { 0 } else { x.len() / cols }, cols)?;
+    let split = Split::new(kernel, x.len().checked_div(cols).unwrap_or(0), cols)?;
     let first = split.groups(device, kernel)?;
     if split.chunks == 1 {
         return Ok(vec![launch(device, &REDUCE, "sum_columns", &Params::from(split), &[(1, Bind::Tensor(x)), (2, Bind::Tensor(out))], first)]);
