@@ -86,6 +86,27 @@ impl Tally {
     }
 }
 
+/// Where an epoch's host time went so far: waiting for input, device work (staging,
+/// recording, waiting for steps) and the gradient exchange, in seconds.
+#[derive(Default)]
+struct Shares {
+    wait: f64,
+    compute: f64,
+    exchange: f64,
+}
+
+impl Shares {
+    /// Adds `images_per_sec` and the three shares of the time (`input_wait`, `compute`,
+    /// `exchange`) to `logs`.
+    fn insert(&self, logs: &mut Logs, samples: usize, elapsed: f64) {
+        let total = (self.wait + self.compute + self.exchange).max(1e-9);
+        logs.insert("images_per_sec".into(), samples as f64 / elapsed.max(1e-9));
+        logs.insert("input_wait".into(), self.wait / total);
+        logs.insert("compute".into(), self.compute / total);
+        logs.insert("exchange".into(), self.exchange / total);
+    }
+}
+
 struct ModelSaver<'a>(&'a Sequential);
 
 impl Saver for ModelSaver<'_> {
@@ -147,8 +168,7 @@ impl Sequential {
             let loader = Loader::new(data.clone(), indices, opts.batch_size, opts.drop_remainder, opts.augment, opts.seed ^ (epoch as u64) << 32, 4)?;
             let mut tally = Tally::default();
             let t_epoch = Instant::now();
-            let mut wait_total = 0.0;
-            let (mut upload_total, mut compute_total, mut exchange_total) = (0.0, 0.0, 0.0);
+            let mut shares = Shares::default();
             let mut t_wait = Instant::now();
             let mut batches = loader.enumerate();
             loop {
@@ -158,27 +178,21 @@ impl Sequential {
                 };
                 let Some((b, batch)) = next else { break };
                 let batch = batch?;
-                let waited = t_wait.elapsed().as_secs_f64();
-                wait_total += waited;
+                shares.wait += t_wait.elapsed().as_secs_f64();
                 self.compiled()?.learning_rate = lr;
                 let timing = self.train_on_batch(&batch.images, &batch.labels)?;
-                upload_total += timing.iter().map(|t| t.upload).fold(0.0, f64::max);
-                compute_total += timing.iter().map(|t| t.compute).fold(0.0, f64::max);
-                exchange_total += timing.iter().map(|t| t.exchange).fold(0.0, f64::max);
+                // The slowest replica sets the pace of each phase.
+                shares.compute += timing.iter().map(|t| t.upload).fold(0.0, f64::max);
+                shares.compute += timing.iter().map(|t| t.compute).fold(0.0, f64::max);
+                shares.exchange += timing.iter().map(|t| t.exchange).fold(0.0, f64::max);
                 // Read step k-1's loss while step k runs.
                 let (outs, waited) = self.collect(1)?;
-                compute_total += waited;
+                shares.compute += waited;
                 let c = self.compiled()?;
                 tally.add(&c.metrics, &outs);
-                let metrics = c.metrics.clone();
-                let mut logs = tally.logs(&metrics, "");
-                let elapsed = t_epoch.elapsed().as_secs_f64();
+                let mut logs = tally.logs(&c.metrics, "");
                 logs.insert("batch_size".into(), batch.labels.len() as f64);
-                logs.insert("images_per_sec".into(), tally.samples as f64 / elapsed.max(1e-9));
-                let total = (wait_total + upload_total + compute_total + exchange_total).max(1e-9);
-                logs.insert("input_wait".into(), wait_total / total);
-                logs.insert("compute".into(), (upload_total + compute_total) / total);
-                logs.insert("exchange".into(), exchange_total / total);
+                shares.insert(&mut logs, tally.samples, t_epoch.elapsed().as_secs_f64());
                 stop |= hook!(on_batch_end(b, &logs));
                 if stop {
                     break;
@@ -188,18 +202,13 @@ impl Sequential {
             let (outs, _) = self.collect(0)?;
             let c = self.compiled()?;
             tally.add(&c.metrics, &outs);
-            c.replicas.flush()?;
-        c.replicas.sync_states()?;
+            // `collect(0)` finished the last exchange, so every replica holds the same weights.
+            c.replicas.sync_states()?;
             c.epoch = epoch + 1;
-            let metrics = c.metrics.clone();
             let elapsed = t_epoch.elapsed().as_secs_f64();
-            let mut logs = tally.logs(&metrics, "");
-            logs.insert("images_per_sec".into(), tally.samples as f64 / elapsed.max(1e-9));
+            let mut logs = tally.logs(&c.metrics, "");
             logs.insert("seconds".into(), elapsed);
-            let total = (wait_total + upload_total + compute_total + exchange_total).max(1e-9);
-            logs.insert("input_wait".into(), wait_total / total);
-            logs.insert("compute".into(), (upload_total + compute_total) / total);
-            logs.insert("exchange".into(), exchange_total / total);
+            shares.insert(&mut logs, tally.samples, elapsed);
             logs.insert("learning_rate".into(), lr as f64);
             if let Some(val) = opts.validation_data.clone() {
                 let _s = crate::trace::span("validation", 0);

@@ -112,30 +112,19 @@ impl ReplicaSet {
         }
         let ran: Vec<usize> = (0..counts.len()).filter(|&r| counts[r] > 0).collect();
         let mut timing = vec![StepTiming::default(); self.replicas.len()];
-        let recorded: Vec<Result<(Option<replica::Recorded>, f64)>> = std::thread::scope(|s| {
-            let handles: Vec<_> = self
-                .replicas
-                .iter_mut()
-                .enumerate()
-                .map(|(r, rep)| {
-                    let (lo, hi) = (starts[r], starts[r] + counts[r]);
-                    let batch = HostBatch { images: &images[lo * sample..hi * sample], labels: &labels[lo..hi] };
-                    s.spawn(move || -> Result<(Option<replica::Recorded>, f64)> {
-                        if batch.is_empty() {
-                            return Ok((None, 0.0));
-                        }
-                        let _s = crate::trace::span("stage + record", 1 + r);
-                        let t0 = Instant::now();
-                        let rec = rep.record_step(def, &batch, true, hyper, step, scale, exchange)?;
-                        Ok((Some(rec), t0.elapsed().as_secs_f64()))
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().expect("replica thread panicked")).collect()
-        });
+        let recorded = on_each(&mut self.replicas, |r, rep| -> Result<(Option<replica::Recorded>, f64)> {
+            let (lo, hi) = (starts[r], starts[r] + counts[r]);
+            let batch = HostBatch { images: &images[lo * sample..hi * sample], labels: &labels[lo..hi] };
+            if batch.is_empty() {
+                return Ok((None, 0.0));
+            }
+            let _s = crate::trace::span("stage + record", 1 + r);
+            let t0 = Instant::now();
+            let rec = rep.record_step(def, &batch, true, hyper, step, scale, exchange)?;
+            Ok((Some(rec), t0.elapsed().as_secs_f64()))
+        })?;
         let mut steps = Vec::with_capacity(recorded.len());
-        for (r, res) in recorded.into_iter().enumerate() {
-            let (rec, upload) = res?;
+        for (r, (rec, upload)) in recorded.into_iter().enumerate() {
             timing[r].upload = upload;
             steps.push(rec);
         }
@@ -205,22 +194,10 @@ impl ReplicaSet {
             self.maybe_resplit();
         }
         let t0 = Instant::now();
-        let results: Vec<Result<()>> = std::thread::scope(|s| {
-            let handles: Vec<_> = self
-                .replicas
-                .iter_mut()
-                .zip(&slots)
-                .enumerate()
-                .map(|(r, (rep, &slot))| {
-                    s.spawn(move || {
-                        let _s = crate::trace::span("upload sum + optimizer", 1 + r);
-                        rep.finish_apply(slot, hyper)
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().expect("replica thread panicked")).collect()
-        });
-        results.into_iter().collect::<Result<()>>()?;
+        on_each(&mut self.replicas, |r, rep| {
+            let _s = crate::trace::span("upload sum + optimizer", 1 + r);
+            rep.finish_apply(slots[r], hyper)
+        })?;
         let dt = t0.elapsed().as_secs_f64() + summing;
         for t in timing.iter_mut() {
             t.exchange = dt;
@@ -308,4 +285,14 @@ impl ReplicaSet {
         }
         Ok(())
     }
+}
+
+/// Runs `f` on every replica at once, a thread each (a replica's host work blocks on its own
+/// device only), and returns the results in replica order.
+fn on_each<T: Send>(replicas: &mut [Replica], f: impl Fn(usize, &mut Replica) -> Result<T> + Sync) -> Result<Vec<T>> {
+    let f = &f;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = replicas.iter_mut().enumerate().map(|(r, rep)| s.spawn(move || f(r, rep))).collect();
+        handles.into_iter().map(|h| h.join().expect("replica thread panicked")).collect()
+    })
 }
