@@ -18,6 +18,7 @@
 //! let history = model.fit(train, FitOptions { epochs: 5, batch_size: 128, validation_data: Some(val), ..Default::default() })?;
 //! # Ok(()) }
 //! ```
+pub mod bench;
 pub mod callbacks;
 pub mod data;
 pub mod device;

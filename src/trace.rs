@@ -1,6 +1,7 @@
 //! A Chrome trace (open it in Perfetto or chrome://tracing) of what the host did: one
 //! track per replica thread plus the main loop, with spans for waiting on input, staging,
-//! device compute, the gradient exchange and evaluation.
+//! device compute, the gradient exchange and evaluation; and, where the adapter has
+//! timestamp queries, a track per GPU with the passes it ran (`parallel::gpu_spans`).
 //!
 //! Recording is off unless `start` was called; a span then costs one clock read and a push.
 
@@ -11,7 +12,8 @@ use std::time::Instant;
 use serde_json::json;
 
 struct Event {
-    name: &'static str,
+    name: std::borrow::Cow<'static, str>,
+    gpu: bool,
     track: usize,
     start_us: f64,
     dur_us: f64,
@@ -51,8 +53,23 @@ impl Drop for Span {
         let end = Instant::now();
         if let Some(r) = RECORDER.lock().unwrap().as_mut() {
             let start_us = start.saturating_duration_since(r.origin).as_secs_f64() * 1e6;
-            r.events.push(Event { name: self.name, track: self.track, start_us, dur_us: (end - start).as_secs_f64() * 1e6 });
+            r.events.push(Event { name: self.name.into(), gpu: false, track: self.track, start_us, dur_us: (end - start).as_secs_f64() * 1e6 });
         }
+    }
+}
+
+/// GPU spans of replica `r` go on track `GPU_TRACKS + r`, named "GPU r" in the trace.
+const GPU_TRACKS: usize = 1000;
+
+/// Microseconds since recording started, or `None` when not recording.
+pub fn now_us() -> Option<f64> {
+    RECORDER.lock().unwrap().as_ref().map(|r| r.origin.elapsed().as_secs_f64() * 1e6)
+}
+
+/// Records a span the GPU of replica `replica` ran, already converted to host time.
+pub fn gpu_span(name: String, replica: usize, start_us: f64, dur_us: f64) {
+    if let Some(r) = RECORDER.lock().unwrap().as_mut() {
+        r.events.push(Event { name: name.into(), gpu: true, track: GPU_TRACKS + replica, start_us, dur_us });
     }
 }
 
@@ -64,9 +81,14 @@ pub fn finish(path: &Path, track_names: &[String]) -> crate::Result<()> {
         .enumerate()
         .map(|(i, n)| json!({ "name": "thread_name", "ph": "M", "pid": 1, "tid": i, "args": { "name": n } }))
         .collect();
-    events.extend(
-        r.events.iter().map(|e| json!({ "name": e.name, "cat": "host", "ph": "X", "pid": 1, "tid": e.track, "ts": e.start_us, "dur": e.dur_us })),
-    );
+    let mut gpus: Vec<usize> = r.events.iter().filter(|e| e.gpu).map(|e| e.track).collect();
+    gpus.sort_unstable();
+    gpus.dedup();
+    events.extend(gpus.iter().map(|t| json!({ "name": "thread_name", "ph": "M", "pid": 1, "tid": t, "args": { "name": format!("GPU {}", t - GPU_TRACKS) } })));
+    events.extend(r.events.iter().map(|e| {
+        let cat = if e.gpu { "gpu" } else { "host" };
+        json!({ "name": e.name, "cat": cat, "ph": "X", "pid": 1, "tid": e.track, "ts": e.start_us, "dur": e.dur_us })
+    }));
     let body = json!({ "traceEvents": events, "displayTimeUnit": "ms" });
     crate::model::write_atomic(path, body.to_string().as_bytes())
 }

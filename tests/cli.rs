@@ -169,3 +169,42 @@ fn a_model_that_does_not_fit_the_data_is_refused() {
     // The model takes 8x8 images; these are 12x12.
     fails_with(&convoy(&["evaluate", "--load", model.to_str().unwrap(), "--data", "synthetic:20,20", "--image-size", "12"]), &["[12, 12, 3]", "[8, 8, 3]"]);
 }
+
+#[test]
+fn bench_reports_scaling_and_a_kernel_profile() {
+    let out = convoy(&["bench", "--model", "mlp", "--devices", "software:2", "--batch-size", "8", "--image-size", "8", "--steps", "2", "--profile", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let j = json(&out);
+    let scaling = j["scaling"].as_array().unwrap();
+    assert_eq!(scaling.len(), 2);
+    assert!(scaling.iter().all(|s| s["images_per_sec"].as_f64().unwrap() > 0.0));
+    assert_eq!(j["devices"].as_array().unwrap().len(), 2);
+    let kernels = j["profile"]["by_kernel"].as_array().unwrap();
+    let dense = kernels.iter().find(|k| k["kernel"] == "dense_forward").expect("dense_forward timed");
+    assert!(dense["ms"].as_f64().unwrap() >= 0.0 && dense["tflops"].as_f64().is_some());
+    assert!(kernels.iter().any(|k| k["kernel"] == "optimizer"));
+    assert_eq!(j["profile"]["batch"], 8);
+}
+
+#[test]
+fn trace_has_host_and_gpu_spans_per_replica() {
+    let dir = tmp("trace");
+    let path = dir.join("run.json");
+    let mut args = vec!["train", "--epochs", "1", "--json", "--devices", "software:2", "--trace", path.to_str().unwrap()];
+    args.extend_from_slice(TINY);
+    let out = convoy(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let trace: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    let tracks: Vec<&str> = events.iter().filter(|e| e["ph"] == "M").map(|e| e["args"]["name"].as_str().unwrap()).collect();
+    for want in ["training loop", "GPU 0", "GPU 1"] {
+        assert!(tracks.contains(&want), "{want} missing from {tracks:?}");
+    }
+    let spans = |cat: &str, name: &str| events.iter().filter(|e| e["cat"] == cat && e["name"] == name).count();
+    assert!(spans("host", "host all-reduce") > 0);
+    // 300 samples in batches of 32: 10 steps, each with a first bucket and an optimizer
+    // pass per GPU; the last steps' spans may still be unread when training ends.
+    assert!(spans("gpu", "forward + backward, bucket 0") >= 2 * 8, "{}", spans("gpu", "forward + backward, bucket 0"));
+    assert!(spans("gpu", "optimizer") >= 2 * 8);
+    assert!(events.iter().filter(|e| e["cat"] == "gpu").all(|e| e["dur"].as_f64().unwrap() >= 0.0));
+}

@@ -162,3 +162,28 @@ fn summary_counts_parameters() {
     let layout = convoy::model::layout::Layout::new(m.input_shape(), m.layers()).unwrap();
     assert!((260_000..280_000).contains(&layout.trainable_count()), "{}", layout.trainable_count());
 }
+
+#[test]
+fn profile_times_every_kernel_of_a_step() {
+    let mut m = small_cnn();
+    compile(&mut m, Optimizer::sgd(0.1).momentum(0.9));
+    let (train, _) = data(16, 4);
+    let mut images = vec![0u8; 5 * train.sample_bytes()];
+    let labels: Vec<u32> = images.chunks_mut(train.sample_bytes()).enumerate().map(|(i, x)| train.load(i, x).unwrap()).collect();
+    let p = m.profile(&images, &labels, 2).unwrap();
+    assert_eq!(p.batch, 5);
+    let families: Vec<String> = p.by_family().iter().map(|k| k.family.clone()).collect();
+    for want in ["conv2d_forward", "conv2d_backward_weights", "batchnorm", "pool", "optimizer", "dense_forward", "loss"] {
+        assert!(families.iter().any(|f| f == want), "{want} missing from {families:?}");
+    }
+    // The first layer's forward: M = 5 * 8 * 8 pixels, N = 6 filters, K = 3 * 3 * 3.
+    let conv = p.kernels.iter().find(|k| k.family == "conv2d_forward").unwrap();
+    assert_eq!(conv.flops, 2.0 * 320.0 * 6.0 * 27.0);
+    assert_eq!(conv.layer, Some(0));
+    assert!(p.kernels.iter().all(|k| k.ms.is_finite() && k.ms >= 0.0));
+    assert!(p.gpu_ms() > 0.0);
+    // The input layer has no input gradient to compute.
+    assert!(!families.iter().any(|f| f == "conv2d_backward_data"));
+    let table = p.table(None, true);
+    assert!(table.contains("conv2d_forward") && table.contains("per dispatch"));
+}

@@ -1,15 +1,12 @@
 //! `convoy bench`: training images/s of a zoo model on 1..N devices of the selection, with a
-//! fixed batch per device (weak scaling, as DDP benchmarks report it).
-
-use std::sync::Arc;
-use std::time::Instant;
+//! fixed batch per device (weak scaling, as DDP benchmarks report it), and with `--profile`
+//! the GPU time of every kernel of a step.
 
 use clap::Args;
 use serde_json::json;
 
-use convoy::data::{synthetic, Dataset, Loader};
-use convoy::model::{zoo, CompileOptions, Loss, Metric};
-use convoy::optim::Optimizer;
+use convoy::bench::{measure, BenchConfig};
+use convoy::model::Peak;
 use convoy::{bail, Result};
 
 use super::device_json;
@@ -31,6 +28,13 @@ pub struct BenchArgs {
     /// Only measure on all selected devices, not on 1..N.
     #[arg(long)]
     pub no_scaling: bool,
+    /// Also time every kernel of a step on the first device (GPU timestamps) and print
+    /// the per-kernel table (with `--json`: under "profile").
+    #[arg(long)]
+    pub profile: bool,
+    /// With --profile: list every dispatch, not only the per-kernel sums.
+    #[arg(long)]
+    pub dispatches: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -42,71 +46,58 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let devices = convoy::device::open(&a.devices)?;
     let n = devices.len();
     let counts: Vec<usize> = if a.no_scaling { vec![n] } else { (1..=n).filter(|k| k.is_power_of_two() || *k == n).collect() };
-    let warmup = 3;
-    let data: Arc<dyn Dataset> = Arc::new(synthetic(a.batch_size * n * 4, a.image_size, 7));
     let mut runs = Vec::new();
     for &k in &counts {
-        let mut model = zoo::by_name(&a.model, &data.image_shape(), data.num_classes())?;
-        let global = a.batch_size * k;
-        model.compile(CompileOptions {
-            optimizer: Optimizer::sgd(0.01).momentum(0.9),
-            loss: Loss::SparseCategoricalCrossentropy,
-            metrics: vec![Metric::Accuracy],
-            devices: devices[..k].to_vec(),
-            seed: 0,
-            max_batch: global,
-        })?;
-        let total = warmup + a.steps;
-        let indices: Vec<usize> = (0..total * global).map(|i| i % data.len()).collect();
-        let loader = Loader::new(data.clone(), indices, global, true, None, 0, 4)?;
-        let (mut t0, mut wait) = (Instant::now(), 0.0);
-        let mut t_wait = Instant::now();
-        for (s, batch) in loader.enumerate() {
-            let batch = batch?;
-            if s >= warmup {
-                wait += t_wait.elapsed().as_secs_f64();
-            }
-            model.train_on_batch(&batch.images, &batch.labels)?;
-            model.collect(1)?;
-            if s + 1 == warmup {
-                model.collect(0)?;
-                model.take_timing();
-                t0 = Instant::now();
-            }
-            t_wait = Instant::now();
-        }
-        model.collect(0)?;
-        let secs = t0.elapsed().as_secs_f64();
-        let timing = model.take_timing();
-        let ips = (a.steps * global) as f64 / secs;
-        let per_device: Vec<_> = devices[..k]
-            .iter()
-            .zip(&timing)
-            .map(|(d, t)| {
-                let mut j = device_json(d, a.steps * a.batch_size);
-                j["input_wait"] = json!(wait / secs);
-                j["compute"] = json!((t.upload + t.compute) / secs);
-                j["exchange"] = json!(t.exchange / secs);
-                j
-            })
-            .collect();
+        let cfg = BenchConfig { model: a.model.clone(), batch_size: a.batch_size, image_size: a.image_size, steps: a.steps, profile: a.profile && k == counts[0] };
+        let m = measure(&cfg, &devices[..k])?;
         if !a.json {
-            eprintln!("{} on {k} device(s), batch {}x{}: {:.0} images/s, {:.2} ms/step", a.model, k, a.batch_size, ips, 1e3 * secs / a.steps as f64);
+            eprintln!("{} on {k} device(s), batch {}x{}: {:.0} images/s, {:.2} ms/step", a.model, k, a.batch_size, m.images_per_sec, m.step_ms);
         }
-        runs.push((k, ips, 1e3 * secs / a.steps as f64, per_device));
+        runs.push(m);
     }
-    let base = runs[0].1 / runs[0].0 as f64;
-    let scaling: Vec<_> = runs.iter().map(|(k, ips, ms, _)| json!({ "devices": k, "images_per_sec": ips, "step_ms": ms, "efficiency": ips / (base * *k as f64) })).collect();
-    let (k, ips, ms, per_device) = runs.last().unwrap();
-    let out = json!({
+    let base = runs[0].images_per_sec / runs[0].devices as f64;
+    let scaling: Vec<_> = runs
+        .iter()
+        .map(|m| json!({ "devices": m.devices, "images_per_sec": m.images_per_sec, "step_ms": m.step_ms, "efficiency": m.images_per_sec / (base * m.devices as f64) }))
+        .collect();
+    let last = runs.last().unwrap();
+    let per_device: Vec<_> = devices[..last.devices]
+        .iter()
+        .zip(&last.timing)
+        .map(|(d, t)| {
+            let mut j = device_json(d, a.steps * a.batch_size);
+            j["input_wait"] = json!(last.input_wait);
+            j["compute"] = json!((t.upload + t.compute) / last.seconds);
+            j["exchange"] = json!(t.exchange / last.seconds);
+            j
+        })
+        .collect();
+    let mut out = json!({
         "model": a.model,
         "batch_size": a.batch_size,
-        "global_batch": a.batch_size * k,
-        "images_per_sec": ips,
-        "step_ms": ms,
+        "global_batch": a.batch_size * last.devices,
+        "images_per_sec": last.images_per_sec,
+        "step_ms": last.step_ms,
         "devices": per_device,
         "scaling": scaling,
     });
+    let first = &runs[0];
+    if let Some(p) = &first.profile {
+        let peak = Peak::for_adapter(devices[0].name());
+        let host_ms = 1e3 * first.timing[0].upload / a.steps as f64;
+        let mut j = p.to_json(peak.as_ref());
+        j["host_ms"] = json!(host_ms);
+        j["step_ms"] = json!(first.step_ms);
+        j["device"] = json!(devices[0].name());
+        if !a.dispatches {
+            j.as_object_mut().map(|o| o.remove("dispatches"));
+        }
+        out["profile"] = j;
+        if !a.json {
+            eprintln!("\n{} on {}, batch {}: step {:.3} ms, host staging + recording {host_ms:.3} ms", a.model, devices[0].name(), a.batch_size, first.step_ms);
+            eprint!("{}", p.table(peak.as_ref(), a.dispatches));
+        }
+    }
     if a.json {
         println!("{out}");
     } else {

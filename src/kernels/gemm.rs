@@ -290,6 +290,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     p.flags |= if g.n.is_multiple_of(4) { QUAD_C } else { 0 };
 
     let bias = g.bias.unwrap_or(g.b); // bound but unread without the BIAS flag
+    let flops = 2.0 * g.m as f64 * g.n as f64 * g.k as f64;
     let groups = grid(device, (tiles_m * tiles_n * splits) as u64)?;
     let constants = tile.constants(g.a_load, g.b_load);
     if splits == 1 {
@@ -300,7 +301,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
             (3, quad_binding(kernel, bias)?),
             (4, quad_binding(kernel, g.c)?),
         ];
-        return Ok(vec![with_uniform(device, "gemm", &constants, &p, &bindings, groups)]);
+        return Ok(vec![with_uniform(device, "gemm", &constants, &p, &bindings, groups).named(kernel, flops)]);
     }
 
     // The partials live in a buffer of their own rather than a pooled tensor: the pool
@@ -319,9 +320,9 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         (3, quad_binding(kernel, bias)?),
         (4, partials.clone()),
     ];
-    let gemm = with_uniform(device, "gemm", &constants, &p, &bindings, groups);
+    let gemm = with_uniform(device, "gemm", &constants, &p, &bindings, groups).named(kernel, flops);
     p.flags |= if g.bias.is_some() { BIAS } else { 0 };
-    let reduce = reduce_dispatch(device, kernel, &p, partials, bias, g.c)?;
+    let reduce = reduce_dispatch(device, kernel, &p, partials, bias, g.c)?.named(kernel, 0.0);
     Ok(vec![gemm, reduce])
 }
 

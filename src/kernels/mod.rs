@@ -56,7 +56,19 @@ pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &REDUCE, &BATCHNORM
 /// One recorded kernel launch: pipeline, bindings and grid, ready to replay.
 #[derive(Clone, Debug)]
 pub struct Dispatch {
+    /// The shader entry point.
     pub label: &'static str,
+    /// What the launch does, for per-kernel timings (`conv2d_forward`, `batchnorm`, ...):
+    /// the entry point unless the wrapper names it.
+    pub kernel: &'static str,
+    /// The WGSL file it runs.
+    pub shader: &'static str,
+    /// The model layer that recorded it, for per-layer timings.
+    pub layer: Option<usize>,
+    /// Useful floating-point operations (multiply-adds count two); zero for memory-bound kernels.
+    pub flops: f64,
+    /// Bytes of the bound tensors: what the kernel must move at least once.
+    pub bytes: f64,
     pipeline: wgpu::ComputePipeline,
     bind_group: wgpu::BindGroup,
     groups: [u32; 3],
@@ -75,7 +87,16 @@ impl Dispatch {
     ) -> Dispatch {
         let pipeline = device.pipeline(shader, entry, constants);
         let bind_group = device.bind_group(&pipeline, bindings);
-        Dispatch { label: entry, pipeline, bind_group, groups }
+        // Binding 0 is the kernel's uniform parameters, not data it moves.
+        let bytes = bindings.iter().filter(|(i, _)| *i != 0).map(|(_, b)| b.size.map_or(b.buffer.size() - b.offset, |s| s.get()) as f64).sum();
+        Dispatch { label: entry, kernel: entry, shader: shader.name, layer: None, flops: 0.0, bytes, pipeline, bind_group, groups }
+    }
+
+    /// Names the launch and its arithmetic for per-kernel timings.
+    pub fn named(mut self, kernel: &'static str, flops: f64) -> Dispatch {
+        self.kernel = kernel;
+        self.flops = flops;
+        self
     }
 
     /// The common case: a uniform `params` struct at binding 0, then tensors at their

@@ -120,11 +120,14 @@ impl<'d> Graph<'d> {
         full.extend_from_slice(shape);
         self.device.alloc(&full, crate::DType::F32)
     }
-    pub fn push(&mut self, d: Dispatch) {
+    pub fn push(&mut self, mut d: Dispatch) {
+        d.layer = Some(self.layer_index);
         self.dispatches.push(d);
     }
     pub fn extend(&mut self, d: Vec<Dispatch>) {
-        self.dispatches.extend(d);
+        for d in d {
+            self.push(d);
+        }
     }
 }
 

@@ -4,6 +4,7 @@ mod fit;
 pub mod layout;
 pub mod losses;
 pub mod plan;
+pub mod profile;
 pub mod saving;
 mod sequential;
 mod summary;
@@ -11,6 +12,7 @@ pub mod zoo;
 
 pub use fit::FitOptions;
 pub use losses::{Loss, Metric};
+pub use profile::{KernelTime, Peak, Profile};
 pub use saving::{write_atomic, TrainingState};
 pub use sequential::{CompileOptions, Compiled, HostWeights, Sequential};
 pub use summary::group;

@@ -6,6 +6,8 @@ use crate::layers::Layer;
 use crate::model::layout::Layout;
 use crate::model::losses::{Loss, Metric};
 use crate::model::plan::Definition;
+use crate::model::profile::{KernelTime, Profile};
+use crate::device::Timestamps;
 use crate::optim::Optimizer;
 use crate::kernels::optimizer::Hyper;
 use crate::parallel::{Replica, ReplicaSet, StepOutput, StepTiming};
@@ -204,6 +206,28 @@ impl Sequential {
         let out = r.collect()?.expect("the step just submitted");
         let loss = out.loss.iter().map(|&l| l as f64).sum::<f64>() / labels.len() as f64;
         Ok((loss, grads))
+    }
+
+    /// Times every kernel of a training step on the first device with GPU timestamps:
+    /// one warm-up step, then the average of `steps` (each step also updates the weights).
+    pub fn profile(&mut self, images: &[u8], labels: &[u32], steps: usize) -> Result<Profile> {
+        let def = &self.def;
+        let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
+        c.replicas.flush()?;
+        let r = &mut c.replicas.replicas[0];
+        let mut timer = Timestamps::new(&r.device, 2048)
+            .ok_or_else(|| crate::Error::Device(format!("{} cannot time kernels: it has no timestamp queries", r.device.name())))?;
+        let batch = crate::parallel::HostBatch { images, labels };
+        let mut runs = Vec::new();
+        for s in 0..=steps.max(1) {
+            let hyper = Hyper::for_step(c.learning_rate, &c.optimizer.kind(), c.step + 1)?;
+            let timed = r.profile_step(def, &batch, hyper, c.step as u32, &mut timer)?;
+            c.step += 1;
+            if s > 0 {
+                runs.push(timed.iter().map(|(d, ns)| KernelTime::from_dispatch(d, *ns)).collect::<Vec<_>>());
+            }
+        }
+        Ok(Profile::average(labels.len(), &runs))
     }
 
     /// Overwrites the parameters (flat layout, as `get_weights` returns them) on every device.

@@ -19,6 +19,7 @@
 //! exactly (tests/parallel.rs: 3.9e-2 relative weight difference after 5 steps of batch 16
 //! split 8 + 8; the test allows 1e-1). Without BatchNorm they agree to 1e-7.
 
+mod gpu_spans;
 pub mod replica;
 mod split;
 

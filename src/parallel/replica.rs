@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::device::{Readback, StagingRing};
+use crate::device::{Readback, StagingRing, Timestamps};
+use crate::parallel::gpu_spans::GpuSpans;
 use crate::kernels::optimizer::{self, Hyper};
 use crate::kernels::Dispatch;
 use crate::model::plan::{Definition, Plan, Shared};
@@ -33,6 +34,8 @@ pub const NO_UPDATE: Hyper = Hyper { lr: 0.0, bias_correction1: 1.0, bias_correc
 pub struct Recorded {
     /// One command buffer, or one per gradient bucket when the gradients are exchanged.
     commands: Vec<wgpu::CommandBuffer>,
+    /// The GPU span set its passes write, if traced.
+    spans: Option<usize>,
     slot: usize,
     key: PlanKey,
     readback: usize,
@@ -66,6 +69,10 @@ pub struct Replica {
     buckets: Vec<Bucket>,
     grad_ring: StagingRing,
     scratch: Vec<u8>,
+    /// GPU spans for `--trace`, while a trace is recorded.
+    spans: Option<GpuSpans>,
+    /// The span set of the last exchanged step, finished by its optimizer pass.
+    spans_pending: Option<usize>,
 }
 
 impl Replica {
@@ -110,6 +117,8 @@ impl Replica {
             ring,
             in_flight: Default::default(),
             scratch: Vec::new(),
+            spans: None,
+            spans_pending: None,
         })
     }
 
@@ -129,32 +138,22 @@ impl Replica {
     pub fn record_step(&mut self, def: &Definition, batch: &HostBatch, training: bool, hyper: Hyper, step: u32, scale: f32, exchange: bool) -> Result<Recorded> {
         let n = batch.len();
         let dev = self.device.clone();
-        let step_words = [step, 0, 0, 0];
-        let targets: Vec<f32> = if def.loss == crate::model::losses::Loss::MeanSquaredError {
-            let mut t = vec![0.0f32; n * def.classes];
-            for (i, &l) in batch.labels.iter().enumerate() {
-                t[i * def.classes + l as usize] = 1.0;
-            }
-            t
-        } else {
-            Vec::new()
-        };
-        let (hyper_t, step_t) = (self.hyper.clone(), self.shared.step.clone());
-        let plan = plan_for(&mut self.plans, &self.in_flight, def, &dev, &self.shared, n, training, scale)?;
         let mut enc = dev.wgpu().create_command_encoder(&Default::default());
-        let mut parts: Vec<(&[u8], &wgpu::Buffer, u64)> = vec![
-            (batch.images, plan.images.buffer(), plan.images.offset()),
-            (bytemuck::cast_slice(batch.labels), plan.labels.buffer(), plan.labels.offset()),
-            (bytemuck::bytes_of(&hyper), hyper_t.buffer(), hyper_t.offset()),
-            (bytemuck::cast_slice(&step_words), step_t.buffer(), step_t.offset()),
-        ];
-        if let Some(t) = &plan.targets {
-            parts.push((bytemuck::cast_slice(&targets), t.buffer(), t.offset()));
-        }
-        let slot = self.ring.stage(dev.wgpu(), &mut enc, &parts)?;
+        let slot = self.stage(def, batch, training, hyper, step, scale, &mut enc)?;
+        let plan = self.plans.get_mut(&(n, training, scale.to_bits())).expect("staged plans exist");
         let rb = plan.next_readback;
         plan.next_readback ^= 1;
         let exchange = training && exchange;
+        if !crate::trace::enabled() {
+            self.spans = None;
+        } else if self.spans.is_none() {
+            self.spans = GpuSpans::new(&dev, self.buckets.len() as u32 + 4)?;
+        }
+        let set = match self.spans.as_mut() {
+            Some(s) => Some(s.begin_step(&dev)?),
+            None => None,
+        };
+        let mut spans = self.spans.as_mut().zip(set);
         let mut commands = Vec::new();
         if exchange {
             // One command buffer per bucket, each ending with the copy of its gradients, so
@@ -164,7 +163,8 @@ impl Replica {
             for (b, &end) in cuts.iter().enumerate() {
                 let mut enc = if b == 0 { std::mem::replace(&mut enc, dev.wgpu().create_command_encoder(&Default::default())) } else { dev.wgpu().create_command_encoder(&Default::default()) };
                 {
-                    let mut pass = enc.begin_compute_pass(&Default::default());
+                    let name = || if b == 0 { "forward + backward, bucket 0".to_string() } else { format!("backward, bucket {b}") };
+                    let mut pass = GpuSpans::begin(spans.as_mut().map(|(s, i)| (&mut **s, *i)), name, &mut enc);
                     for d in &plan.dispatches[start..end] {
                         d.encode(&mut pass);
                     }
@@ -179,28 +179,103 @@ impl Replica {
             }
         } else {
             {
-                let mut pass = enc.begin_compute_pass(&Default::default());
+                let name = || if training { "forward + backward" } else { "forward" }.to_string();
+                let mut pass = GpuSpans::begin(spans.as_mut().map(|(s, i)| (&mut **s, *i)), name, &mut enc);
                 for d in &plan.dispatches {
                     d.encode(&mut pass);
                 }
             }
             plan.encode_readback(&mut enc, rb);
             if training {
-                let mut pass = enc.begin_compute_pass(&Default::default());
+                let mut pass = GpuSpans::begin(spans.as_mut().map(|(s, i)| (&mut **s, *i)), || "optimizer".to_string(), &mut enc);
                 for d in &self.update {
                     d.encode(&mut pass);
                 }
             }
+            if let Some((s, i)) = &spans {
+                s.resolve(*i, &mut enc);
+            }
             commands.push(enc.finish());
         }
-        Ok(Recorded { commands, slot, key: (n, training, scale.to_bits()), readback: rb, exchange })
+        Ok(Recorded { commands, spans: set, slot, key: (n, training, scale.to_bits()), readback: rb, exchange })
+    }
+
+    /// Builds the plan for this batch if needed and encodes the copies of the batch, the
+    /// optimizer inputs and the step counter out of the next staging slot; returns the slot.
+    #[allow(clippy::too_many_arguments)]
+    fn stage(&mut self, def: &Definition, batch: &HostBatch, training: bool, hyper: Hyper, step: u32, scale: f32, enc: &mut wgpu::CommandEncoder) -> Result<usize> {
+        let n = batch.len();
+        let dev = self.device.clone();
+        let step_words = [step, 0, 0, 0];
+        let targets: Vec<f32> = if def.loss == crate::model::losses::Loss::MeanSquaredError {
+            let mut t = vec![0.0f32; n * def.classes];
+            for (i, &l) in batch.labels.iter().enumerate() {
+                t[i * def.classes + l as usize] = 1.0;
+            }
+            t
+        } else {
+            Vec::new()
+        };
+        let (hyper_t, step_t) = (self.hyper.clone(), self.shared.step.clone());
+        let plan = plan_for(&mut self.plans, &self.in_flight, def, &dev, &self.shared, n, training, scale)?;
+        let mut parts: Vec<(&[u8], &wgpu::Buffer, u64)> = vec![
+            (batch.images, plan.images.buffer(), plan.images.offset()),
+            (bytemuck::cast_slice(batch.labels), plan.labels.buffer(), plan.labels.offset()),
+            (bytemuck::bytes_of(&hyper), hyper_t.buffer(), hyper_t.offset()),
+            (bytemuck::cast_slice(&step_words), step_t.buffer(), step_t.offset()),
+        ];
+        if let Some(t) = &plan.targets {
+            parts.push((bytemuck::cast_slice(&targets), t.buffer(), t.offset()));
+        }
+        self.ring.stage(dev.wgpu(), enc, &parts)
+    }
+
+    /// Runs one training step (forward, backward and optimizer) with every dispatch in a
+    /// pass of its own between two timestamps, waits for it, and returns each dispatch with
+    /// its GPU time in nanoseconds, in order.
+    pub fn profile_step(&mut self, def: &Definition, batch: &HostBatch, hyper: Hyper, step: u32, timer: &mut Timestamps) -> Result<Vec<(Dispatch, f64)>> {
+        let n = batch.len();
+        let scale = 1.0 / n as f32;
+        let dev = self.device.clone();
+        let mut enc = dev.wgpu().create_command_encoder(&Default::default());
+        let slot = self.stage(def, batch, true, hyper, step, scale, &mut enc)?;
+        let key = (n, true, scale.to_bits());
+        let plan = self.plans.get_mut(&key).expect("staged plans exist");
+        let all: Vec<Dispatch> = plan.dispatches.iter().chain(&self.update).filter(|d| !d.groups().contains(&0)).cloned().collect();
+        if all.len() > timer.capacity() as usize {
+            crate::bail!(Config, "a step of {} dispatches exceeds the {} a profile can time", all.len(), timer.capacity());
+        }
+        for (i, d) in all.iter().enumerate() {
+            d.encode(&mut Timestamps::begin(Some(timer), i as u32, &mut enc));
+        }
+        let rb = plan.next_readback;
+        plan.next_readback ^= 1;
+        plan.encode_readback(&mut enc, rb);
+        timer.resolve(&mut enc, all.len() as u32);
+        let submission = dev.queue().submit([enc.finish()]);
+        plan.readbacks[rb].request(submission.clone());
+        self.ring.submitted(slot, submission.clone());
+        timer.submitted(submission);
+        self.in_flight.push_back((key, rb));
+        self.collect()?;
+        let times = timer.read(&dev, all.len() as u32)?;
+        Ok(all.into_iter().zip(times).map(|(d, (t0, t1))| (d, (t1 - t0).max(0.0))).collect())
     }
 
     /// Submits a recorded step. Its gradient readback must not be mapped any more: the
     /// previous step's exchange has to be finished first.
     pub fn submit_step(&mut self, r: Recorded) {
+        let last = r.commands.len().saturating_sub(1);
         for (b, commands) in r.commands.into_iter().enumerate() {
             let submission = self.device.queue().submit([commands]);
+            if let (Some(spans), Some(set)) = (self.spans.as_mut(), r.spans) {
+                // An exchanged step's spans are resolved after its optimizer pass.
+                if r.exchange {
+                    self.spans_pending = Some(set);
+                } else if b == last {
+                    spans.submitted(set, submission.clone());
+                }
+            }
             if b == 0 {
                 if let Some(plan) = self.plans.get_mut(&r.key) {
                     plan.readbacks[r.readback].request(submission.clone());
@@ -272,13 +347,21 @@ impl Replica {
         let mut enc = dev.wgpu().create_command_encoder(&Default::default());
         let copies = [(0, bytes, self.grads.buffer(), self.grads.offset()), (bytes, 16, self.hyper.buffer(), self.hyper.offset())];
         self.grad_ring.commit(slot, &mut enc, &copies);
+        let set = self.spans_pending.take().filter(|_| self.spans.is_some());
+        let mut spans = self.spans.as_mut().zip(set);
         {
-            let mut pass = enc.begin_compute_pass(&Default::default());
+            let mut pass = GpuSpans::begin(spans.as_mut().map(|(s, i)| (&mut **s, *i)), || "optimizer".to_string(), &mut enc);
             for d in &self.update {
                 d.encode(&mut pass);
             }
         }
+        if let Some((s, i)) = &spans {
+            s.resolve(*i, &mut enc);
+        }
         let submission = dev.queue().submit([enc.finish()]);
+        if let Some((s, i)) = spans {
+            s.submitted(i, submission.clone());
+        }
         self.grad_ring.submitted(slot, submission);
         Ok(())
     }

@@ -1,0 +1,148 @@
+//! Per-kernel GPU time of one training step, from timestamp queries: what `convoy bench
+//! --profile` and `benches/step.rs` print. Each dispatch runs in a timed pass of its own,
+//! so the sum is a little above a real step's GPU time (one barrier per pass).
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+use crate::kernels::Dispatch;
+
+/// One dispatch of a step, timed (averaged over the profiled steps).
+#[derive(Clone, Debug)]
+pub struct KernelTime {
+    /// What it does: `conv2d_forward`, `conv2d_backward_data`, `conv2d_backward_weights`,
+    /// `dense_*`, or the shader family (`batchnorm`, `optimizer`, `pool`, ...).
+    pub family: String,
+    /// Shader entry point.
+    pub entry: &'static str,
+    pub layer: Option<usize>,
+    pub ms: f64,
+    pub flops: f64,
+    pub bytes: f64,
+    /// Dispatches summed into this row.
+    pub count: usize,
+}
+
+impl KernelTime {
+    pub fn from_dispatch(d: &Dispatch, ns: f64) -> KernelTime {
+        let family = if d.shader == "conv2d.wgsl" { d.kernel.to_string() } else { d.shader.trim_end_matches(".wgsl").to_string() };
+        KernelTime { family, entry: d.label, layer: d.layer, ms: ns * 1e-6, flops: d.flops, bytes: d.bytes, count: 1 }
+    }
+
+    /// The time the chip needs at least: its arithmetic at peak or its bytes at full bandwidth.
+    pub fn floor_ms(&self, peak: &Peak) -> f64 {
+        (self.flops / (peak.tflops * 1e9)).max(self.bytes / (peak.gbps * 1e6))
+    }
+
+    fn to_json(&self, peak: Option<&Peak>) -> Value {
+        let s = self.ms * 1e-3;
+        let mut j = json!({
+            "kernel": self.family, "entry": self.entry, "layer": self.layer, "dispatches": self.count,
+            "ms": self.ms, "tflops": self.flops / s.max(1e-12) * 1e-12, "gbps": self.bytes / s.max(1e-12) * 1e-9,
+        });
+        if let Some(p) = peak {
+            j["floor_ms"] = json!(self.floor_ms(p));
+            j["of_peak_flops"] = json!(self.flops / s.max(1e-12) * 1e-12 / p.tflops);
+        }
+        j
+    }
+}
+
+/// The chip's datasheet limits, for each kernel's floor.
+#[derive(Clone, Copy, Debug)]
+pub struct Peak {
+    pub tflops: f64,
+    pub gbps: f64,
+}
+
+impl Peak {
+    /// FP32 peak and memory bandwidth of the GPUs we benchmark on, by adapter name.
+    pub fn for_adapter(name: &str) -> Option<Peak> {
+        let known = [("H200", 67.0, 4800.0), ("H100 PCIe", 51.0, 2000.0), ("H100", 67.0, 3350.0), ("A100", 19.5, 2039.0)];
+        known.iter().find(|(n, _, _)| name.contains(n)).map(|&(_, tflops, gbps)| Peak { tflops, gbps })
+    }
+}
+
+/// Every dispatch of one step with its GPU time.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    pub batch: usize,
+    pub kernels: Vec<KernelTime>,
+}
+
+impl Profile {
+    /// Averages the per-dispatch times of several profiled steps of the same plan.
+    pub fn average(batch: usize, steps: &[Vec<KernelTime>]) -> Profile {
+        let mut kernels = steps[0].clone();
+        for k in &mut kernels {
+            k.ms = 0.0;
+        }
+        for step in steps {
+            for (acc, k) in kernels.iter_mut().zip(step) {
+                acc.ms += k.ms / steps.len() as f64;
+            }
+        }
+        Profile { batch, kernels }
+    }
+
+    pub fn gpu_ms(&self) -> f64 {
+        self.kernels.iter().map(|k| k.ms).sum()
+    }
+
+    /// Rows summed by kernel family, longest first.
+    pub fn by_family(&self) -> Vec<KernelTime> {
+        let mut rows: BTreeMap<String, KernelTime> = BTreeMap::new();
+        for k in &self.kernels {
+            let row = rows.entry(k.family.clone()).or_insert_with(|| KernelTime { ms: 0.0, flops: 0.0, bytes: 0.0, count: 0, layer: None, ..k.clone() });
+            row.ms += k.ms;
+            row.flops += k.flops;
+            row.bytes += k.bytes;
+            row.count += 1;
+        }
+        let mut rows: Vec<_> = rows.into_values().collect();
+        rows.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+        rows
+    }
+
+    pub fn to_json(&self, peak: Option<&Peak>) -> Value {
+        json!({
+            "batch": self.batch,
+            "gpu_ms": self.gpu_ms(),
+            "by_kernel": self.by_family().iter().map(|k| k.to_json(peak)).collect::<Vec<_>>(),
+            "dispatches": self.kernels.iter().map(|k| k.to_json(peak)).collect::<Vec<_>>(),
+        })
+    }
+
+    /// A table of the families and, with `every`, of each dispatch.
+    pub fn table(&self, peak: Option<&Peak>, every: bool) -> String {
+        let mut out = format!("{:<34} {:>5} {:>9} {:>6} {:>8} {:>8} {:>9} {:>7}\n", "kernel", "n", "ms/step", "share", "TFLOP/s", "GB/s", "floor ms", "floor%");
+        let total = self.gpu_ms().max(1e-12);
+        let row = |name: String, k: &KernelTime| {
+            let s = (k.ms * 1e-3).max(1e-12);
+            let (floor, pct) = peak.map_or((String::from("-"), String::from("-")), |p| (format!("{:.3}", k.floor_ms(p)), format!("{:.0}%", 100.0 * k.floor_ms(p) / k.ms.max(1e-12))));
+            format!(
+                "{:<34} {:>5} {:>9.3} {:>5.1}% {:>8.2} {:>8.0} {:>9} {:>7}\n",
+                name,
+                k.count,
+                k.ms,
+                100.0 * k.ms / total,
+                k.flops / s * 1e-12,
+                k.bytes / s * 1e-9,
+                floor,
+                pct
+            )
+        };
+        for k in self.by_family() {
+            out += &row(k.family.clone(), &k);
+        }
+        if every {
+            out += "\nper dispatch:\n";
+            for k in &self.kernels {
+                let layer = k.layer.map_or(String::from("-"), |l| l.to_string());
+                out += &row(format!("{layer:>3} {} ({})", k.family, k.entry), k);
+            }
+        }
+        out + &format!("GPU time of the timed dispatches: {:.3} ms per step\n", self.gpu_ms())
+    }
+}
