@@ -3,9 +3,10 @@
 //!
 //! A step's backward is submitted in gradient buckets (about 8 MB, last layers first), each
 //! ending with the copy of its gradients into a MAP_READ buffer; the host sums bucket b in
-//! place while the devices run the backward of the later buckets, and records the next step
-//! meanwhile, so only the last bucket, the upload of the sum and the optimizer remain
-//! between two steps.
+//! place while the devices run the backward of the later buckets and submits its upload
+//! and optimizer update at once (they queue behind the backward), and records the next step
+//! meanwhile, which each replica submits right behind its last update. So only the last
+//! bucket's readback, sum, upload and update remain between two steps.
 //!
 //! Why the result does not depend on the split: each replica's loss gradient is scaled by
 //! one over the *global* batch, so the host sum of the replicas' gradients is exactly the
@@ -129,15 +130,10 @@ impl ReplicaSet {
             timing[r].upload = upload;
             steps.push(rec);
         }
-        let previous = self.flush_timed()?;
+        let previous = self.flush_timed(&mut steps)?;
         for (t, p) in timing.iter_mut().zip(previous) {
             t.compute = p.compute;
             t.exchange = p.exchange;
-        }
-        for (rep, rec) in self.replicas.iter_mut().zip(steps) {
-            if let Some(rec) = rec {
-                rep.submit_step(rec);
-            }
         }
         if exchange {
             self.pending_exchange = Some((ran.clone(), counts.clone(), hyper));
@@ -155,7 +151,7 @@ impl ReplicaSet {
     /// Finishes the gradient exchange of the last step, if one is pending: afterwards every
     /// replica holds the updated weights.
     pub fn flush(&mut self) -> Result<()> {
-        let t = self.flush_timed()?;
+        let t = self.flush_timed(&mut [])?;
         for (acc, t) in self.timing.iter_mut().zip(t) {
             acc.compute += t.compute;
             acc.exchange += t.exchange;
@@ -164,24 +160,45 @@ impl ReplicaSet {
     }
 
     /// `flush`, returning per replica the time spent waiting for its gradients and the
-    /// time of the sum and upload.
-    fn flush_timed(&mut self) -> Result<Vec<StepTiming>> {
+    /// time of the sums and updates; then submits `next` (the next step, recorded per
+    /// replica) on each replica right behind its last update.
+    fn flush_timed(&mut self, next: &mut [Option<replica::Recorded>]) -> Result<Vec<StepTiming>> {
         let mut timing = vec![StepTiming::default(); self.replicas.len()];
-        let Some((ran, counts, hyper)) = self.pending_exchange.take() else { return Ok(timing) };
+        let Some((ran, counts, hyper)) = self.pending_exchange.take() else {
+            for (rep, rec) in self.replicas.iter_mut().zip(next) {
+                if let Some(rec) = rec.take() {
+                    rep.submit_step(rec);
+                }
+            }
+            return Ok(timing);
+        };
         // Bucket by bucket, last layers first: while the host sums bucket b the devices are
-        // still running the backward of the buckets after it.
+        // still running the backward of the buckets after it, and its update queues up
+        // behind them.
         let t_flush = Instant::now();
-        let slots: Vec<usize> = self.replicas.iter_mut().map(|r| r.begin_apply()).collect::<Result<_>>()?;
-        let mut summing = 0.0;
-        for b in 0..self.replicas[0].bucket_count() {
+        for rep in self.replicas.iter_mut() {
+            rep.begin_apply()?;
+        }
+        let (mut summing, buckets) = (0.0, self.replicas[0].bucket_count());
+        for b in 0..buckets {
             for &r in &ran {
                 let _s = crate::trace::span("wait for gradient bucket", 1 + r);
                 self.replicas[r].wait_bucket(b)?;
                 timing[r].compute = t_flush.elapsed().as_secs_f64() - summing;
             }
-            let _s = crate::trace::span("host all-reduce", 0);
+            let _s = crate::trace::span("host all-reduce + update", 0);
             let t0 = Instant::now();
-            self.all_reduce(&ran, &slots, b)?;
+            self.all_reduce(&ran, b)?;
+            let last = b + 1 == buckets;
+            let mut work: Vec<(&mut Replica, Option<replica::Recorded>)> =
+                self.replicas.iter_mut().enumerate().map(|(r, rep)| (rep, if last { next.get_mut(r).and_then(Option::take) } else { None })).collect();
+            work.par_iter_mut().try_for_each(|(rep, rec)| -> Result<()> {
+                rep.apply_bucket(b, hyper)?;
+                if let Some(rec) = rec.take() {
+                    rep.submit_step(rec);
+                }
+                Ok(())
+            })?;
             summing += t0.elapsed().as_secs_f64();
         }
         for &r in &ran {
@@ -194,14 +211,8 @@ impl ReplicaSet {
         if !self.fixed_split {
             self.maybe_resplit();
         }
-        let t0 = Instant::now();
-        on_each(&mut self.replicas, |r, rep| {
-            let _s = crate::trace::span("upload sum + optimizer", 1 + r);
-            rep.finish_apply(slots[r], hyper)
-        })?;
-        let dt = t0.elapsed().as_secs_f64() + summing;
         for t in timing.iter_mut() {
-            t.exchange = dt;
+            t.exchange = summing;
         }
         Ok(timing)
     }
@@ -228,7 +239,7 @@ impl ReplicaSet {
     /// Sums gradient bucket `bucket` of the replicas that ran, reading their mapped readback
     /// buffers in place and writing the sum straight into every replica's mapped staging
     /// slot: chunks in parallel, no intermediate copy.
-    fn all_reduce(&self, ran: &[usize], slots: &[usize], bucket: usize) -> Result<()> {
+    fn all_reduce(&self, ran: &[usize], bucket: usize) -> Result<()> {
         const CHUNK: u64 = 1 << 18;
         let (_, start, end) = self.replicas[0].bucket(bucket);
         let map_err = |e: wgpu::MapRangeError| crate::Error::Gpu(format!("all-reduce map: {e:?}"));
@@ -242,8 +253,8 @@ impl ReplicaSet {
                     *a += g;
                 }
             }
-            for (rep, &slot) in self.replicas.iter().zip(slots) {
-                rep.apply_staging(slot).get_mapped_range_mut(lo..hi).map_err(map_err)?.copy_from_slice(bytemuck::cast_slice(&acc));
+            for rep in &self.replicas {
+                rep.apply_staging(bucket).get_mapped_range_mut(lo - start..hi - start).map_err(map_err)?.copy_from_slice(bytemuck::cast_slice(&acc));
             }
             Ok(())
         })

@@ -67,7 +67,6 @@ pub struct Replica {
     /// Gradient buckets in reverse layer order, each read back as soon as the backward
     /// kernels that write it have run.
     buckets: Vec<Bucket>,
-    grad_ring: StagingRing,
     scratch: Vec<u8>,
     /// GPU spans for `--trace`, while a trace is recorded.
     spans: Option<GpuSpans>,
@@ -91,20 +90,32 @@ impl Replica {
         };
         let opt_state = (0..optimizer.state_count()).map(|_| device.zeros(&[l.param_len])).collect::<Result<Vec<_>>>()?;
         let hyper = device.zeros(&[4])?;
-        let mut update = Vec::new();
-        for (offset, len, decay) in l.decay_ranges() {
-            let wd = if decay { optimizer.weight_decay_value() } else { 0.0 };
-            let state: Vec<Tensor> = opt_state.iter().map(|t| t.view(offset, &[len])).collect::<Result<_>>()?;
-            let state_refs: Vec<&Tensor> = state.iter().collect();
-            update.push(optimizer::update(&device, &optimizer.kind(), wd, &p.view(offset, &[len])?, &grads.view(offset, &[len])?, &state_refs, &hyper)?);
+        let wd = optimizer.weight_decay_value();
+        let ranges = update_ranges(l, wd);
+        let update_of = |lo: usize, hi: usize| -> Result<Vec<Dispatch>> {
+            let mut out = Vec::new();
+            for &(offset, len, decay) in &ranges {
+                let (a, b) = (offset.max(lo), (offset + len).min(hi));
+                if a >= b {
+                    continue;
+                }
+                let state: Vec<Tensor> = opt_state.iter().map(|t| t.view(a, &[b - a])).collect::<Result<_>>()?;
+                let state_refs: Vec<&Tensor> = state.iter().collect();
+                let decay = if decay { wd } else { 0.0 };
+                out.push(optimizer::update(&device, &optimizer.kind(), decay, &p.view(a, &[b - a])?, &grads.view(a, &[b - a])?, &state_refs, &hyper)?);
+            }
+            Ok(out)
+        };
+        let update = update_of(0, l.param_len)?;
+        let mut buckets = buckets(device.wgpu(), &def.layout);
+        for b in &mut buckets {
+            b.update = update_of((b.lo / 4) as usize, (b.hi / 4) as usize)?;
         }
         let sample = def.input_shape.iter().product::<usize>();
         let staging = (sample + 4 + 4 * def.classes) * max_batch + 64;
         let ring = StagingRing::new(device.wgpu(), 3, staging as u64);
-        let grad_bytes = 4 * l.param_len as u64;
         Ok(Replica {
-            buckets: buckets(device.wgpu(), &def.layout),
-            grad_ring: StagingRing::new(device.wgpu(), 2, grad_bytes + 16),
+            buckets,
             device,
             params: p,
             grads,
@@ -319,50 +330,64 @@ impl Replica {
         (&bucket.readback.buffer, bucket.lo, bucket.hi)
     }
 
-    /// Takes a staging slot for the summed gradients; write them into `apply_staging(slot)`
-    /// at offset 0, then call `finish_apply`.
-    pub fn begin_apply(&mut self) -> Result<usize> {
-        self.grad_ring.acquire(self.device.wgpu())
-    }
-
-    pub fn apply_staging(&self, slot: usize) -> &wgpu::Buffer {
-        self.grad_ring.slot_buffer(slot)
-    }
-
-    /// Uploads the summed gradients written into `slot` and this step's optimizer inputs
-    /// (again: a replica that sat out a short batch has not seen them), then runs the
-    /// optimizer.
-    pub fn finish_apply(&mut self, slot: usize, hyper: Hyper) -> Result<()> {
-        for b in self.buckets.iter_mut().filter(|b| b.mapped) {
-            b.readback.finish();
-            b.mapped = false;
-        }
+    /// Takes a staging slot per gradient bucket for the summed gradients: write bucket b's
+    /// sum into `apply_staging(b)` (byte 0 is the bucket's first byte), then `apply_bucket(b)`.
+    pub fn begin_apply(&mut self) -> Result<()> {
         let dev = self.device.clone();
-        let bytes = self.grads.bytes();
-        self.grad_ring
-            .slot_buffer(slot)
-            .get_mapped_range_mut(bytes..bytes + 16)
-            .map_err(|e| crate::Error::Gpu(format!("staging map: {e:?}")))?
-            .copy_from_slice(bytemuck::bytes_of(&hyper));
+        for b in &mut self.buckets {
+            b.slot = Some(b.staging.acquire(dev.wgpu())?);
+        }
+        Ok(())
+    }
+
+    pub fn apply_staging(&self, b: usize) -> &wgpu::Buffer {
+        let bucket = &self.buckets[b];
+        bucket.staging.slot_buffer(bucket.slot.expect("begin_apply takes the slots"))
+    }
+
+    /// Uploads bucket `b`'s summed gradients and runs the optimizer on its parameters: the
+    /// updates of the early buckets queue up behind the backward while the host still sums
+    /// the later ones, so only the last bucket's small update is left between two steps.
+    /// Bucket 0 also uploads this step's optimizer inputs (again: a replica that sat out a
+    /// short batch has not seen them).
+    pub fn apply_bucket(&mut self, b: usize, hyper: Hyper) -> Result<()> {
+        let dev = self.device.clone();
+        let last = b + 1 == self.buckets.len();
+        let bucket = &mut self.buckets[b];
+        if bucket.mapped {
+            bucket.readback.finish();
+            bucket.mapped = false;
+        }
+        let slot = bucket.slot.take().expect("begin_apply takes the slots");
+        let bytes = bucket.hi - bucket.lo;
+        let mut copies = vec![(0, bytes, self.grads.buffer(), self.grads.offset() + bucket.lo)];
+        if b == 0 {
+            bucket
+                .staging
+                .slot_buffer(slot)
+                .get_mapped_range_mut(bytes..bytes + 16)
+                .map_err(|e| crate::Error::Gpu(format!("staging map: {e:?}")))?
+                .copy_from_slice(bytemuck::bytes_of(&hyper));
+            copies.push((bytes, 16, self.hyper.buffer(), self.hyper.offset()));
+        }
         let mut enc = dev.wgpu().create_command_encoder(&Default::default());
-        let copies = [(0, bytes, self.grads.buffer(), self.grads.offset()), (bytes, 16, self.hyper.buffer(), self.hyper.offset())];
-        self.grad_ring.commit(slot, &mut enc, &copies);
-        let set = self.spans_pending.take().filter(|_| self.spans.is_some());
+        bucket.staging.commit(slot, &mut enc, &copies);
+        let set = if last { self.spans_pending.take() } else { self.spans_pending }.filter(|_| self.spans.is_some());
         let mut spans = self.spans.as_mut().zip(set);
         {
-            let mut pass = GpuSpans::begin(spans.as_mut().map(|(s, i)| (&mut **s, *i)), || "optimizer".to_string(), &mut enc);
-            for d in &self.update {
+            let mut pass = GpuSpans::begin(spans.as_mut().map(|(s, i)| (&mut **s, *i)), || format!("optimizer, bucket {b}"), &mut enc);
+            for d in &bucket.update {
                 d.encode(&mut pass);
             }
         }
-        if let Some((s, i)) = &spans {
+        if last && let Some((s, i)) = &spans {
             s.resolve(*i, &mut enc);
         }
         let submission = dev.queue().submit([enc.finish()]);
-        if let Some((s, i)) = spans {
+        if last && let Some((s, i)) = spans {
             s.submitted(i, submission.clone());
         }
-        self.grad_ring.submitted(slot, submission);
+        bucket.staging.submitted(slot, submission);
         Ok(())
     }
 
@@ -451,6 +476,11 @@ struct Bucket {
     hi: u64,
     readback: Readback,
     mapped: bool,
+    /// MAP_WRITE slots for the summed gradients (+ the optimizer inputs in bucket 0).
+    staging: StagingRing,
+    slot: Option<usize>,
+    /// The optimizer over this bucket's parameters.
+    update: Vec<Dispatch>,
 }
 
 /// Bytes of gradients per bucket: large enough that a submission per bucket costs little,
@@ -488,7 +518,28 @@ fn buckets(device: &wgpu::Device, layout: &crate::model::layout::Layout) -> Vec<
     } else {
         ranges.push((layers, 0, 4 * layout.param_len as u64));
     }
-    ranges.into_iter().map(|(layers, lo, hi)| Bucket { layers, lo, hi, readback: Readback::new(device, hi - lo), mapped: false }).collect()
+    ranges
+        .into_iter()
+        .map(|(layers, lo, hi)| Bucket {
+            layers,
+            lo,
+            hi,
+            readback: Readback::new(device, hi - lo),
+            mapped: false,
+            staging: StagingRing::new(device, 2, hi - lo + 16),
+            slot: None,
+            update: Vec::new(),
+        })
+        .collect()
+}
+
+/// Element ranges `(offset, len, decay)` the optimizer runs over: the layout's stretches of
+/// equal decay, or the whole tensor in one dispatch when nothing decays.
+fn update_ranges(layout: &crate::model::layout::Layout, weight_decay: f32) -> Vec<(usize, usize, bool)> {
+    if weight_decay == 0.0 {
+        return vec![(0, layout.param_len, false)];
+    }
+    layout.decay_ranges()
 }
 
 /// Where each bucket's command buffer ends in a plan's dispatch list: just before the
