@@ -79,6 +79,8 @@ override WG: u32 = 256u;
 override BM: u32 = WM * TM;
 override BN: u32 = WN * 4u;
 override THREADS: u32 = WM * WN;
+// A quads each invocation loads per K step (see `load_a_conv`)
+override A_SLOTS: u32 = BM * BK / (4u * THREADS);
 
 const NONE: u32 = 0xffffffffu;
 
@@ -233,9 +235,10 @@ fn set_b_tile(i: u32, v: f32) {
     b_tile[q][r] = v;
 }
 
-// Stages A[m0.., k0..] and B[k0.., n0..] in workgroup memory, one quad per step per
-// invocation, with consecutive invocations on consecutive addresses of the source.
-fn load_tiles(m0: u32, n0: u32, k0: u32, lid: u32) {
+// Stages A[m0.., k0..] in workgroup memory, one quad per step per invocation, with
+// consecutive invocations on consecutive addresses of the source. The general path, which
+// decomposes every index; `load_a_conv` is the fast one.
+fn load_a(m0: u32, k0: u32, lid: u32) {
     for (var l = lid; l < BM * BK / 4u; l += THREADS) {
         if (a_is_m_contiguous()) {
             let mq = l % (BM / 4u);
@@ -247,14 +250,19 @@ fn load_tiles(m0: u32, n0: u32, k0: u32, lid: u32) {
             // four k of one row: transposed into k-major order on the way in
             let kq = l % (BK / 4u);
             let mm = l / (BK / 4u);
-            let v = a_quad(m0 + mm, k0 + kq * 4u);
-            let at = kq * 4u * BM + mm;
-            set_a_tile(at, v.x);
-            set_a_tile(at + BM, v.y);
-            set_a_tile(at + 2u * BM, v.z);
-            set_a_tile(at + 3u * BM, v.w);
+            store_a_column(kq * 4u * BM + mm, a_quad(m0 + mm, k0 + kq * 4u));
         }
     }
+}
+
+fn store_a_column(at: u32, v: vec4<f32>) {
+    set_a_tile(at, v.x);
+    set_a_tile(at + BM, v.y);
+    set_a_tile(at + 2u * BM, v.z);
+    set_a_tile(at + 3u * BM, v.w);
+}
+
+fn load_b(n0: u32, k0: u32, lid: u32) {
     for (var l = lid; l < BN * BK / 4u; l += THREADS) {
         if (B_KIND == B_ROWS) {
             let nq = l % (BN / 4u);
@@ -272,6 +280,127 @@ fn load_tiles(m0: u32, n0: u32, k0: u32, lid: u32) {
             set_b_tile(at + 2u * BN, v.z);
             set_b_tile(at + 3u * BN, v.w);
         }
+    }
+}
+
+// The fast convolution loads. Every tile has THREADS dividing BM * BK / 4 and both BM / 4
+// and BK / 4 dividing THREADS, so an invocation loads A_SLOTS quads per K step and each
+// slot keeps its row (k-major kinds) or its column (IM2COL_T) for the whole K loop: what
+// depends on it is decomposed once, before the loop, instead of at every load.
+const MAX_SLOTS: u32 = 4u;
+// IM2COL: (n * in_h, oh * sh - pt, ow * sw - pl, valid); DY_STUFFED: (n * out_h, ih + pt,
+// iw + pl, valid), per slot.
+var<private> rows: array<vec4<i32>, MAX_SLOTS>;
+// IM2COL_T: (n, oh, ow) of each slot's k, advanced by BK per step.
+var<private> cols: array<vec3<u32>, MAX_SLOTS>;
+// IM2COL_T: (c, i, j, valid) of the invocation's quad of rows.
+var<private> taps: vec4<u32>;
+
+// Quads along A's contiguous direction (channels, or filters for DY_STUFFED) and a kind
+// with a geometric gather: the host's quad flag guarantees in_c (filters) % 4 == 0.
+fn conv_fast() -> bool {
+    return flag(0u) && (A_KIND == A_IM2COL || A_KIND == A_DY_STUFFED || A_KIND == A_IM2COL_T);
+}
+
+fn init_conv_loads(m0: u32, k_begin: u32, lid: u32) {
+    for (var s = 0u; s < A_SLOTS; s++) {
+        let l = lid + s * THREADS;
+        if (A_KIND == A_IM2COL_T) {
+            let k = k_begin + l / (BM / 4u);
+            let t = k / p.out_w;
+            cols[s] = vec3<u32>(t / p.out_h, t % p.out_h, k % p.out_w);
+        } else {
+            let m = m0 + l / (BK / 4u);
+            let valid = select(0, 1, m < p.m);
+            if (A_KIND == A_IM2COL) {
+                let t = m / p.out_w;
+                let ih0 = i32((t % p.out_h) * p.stride_h) - i32(p.pad_top);
+                let iw0 = i32((m % p.out_w) * p.stride_w) - i32(p.pad_left);
+                rows[s] = vec4<i32>(i32((t / p.out_h) * p.in_h), ih0, iw0, valid);
+            } else {
+                let t = m / p.in_w;
+                rows[s] = vec4<i32>(i32((t / p.in_h) * p.out_h), i32(t % p.in_h + p.pad_top), i32(m % p.in_w + p.pad_left), valid);
+            }
+        }
+    }
+    if (A_KIND == A_IM2COL_T) {
+        let m = m0 + (lid % (BM / 4u)) * 4u;
+        let ij = m / p.in_c;
+        taps = vec4<u32>(m % p.in_c, ij / p.kw, ij % p.kw, select(0u, 1u, m < p.m));
+    }
+}
+
+fn load_a_conv(k0: u32, lid: u32) {
+    if (A_KIND == A_IM2COL_T) {
+        let mq = lid % (BM / 4u);
+        for (var s = 0u; s < A_SLOTS; s++) {
+            let kk = lid / (BM / 4u) + s * (THREADS / (BM / 4u));
+            let nc = cols[s];
+            var v = vec4<f32>(0.0);
+            if (taps.w != 0u && k0 + kk < p.k) {
+                let ih = i32(nc.y * p.stride_h + taps.y) - i32(p.pad_top);
+                let iw = i32(nc.z * p.stride_w + taps.z) - i32(p.pad_left);
+                if (ih >= 0 && ih < i32(p.in_h) && iw >= 0 && iw < i32(p.in_w)) {
+                    v = a[(((nc.x * p.in_h + u32(ih)) * p.in_w + u32(iw)) * p.in_c + taps.x) / 4u];
+                }
+            }
+            a_tile[kk * (BM / 4u) + mq] = v;
+            var n = nc.x;
+            var oh = nc.y;
+            var ow = nc.z + BK;
+            while (ow >= p.out_w) {
+                ow -= p.out_w;
+                oh += 1u;
+                if (oh == p.out_h) {
+                    oh = 0u;
+                    n += 1u;
+                }
+            }
+            cols[s] = vec3<u32>(n, oh, ow);
+        }
+        return;
+    }
+    // The k part is the same for all of the invocation's rows.
+    let kq = lid % (BK / 4u);
+    let k = k0 + kq * 4u;
+    let depth = select(p.filters, p.in_c, A_KIND == A_IM2COL);
+    let ch = k % depth;
+    let ij = k / depth;
+    let i = i32(ij / p.kw);
+    let j = i32(ij % p.kw);
+    let unit_stride = p.stride_h == 1u && p.stride_w == 1u;
+    for (var s = 0u; s < A_SLOTS; s++) {
+        let mm = lid / (BK / 4u) + s * (THREADS / (BK / 4u));
+        let r = rows[s];
+        var v = vec4<f32>(0.0);
+        if (r.w != 0 && k < p.k) {
+            if (A_KIND == A_IM2COL) {
+                let ih = r.y + i;
+                let iw = r.z + j;
+                if (ih >= 0 && ih < i32(p.in_h) && iw >= 0 && iw < i32(p.in_w)) {
+                    v = a[((u32(r.x + ih) * p.in_w + u32(iw)) * p.in_c + ch) / 4u];
+                }
+            } else {
+                // dx[ih] gathers dy[oh] where oh * s = ih + pt - i: a whole oh only in one
+                // tap of s (the zero-stuffed rest of K loads nothing).
+                let th = r.y - i;
+                let tw = r.z - j;
+                if (th >= 0 && tw >= 0) {
+                    var oh = u32(th);
+                    var ow = u32(tw);
+                    var hit = true;
+                    if (!unit_stride) {
+                        oh = u32(th) / p.stride_h;
+                        ow = u32(tw) / p.stride_w;
+                        hit = oh * p.stride_h == u32(th) && ow * p.stride_w == u32(tw);
+                    }
+                    if (hit && oh < p.out_h && ow < p.out_w) {
+                        v = a[(((u32(r.x) + oh) * p.out_w + ow) * p.filters + ch) / 4u];
+                    }
+                }
+            }
+        }
+        store_a_column(kq * 4u * BM + mm, v);
     }
 }
 
@@ -323,9 +452,18 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let tx = lid % WN;
     let ty = lid / WN;
 
+    let fast = conv_fast();
+    if (fast) {
+        init_conv_loads(m0, k_begin, lid);
+    }
     var acc: array<vec4<f32>, 8>;
     for (var k0 = k_begin; k0 < k_end; k0 += BK) {
-        load_tiles(m0, n0, k0, lid);
+        if (fast) {
+            load_a_conv(k0, lid);
+        } else {
+            load_a(m0, k0, lid);
+        }
+        load_b(n0, k0, lid);
         workgroupBarrier();
         for (var kk = 0u; kk < BK; kk++) {
             let bi = kk * (BN / 4u) + tx;
