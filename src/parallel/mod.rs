@@ -190,16 +190,24 @@ impl ReplicaSet {
             let t0 = Instant::now();
             self.all_reduce(&ran, b)?;
             let last = b + 1 == buckets;
+            // After the last bucket, the next step's first command buffer goes out in the
+            // same submission as the update; its other buckets follow below, while the
+            // device already runs the forward.
             let mut work: Vec<(&mut Replica, Option<replica::Recorded>)> =
                 self.replicas.iter_mut().enumerate().map(|(r, rep)| (rep, if last { next.get_mut(r).and_then(Option::take) } else { None })).collect();
             work.par_iter_mut().try_for_each(|(rep, rec)| -> Result<()> {
-                rep.apply_bucket(b, hyper)?;
-                if let Some(rec) = rec.take() {
-                    rep.submit_step(rec);
-                }
-                Ok(())
+                let _s = crate::trace::span("upload + update", 1 + rep.device.ordinal);
+                rep.apply_bucket(b, hyper, rec.as_mut())
             })?;
             summing += t0.elapsed().as_secs_f64();
+            if last {
+                work.par_iter_mut().for_each(|(rep, rec)| {
+                    if let Some(rec) = rec.take() {
+                        let _s = crate::trace::span("submit rest of next step", 1 + rep.device.ordinal);
+                        rep.submit_step(rec);
+                    }
+                });
+            }
         }
         for &r in &ran {
             if !self.fixed_split {
@@ -240,7 +248,8 @@ impl ReplicaSet {
     /// buffers in place and writing the sum straight into every replica's mapped staging
     /// slot: chunks in parallel, no intermediate copy.
     fn all_reduce(&self, ran: &[usize], bucket: usize) -> Result<()> {
-        const CHUNK: u64 = 1 << 18;
+        // Small enough that even the last bucket (a few hundred KB) is summed by several threads.
+        const CHUNK: u64 = 1 << 16;
         let (_, start, end) = self.replicas[0].bucket(bucket);
         let map_err = |e: wgpu::MapRangeError| crate::Error::Gpu(format!("all-reduce map: {e:?}"));
         (0..(end - start).div_ceil(CHUNK)).into_par_iter().try_for_each(|c| -> Result<()> {

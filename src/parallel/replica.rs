@@ -33,7 +33,9 @@ pub const NO_UPDATE: Hyper = Hyper { lr: 0.0, bias_correction1: 1.0, bias_correc
 /// A step recorded by `Replica::record_step`, waiting for `submit_step`.
 pub struct Recorded {
     /// One command buffer, or one per gradient bucket when the gradients are exchanged.
-    commands: Vec<wgpu::CommandBuffer>,
+    commands: std::collections::VecDeque<wgpu::CommandBuffer>,
+    /// Command buffers already submitted.
+    submitted: usize,
     /// The GPU span set its passes write, if traced.
     spans: Option<usize>,
     slot: usize,
@@ -208,7 +210,7 @@ impl Replica {
             }
             commands.push(enc.finish());
         }
-        Ok(Recorded { commands, spans: set, slot, key: (n, training, scale.to_bits()), readback: rb, exchange })
+        Ok(Recorded { commands: commands.into(), submitted: 0, spans: set, slot, key: (n, training, scale.to_bits()), readback: rb, exchange })
     }
 
     /// Builds the plan for this batch if needed and encodes the copies of the batch, the
@@ -275,29 +277,36 @@ impl Replica {
 
     /// Submits a recorded step. Its gradient readback must not be mapped any more: the
     /// previous step's exchange has to be finished first.
-    pub fn submit_step(&mut self, r: Recorded) {
-        let last = r.commands.len().saturating_sub(1);
-        for (b, commands) in r.commands.into_iter().enumerate() {
-            let submission = self.device.queue().submit([commands]);
-            if let (Some(spans), Some(set)) = (self.spans.as_mut(), r.spans) {
-                // An exchanged step's spans are resolved after its optimizer pass.
-                if r.exchange {
-                    self.spans_pending = Some(set);
-                } else if b == last {
-                    spans.submitted(set, submission.clone());
-                }
-            }
-            if b == 0 {
-                if let Some(plan) = self.plans.get_mut(&r.key) {
-                    plan.readbacks[r.readback].request(submission.clone());
-                }
-                self.ring.submitted(r.slot, submission.clone());
-            }
+    pub fn submit_step(&mut self, mut r: Recorded) {
+        while self.submit_part(&mut r, None).is_some() {}
+    }
+
+    /// Submits the next command buffer of `r`, behind `before` in the same submission
+    /// (one submission is cheaper than two on the path between steps).
+    fn submit_part(&mut self, r: &mut Recorded, before: Option<wgpu::CommandBuffer>) -> Option<wgpu::SubmissionIndex> {
+        let commands = r.commands.pop_front()?;
+        let b = r.submitted;
+        r.submitted += 1;
+        let submission = self.device.queue().submit(before.into_iter().chain([commands]));
+        if let (Some(spans), Some(set)) = (self.spans.as_mut(), r.spans) {
+            // An exchanged step's spans are resolved after its optimizer pass.
             if r.exchange {
-                self.buckets[b].readback.request(submission);
+                self.spans_pending = Some(set);
+            } else if r.commands.is_empty() {
+                spans.submitted(set, submission.clone());
             }
         }
-        self.in_flight.push_back((r.key, r.readback));
+        if b == 0 {
+            if let Some(plan) = self.plans.get_mut(&r.key) {
+                plan.readbacks[r.readback].request(submission.clone());
+            }
+            self.ring.submitted(r.slot, submission.clone());
+            self.in_flight.push_back((r.key, r.readback));
+        }
+        if r.exchange {
+            self.buckets[b].readback.request(submission.clone());
+        }
+        Some(submission)
     }
 
     /// Waits for this replica's gradients of the last step and returns them (f32 words).
@@ -350,7 +359,8 @@ impl Replica {
     /// the later ones, so only the last bucket's small update is left between two steps.
     /// Bucket 0 also uploads this step's optimizer inputs (again: a replica that sat out a
     /// short batch has not seen them).
-    pub fn apply_bucket(&mut self, b: usize, hyper: Hyper) -> Result<()> {
+    /// With `next`, the first command buffer of the next step goes in the same submission.
+    pub fn apply_bucket(&mut self, b: usize, hyper: Hyper, next: Option<&mut Recorded>) -> Result<()> {
         let dev = self.device.clone();
         let last = b + 1 == self.buckets.len();
         let bucket = &mut self.buckets[b];
@@ -383,11 +393,17 @@ impl Replica {
         if last && let Some((s, i)) = &spans {
             s.resolve(*i, &mut enc);
         }
-        let submission = dev.queue().submit([enc.finish()]);
-        if last && let Some((s, i)) = spans {
-            s.submitted(i, submission.clone());
+        let commands = enc.finish();
+        let submission = match next {
+            Some(r) => self.submit_part(r, Some(commands)).expect("a recorded step has commands"),
+            None => dev.queue().submit([commands]),
+        };
+        if last && let Some(i) = set {
+            if let Some(s) = self.spans.as_mut() {
+                s.submitted(i, submission.clone());
+            }
         }
-        bucket.staging.submitted(slot, submission);
+        self.buckets[b].staging.submitted(slot, submission);
         Ok(())
     }
 
