@@ -99,14 +99,27 @@ impl StagingRing {
     /// Unmaps an acquired slot and encodes `copies` (slot offset, bytes, destination,
     /// destination offset) out of it.
     pub fn commit(&mut self, index: usize, encoder: &mut wgpu::CommandEncoder, copies: &[(u64, u64, &wgpu::Buffer, u64)]) {
+        self.encode(index, encoder, copies);
+        self.release(index);
+    }
+
+    /// Encodes `copies` out of an acquired slot that is still mapped: wgpu checks the map
+    /// state at submission, so the copies can be recorded before the data is written, as
+    /// long as `release` comes before the submission.
+    pub fn encode(&self, index: usize, encoder: &mut wgpu::CommandEncoder, copies: &[(u64, u64, &wgpu::Buffer, u64)]) {
         let slot = &self.slots[index];
-        slot.buffer.unmap();
-        slot.mapped.store(false, Ordering::Release);
         for &(at, len, dst, dst_offset) in copies {
             if len > 0 {
                 encoder.copy_buffer_to_buffer(&slot.buffer, at, dst, dst_offset, len);
             }
         }
+    }
+
+    /// Unmaps an acquired slot once its contents are written.
+    pub fn release(&mut self, index: usize) {
+        let slot = &self.slots[index];
+        slot.buffer.unmap();
+        slot.mapped.store(false, Ordering::Release);
     }
 
     /// Re-maps slot `index` for writing once the GPU is done copying out of it.

@@ -33,7 +33,9 @@ pub const NO_UPDATE: Hyper = Hyper { lr: 0.0, bias_correction1: 1.0, bias_correc
 /// A step recorded by `Replica::record_step`, waiting for `submit_step`.
 pub struct Recorded {
     /// One command buffer, or one per gradient bucket when the gradients are exchanged.
-    commands: std::collections::VecDeque<wgpu::CommandBuffer>,
+    /// Command buffers in order, each with the gradient bucket it ends (the first, which
+    /// also copies out the loss, is 0); `None` for the lead of the forward.
+    commands: std::collections::VecDeque<(wgpu::CommandBuffer, Option<usize>)>,
     /// Command buffers already submitted.
     submitted: usize,
     /// The GPU span set its passes write, if traced.
@@ -74,6 +76,8 @@ pub struct Replica {
     spans: Option<GpuSpans>,
     /// The span set of the last exchanged step, finished by its optimizer pass.
     spans_pending: Option<usize>,
+    /// The span set the prepared updates resolve.
+    spans_resolving: Option<usize>,
 }
 
 impl Replica {
@@ -132,6 +136,7 @@ impl Replica {
             scratch: Vec::new(),
             spans: None,
             spans_pending: None,
+            spans_resolving: None,
         })
     }
 
@@ -160,7 +165,7 @@ impl Replica {
         if !crate::trace::enabled() {
             self.spans = None;
         } else if self.spans.is_none() {
-            self.spans = GpuSpans::new(&dev, self.buckets.len() as u32 + 4)?;
+            self.spans = GpuSpans::new(&dev, 2 * self.buckets.len() as u32 + 4)?;
         }
         let set = match self.spans.as_mut() {
             Some(s) => Some(s.begin_step(&dev)?),
@@ -171,8 +176,18 @@ impl Replica {
         if exchange {
             // One command buffer per bucket, each ending with the copy of its gradients, so
             // bucket b can be read back while the backward of the buckets after it runs.
+            // A short lead of the forward goes first in a command buffer of its own: it is
+            // what the device starts on right after the last update, so the submission on
+            // that path stays cheap and the device runs it while the rest is submitted.
             let cuts = bucket_cuts(&self.buckets, &plan.backward_marks, plan.dispatches.len());
-            let mut start = 0;
+            let mut start = LEAD_DISPATCHES.min(cuts[0]);
+            {
+                let mut pass = GpuSpans::begin(spans.as_mut().map(|(s, i)| (&mut **s, *i)), || "forward, lead".to_string(), &mut enc);
+                for d in &plan.dispatches[..start] {
+                    d.encode(&mut pass);
+                }
+            }
+            commands.push((std::mem::replace(&mut enc, dev.wgpu().create_command_encoder(&Default::default())).finish(), None));
             for (b, &end) in cuts.iter().enumerate() {
                 let mut enc = if b == 0 { std::mem::replace(&mut enc, dev.wgpu().create_command_encoder(&Default::default())) } else { dev.wgpu().create_command_encoder(&Default::default()) };
                 {
@@ -187,7 +202,7 @@ impl Replica {
                 }
                 let bucket = &self.buckets[b];
                 enc.copy_buffer_to_buffer(self.grads.buffer(), self.grads.offset() + bucket.lo, &bucket.readback.buffer, 0, bucket.hi - bucket.lo);
-                commands.push(enc.finish());
+                commands.push((enc.finish(), Some(b)));
                 start = end;
             }
         } else {
@@ -208,7 +223,7 @@ impl Replica {
             if let Some((s, i)) = &spans {
                 s.resolve(*i, &mut enc);
             }
-            commands.push(enc.finish());
+            commands.push((enc.finish(), Some(0)));
         }
         Ok(Recorded { commands: commands.into(), submitted: 0, spans: set, slot, key: (n, training, scale.to_bits()), readback: rb, exchange })
     }
@@ -284,8 +299,8 @@ impl Replica {
     /// Submits the next command buffer of `r`, behind `before` in the same submission
     /// (one submission is cheaper than two on the path between steps).
     fn submit_part(&mut self, r: &mut Recorded, before: Option<wgpu::CommandBuffer>) -> Option<wgpu::SubmissionIndex> {
-        let commands = r.commands.pop_front()?;
-        let b = r.submitted;
+        let (commands, bucket) = r.commands.pop_front()?;
+        let first = r.submitted == 0;
         r.submitted += 1;
         let submission = self.device.queue().submit(before.into_iter().chain([commands]));
         if let (Some(spans), Some(set)) = (self.spans.as_mut(), r.spans) {
@@ -296,14 +311,16 @@ impl Replica {
                 spans.submitted(set, submission.clone());
             }
         }
-        if b == 0 {
-            if let Some(plan) = self.plans.get_mut(&r.key) {
-                plan.readbacks[r.readback].request(submission.clone());
-            }
+        if first {
             self.ring.submitted(r.slot, submission.clone());
             self.in_flight.push_back((r.key, r.readback));
         }
-        if r.exchange {
+        if bucket == Some(0) {
+            if let Some(plan) = self.plans.get_mut(&r.key) {
+                plan.readbacks[r.readback].request(submission.clone());
+            }
+        }
+        if let (true, Some(b)) = (r.exchange, bucket) {
             self.buckets[b].readback.request(submission.clone());
         }
         Some(submission)
@@ -339,69 +356,70 @@ impl Replica {
         (&bucket.readback.buffer, bucket.lo, bucket.hi)
     }
 
-    /// Takes a staging slot per gradient bucket for the summed gradients: write bucket b's
-    /// sum into `apply_staging(b)` (byte 0 is the bucket's first byte), then `apply_bucket(b)`.
-    pub fn begin_apply(&mut self) -> Result<()> {
+    /// Takes a staging slot per gradient bucket for the summed gradients and records each
+    /// bucket's upload and optimizer update ahead, so that only unmapping and submitting is
+    /// left once its sum is written: write bucket b's sum into `apply_staging(b)` (byte 0 is
+    /// the bucket's first byte), then call `apply_bucket(b)`. Bucket 0 also uploads this
+    /// step's optimizer inputs (again: a replica that sat out a short batch has not seen them).
+    pub fn begin_apply(&mut self, hyper: Hyper) -> Result<()> {
         let dev = self.device.clone();
-        for b in &mut self.buckets {
-            b.slot = Some(b.staging.acquire(dev.wgpu())?);
+        let set = self.spans_pending.take().filter(|_| self.spans.is_some());
+        let count = self.buckets.len();
+        for (b, bucket) in self.buckets.iter_mut().enumerate() {
+            let slot = bucket.staging.acquire(dev.wgpu())?;
+            let bytes = bucket.hi - bucket.lo;
+            let mut copies = vec![(0, bytes, self.grads.buffer(), self.grads.offset() + bucket.lo)];
+            if b == 0 {
+                bucket
+                    .staging
+                    .slot_buffer(slot)
+                    .get_mapped_range_mut(bytes..bytes + 16)
+                    .map_err(|e| crate::Error::Gpu(format!("staging map: {e:?}")))?
+                    .copy_from_slice(bytemuck::bytes_of(&hyper));
+                copies.push((bytes, 16, self.hyper.buffer(), self.hyper.offset()));
+            }
+            let mut enc = dev.wgpu().create_command_encoder(&Default::default());
+            bucket.staging.encode(slot, &mut enc, &copies);
+            let mut spans = self.spans.as_mut().zip(set);
+            {
+                let mut pass = GpuSpans::begin(spans.as_mut().map(|(s, i)| (&mut **s, *i)), || format!("optimizer, bucket {b}"), &mut enc);
+                for d in &bucket.update {
+                    d.encode(&mut pass);
+                }
+            }
+            if b + 1 == count && let Some((s, i)) = &spans {
+                s.resolve(*i, &mut enc);
+            }
+            bucket.prepared = Some((slot, enc.finish()));
         }
+        self.spans_resolving = if count > 0 { set } else { None };
         Ok(())
     }
 
     pub fn apply_staging(&self, b: usize) -> &wgpu::Buffer {
         let bucket = &self.buckets[b];
-        bucket.staging.slot_buffer(bucket.slot.expect("begin_apply takes the slots"))
+        bucket.staging.slot_buffer(bucket.prepared.as_ref().expect("begin_apply prepares every bucket").0)
     }
 
-    /// Uploads bucket `b`'s summed gradients and runs the optimizer on its parameters: the
-    /// updates of the early buckets queue up behind the backward while the host still sums
-    /// the later ones, so only the last bucket's small update is left between two steps.
-    /// Bucket 0 also uploads this step's optimizer inputs (again: a replica that sat out a
-    /// short batch has not seen them).
-    /// With `next`, the first command buffer of the next step goes in the same submission.
-    pub fn apply_bucket(&mut self, b: usize, hyper: Hyper, next: Option<&mut Recorded>) -> Result<()> {
-        let dev = self.device.clone();
+    /// Submits bucket `b`'s upload and optimizer update: the updates of the early buckets
+    /// queue up behind the backward while the host still sums the later ones, so only the
+    /// last bucket's is left between two steps. With `next`, the first command buffer of the
+    /// next step goes in the same submission.
+    pub fn apply_bucket(&mut self, b: usize, next: Option<&mut Recorded>) -> Result<()> {
         let last = b + 1 == self.buckets.len();
         let bucket = &mut self.buckets[b];
         if bucket.mapped {
             bucket.readback.finish();
             bucket.mapped = false;
         }
-        let slot = bucket.slot.take().expect("begin_apply takes the slots");
-        let bytes = bucket.hi - bucket.lo;
-        let mut copies = vec![(0, bytes, self.grads.buffer(), self.grads.offset() + bucket.lo)];
-        if b == 0 {
-            bucket
-                .staging
-                .slot_buffer(slot)
-                .get_mapped_range_mut(bytes..bytes + 16)
-                .map_err(|e| crate::Error::Gpu(format!("staging map: {e:?}")))?
-                .copy_from_slice(bytemuck::bytes_of(&hyper));
-            copies.push((bytes, 16, self.hyper.buffer(), self.hyper.offset()));
-        }
-        let mut enc = dev.wgpu().create_command_encoder(&Default::default());
-        bucket.staging.commit(slot, &mut enc, &copies);
-        let set = if last { self.spans_pending.take() } else { self.spans_pending }.filter(|_| self.spans.is_some());
-        let mut spans = self.spans.as_mut().zip(set);
-        {
-            let mut pass = GpuSpans::begin(spans.as_mut().map(|(s, i)| (&mut **s, *i)), || format!("optimizer, bucket {b}"), &mut enc);
-            for d in &bucket.update {
-                d.encode(&mut pass);
-            }
-        }
-        if last && let Some((s, i)) = &spans {
-            s.resolve(*i, &mut enc);
-        }
-        let commands = enc.finish();
+        let (slot, commands) = bucket.prepared.take().expect("begin_apply prepares every bucket");
+        bucket.staging.release(slot);
         let submission = match next {
             Some(r) => self.submit_part(r, Some(commands)).expect("a recorded step has commands"),
-            None => dev.queue().submit([commands]),
+            None => self.device.queue().submit([commands]),
         };
-        if last && let Some(i) = set {
-            if let Some(s) = self.spans.as_mut() {
-                s.submitted(i, submission.clone());
-            }
+        if last && let (Some(i), Some(s)) = (self.spans_resolving.take(), self.spans.as_mut()) {
+            s.submitted(i, submission.clone());
         }
         self.buckets[b].staging.submitted(slot, submission);
         Ok(())
@@ -494,7 +512,9 @@ struct Bucket {
     mapped: bool,
     /// MAP_WRITE slots for the summed gradients (+ the optimizer inputs in bucket 0).
     staging: StagingRing,
-    slot: Option<usize>,
+    /// The acquired staging slot and the recorded upload + update, between `begin_apply`
+    /// and `apply_bucket`.
+    prepared: Option<(usize, wgpu::CommandBuffer)>,
     /// The optimizer over this bucket's parameters.
     update: Vec<Dispatch>,
 }
@@ -543,11 +563,15 @@ fn buckets(device: &wgpu::Device, layout: &crate::model::layout::Layout) -> Vec<
             readback: Readback::new(device, hi - lo),
             mapped: false,
             staging: StagingRing::new(device, 2, hi - lo + 16),
-            slot: None,
+            prepared: None,
             update: Vec::new(),
         })
         .collect()
 }
+
+/// Dispatches of the forward's lead command buffer (see `record_step`): the input and the
+/// first layer or two, enough device work to cover the submission of the rest.
+const LEAD_DISPATCHES: usize = 8;
 
 /// Element ranges `(offset, len, decay)` the optimizer runs over: the layout's stretches of
 /// equal decay, or the whole tensor in one dispatch when nothing decays.
