@@ -79,8 +79,11 @@ override WG: u32 = 256u;
 override BM: u32 = WM * TM;
 override BN: u32 = WN * 4u;
 override THREADS: u32 = WM * WN;
-// A quads each invocation loads per K step (see `load_a_conv`)
+// A quads each invocation loads per K step (see `fetch_a_conv`)
 override A_SLOTS: u32 = BM * BK / (4u * THREADS);
+// B quads each invocation loads per K step
+override B_SLOTS: u32 = BN * BK / (4u * THREADS);
+const MAX_SLOTS: u32 = 4u;
 
 const NONE: u32 = 0xffffffffu;
 
@@ -235,22 +238,35 @@ fn set_b_tile(i: u32, v: f32) {
     b_tile[q][r] = v;
 }
 
-// Stages A[m0.., k0..] in workgroup memory, one quad per step per invocation, with
-// consecutive invocations on consecutive addresses of the source. The general path, which
-// decomposes every index; `load_a_conv` is the fast one.
-fn load_a(m0: u32, k0: u32, lid: u32) {
-    for (var l = lid; l < BM * BK / 4u; l += THREADS) {
+// The K loop is software-pipelined: the quads of step k + BK are fetched from memory into
+// registers (`fetch_*`) while the tile of step k is multiplied, and written to workgroup
+// memory (`store_*`) after it. Each invocation handles A_SLOTS quads of A and B_SLOTS of B
+// per step: slot s is linear index l = lid + s * THREADS of the tile's quads, with
+// consecutive invocations on consecutive addresses of the source.
+var<private> a_reg: array<vec4<f32>, MAX_SLOTS>;
+var<private> b_reg: array<vec4<f32>, MAX_SLOTS>;
+
+// Where slot l of A goes: m-contiguous kinds keep quads along m, the others hold four k of
+// one row, transposed into k-major order on the way in.
+fn store_a(lid: u32) {
+    for (var s = 0u; s < A_SLOTS; s++) {
+        let l = lid + s * THREADS;
         if (a_is_m_contiguous()) {
-            let mq = l % (BM / 4u);
-            let kk = l / (BM / 4u);
-            let v = a_quad(m0 + mq * 4u, k0 + kk);
-            let at = kk * (BM / 4u) + mq;
-            a_tile[at] = v;
+            a_tile[(l / (BM / 4u)) * (BM / 4u) + l % (BM / 4u)] = a_reg[s];
         } else {
-            // four k of one row: transposed into k-major order on the way in
-            let kq = l % (BK / 4u);
-            let mm = l / (BK / 4u);
-            store_a_column(kq * 4u * BM + mm, a_quad(m0 + mm, k0 + kq * 4u));
+            store_a_column((l % (BK / 4u)) * 4u * BM + l / (BK / 4u), a_reg[s]);
+        }
+    }
+}
+
+// The general gather, which decomposes every index; `fetch_a_conv` is the fast one.
+fn fetch_a(m0: u32, k0: u32, lid: u32) {
+    for (var s = 0u; s < A_SLOTS; s++) {
+        let l = lid + s * THREADS;
+        if (a_is_m_contiguous()) {
+            a_reg[s] = a_quad(m0 + (l % (BM / 4u)) * 4u, k0 + l / (BM / 4u));
+        } else {
+            a_reg[s] = a_quad(m0 + l / (BK / 4u), k0 + (l % (BK / 4u)) * 4u);
         }
     }
 }
@@ -262,19 +278,25 @@ fn store_a_column(at: u32, v: vec4<f32>) {
     set_a_tile(at + 3u * BM, v.w);
 }
 
-fn load_b(n0: u32, k0: u32, lid: u32) {
-    for (var l = lid; l < BN * BK / 4u; l += THREADS) {
+fn fetch_b(n0: u32, k0: u32, lid: u32) {
+    for (var s = 0u; s < B_SLOTS; s++) {
+        let l = lid + s * THREADS;
         if (B_KIND == B_ROWS) {
-            let nq = l % (BN / 4u);
-            let kk = l / (BN / 4u);
-            let v = b_quad(k0 + kk, n0 + nq * 4u);
-            let at = kk * (BN / 4u) + nq;
-            b_tile[at] = v;
+            b_reg[s] = b_quad(k0 + l / (BN / 4u), n0 + (l % (BN / 4u)) * 4u);
         } else {
-            let kq = l % (BK / 4u);
-            let nn = l / (BK / 4u);
-            let v = b_quad(k0 + kq * 4u, n0 + nn);
-            let at = kq * 4u * BN + nn;
+            b_reg[s] = b_quad(k0 + (l % (BK / 4u)) * 4u, n0 + l / (BK / 4u));
+        }
+    }
+}
+
+fn store_b(lid: u32) {
+    for (var s = 0u; s < B_SLOTS; s++) {
+        let l = lid + s * THREADS;
+        let v = b_reg[s];
+        if (B_KIND == B_ROWS) {
+            b_tile[(l / (BN / 4u)) * (BN / 4u) + l % (BN / 4u)] = v;
+        } else {
+            let at = (l % (BK / 4u)) * 4u * BN + l / (BK / 4u);
             set_b_tile(at, v.x);
             set_b_tile(at + BN, v.y);
             set_b_tile(at + 2u * BN, v.z);
@@ -287,7 +309,6 @@ fn load_b(n0: u32, k0: u32, lid: u32) {
 // and BK / 4 dividing THREADS, so an invocation loads A_SLOTS quads per K step and each
 // slot keeps its row (k-major kinds) or its column (IM2COL_T) for the whole K loop: what
 // depends on it is decomposed once, before the loop, instead of at every load.
-const MAX_SLOTS: u32 = 4u;
 // IM2COL: (n * in_h, oh * sh - pt, ow * sw - pl, valid); DY_STUFFED: (n * out_h, ih + pt,
 // iw + pl, valid), per slot.
 var<private> rows: array<vec4<i32>, MAX_SLOTS>;
@@ -330,9 +351,8 @@ fn init_conv_loads(m0: u32, k_begin: u32, lid: u32) {
     }
 }
 
-fn load_a_conv(k0: u32, lid: u32) {
+fn fetch_a_conv(k0: u32, lid: u32) {
     if (A_KIND == A_IM2COL_T) {
-        let mq = lid % (BM / 4u);
         for (var s = 0u; s < A_SLOTS; s++) {
             let kk = lid / (BM / 4u) + s * (THREADS / (BM / 4u));
             let nc = cols[s];
@@ -344,7 +364,7 @@ fn load_a_conv(k0: u32, lid: u32) {
                     v = a[(((nc.x * p.in_h + u32(ih)) * p.in_w + u32(iw)) * p.in_c + taps.x) / 4u];
                 }
             }
-            a_tile[kk * (BM / 4u) + mq] = v;
+            a_reg[s] = v;
             var n = nc.x;
             var oh = nc.y;
             var ow = nc.z + BK;
@@ -370,7 +390,6 @@ fn load_a_conv(k0: u32, lid: u32) {
     let j = i32(ij % p.kw);
     let unit_stride = p.stride_h == 1u && p.stride_w == 1u;
     for (var s = 0u; s < A_SLOTS; s++) {
-        let mm = lid / (BK / 4u) + s * (THREADS / (BK / 4u));
         let r = rows[s];
         var v = vec4<f32>(0.0);
         if (r.w != 0 && k < p.k) {
@@ -400,7 +419,7 @@ fn load_a_conv(k0: u32, lid: u32) {
                 }
             }
         }
-        store_a_column(kq * 4u * BM + mm, v);
+        a_reg[s] = v;
     }
 }
 
@@ -457,14 +476,25 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         init_conv_loads(m0, k_begin, lid);
     }
     var acc: array<vec4<f32>, 8>;
+    if (fast) {
+        fetch_a_conv(k_begin, lid);
+    } else {
+        fetch_a(m0, k_begin, lid);
+    }
+    fetch_b(n0, k_begin, lid);
     for (var k0 = k_begin; k0 < k_end; k0 += BK) {
-        if (fast) {
-            load_a_conv(k0, lid);
-        } else {
-            load_a(m0, k0, lid);
-        }
-        load_b(n0, k0, lid);
+        store_a(lid);
+        store_b(lid);
         workgroupBarrier();
+        // The next step's loads are in flight while this tile is multiplied.
+        if (k0 + BK < k_end) {
+            if (fast) {
+                fetch_a_conv(k0 + BK, lid);
+            } else {
+                fetch_a(m0, k0 + BK, lid);
+            }
+            fetch_b(n0, k0 + BK, lid);
+        }
         for (var kk = 0u; kk < BK; kk++) {
             let bi = kk * (BN / 4u) + tx;
             let bv = b_tile[bi];
