@@ -79,6 +79,8 @@ override WG: u32 = 256u;
 override BM: u32 = WM * TM;
 override BN: u32 = WN * 4u;
 override THREADS: u32 = WM * WN;
+// The input gradient at stride > 1 in phase order (see `phase_pixel`).
+override PHASED: bool = false;
 // A quads each invocation loads per K step (see `fetch_a_conv`)
 override A_SLOTS: u32 = BM * BK / (4u * THREADS);
 // B quads each invocation loads per K step
@@ -135,8 +137,7 @@ fn a_index(m: u32, k: u32) -> u32 {
         default: { // A_DY_STUFFED
             // dx[n, ih, iw, c] gathers dy[n, oh, ow, f] where oh * s - pt + i == ih. For
             // stride s only one (i, j) in s * s hits a whole oh: the rest of K is the zeros
-            // of a zero-stuffed dy, loaded and multiplied for nothing (3/4 of the work at
-            // stride 2; splitting dx into s * s phase GEMMs would skip them).
+            // of a zero-stuffed dy (PHASED pipelines leave them out of K).
             let iw = m % p.in_w;
             let t = m / p.in_w;
             let ih = t % p.in_h;
@@ -284,7 +285,12 @@ fn fetch_b(n0: u32, k0: u32, lid: u32) {
         if (B_KIND == B_ROWS) {
             b_reg[s] = b_quad(k0 + l / (BN / 4u), n0 + (l % (BN / 4u)) * 4u);
         } else {
-            b_reg[s] = b_quad(k0 + (l % (BK / 4u)) * 4u, n0 + l / (BK / 4u));
+            var k = k0 + (l % (BK / 4u)) * 4u;
+            if (PHASED) {
+                let tap = phase_tap(k);
+                k = (tap.x * p.kw + tap.y) * p.filters + k % p.filters;
+            }
+            b_reg[s] = b_quad(k, n0 + l / (BK / 4u));
         }
     }
 }
@@ -323,6 +329,42 @@ fn conv_fast() -> bool {
     return flag(0u) && (A_KIND == A_IM2COL || A_KIND == A_DY_STUFFED || A_KIND == A_IM2COL_T);
 }
 
+// PHASED pipelines (the input gradient at stride s > 1, where the sizes divide by the
+// strides, a phase is whole tiles, K is not split and F % BK == 0): m runs over the
+// s_h * s_w phases (ih % s_h, iw % s_w) of dx, each a [batch, in_h / s_h, in_w / s_w] block,
+// so a tile lies in one phase, and its K holds only the taps that phase meets: (i, j) with
+// (ih + pt - i) % s == 0, i.e. i = i0, i0 + s_h, ... At stride 2 that leaves out the three
+// quarters of the multiply-adds that are with zeros.
+var<private> phase_taps: vec4<u32>; // (i0, j0, taps along j, K of the tile)
+
+// The dx pixel (n * in_h + ih) * in_w + iw of phase-ordered row m.
+fn phase_pixel(m: u32) -> u32 {
+    let qh_n = p.in_h / p.stride_h;
+    let qw_n = p.in_w / p.stride_w;
+    let per = p.m / (p.stride_h * p.stride_w);
+    let phase = m / per;
+    let r = m % per;
+    let t = r / qw_n;
+    let ih = (t % qh_n) * p.stride_h + phase / p.stride_w;
+    let iw = (r % qw_n) * p.stride_w + phase % p.stride_w;
+    return ((t / qh_n) * p.in_h + ih) * p.in_w + iw;
+}
+
+fn init_phase(m0: u32) {
+    let phase = m0 / (p.m / (p.stride_h * p.stride_w));
+    let i0 = (phase / p.stride_w + p.pad_top) % p.stride_h;
+    let j0 = (phase % p.stride_w + p.pad_left) % p.stride_w;
+    let ti = select(0u, (p.kh - i0 + p.stride_h - 1u) / p.stride_h, i0 < p.kh);
+    let tj = select(0u, (p.kw - j0 + p.stride_w - 1u) / p.stride_w, j0 < p.kw);
+    phase_taps = vec4<u32>(i0, j0, tj, ti * tj * p.filters);
+}
+
+// The tap (i, j) of k in the tile's phase K.
+fn phase_tap(k: u32) -> vec2<u32> {
+    let t = k / p.filters;
+    return vec2<u32>(phase_taps.x + (t / phase_taps.z) * p.stride_h, phase_taps.y + (t % phase_taps.z) * p.stride_w);
+}
+
 fn init_conv_loads(m0: u32, k_begin: u32, lid: u32) {
     for (var s = 0u; s < A_SLOTS; s++) {
         let l = lid + s * THREADS;
@@ -339,8 +381,12 @@ fn init_conv_loads(m0: u32, k_begin: u32, lid: u32) {
                 let iw0 = i32((m % p.out_w) * p.stride_w) - i32(p.pad_left);
                 rows[s] = vec4<i32>(i32((t / p.out_h) * p.in_h), ih0, iw0, valid);
             } else {
-                let t = m / p.in_w;
-                rows[s] = vec4<i32>(i32((t / p.in_h) * p.out_h), i32(t % p.in_h + p.pad_top), i32(m % p.in_w + p.pad_left), valid);
+                var pix = m;
+                if (PHASED) {
+                    pix = phase_pixel(m);
+                }
+                let t = pix / p.in_w;
+                rows[s] = vec4<i32>(i32((t / p.in_h) * p.out_h), i32(t % p.in_h + p.pad_top), i32(pix % p.in_w + p.pad_left), valid);
             }
         }
     }
@@ -386,8 +432,13 @@ fn fetch_a_conv(k0: u32, lid: u32) {
     let depth = select(p.filters, p.in_c, A_KIND == A_IM2COL);
     let ch = k % depth;
     let ij = k / depth;
-    let i = i32(ij / p.kw);
-    let j = i32(ij % p.kw);
+    var i = i32(ij / p.kw);
+    var j = i32(ij % p.kw);
+    if (PHASED) {
+        let tap = phase_tap(k);
+        i = i32(tap.x);
+        j = i32(tap.y);
+    }
     let unit_stride = p.stride_h == 1u && p.stride_w == 1u;
     for (var s = 0u; s < A_SLOTS; s++) {
         let r = rows[s];
@@ -434,7 +485,11 @@ fn store(base: u32, m: u32, n: u32, v: vec4<f32>) {
     if (flag(3u)) {
         out += vec4<f32>(bias_at(n), bias_at(min(n + 1u, p.n - 1u)), bias_at(min(n + 2u, p.n - 1u)), bias_at(min(n + 3u, p.n - 1u)));
     }
-    let i = base + m * p.n + n;
+    var row = m;
+    if (PHASED) {
+        row = phase_pixel(m);
+    }
+    let i = base + row * p.n + n;
     if (flag(2u)) {
         // N % 4 == 0: the four columns are one aligned vec4, all inside C
         let q = i / 4u;
@@ -467,7 +522,11 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let m0 = tm * BM;
     let n0 = tn * BN;
     let k_begin = split * p.k_chunk;
-    let k_end = min(k_begin + p.k_chunk, p.k);
+    var k_end = min(k_begin + p.k_chunk, p.k);
+    if (PHASED) {
+        init_phase(m0);
+        k_end = phase_taps.w;
+    }
     let tx = lid % WN;
     let ty = lid / WN;
 

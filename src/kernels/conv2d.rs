@@ -155,6 +155,7 @@ pub fn forward_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tens
         a_load,
         b_load: BLoad::Rows,
         conv: Some(geom),
+        phases: false,
         a: x,
         b: w,
         bias: None,
@@ -167,10 +168,10 @@ pub fn forward_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tens
 /// every `(oh, ow, i, j)` with `oh*sh - pt + i = ih` and `ow*sw - pl + j = iw`. `dx` is
 /// overwritten; pixels no output reads get zero.
 ///
-/// At stride s the GEMM walks all KH*KW taps for every input pixel although only about
-/// 1/s² of them line up with an output: at stride 2 three quarters of its multiply-adds
-/// are with zeros (the price of one kernel for every stride; the stride-2 layers are a
-/// small share of a ResNet's backward time).
+/// At stride s only about 1/s² of the KH*KW taps of an input pixel line up with an output.
+/// Where the sizes divide by the stride and the tile is small, the GEMM orders its rows by
+/// phase (ih % s, iw % s) so that each tile's K holds only the taps its phase meets;
+/// elsewhere it multiplies those zeros (three quarters of the work at stride 2).
 ///
 /// # Shapes
 /// dy `[batch, out_h, out_w, filters]`, w `[kh, kw, in_c, filters]`, dx `[batch, in_h, in_w, in_c]`.
@@ -194,6 +195,7 @@ pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w
         // w[i, j] is a [C, F] block: B[(i, j, f), c] reads it transposed.
         b_load: BLoad::BlockedT(geom.filters),
         conv: Some(geom),
+        phases: a_load == ALoad::DyStuffed,
         a: dy,
         b: w,
         bias: None,
@@ -229,6 +231,7 @@ pub fn backward_weights_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor,
         a_load,
         b_load: BLoad::Rows,
         conv: Some(geom),
+        phases: false,
         a: x,
         b: dy,
         bias: None,
