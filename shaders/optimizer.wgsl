@@ -15,7 +15,8 @@ struct Params {
     beta1: f32,
     beta2: f32,
     epsilon: f32,
-    // bit 0: Nesterov (SGD) or decoupled weight decay (AdamW)
+    // bit 0: Nesterov (SGD) or decoupled weight decay (AdamW); bit 1: `decays` masks the
+    // weight decay per element
     flags: u32,
 }
 
@@ -37,6 +38,16 @@ struct Hyper {
 @group(0) @binding(4) var<storage, read_write> state0: array<f32>;
 // Adam: second moment
 @group(0) @binding(5) var<storage, read_write> state1: array<f32>;
+// Per element, 1 where weight decay applies and 0 where it does not (flag bit 1; without it
+// the host binds `grads` here and every element decays).
+@group(0) @binding(6) var<storage, read> decays: array<f32>;
+
+fn decay_at(i: u32) -> f32 {
+    if ((p.flags & 2u) != 0u) {
+        return p.weight_decay * decays[i];
+    }
+    return p.weight_decay;
+}
 
 override WG: u32 = 256u;
 
@@ -55,7 +66,7 @@ fn sgd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     if (r >= p.n) { return; }
     let i = p.start + r;
     let w = params[i];
-    let g = grads[i] + p.weight_decay * w;
+    let g = grads[i] + decay_at(i) * w;
     params[i] = w - hyper.lr * g;
 }
 
@@ -67,7 +78,7 @@ fn sgd_momentum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     if (r >= p.n) { return; }
     let i = p.start + r;
     let w = params[i];
-    let g = grads[i] + p.weight_decay * w;
+    let g = grads[i] + decay_at(i) * w;
     let v = p.momentum * state0[i] + g;
     state0[i] = v;
     let update = select(v, g + p.momentum * v, (p.flags & 1u) != 0u);
@@ -85,10 +96,11 @@ fn adam(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let lr = hyper.lr;
     var w = params[i];
     var g = grads[i];
+    let wd = decay_at(i);
     if ((p.flags & 1u) != 0u) {
-        w = w * (1.0 - lr * p.weight_decay);
+        w = w * (1.0 - lr * wd);
     } else {
-        g = g + p.weight_decay * w;
+        g = g + wd * w;
     }
     let m = p.beta1 * state0[i] + (1.0 - p.beta1) * g;
     let v = p.beta2 * state1[i] + (1.0 - p.beta2) * g * g;

@@ -177,13 +177,14 @@ pub fn update(
     hyper: &Tensor,
 ) -> Result<Dispatch> {
     check(kind, weight_decay, params, grads, state, hyper)?;
-    launch(device, kind, weight_decay, params, grads, state, hyper, 0..params.len())
+    launch(device, kind, weight_decay, params, grads, state, hyper, 0..params.len(), None)
 }
 
 /// [`update`] over the whole tensors, with weight decay skipped on the element ranges in
 /// `no_decay` (Keras' and PyTorch users' usual exclusion of BatchNorm gamma/beta and biases).
-/// Ranges need no alignment; they may come in any order but must not overlap. Returns one
-/// dispatch per stretch of equal decay, adjacent stretches merged.
+/// Ranges need no alignment; they may come in any order but must not overlap. One dispatch:
+/// where decay is mixed, a per-element mask (uploaded here, kept by the dispatch) says which
+/// elements decay.
 ///
 /// # Shapes
 /// As [`update`]; every range lies within `0..params.len()`.
@@ -199,10 +200,21 @@ pub fn update_masked(
     no_decay: &[Range<usize>],
 ) -> Result<Vec<Dispatch>> {
     check(kind, weight_decay, params, grads, state, hyper)?;
-    segments(params.len(), weight_decay, no_decay)?
-        .into_iter()
-        .map(|(range, wd)| launch(device, kind, wd, params, grads, state, hyper, range))
-        .collect()
+    let segments = segments(params.len(), weight_decay, no_decay)?;
+    if let [(_, wd)] = segments.as_slice() {
+        return Ok(vec![launch(device, kind, *wd, params, grads, state, hyper, 0..params.len(), None)?]);
+    }
+    let mut mask = vec![0.0f32; params.len()];
+    for (range, wd) in &segments {
+        mask[range.clone()].fill(if *wd != 0.0 { 1.0 } else { 0.0 });
+    }
+    // A buffer of its own, not a pooled tensor: the pool would hand it out again while this
+    // dispatch still reads it.
+    let mask = wgpu::util::DeviceExt::create_buffer_init(
+        device.wgpu(),
+        &wgpu::util::BufferInitDescriptor { label: Some("weight decay mask"), contents: bytemuck::cast_slice(&mask), usage: wgpu::BufferUsages::STORAGE },
+    );
+    Ok(vec![launch(device, kind, weight_decay, params, grads, state, hyper, 0..params.len(), Some(&mask))?])
 }
 
 /// Splits `0..n` into `(range, weight decay)` stretches, merging neighbours of equal decay.
@@ -276,6 +288,7 @@ fn launch(
     state: &[&Tensor],
     hyper: &Tensor,
     range: Range<usize>,
+    decay_mask: Option<&wgpu::Buffer>,
 ) -> Result<Dispatch> {
     let mut p = Params {
         n: u32_of("optimizer", "elements", range.len())?,
@@ -299,9 +312,15 @@ fn launch(
             "adam"
         }
     };
-    let mut bindings = vec![(1, grads), (2, hyper), (3, params)];
-    bindings.extend(state.iter().enumerate().map(|(i, t)| (4 + i as u32, *t)));
-    Ok(Dispatch::with_params(device, &OPTIMIZER, entry, &[WG_CONST], &p, &bindings, grid_for(device, range.len())?))
+    if decay_mask.is_some() {
+        p.flags |= 2;
+    }
+    let uniform = device.uniform(&p);
+    let mut bindings = vec![(0, uniform.as_entire_buffer_binding()), (1, grads.binding()), (2, hyper.binding()), (3, params.binding())];
+    bindings.extend(state.iter().enumerate().map(|(i, t)| (4 + i as u32, t.binding())));
+    // Without a mask the kernel never reads binding 6; `grads` fills it.
+    bindings.push((6, decay_mask.map_or_else(|| grads.binding(), |m| m.as_entire_buffer_binding())));
+    Ok(Dispatch::new(device, &OPTIMIZER, entry, &[WG_CONST], &bindings, grid_for(device, range.len())?))
 }
 
 #[cfg(test)]

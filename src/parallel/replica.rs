@@ -97,20 +97,15 @@ impl Replica {
         let opt_state = (0..optimizer.state_count()).map(|_| device.zeros(&[l.param_len])).collect::<Result<Vec<_>>>()?;
         let hyper = device.zeros(&[4])?;
         let wd = optimizer.weight_decay_value();
-        let ranges = update_ranges(l, wd);
+        let kept: Vec<(usize, usize)> = l.decay_ranges().into_iter().filter(|r| !r.2).map(|(offset, len, _)| (offset, offset + len)).collect();
+        // The optimizer over elements [lo, hi): one dispatch, decay masked off where the
+        // layout says (BatchNorm's gamma and beta, biases).
         let update_of = |lo: usize, hi: usize| -> Result<Vec<Dispatch>> {
-            let mut out = Vec::new();
-            for &(offset, len, decay) in &ranges {
-                let (a, b) = (offset.max(lo), (offset + len).min(hi));
-                if a >= b {
-                    continue;
-                }
-                let state: Vec<Tensor> = opt_state.iter().map(|t| t.view(a, &[b - a])).collect::<Result<_>>()?;
-                let state_refs: Vec<&Tensor> = state.iter().collect();
-                let decay = if decay { wd } else { 0.0 };
-                out.push(optimizer::update(&device, &optimizer.kind(), decay, &p.view(a, &[b - a])?, &grads.view(a, &[b - a])?, &state_refs, &hyper)?);
-            }
-            Ok(out)
+            let view = |t: &Tensor| t.view(lo, &[hi - lo]);
+            let state: Vec<Tensor> = opt_state.iter().map(view).collect::<Result<_>>()?;
+            let state_refs: Vec<&Tensor> = state.iter().collect();
+            let no_decay: Vec<std::ops::Range<usize>> = kept.iter().filter(|(a, b)| *a < hi && *b > lo).map(|&(a, b)| a.max(lo) - lo..b.min(hi) - lo).collect();
+            optimizer::update_masked(&device, &optimizer.kind(), wd, &view(&p)?, &view(&grads)?, &state_refs, &hyper, &no_decay)
         };
         let update = update_of(0, l.param_len)?;
         let mut buckets = buckets(device.wgpu(), &def.layout);
@@ -572,15 +567,6 @@ fn buckets(device: &wgpu::Device, layout: &crate::model::layout::Layout) -> Vec<
 /// Dispatches of the forward's lead command buffer (see `record_step`): the input and the
 /// first layer or two, enough device work to cover the submission of the rest.
 const LEAD_DISPATCHES: usize = 8;
-
-/// Element ranges `(offset, len, decay)` the optimizer runs over: the layout's stretches of
-/// equal decay, or the whole tensor in one dispatch when nothing decays.
-fn update_ranges(layout: &crate::model::layout::Layout, weight_decay: f32) -> Vec<(usize, usize, bool)> {
-    if weight_decay == 0.0 {
-        return vec![(0, layout.param_len, false)];
-    }
-    layout.decay_ranges()
-}
 
 /// Where each bucket's command buffer ends in a plan's dispatch list: just before the
 /// backward of the next bucket's first recorded layer (the last one ends the list).
