@@ -1,7 +1,7 @@
 #!/bin/bash
 # The command behind BENCHMARKS.md, run on the GPU machine from the repository root:
-# `convoy bench` for the three benchmark models (1..N GPUs, batch 256 per GPU) and the
-# PyTorch reference in the same command.
+# `convoy bench` for the three benchmark models (1..N GPUs, batch 256 per GPU, with the
+# per-kernel profile of one GPU) and the PyTorch reference in the same command.
 #
 # Prepare here:  cargo build --release && mkdir -p .gpu && cp target/release/convoy .gpu/ &&
 #                cp ../shared/bench/torch_reference.py .gpu/
@@ -13,7 +13,16 @@ export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_
 # NVLink multicast stays off on shared hosts.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 for m in convnet7 resnet20 resnet18; do
-    timeout 120 .gpu/convoy bench --model "$m" --steps 30 --json 2>/dev/null | tail -1 > "$OUT/bench_$m.json"
-    cat "$OUT/bench_$m.json"; echo
+    timeout 150 .gpu/convoy bench --model "$m" --steps 30 --profile --json 2>/dev/null | tail -1 > "$OUT/bench_$m.json"
+    python3 - "$OUT/bench_$m.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+print(j["model"], "images/s by GPUs:", [round(s["images_per_sec"]) for s in j["scaling"]],
+      "efficiency:", [round(s["efficiency"], 3) for s in j["scaling"]])
+p = j["profile"]
+print("  one GPU: step %.3f ms, GPU %.3f ms, host %.3f ms" % (p["step_ms"], p["gpu_ms"], p["host_ms"]))
+for k in p["by_kernel"]:
+    print("  %-26s %4d %8.3f ms %6.2f TFLOP/s %6.0f GB/s floor %.3f ms" % (k["kernel"], k["dispatches"], k["ms"], k["tflops"], k["gbps"], k.get("floor_ms", 0)))
+PY
 done
 timeout 240 python3 .gpu/torch_reference.py --ddp --json "$OUT/torch.json" 2>&1 | grep -v Warn | grep ":" | tail -20

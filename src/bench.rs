@@ -37,7 +37,12 @@ pub struct Measurement {
     pub profile: Option<Profile>,
 }
 
-const WARMUP: usize = 3;
+/// Warm-up: at least this many steps (they compile the pipelines) and this long, so the
+/// GPUs have left their idle clocks (a cold H200 ran the first 30 steps of convnet7 at 64k
+/// images/s, the next run at 85k), but no more than `MAX_WARMUP` steps.
+const MIN_WARMUP: usize = 5;
+const WARMUP_SECONDS: f64 = 1.5;
+const MAX_WARMUP: usize = 2000;
 
 /// Trains `cfg.model` on `devices` for the warm-up and timed steps and measures images/s,
 /// with the PyTorch reference's optimizer: SGD, lr 0.05, Nesterov momentum 0.9, weight
@@ -55,27 +60,36 @@ pub fn measure(cfg: &BenchConfig, devices: &[Arc<Device>]) -> Result<Measurement
         seed: 0,
         max_batch: global,
     })?;
-    let total = WARMUP + cfg.steps;
+    let total = MAX_WARMUP + cfg.steps;
     let indices: Vec<usize> = (0..total * global).map(|i| i % data.len()).collect();
     let loader = Loader::new(data, indices, global, true, None, 0, 4)?;
-    let (mut t0, mut wait) = (Instant::now(), 0.0);
+    let t_start = Instant::now();
+    let (mut t0, mut wait, mut timed) = (None, 0.0, 0);
     let mut t_wait = Instant::now();
     let mut last = None;
     for (s, batch) in loader.enumerate() {
         let batch = batch?;
-        if s >= WARMUP {
+        if t0.is_some() {
             wait += t_wait.elapsed().as_secs_f64();
         }
         model.train_on_batch(&batch.images, &batch.labels)?;
         model.collect(1)?;
-        if s + 1 == WARMUP {
-            model.collect(0)?;
-            model.take_timing();
-            t0 = Instant::now();
+        match t0 {
+            Some(_) => timed += 1,
+            None if s + 1 >= MIN_WARMUP && (t_start.elapsed().as_secs_f64() >= WARMUP_SECONDS || s + 1 >= MAX_WARMUP) => {
+                model.collect(0)?;
+                model.take_timing();
+                t0 = Some(Instant::now());
+            }
+            None => {}
         }
         t_wait = Instant::now();
         last = Some(batch);
+        if timed == cfg.steps {
+            break;
+        }
     }
+    let t0 = t0.expect("the warm-up ends within MAX_WARMUP steps");
     model.collect(0)?;
     let seconds = t0.elapsed().as_secs_f64();
     let timing = model.take_timing();
