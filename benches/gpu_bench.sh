@@ -12,6 +12,9 @@ for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_RUNTIME_DIR=/tmp
 # NVLink multicast stays off on shared hosts.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# A freshly started machine runs its first seconds slowly (a cold start gave convnet7 42k
+# images/s on one GPU, a warm one 85k): warm every GPU up first and discard the figures.
+timeout 60 .gpu/convoy bench --model resnet20 --steps 400 --no-scaling --json > /dev/null 2>&1
 for m in convnet7 resnet20 resnet18; do
     timeout 150 .gpu/convoy bench --model "$m" --steps 30 --profile --json 2>/dev/null | tail -1 > "$OUT/bench_$m.json"
     python3 - "$OUT/bench_$m.json" <<'PY'
