@@ -310,10 +310,10 @@ impl Replica {
             self.ring.submitted(r.slot, submission.clone());
             self.in_flight.push_back((r.key, r.readback));
         }
-        if bucket == Some(0) {
-            if let Some(plan) = self.plans.get_mut(&r.key) {
-                plan.readbacks[r.readback].request(submission.clone());
-            }
+        if bucket == Some(0)
+            && let Some(plan) = self.plans.get_mut(&r.key)
+        {
+            plan.readbacks[r.readback].request(submission.clone());
         }
         if let (true, Some(b)) = (r.exchange, bucket) {
             self.buckets[b].readback.request(submission.clone());
