@@ -24,6 +24,7 @@ mod gpu_spans;
 pub mod replica;
 mod split;
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
@@ -174,40 +175,96 @@ impl ReplicaSet {
         };
         // Bucket by bucket, last layers first: while the host sums bucket b the devices are
         // still running the backward of the buckets after it, and its update queues up
-        // behind them.
+        // behind them. A thread per replica waits for its own buckets and submits its
+        // updates (so the devices start the next step together); this thread sums each
+        // bucket as soon as every replica has it mapped. They hand buckets over through
+        // counters they spin on: the last bucket's hand-over is the latency between steps.
         let t_flush = Instant::now();
         for rep in self.replicas.iter_mut() {
             rep.begin_apply(hyper)?;
         }
-        let (mut summing, buckets) = (0.0, self.replicas[0].bucket_count());
-        for b in 0..buckets {
-            for &r in &ran {
-                let _s = crate::trace::span("wait for gradient bucket", 1 + r);
-                self.replicas[r].wait_bucket(b)?;
-                timing[r].compute = t_flush.elapsed().as_secs_f64() - summing;
-            }
-            let _s = crate::trace::span("host all-reduce + update", 0);
-            let t0 = Instant::now();
-            self.all_reduce(&ran, b)?;
-            let last = b + 1 == buckets;
-            // After the last bucket, the next step's first command buffer goes out in the
-            // same submission as the update; its other buckets follow below, while the
-            // device already runs the forward. The updates were recorded in `begin_apply`,
-            // so this is an unmap and a submission per replica: cheaper in turn than
-            // waking threads for it.
-            for (r, rep) in self.replicas.iter_mut().enumerate() {
-                let _s = crate::trace::span("upload + update", 1 + r);
-                rep.apply_bucket(b, if last { next.get_mut(r).and_then(Option::as_mut) } else { None })?;
-            }
-            summing += t0.elapsed().as_secs_f64();
-            if last {
-                let mut work: Vec<(&mut Replica, Option<replica::Recorded>)> = self.replicas.iter_mut().zip(next.iter_mut().map(Option::take).chain(std::iter::repeat_with(|| None))).collect();
-                work.par_iter_mut().for_each(|(rep, rec)| {
-                    if let Some(rec) = rec.take() {
-                        let _s = crate::trace::span("submit rest of next step", 1 + rep.device.ordinal);
-                        rep.submit_step(rec);
+        let buckets = self.replicas[0].bucket_count();
+        let io: Vec<BucketIo> = (0..buckets)
+            .map(|b| {
+                let (_, lo, hi) = self.replicas[0].bucket(b);
+                BucketIo {
+                    readbacks: ran.iter().map(|&r| self.replicas[r].bucket(b).0.clone()).collect(),
+                    stagings: self.replicas.iter().map(|rep| rep.apply_staging(b).clone()).collect(),
+                    bytes: hi - lo,
+                }
+            })
+            .collect();
+        let mapped: Vec<AtomicUsize> = self.replicas.iter().map(|_| AtomicUsize::new(0)).collect();
+        let (summed, failed) = (AtomicUsize::new(0), AtomicBool::new(false));
+        let mut summing = 0.0;
+        let waited: Vec<Result<f64>> = std::thread::scope(|s| {
+            let threads: Vec<_> = self
+                .replicas
+                .iter_mut()
+                .zip(next.iter_mut().map(Option::take).chain(std::iter::repeat_with(|| None)))
+                .enumerate()
+                .map(|(r, (rep, mut rec))| {
+                    let (mapped, summed, failed, ran) = (&mapped[r], &summed, &failed, &ran);
+                    s.spawn(move || -> Result<f64> {
+                        let mut run = || -> Result<f64> {
+                            let mut compute = 0.0;
+                            for b in 0..buckets {
+                                if ran.contains(&r) {
+                                    let _s = crate::trace::span("wait for gradient bucket", 1 + r);
+                                    rep.wait_bucket(b)?;
+                                    compute = t_flush.elapsed().as_secs_f64();
+                                }
+                                mapped.store(b + 1, Ordering::Release);
+                                if !spin_until(|| summed.load(Ordering::Acquire) > b, failed) {
+                                    return Ok(compute);
+                                }
+                                // After the last bucket, the next step's first command buffer
+                                // goes out in the same submission as the update; the rest
+                                // follows while the device already runs it.
+                                let _s = crate::trace::span("upload + update", 1 + r);
+                                rep.apply_bucket(b, if b + 1 == buckets { rec.as_mut() } else { None })?;
+                            }
+                            if let Some(rec) = rec.take() {
+                                let _s = crate::trace::span("submit rest of next step", 1 + r);
+                                rep.submit_step(rec);
+                            }
+                            Ok(compute)
+                        };
+                        let out = run();
+                        if out.is_err() {
+                            failed.store(true, Ordering::Release);
+                        }
+                        out
+                    })
+                })
+                .collect();
+            let mut sum_all = || -> Result<()> {
+                for (b, io) in io.iter().enumerate() {
+                    if !spin_until(|| mapped.iter().all(|m| m.load(Ordering::Acquire) > b), &failed) {
+                        return Ok(());
                     }
-                });
+                    let _s = crate::trace::span("host all-reduce", 0);
+                    let t0 = Instant::now();
+                    io.sum()?;
+                    summing += t0.elapsed().as_secs_f64();
+                    summed.store(b + 1, Ordering::Release);
+                }
+                Ok(())
+            };
+            let main = sum_all();
+            if main.is_err() {
+                failed.store(true, Ordering::Release);
+            }
+            let mut out: Vec<Result<f64>> = threads.into_iter().map(|t| t.join().expect("replica thread panicked")).collect();
+            if let Err(e) = main {
+                out.push(Err(e));
+            }
+            out
+        });
+        for (r, w) in waited.into_iter().enumerate() {
+            let compute = w?;
+            if let Some(t) = timing.get_mut(r) {
+                t.compute = compute;
             }
         }
         for &r in &ran {
@@ -243,39 +300,6 @@ impl ReplicaSet {
             self.speed = want;
         }
         self.steps_since_resplit = 0;
-    }
-
-    /// Sums gradient bucket `bucket` of the replicas that ran, reading their mapped readback
-    /// buffers in place and writing the sum straight into every replica's mapped staging
-    /// slot: chunks in parallel, no intermediate copy.
-    fn all_reduce(&self, ran: &[usize], bucket: usize) -> Result<()> {
-        // Buckets of a few hundred KB are summed on this thread (waking the pool costs more
-        // than it saves: 93% vs 91% two-GPU efficiency on resnet20 with 64 KB chunks), 8 MB
-        // ones by eight. `CONVOY_SUM_CHUNK` overrides it (a tuning hook).
-        static CHUNK_BYTES: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-        let chunk = *CHUNK_BYTES.get_or_init(|| std::env::var("CONVOY_SUM_CHUNK").ok().and_then(|v| v.parse().ok()).filter(|&c: &u64| c >= 256).unwrap_or(1 << 20) / 256 * 256);
-        let (_, start, end) = self.replicas[0].bucket(bucket);
-        let map_err = |e: wgpu::MapRangeError| crate::Error::Gpu(format!("all-reduce map: {e:?}"));
-        let sum_chunk = |c: u64| -> Result<()> {
-            let (lo, hi) = (start + c * chunk, (start + (c + 1) * chunk).min(end));
-            let mut acc = vec![0.0f32; ((hi - lo) / 4) as usize];
-            for &r in ran {
-                let (readback, base, _) = self.replicas[r].bucket(bucket);
-                let view = readback.get_mapped_range(lo - base..hi - base).map_err(map_err)?;
-                for (a, g) in acc.iter_mut().zip(bytemuck::cast_slice::<u8, f32>(&view)) {
-                    *a += g;
-                }
-            }
-            for rep in &self.replicas {
-                rep.apply_staging(bucket).get_mapped_range_mut(lo - start..hi - start).map_err(map_err)?.copy_from_slice(bytemuck::cast_slice(&acc));
-            }
-            Ok(())
-        };
-        // Rayon hands even a single item to a pool thread and waits for it.
-        match (end - start).div_ceil(chunk) {
-            1 => sum_chunk(0),
-            chunks => (0..chunks).into_par_iter().try_for_each(sum_chunk),
-        }
     }
 
     /// Host timing per replica accumulated since the last call.
@@ -314,6 +338,59 @@ impl ReplicaSet {
             r.write_states(&mean)?;
         }
         Ok(())
+    }
+}
+
+/// What summing one gradient bucket touches: the mapped readbacks of the replicas that ran
+/// and every replica's mapped staging slot (handles, so the replica threads keep `&mut`).
+struct BucketIo {
+    readbacks: Vec<wgpu::Buffer>,
+    stagings: Vec<wgpu::Buffer>,
+    bytes: u64,
+}
+
+impl BucketIo {
+    /// Sums the readbacks in place into every staging slot: no intermediate copy.
+    fn sum(&self) -> Result<()> {
+        // Buckets of a few hundred KB are summed on this thread (waking the pool costs more
+        // than it saves: 93% vs 91% two-GPU efficiency on resnet20 with 64 KB chunks), 8 MB
+        // ones by eight. `CONVOY_SUM_CHUNK` overrides it (a tuning hook).
+        static CHUNK_BYTES: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        let chunk = *CHUNK_BYTES.get_or_init(|| std::env::var("CONVOY_SUM_CHUNK").ok().and_then(|v| v.parse().ok()).filter(|&c: &u64| c >= 256).unwrap_or(1 << 20) / 256 * 256);
+        let map_err = |e: wgpu::MapRangeError| crate::Error::Gpu(format!("all-reduce map: {e:?}"));
+        let sum_chunk = |c: u64| -> Result<()> {
+            let (lo, hi) = (c * chunk, ((c + 1) * chunk).min(self.bytes));
+            let mut acc = vec![0.0f32; ((hi - lo) / 4) as usize];
+            for readback in &self.readbacks {
+                let view = readback.get_mapped_range(lo..hi).map_err(map_err)?;
+                for (a, g) in acc.iter_mut().zip(bytemuck::cast_slice::<u8, f32>(&view)) {
+                    *a += g;
+                }
+            }
+            for staging in &self.stagings {
+                staging.get_mapped_range_mut(lo..hi).map_err(map_err)?.copy_from_slice(bytemuck::cast_slice(&acc));
+            }
+            Ok(())
+        };
+        // Rayon hands even a single item to a pool thread and waits for it.
+        match self.bytes.div_ceil(chunk) {
+            1 => sum_chunk(0),
+            chunks => (0..chunks).into_par_iter().try_for_each(sum_chunk),
+        }
+    }
+}
+
+/// Spins until `done` or until another thread `failed`; says which. Yields between
+/// checks: on a small host the threads spun on outnumber the cores.
+fn spin_until(done: impl Fn() -> bool, failed: &AtomicBool) -> bool {
+    loop {
+        if done() {
+            return true;
+        }
+        if failed.load(Ordering::Acquire) {
+            return false;
+        }
+        std::thread::yield_now();
     }
 }
 
