@@ -146,3 +146,31 @@ impl Profile {
         out + &format!("GPU time of the timed dispatches: {:.3} ms per step\n", self.gpu_ms())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(family: &str, ms: f64, flops: f64, bytes: f64) -> KernelTime {
+        KernelTime { family: family.into(), entry: "gemm", layer: Some(0), ms, flops, bytes, count: 1 }
+    }
+
+    #[test]
+    fn families_sum_and_floors_follow_the_slower_limit() {
+        let steps = vec![
+            vec![k("conv2d_forward", 1.0, 67e9, 1e6), k("batchnorm", 0.5, 0.0, 4.8e9), k("conv2d_forward", 2.0, 0.0, 0.0)],
+            vec![k("conv2d_forward", 3.0, 67e9, 1e6), k("batchnorm", 1.5, 0.0, 4.8e9), k("conv2d_forward", 4.0, 0.0, 0.0)],
+        ];
+        let p = Profile::average(8, &steps);
+        assert_eq!(p.kernels.iter().map(|k| k.ms).collect::<Vec<_>>(), vec![2.0, 1.0, 3.0]);
+        let fam = p.by_family();
+        assert_eq!((fam[0].family.as_str(), fam[0].ms, fam[0].count), ("conv2d_forward", 5.0, 2));
+        assert_eq!((fam[1].family.as_str(), fam[1].ms), ("batchnorm", 1.0));
+        let h200 = Peak::for_adapter("NVIDIA H200").unwrap();
+        // 67 GFLOP at 67 TFLOP/s is 1 ms; 4.8 GB at 4.8 TB/s is 1 ms.
+        assert!((p.kernels[0].floor_ms(&h200) - 1.0).abs() < 1e-9);
+        assert!((p.kernels[1].floor_ms(&h200) - 1.0).abs() < 1e-9);
+        assert!(Peak::for_adapter("llvmpipe").is_none());
+        assert_eq!(Peak::for_adapter("NVIDIA H100 PCIe").unwrap().gbps, 2000.0);
+    }
+}
