@@ -28,7 +28,7 @@ fn main() -> convoy::Result<()> {
         for &batch_size in &batches {
             let cfg = BenchConfig { model: model.clone(), batch_size, image_size: 32, steps, profile: true };
             let m = measure(&cfg, &devices)?;
-            let host_ms = 1e3 * m.timing[0].upload / steps as f64;
+            let host_ms = m.host_ms();
             println!("\n{model}, batch {batch_size} x {}: {:.0} images/s, step {:.3} ms, host staging + recording {host_ms:.3} ms", devices.len(), m.images_per_sec, m.step_ms);
             if let Some(p) = &m.profile {
                 print!("{}", p.table(peak.as_ref(), false));

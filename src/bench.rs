@@ -31,10 +31,19 @@ pub struct Measurement {
     /// Fraction of the timed wall time the loop waited for input.
     pub input_wait: f64,
     pub seconds: f64,
+    /// Timed steps.
+    pub steps: usize,
     /// Host timing per replica over the timed steps.
     pub timing: Vec<StepTiming>,
     /// Per-kernel GPU times (with `profile`).
     pub profile: Option<Profile>,
+}
+
+impl Measurement {
+    /// Host time per timed step on the first device: staging the inputs and recording the step.
+    pub fn host_ms(&self) -> f64 {
+        1e3 * self.timing.first().map_or(0.0, |t| t.upload) / self.steps.max(1) as f64
+    }
 }
 
 /// Warm-up: at least this many steps (they compile the pipelines) and this long, so the
@@ -108,6 +117,7 @@ pub fn measure(cfg: &BenchConfig, devices: &[Arc<Device>]) -> Result<Measurement
         step_ms: 1e3 * seconds / cfg.steps as f64,
         input_wait: wait / seconds,
         seconds,
+        steps: cfg.steps,
         timing,
         profile,
     })

@@ -84,7 +84,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let first = &runs[0];
     if let Some(p) = &first.profile {
         let peak = Peak::for_adapter(devices[0].name());
-        let host_ms = 1e3 * first.timing[0].upload / a.steps as f64;
+        let host_ms = first.host_ms();
         let mut j = p.to_json(peak.as_ref());
         j["host_ms"] = json!(host_ms);
         j["step_ms"] = json!(first.step_ms);

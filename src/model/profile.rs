@@ -26,7 +26,7 @@ pub struct KernelTime {
 
 impl KernelTime {
     pub fn from_dispatch(d: &Dispatch, ns: f64) -> KernelTime {
-        let family = if d.shader == "conv2d.wgsl" { d.kernel.to_string() } else { d.shader.trim_end_matches(".wgsl").to_string() };
+        let family = if d.shader == crate::kernels::CONV2D.name { d.kernel.to_string() } else { d.shader.trim_end_matches(".wgsl").to_string() };
         KernelTime { family, entry: d.label, layer: d.layer, ms: ns * 1e-6, flops: d.flops, bytes: d.bytes, count: 1 }
     }
 

@@ -46,8 +46,8 @@ impl GpuSpans {
     }
 
     /// A compute pass on `encoder`, timed as the next span of set `i` when there is one.
-    pub fn begin<'e>(spans: Option<(&mut GpuSpans, usize)>, name: impl FnOnce() -> String, encoder: &'e mut wgpu::CommandEncoder) -> wgpu::ComputePass<'e> {
-        match spans.and_then(|(s, i)| s.pass(i, name())) {
+    pub fn begin<'e>(spans: &mut Option<(&mut GpuSpans, usize)>, name: impl FnOnce() -> String, encoder: &'e mut wgpu::CommandEncoder) -> wgpu::ComputePass<'e> {
+        match spans.as_mut().and_then(|(s, i)| s.pass(*i, name())) {
             Some((set, at)) => Timestamps::begin(Some(set), at, encoder),
             None => Timestamps::begin(None, 0, encoder),
         }

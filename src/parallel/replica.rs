@@ -32,7 +32,6 @@ pub const NO_UPDATE: Hyper = Hyper { lr: 0.0, bias_correction1: 1.0, bias_correc
 
 /// A step recorded by `Replica::record_step`, waiting for `submit_step`.
 pub struct Recorded {
-    /// One command buffer, or one per gradient bucket when the gradients are exchanged.
     /// Command buffers in order, each with the gradient bucket it ends (the first, which
     /// also copies out the loss, is 0); `None` for the lead of the forward.
     commands: std::collections::VecDeque<(wgpu::CommandBuffer, Option<usize>)>,
@@ -152,10 +151,8 @@ impl Replica {
         let n = batch.len();
         let dev = self.device.clone();
         let mut enc = dev.wgpu().create_command_encoder(&Default::default());
-        let slot = self.stage(def, batch, training, hyper, step, scale, &mut enc)?;
+        let (slot, rb) = self.stage(def, batch, training, hyper, step, scale, &mut enc)?;
         let plan = self.plans.get_mut(&(n, training, scale.to_bits())).expect("staged plans exist");
-        let rb = plan.next_readback;
-        plan.next_readback ^= 1;
         let exchange = training && exchange;
         if !crate::trace::enabled() {
             self.spans = None;
@@ -177,7 +174,7 @@ impl Replica {
             let cuts = bucket_cuts(&self.buckets, &plan.backward_marks, plan.dispatches.len());
             let mut start = LEAD_DISPATCHES.min(cuts[0]);
             {
-                let mut pass = GpuSpans::begin(spans.as_mut().map(|(s, i)| (&mut **s, *i)), || "forward, lead".to_string(), &mut enc);
+                let mut pass = GpuSpans::begin(&mut spans, || "forward, lead".to_string(), &mut enc);
                 for d in &plan.dispatches[..start] {
                     d.encode(&mut pass);
                 }
@@ -187,7 +184,7 @@ impl Replica {
                 let mut enc = if b == 0 { std::mem::replace(&mut enc, dev.wgpu().create_command_encoder(&Default::default())) } else { dev.wgpu().create_command_encoder(&Default::default()) };
                 {
                     let name = || if b == 0 { "forward + backward, bucket 0".to_string() } else { format!("backward, bucket {b}") };
-                    let mut pass = GpuSpans::begin(spans.as_mut().map(|(s, i)| (&mut **s, *i)), name, &mut enc);
+                    let mut pass = GpuSpans::begin(&mut spans, name, &mut enc);
                     for d in &plan.dispatches[start..end] {
                         d.encode(&mut pass);
                     }
@@ -203,14 +200,14 @@ impl Replica {
         } else {
             {
                 let name = || if training { "forward + backward" } else { "forward" }.to_string();
-                let mut pass = GpuSpans::begin(spans.as_mut().map(|(s, i)| (&mut **s, *i)), name, &mut enc);
+                let mut pass = GpuSpans::begin(&mut spans, name, &mut enc);
                 for d in &plan.dispatches {
                     d.encode(&mut pass);
                 }
             }
             plan.encode_readback(&mut enc, rb);
             if training {
-                let mut pass = GpuSpans::begin(spans.as_mut().map(|(s, i)| (&mut **s, *i)), || "optimizer".to_string(), &mut enc);
+                let mut pass = GpuSpans::begin(&mut spans, || "optimizer".to_string(), &mut enc);
                 for d in &self.update {
                     d.encode(&mut pass);
                 }
@@ -224,9 +221,10 @@ impl Replica {
     }
 
     /// Builds the plan for this batch if needed and encodes the copies of the batch, the
-    /// optimizer inputs and the step counter out of the next staging slot; returns the slot.
+    /// optimizer inputs and the step counter out of the next staging slot; returns the slot
+    /// and the plan's loss readback this step takes.
     #[allow(clippy::too_many_arguments)]
-    fn stage(&mut self, def: &Definition, batch: &HostBatch, training: bool, hyper: Hyper, step: u32, scale: f32, enc: &mut wgpu::CommandEncoder) -> Result<usize> {
+    fn stage(&mut self, def: &Definition, batch: &HostBatch, training: bool, hyper: Hyper, step: u32, scale: f32, enc: &mut wgpu::CommandEncoder) -> Result<(usize, usize)> {
         let n = batch.len();
         let dev = self.device.clone();
         let step_words = [step, 0, 0, 0];
@@ -250,7 +248,9 @@ impl Replica {
         if let Some(t) = &plan.targets {
             parts.push((bytemuck::cast_slice(&targets), t.buffer(), t.offset()));
         }
-        self.ring.stage(dev.wgpu(), enc, &parts)
+        let rb = plan.next_readback;
+        plan.next_readback ^= 1;
+        Ok((self.ring.stage(dev.wgpu(), enc, &parts)?, rb))
     }
 
     /// Runs one training step (forward, backward and optimizer) with every dispatch in a
@@ -261,9 +261,9 @@ impl Replica {
         let scale = 1.0 / n as f32;
         let dev = self.device.clone();
         let mut enc = dev.wgpu().create_command_encoder(&Default::default());
-        let slot = self.stage(def, batch, true, hyper, step, scale, &mut enc)?;
+        let (slot, rb) = self.stage(def, batch, true, hyper, step, scale, &mut enc)?;
         let key = (n, true, scale.to_bits());
-        let plan = self.plans.get_mut(&key).expect("staged plans exist");
+        let plan = &self.plans[&key];
         let all: Vec<Dispatch> = plan.dispatches.iter().chain(&self.update).filter(|d| !d.groups().contains(&0)).cloned().collect();
         if all.len() > timer.capacity() as usize {
             crate::bail!(Config, "a step of {} dispatches exceeds the {} a profile can time", all.len(), timer.capacity());
@@ -271,15 +271,11 @@ impl Replica {
         for (i, d) in all.iter().enumerate() {
             d.encode(&mut Timestamps::begin(Some(timer), i as u32, &mut enc));
         }
-        let rb = plan.next_readback;
-        plan.next_readback ^= 1;
         plan.encode_readback(&mut enc, rb);
         timer.resolve(&mut enc, all.len() as u32);
-        let submission = dev.queue().submit([enc.finish()]);
-        plan.readbacks[rb].request(submission.clone());
-        self.ring.submitted(slot, submission.clone());
+        let mut step = Recorded { commands: [(enc.finish(), Some(0))].into(), submitted: 0, spans: None, slot, key, readback: rb, exchange: false };
+        let submission = self.submit_part(&mut step, None).expect("one command buffer");
         timer.submitted(submission);
-        self.in_flight.push_back((key, rb));
         self.collect()?;
         let times = timer.read(&dev, all.len() as u32)?;
         Ok(all.into_iter().zip(times).map(|(d, (t0, t1))| (d, (t1 - t0).max(0.0))).collect())
@@ -377,7 +373,7 @@ impl Replica {
             bucket.staging.encode(slot, &mut enc, &copies);
             let mut spans = self.spans.as_mut().zip(set);
             {
-                let mut pass = GpuSpans::begin(spans.as_mut().map(|(s, i)| (&mut **s, *i)), || format!("optimizer, bucket {b}"), &mut enc);
+                let mut pass = GpuSpans::begin(&mut spans, || format!("optimizer, bucket {b}"), &mut enc);
                 for d in &bucket.update {
                     d.encode(&mut pass);
                 }
