@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use convoy::device::{self, AdapterEntry, StagingRing};
+use convoy::device::{self, AdapterEntry, Readback, StagingRing};
 use convoy::kernels::elementwise;
 use convoy::{DType, Device, Error};
 
@@ -216,4 +216,23 @@ fn staging_ring_uploads_more_batches_than_slots() {
     let big = vec![0u8; ring.capacity() as usize + 4];
     let mut enc = d.wgpu().create_command_encoder(&Default::default());
     assert!(ring.stage(d.wgpu(), &mut enc, &[(&big, last.buffer(), 0)]).is_err());
+}
+
+#[test]
+fn readbacks_arrive_whether_waited_on_sleeping_or_spinning() {
+    let d = &pair()[0];
+    let n = 513;
+    let mut readback = Readback::new(d.wgpu(), 4 * n as u64);
+    for (round, spin) in [false, true, false, true].into_iter().enumerate() {
+        let want: Vec<f32> = (0..n).map(|i| (round * 10_000 + i) as f32).collect();
+        let t = d.upload(&[n], &want).unwrap();
+        let mut enc = d.wgpu().create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(t.buffer(), t.offset(), &readback.buffer, 0, 4 * n as u64);
+        readback.request(d.queue().submit([enc.finish()]));
+        readback.wait(d.wgpu(), spin).unwrap();
+        let got: Vec<f32> = bytemuck::cast_slice(&readback.buffer.get_mapped_range(..).unwrap()).to_vec();
+        readback.finish();
+        assert_eq!(got, want, "round {round}, spin {spin}");
+    }
+    assert!(readback.wait(d.wgpu(), true).is_err(), "a wait without a request is an error, not a hang");
 }

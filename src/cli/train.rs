@@ -76,7 +76,7 @@ pub fn run(a: TrainArgs) -> Result<()> {
     let (train, val): (Arc<dyn Dataset>, Arc<dyn Dataset>) = from_spec(&a.data, a.image_size, a.seed)?;
     let devices = convoy::device::open(&a.devices)?;
     let model_name = match a.model.as_str() {
-        "auto" if devices.iter().all(|d| d.info().device_type == wgpu::DeviceType::Cpu) => "mlp".to_string(),
+        "auto" if devices.iter().all(|d| d.is_software()) => "mlp".to_string(),
         "auto" => "resnet20".to_string(),
         other => other.to_string(),
     };

@@ -103,6 +103,10 @@ impl Device {
     pub fn queue(&self) -> &wgpu::Queue {
         &self.queue
     }
+    /// A software adapter (lavapipe): its work runs on the host's own cores.
+    pub fn is_software(&self) -> bool {
+        self.info.device_type == wgpu::DeviceType::Cpu
+    }
     pub fn is_checked(&self) -> bool {
         self.checked
     }

@@ -177,7 +177,7 @@ impl Readback {
     /// Waits for the submission that filled it (not for later ones), copies `len` bytes out
     /// and unmaps.
     pub fn take(&mut self, device: &wgpu::Device, len: usize, out: &mut Vec<u8>) -> Result<()> {
-        self.wait(device)?;
+        self.wait(device, false)?;
         out.clear();
         out.extend_from_slice(&self.buffer.get_mapped_range(..len as u64).map_err(|e| Error::Gpu(format!("readback map: {e:?}")))?);
         self.finish();
@@ -185,13 +185,19 @@ impl Readback {
     }
 
     /// Waits until the buffer is mapped and leaves it mapped, for reading in place
-    /// (`buffer.get_mapped_range`, from several threads) until `finish`.
-    pub fn wait(&mut self, device: &wgpu::Device) -> Result<()> {
+    /// (`buffer.get_mapped_range`, from several threads) until `finish`. With `spin` it
+    /// polls the device in a loop instead of sleeping on the fence: a sleeping thread woke
+    /// 100-250 us after an H200 finished a gradient bucket, 3% of a resnet20 step (two-GPU
+    /// efficiency 92.3-94.3% sleeping, 96.2-96.3% spinning). Only worth a core where the
+    /// device is not the CPU itself.
+    pub fn wait(&mut self, device: &wgpu::Device, spin: bool) -> Result<()> {
         let Some(submission) = self.pending.take() else {
             return Err(Error::Gpu("readback taken before it was requested".into()));
         };
-        let wait = wgpu::PollType::Wait { submission_index: Some(submission), timeout: None };
-        device.poll(wait).map_err(|e| Error::Gpu(format!("waiting for a readback: {e}")))?;
+        if !spin {
+            let wait = wgpu::PollType::Wait { submission_index: Some(submission), timeout: None };
+            device.poll(wait).map_err(|e| Error::Gpu(format!("waiting for a readback: {e}")))?;
+        }
         while !self.ready.load(Ordering::Acquire) {
             device.poll(wgpu::PollType::Poll).map_err(|e| Error::Gpu(format!("readback: {e}")))?;
             std::thread::yield_now();

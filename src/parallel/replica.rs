@@ -333,10 +333,11 @@ impl Replica {
         self.buckets.len()
     }
 
-    /// Waits until gradient bucket `b` of the last step is readable in place.
+    /// Waits until gradient bucket `b` of the last step is readable in place; on a GPU
+    /// spinning, as the next step waits for it.
     pub fn wait_bucket(&mut self, b: usize) -> Result<()> {
         let bucket = &mut self.buckets[b];
-        bucket.readback.wait(self.device.wgpu())?;
+        bucket.readback.wait(self.device.wgpu(), !self.device.is_software())?;
         bucket.mapped = true;
         Ok(())
     }
