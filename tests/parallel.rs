@@ -114,3 +114,19 @@ fn short_batches_give_every_replica_a_valid_share_or_leave_it_idle() {
     assert!(rel_diff(&single, &parallel) < 1e-4);
 }
 
+
+#[test]
+fn three_replicas_match_one_device_with_uneven_and_idle_shares() {
+    // Three threads split each bucket's sum in slices (one of them empty for the 512-byte
+    // buckets); a batch of 2 leaves the third replica idle, a batch of 16 splits 8 + 4 + 4.
+    let data = batches(5, &[16, 2, 16, 5]);
+    let (single, _) = train(&mut compiled(false, one()), &data);
+    two();
+    let mut m = compiled(false, convoy::device::open("software:3").unwrap());
+    m.set_device_speeds(&[2.0, 1.0, 1.0]).unwrap();
+    assert_eq!(m.device_shares(16), vec![8, 4, 4]);
+    assert_eq!(m.device_shares(2).iter().filter(|&&s| s == 0).count(), 1, "{:?}", m.device_shares(2));
+    let (parallel, _) = train(&mut m, &data);
+    let d = rel_diff(&single, &parallel);
+    assert!(d < 1e-4, "relative difference {d:.2e}");
+}

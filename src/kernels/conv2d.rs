@@ -205,7 +205,7 @@ pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w
 }
 
 /// The kernel gradient: `dw[i, j, c, f] = sum_{n, oh, ow} x[n, oh*sh - pt + i, ow*sw - pl + j, c]
-/// * dy[n, oh, ow, f]`. `dw` is overwritten. K (every output pixel of the batch) is long
+/// times dy[n, oh, ow, f]`. `dw` is overwritten. K (every output pixel of the batch) is long
 /// and the output small, so K is split across workgroups into a private workspace and
 /// summed by a second dispatch.
 ///

@@ -302,7 +302,7 @@ fn launch(
     };
     u32_of("optimizer", "range end", range.end)?;
     let entry = match *kind {
-        OptimizerKind::Sgd { momentum, .. } if momentum == 0.0 => "sgd",
+        OptimizerKind::Sgd { momentum: 0.0, .. } => "sgd",
         OptimizerKind::Sgd { momentum, nesterov } => {
             (p.momentum, p.flags) = (momentum, nesterov as u32);
             "sgd_momentum"

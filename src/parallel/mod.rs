@@ -3,10 +3,11 @@
 //!
 //! A step's backward is submitted in gradient buckets (about 8 MB, last layers first), each
 //! ending with the copy of its gradients into a MAP_READ buffer; the host sums bucket b in
-//! place while the devices run the backward of the later buckets and submits its upload
-//! and optimizer update at once (they queue behind the backward), and records the next step
-//! meanwhile, which each replica submits right behind its last update. So only the last
-//! bucket's readback, sum, upload and update remain between two steps.
+//! place while the devices run the backward of the later buckets (each replica's thread a
+//! slice of it, written into every replica's upload slot) and queues its upload and
+//! optimizer update behind the backward, and records the next step meanwhile, which each
+//! replica submits right behind its last update. So only the last bucket's readback, sum,
+//! upload and update remain between two steps.
 //!
 //! Why the result does not depend on the split: each replica's loss gradient is scaled by
 //! one over the *global* batch, so the host sum of the replicas' gradients is exactly the
@@ -43,7 +44,7 @@ pub struct StepTiming {
     pub upload: f64,
     /// Waiting for the device to finish forward and backward.
     pub compute: f64,
-    /// Reading gradients back, summing them and uploading the sum.
+    /// Summing this replica's slices of the gradient buckets into every upload slot.
     pub exchange: f64,
 }
 
@@ -174,16 +175,18 @@ impl ReplicaSet {
             return Ok(timing);
         };
         // Bucket by bucket, last layers first: while the host sums bucket b the devices are
-        // still running the backward of the buckets after it, and its update queues up
-        // behind them. A thread per replica waits for its own buckets and submits its
-        // updates (so the devices start the next step together); this thread sums each
-        // bucket as soon as every replica has it mapped. They hand buckets over through
-        // counters they spin on: the last bucket's hand-over is the latency between steps.
+        // still running the backward of the buckets after it. A thread per replica waits for
+        // its own bucket, then every thread sums its slice of the bucket over all replicas'
+        // readbacks and writes it into every replica's staging slot (so the summing and the
+        // writes into upload memory, the slow part, spread over the replicas' threads and
+        // no thread waits for another's hand-over), and once all slices are in, each submits
+        // its own update. The threads meet through counters they spin on.
         let t_flush = Instant::now();
         for rep in self.replicas.iter_mut() {
             rep.begin_apply(hyper)?;
         }
         let buckets = self.replicas[0].bucket_count();
+        let threads = self.replicas.len();
         let io: Vec<BucketIo> = (0..buckets)
             .map(|b| {
                 let (_, lo, hi) = self.replicas[0].bucket(b);
@@ -195,40 +198,54 @@ impl ReplicaSet {
             })
             .collect();
         let mapped: Vec<AtomicUsize> = self.replicas.iter().map(|_| AtomicUsize::new(0)).collect();
+        // Slices summed so far, over all buckets: bucket b is complete at (b + 1) * threads.
         let (summed, failed) = (AtomicUsize::new(0), AtomicBool::new(false));
-        let mut summing = 0.0;
-        let waited: Vec<Result<f64>> = std::thread::scope(|s| {
-            let threads: Vec<_> = self
+        let waited: Vec<Result<(f64, f64)>> = std::thread::scope(|s| {
+            let handles: Vec<_> = self
                 .replicas
                 .iter_mut()
                 .zip(next.iter_mut().map(Option::take).chain(std::iter::repeat_with(|| None)))
                 .enumerate()
                 .map(|(r, (rep, mut rec))| {
-                    let (mapped, summed, failed, ran) = (&mapped[r], &summed, &failed, &ran);
-                    s.spawn(move || -> Result<f64> {
-                        let mut run = || -> Result<f64> {
-                            let mut compute = 0.0;
-                            for b in 0..buckets {
+                    let (mapped, summed, failed, ran, io) = (&mapped, &summed, &failed, &ran, &io);
+                    s.spawn(move || -> Result<(f64, f64)> {
+                        let mut run = || -> Result<(f64, f64)> {
+                            let (mut compute, mut summing) = (0.0, 0.0);
+                            for (b, io) in io.iter().enumerate() {
                                 if ran.contains(&r) {
                                     let _s = crate::trace::span("wait for gradient bucket", 1 + r);
                                     rep.wait_bucket(b)?;
                                     compute = t_flush.elapsed().as_secs_f64();
                                 }
-                                mapped.store(b + 1, Ordering::Release);
-                                if !spin_until(|| summed.load(Ordering::Acquire) > b, failed) {
-                                    return Ok(compute);
+                                mapped[r].store(b + 1, Ordering::Release);
+                                if !spin_until(|| mapped.iter().all(|m| m.load(Ordering::Acquire) > b), failed) {
+                                    return Ok((compute, summing));
                                 }
-                                // After the last bucket, the next step's first command buffer
-                                // goes out in the same submission as the update; the rest
-                                // follows while the device already runs it.
+                                {
+                                    let _s = crate::trace::span("host all-reduce", 1 + r);
+                                    let t0 = Instant::now();
+                                    io.sum_slice(r, threads)?;
+                                    summing += t0.elapsed().as_secs_f64();
+                                }
+                                summed.fetch_add(1, Ordering::AcqRel);
+                                if !spin_until(|| summed.load(Ordering::Acquire) >= (b + 1) * threads, failed) {
+                                    return Ok((compute, summing));
+                                }
+                                // The device cannot run an update before the rest of the
+                                // backward, so all but the last two buckets' updates go out
+                                // together with the last-but-one (one submission instead of
+                                // several on the device's path); after the last bucket, the
+                                // next step's first command buffer goes in the same
+                                // submission, and the rest follows while the device runs it.
                                 let _s = crate::trace::span("upload + update", 1 + r);
-                                rep.apply_bucket(b, if b + 1 == buckets { rec.as_mut() } else { None })?;
+                                let last = b + 1 == buckets;
+                                rep.apply_bucket(b, b + 2 < buckets, if last { rec.as_mut() } else { None })?;
                             }
                             if let Some(rec) = rec.take() {
                                 let _s = crate::trace::span("submit rest of next step", 1 + r);
                                 rep.submit_step(rec);
                             }
-                            Ok(compute)
+                            Ok((compute, summing))
                         };
                         let out = run();
                         if out.is_err() {
@@ -238,34 +255,10 @@ impl ReplicaSet {
                     })
                 })
                 .collect();
-            let mut sum_all = || -> Result<()> {
-                for (b, io) in io.iter().enumerate() {
-                    if !spin_until(|| mapped.iter().all(|m| m.load(Ordering::Acquire) > b), &failed) {
-                        return Ok(());
-                    }
-                    let _s = crate::trace::span("host all-reduce", 0);
-                    let t0 = Instant::now();
-                    io.sum()?;
-                    summing += t0.elapsed().as_secs_f64();
-                    summed.store(b + 1, Ordering::Release);
-                }
-                Ok(())
-            };
-            let main = sum_all();
-            if main.is_err() {
-                failed.store(true, Ordering::Release);
-            }
-            let mut out: Vec<Result<f64>> = threads.into_iter().map(|t| t.join().expect("replica thread panicked")).collect();
-            if let Err(e) = main {
-                out.push(Err(e));
-            }
-            out
+            handles.into_iter().map(|t| t.join().expect("replica thread panicked")).collect()
         });
-        for (r, w) in waited.into_iter().enumerate() {
-            let compute = w?;
-            if let Some(t) = timing.get_mut(r) {
-                t.compute = compute;
-            }
+        for (t, w) in timing.iter_mut().zip(waited) {
+            (t.compute, t.exchange) = w?;
         }
         for &r in &ran {
             if !self.fixed_split {
@@ -276,9 +269,6 @@ impl ReplicaSet {
         }
         if !self.fixed_split {
             self.maybe_resplit();
-        }
-        for t in timing.iter_mut() {
-            t.exchange = summing;
         }
         Ok(timing)
     }
@@ -350,16 +340,19 @@ struct BucketIo {
 }
 
 impl BucketIo {
-    /// Sums the readbacks in place into every staging slot: no intermediate copy.
-    fn sum(&self) -> Result<()> {
-        // Buckets of a few hundred KB are summed on this thread (waking the pool costs more
-        // than it saves: 93% vs 91% two-GPU efficiency on resnet20 with 64 KB chunks), 8 MB
-        // ones by eight. `CONVOY_SUM_CHUNK` overrides it (a tuning hook).
+    /// Sums slice `part` of `parts` (256-byte aligned) over the readbacks in place into
+    /// every staging slot: no intermediate copy. A slice above 1 MB is cut in 1 MB chunks
+    /// for the rayon pool (the 8 MB buckets of resnet18); smaller ones stay on the calling
+    /// thread, as waking the pool costs more than it saves. `CONVOY_SUM_CHUNK` overrides the
+    /// chunk (a tuning hook).
+    fn sum_slice(&self, part: usize, parts: usize) -> Result<()> {
         static CHUNK_BYTES: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
         let chunk = *CHUNK_BYTES.get_or_init(|| std::env::var("CONVOY_SUM_CHUNK").ok().and_then(|v| v.parse().ok()).filter(|&c: &u64| c >= 256).unwrap_or(1 << 20) / 256 * 256);
+        let per = self.bytes.div_ceil(256 * parts as u64) * 256;
+        let (start, end) = ((part as u64 * per).min(self.bytes), ((part as u64 + 1) * per).min(self.bytes));
         let map_err = |e: wgpu::MapRangeError| crate::Error::Gpu(format!("all-reduce map: {e:?}"));
         let sum_chunk = |c: u64| -> Result<()> {
-            let (lo, hi) = (c * chunk, ((c + 1) * chunk).min(self.bytes));
+            let (lo, hi) = (start + c * chunk, (start + (c + 1) * chunk).min(end));
             let mut acc = vec![0.0f32; ((hi - lo) / 4) as usize];
             for readback in &self.readbacks {
                 let view = readback.get_mapped_range(lo..hi).map_err(map_err)?;
@@ -373,7 +366,8 @@ impl BucketIo {
             Ok(())
         };
         // Rayon hands even a single item to a pool thread and waits for it.
-        match self.bytes.div_ceil(chunk) {
+        match (end - start).div_ceil(chunk) {
+            0 => Ok(()),
             1 => sum_chunk(0),
             chunks => (0..chunks).into_par_iter().try_for_each(sum_chunk),
         }

@@ -77,6 +77,8 @@ pub struct Replica {
     spans_pending: Option<usize>,
     /// The span set the prepared updates resolve.
     spans_resolving: Option<usize>,
+    /// Bucket updates applied but not yet submitted: (bucket, staging slot, commands).
+    held: Vec<(usize, usize, wgpu::CommandBuffer)>,
 }
 
 impl Replica {
@@ -131,6 +133,7 @@ impl Replica {
             spans: None,
             spans_pending: None,
             spans_resolving: None,
+            held: Vec::new(),
         })
     }
 
@@ -274,7 +277,7 @@ impl Replica {
         plan.encode_readback(&mut enc, rb);
         timer.resolve(&mut enc, all.len() as u32);
         let mut step = Recorded { commands: [(enc.finish(), Some(0))].into(), submitted: 0, spans: None, slot, key, readback: rb, exchange: false };
-        let submission = self.submit_part(&mut step, None).expect("one command buffer");
+        let submission = self.submit_part(&mut step, Vec::new()).expect("one command buffer");
         timer.submitted(submission);
         self.collect()?;
         let times = timer.read(&dev, all.len() as u32)?;
@@ -284,12 +287,12 @@ impl Replica {
     /// Submits a recorded step. Its gradient readback must not be mapped any more: the
     /// previous step's exchange has to be finished first.
     pub fn submit_step(&mut self, mut r: Recorded) {
-        while self.submit_part(&mut r, None).is_some() {}
+        while self.submit_part(&mut r, Vec::new()).is_some() {}
     }
 
     /// Submits the next command buffer of `r`, behind `before` in the same submission
     /// (one submission is cheaper than two on the path between steps).
-    fn submit_part(&mut self, r: &mut Recorded, before: Option<wgpu::CommandBuffer>) -> Option<wgpu::SubmissionIndex> {
+    fn submit_part(&mut self, r: &mut Recorded, before: Vec<wgpu::CommandBuffer>) -> Option<wgpu::SubmissionIndex> {
         let (commands, bucket) = r.commands.pop_front()?;
         let first = r.submitted == 0;
         r.submitted += 1;
@@ -393,11 +396,14 @@ impl Replica {
         bucket.staging.slot_buffer(bucket.prepared.as_ref().expect("begin_apply prepares every bucket").0)
     }
 
-    /// Submits bucket `b`'s upload and optimizer update: the updates of the early buckets
-    /// queue up behind the backward while the host still sums the later ones, so only the
-    /// last bucket's is left between two steps. With `next`, the first command buffer of the
-    /// next step goes in the same submission.
-    pub fn apply_bucket(&mut self, b: usize, next: Option<&mut Recorded>) -> Result<()> {
+    /// Submits bucket `b`'s upload and optimizer update, together with any held back
+    /// before; with `hold` keeps it for the next call instead (the device cannot run it
+    /// before the rest of the backward anyway, and one submission costs the device less
+    /// than several). The updates of the early buckets queue up behind the backward while
+    /// the host still sums the later ones, so only the last bucket's is left between two
+    /// steps. With `next`, the first command buffer of the next step goes in the same
+    /// submission.
+    pub fn apply_bucket(&mut self, b: usize, hold: bool, next: Option<&mut Recorded>) -> Result<()> {
         let last = b + 1 == self.buckets.len();
         let bucket = &mut self.buckets[b];
         if bucket.mapped {
@@ -406,14 +412,21 @@ impl Replica {
         }
         let (slot, commands) = bucket.prepared.take().expect("begin_apply prepares every bucket");
         bucket.staging.release(slot);
+        self.held.push((b, slot, commands));
+        if hold && next.is_none() {
+            return Ok(());
+        }
+        let (owners, commands): (Vec<(usize, usize)>, Vec<wgpu::CommandBuffer>) = self.held.drain(..).map(|(b, slot, c)| ((b, slot), c)).unzip();
         let submission = match next {
-            Some(r) => self.submit_part(r, Some(commands)).expect("a recorded step has commands"),
-            None => self.device.queue().submit([commands]),
+            Some(r) => self.submit_part(r, commands).expect("a recorded step has commands"),
+            None => self.device.queue().submit(commands),
         };
         if last && let (Some(i), Some(s)) = (self.spans_resolving.take(), self.spans.as_mut()) {
             s.submitted(i, submission.clone());
         }
-        self.buckets[b].staging.submitted(slot, submission);
+        for (b, slot) in owners {
+            self.buckets[b].staging.submitted(slot, submission.clone());
+        }
         Ok(())
     }
 
