@@ -198,11 +198,11 @@ pub fn update_masked(
     state: &[&Tensor],
     hyper: &Tensor,
     no_decay: &[Range<usize>],
-) -> Result<Vec<Dispatch>> {
+) -> Result<Dispatch> {
     check(kind, weight_decay, params, grads, state, hyper)?;
     let segments = segments(params.len(), weight_decay, no_decay)?;
     if let [(_, wd)] = segments.as_slice() {
-        return Ok(vec![launch(device, kind, *wd, params, grads, state, hyper, 0..params.len(), None)?]);
+        return launch(device, kind, *wd, params, grads, state, hyper, 0..params.len(), None);
     }
     let mut mask = vec![0.0f32; params.len()];
     for (range, wd) in &segments {
@@ -214,7 +214,7 @@ pub fn update_masked(
         device.wgpu(),
         &wgpu::util::BufferInitDescriptor { label: Some("weight decay mask"), contents: bytemuck::cast_slice(&mask), usage: wgpu::BufferUsages::STORAGE },
     );
-    Ok(vec![launch(device, kind, weight_decay, params, grads, state, hyper, 0..params.len(), Some(&mask))?])
+    launch(device, kind, weight_decay, params, grads, state, hyper, 0..params.len(), Some(&mask))
 }
 
 /// Splits `0..n` into `(range, weight decay)` stretches, merging neighbours of equal decay.

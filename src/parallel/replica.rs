@@ -62,7 +62,7 @@ pub struct Replica {
     opt_state: Vec<Tensor>,
     hyper: Tensor,
     shared: Shared,
-    update: Vec<Dispatch>,
+    update: Dispatch,
     plans: HashMap<PlanKey, Plan>,
     ring: StagingRing,
     /// Plans whose readback is in flight, oldest first.
@@ -101,7 +101,7 @@ impl Replica {
         let kept: Vec<(usize, usize)> = l.decay_ranges().into_iter().filter(|r| !r.2).map(|(offset, len, _)| (offset, offset + len)).collect();
         // The optimizer over elements [lo, hi): one dispatch, decay masked off where the
         // layout says (BatchNorm's gamma and beta, biases).
-        let update_of = |lo: usize, hi: usize| -> Result<Vec<Dispatch>> {
+        let update_of = |lo: usize, hi: usize| -> Result<Dispatch> {
             let view = |t: &Tensor| t.view(lo, &[hi - lo]);
             let state: Vec<Tensor> = opt_state.iter().map(view).collect::<Result<_>>()?;
             let state_refs: Vec<&Tensor> = state.iter().collect();
@@ -109,10 +109,7 @@ impl Replica {
             optimizer::update_masked(&device, &optimizer.kind(), wd, &view(&p)?, &view(&grads)?, &state_refs, &hyper, &no_decay)
         };
         let update = update_of(0, l.param_len)?;
-        let mut buckets = buckets(device.wgpu(), &def.layout);
-        for b in &mut buckets {
-            b.update = update_of((b.lo / 4) as usize, (b.hi / 4) as usize)?;
-        }
+        let buckets = buckets(device.wgpu(), &def.layout, update_of)?;
         let sample = def.input_shape.iter().product::<usize>();
         let staging = (sample + 4 + 4 * def.classes) * max_batch + 64;
         let ring = StagingRing::new(device.wgpu(), 3, staging as u64);
@@ -210,10 +207,7 @@ impl Replica {
             }
             plan.encode_readback(&mut enc, rb);
             if training {
-                let mut pass = GpuSpans::begin(&mut spans, || "optimizer".to_string(), &mut enc);
-                for d in &self.update {
-                    d.encode(&mut pass);
-                }
+                self.update.encode(&mut GpuSpans::begin(&mut spans, || "optimizer".to_string(), &mut enc));
             }
             if let Some((s, i)) = &spans {
                 s.resolve(*i, &mut enc);
@@ -267,7 +261,7 @@ impl Replica {
         let (slot, rb) = self.stage(def, batch, true, hyper, step, scale, &mut enc)?;
         let key = (n, true, scale.to_bits());
         let plan = &self.plans[&key];
-        let all: Vec<Dispatch> = plan.dispatches.iter().chain(&self.update).filter(|d| !d.groups().contains(&0)).cloned().collect();
+        let all: Vec<Dispatch> = plan.dispatches.iter().chain([&self.update]).filter(|d| !d.groups().contains(&0)).cloned().collect();
         if all.len() > timer.capacity() as usize {
             crate::bail!(Config, "a step of {} dispatches exceeds the {} a profile can time", all.len(), timer.capacity());
         }
@@ -377,10 +371,7 @@ impl Replica {
             bucket.staging.encode(slot, &mut enc, &copies);
             let mut spans = self.spans.as_mut().zip(set);
             {
-                let mut pass = GpuSpans::begin(&mut spans, || format!("optimizer, bucket {b}"), &mut enc);
-                for d in &bucket.update {
-                    d.encode(&mut pass);
-                }
+                bucket.update.encode(&mut GpuSpans::begin(&mut spans, || format!("optimizer, bucket {b}"), &mut enc));
             }
             if b + 1 == count && let Some((s, i)) = &spans {
                 s.resolve(*i, &mut enc);
@@ -521,7 +512,7 @@ struct Bucket {
     /// and `apply_bucket`.
     prepared: Option<(usize, wgpu::CommandBuffer)>,
     /// The optimizer over this bucket's parameters.
-    update: Vec<Dispatch>,
+    update: Dispatch,
 }
 
 /// Bytes of gradients per bucket: large enough that a submission per bucket costs little,
@@ -533,9 +524,10 @@ fn bucket_bytes(total: u64) -> u64 {
     std::env::var("CONVOY_BUCKET_BYTES").ok().and_then(|v| v.parse().ok()).filter(|&b| b > 0).unwrap_or(default)
 }
 
-/// Groups layers, last first, into buckets of about `BUCKET_BYTES`. Parameters are laid out
-/// by layer, so a run of layers owns a contiguous range.
-fn buckets(device: &wgpu::Device, layout: &crate::model::layout::Layout) -> Vec<Bucket> {
+/// Groups layers, last first, into buckets of about `bucket_bytes`, each with the optimizer
+/// `update_of(first, end)` over its elements. Parameters are laid out by layer, so a run of
+/// layers owns a contiguous range.
+fn buckets(device: &wgpu::Device, layout: &crate::model::layout::Layout, update_of: impl Fn(usize, usize) -> Result<Dispatch>) -> Result<Vec<Bucket>> {
     use crate::model::layout::ALIGN;
     let target = bucket_bytes(4 * layout.param_len as u64);
     let mut ranges: Vec<(Vec<usize>, u64, u64)> = Vec::new();
@@ -561,15 +553,17 @@ fn buckets(device: &wgpu::Device, layout: &crate::model::layout::Layout) -> Vec<
     }
     ranges
         .into_iter()
-        .map(|(layers, lo, hi)| Bucket {
-            layers,
-            lo,
-            hi,
-            readback: Readback::new(device, hi - lo),
-            mapped: false,
-            staging: StagingRing::new(device, 2, hi - lo + 16),
-            prepared: None,
-            update: Vec::new(),
+        .map(|(layers, lo, hi)| {
+            Ok(Bucket {
+                layers,
+                lo,
+                hi,
+                readback: Readback::new(device, hi - lo),
+                mapped: false,
+                staging: StagingRing::new(device, 2, hi - lo + 16),
+                prepared: None,
+                update: update_of((lo / 4) as usize, (hi / 4) as usize)?,
+            })
         })
         .collect()
 }
