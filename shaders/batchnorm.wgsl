@@ -49,6 +49,13 @@ struct Params {
 @group(0) @binding(17) var<storage, read_write> dgamma: array<f32>;
 @group(0) @binding(18) var<storage, read_write> dbeta: array<f32>;
 
+// x, y, dy and out seen four channels at a time, for the per-element passes' *4 entry
+// points (channels divisible by 4): 16-byte loads stream faster than 4-byte ones.
+@group(0) @binding(19) var<storage, read> x4: array<vec4<f32>>;
+@group(0) @binding(20) var<storage, read> y4: array<vec4<f32>>;
+@group(0) @binding(21) var<storage, read> dy4: array<vec4<f32>>;
+@group(0) @binding(22) var<storage, read_write> out4: array<vec4<f32>>;
+
 override WG: u32 = 256u;
 
 // Per invocation: a count and two statistics (mean and M2, or two sums).
@@ -205,6 +212,40 @@ fn normalize_infer(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroup
     write_y(i, c, moving_mean_in[c], inverseSqrt(moving_var_in[c] + p.epsilon));
 }
 
+// Channels c..c+3 of a per-channel array.
+fn gamma4(c: u32) -> vec4<f32> { return vec4<f32>(gamma[c], gamma[c + 1u], gamma[c + 2u], gamma[c + 3u]); }
+fn beta4(c: u32) -> vec4<f32> { return vec4<f32>(beta[c], beta[c + 1u], beta[c + 2u], beta[c + 3u]); }
+fn saved4(c: u32) -> vec4<f32> { return vec4<f32>(saved[c], saved[c + 1u], saved[c + 2u], saved[c + 3u]); }
+
+fn write_y4(i: u32, c: u32, mean: vec4<f32>, inv_std: vec4<f32>) {
+    var v = (x4[i] - mean) * (inv_std * gamma4(c)) + beta4(c);
+    if (p.relu != 0u) {
+        v = max(v, vec4<f32>(0.0));
+    }
+    out4[i] = v;
+}
+
+// normalize_train and normalize_infer over rows * cols / 4 vec4s.
+@compute @workgroup_size(WG)
+fn normalize_train4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                    @builtin(local_invocation_index) lid: u32) {
+    let i = linear_index(wid, nwg, lid);
+    if (i >= p.rows * (p.cols >> 2u)) { return; }
+    let c = (i << 2u) % p.cols;
+    write_y4(i, c, saved4(c), saved4(p.cols + c));
+}
+
+@compute @workgroup_size(WG)
+fn normalize_infer4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                    @builtin(local_invocation_index) lid: u32) {
+    let i = linear_index(wid, nwg, lid);
+    if (i >= p.rows * (p.cols >> 2u)) { return; }
+    let c = (i << 2u) % p.cols;
+    let mean = vec4<f32>(moving_mean_in[c], moving_mean_in[c + 1u], moving_mean_in[c + 2u], moving_mean_in[c + 3u]);
+    let var4 = vec4<f32>(moving_var_in[c], moving_var_in[c + 1u], moving_var_in[c + 2u], moving_var_in[c + 3u]);
+    write_y4(i, c, mean, inverseSqrt(var4 + vec4<f32>(p.epsilon)));
+}
+
 // The upstream gradient, masked by the fused ReLU's output where there is one.
 fn grad(i: u32) -> f32 {
     return select(dy[i], 0.0, p.relu != 0u && !(y[i] > 0.0));
@@ -270,4 +311,20 @@ fn backward_dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     let x_hat = (x[i] - saved[c]) * inv_std;
     let m = f32(p.rows);
     out[i] = gamma[c] * inv_std * (grad(i) - (dbeta_in[c] + x_hat * dgamma_in[c]) / m);
+}
+
+// backward_dx over rows * cols / 4 vec4s.
+@compute @workgroup_size(WG)
+fn backward_dx4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let i = linear_index(wid, nwg, lid);
+    if (i >= p.rows * (p.cols >> 2u)) { return; }
+    let c = (i << 2u) % p.cols;
+    let inv_std = saved4(p.cols + c);
+    let x_hat = (x4[i] - saved4(c)) * inv_std;
+    let masked = vec4<bool>(p.relu != 0u) & !(y4[i] > vec4<f32>(0.0));
+    let g = select(dy4[i], vec4<f32>(0.0), masked);
+    let dbeta4 = vec4<f32>(dbeta_in[c], dbeta_in[c + 1u], dbeta_in[c + 2u], dbeta_in[c + 3u]);
+    let dgamma4 = vec4<f32>(dgamma_in[c], dgamma_in[c + 1u], dgamma_in[c + 2u], dgamma_in[c + 3u]);
+    out4[i] = gamma4(c) * inv_std * (g - (dbeta4 + x_hat * dgamma4) / f32(p.rows));
 }

@@ -95,14 +95,7 @@ pub fn forward_train(
             &[(9, Bind::Scratch(&partials)), (13, t(saved)), (14, t(moving_mean)), (15, t(moving_var))],
             split.merge_groups(device, K)?,
         ),
-        launch(
-            device,
-            &BATCHNORM,
-            "normalize_train",
-            &params,
-            &[(1, t(x)), (4, t(gamma)), (5, t(beta)), (6, t(saved)), (16, t(y))],
-            grid_for(device, x.len())?,
-        ),
+        per_element(device, "normalize_train", "normalize_train4", &params, &[(1, t(x)), (4, t(gamma)), (5, t(beta)), (6, t(saved)), (16, t(y))])?,
     ])
 }
 
@@ -127,14 +120,13 @@ pub fn forward_infer(
     let split = check(K, cfg, x, &[("y", y)], &per_channel, None)?;
     disjoint(K, &[("y", y)], &[("x", x), ("gamma", gamma), ("beta", beta), ("moving_mean", moving_mean), ("moving_var", moving_var)])?;
     let t = Bind::Tensor;
-    Ok(vec![launch(
+    Ok(vec![per_element(
         device,
-        &BATCHNORM,
         "normalize_infer",
+        "normalize_infer4",
         &Params::new(&split, cfg),
         &[(1, t(x)), (4, t(gamma)), (5, t(beta)), (7, t(moving_mean)), (8, t(moving_var)), (16, t(y))],
-        grid_for(device, x.len())?,
-    )])
+    )?])
 }
 
 /// Backward of [`forward_train`]: `dgamma = Σ dy·x_hat`, `dbeta = Σ dy`,
@@ -180,15 +172,30 @@ pub fn backward(
             &[(6, t(saved)), (9, Bind::Scratch(&partials)), (17, t(dgamma)), (18, t(dbeta))],
             split.merge_groups(device, K)?,
         ),
-        launch(
+        per_element(
             device,
-            &BATCHNORM,
             "backward_dx",
+            "backward_dx4",
             &params,
             &[(1, t(x)), (2, t(y)), (3, t(dy)), (4, t(gamma)), (6, t(saved)), (10, t(dgamma)), (11, t(dbeta)), (16, t(dx))],
-            grid_for(device, x.len())?,
-        ),
+        )?,
     ])
+}
+
+/// A pass with one invocation per element of x, or per four channels (`entry4`, x, y, dy
+/// and the output bound as vec4 arrays) where the channel count is divisible by 4.
+fn per_element(device: &Device, entry: &'static str, entry4: &'static str, params: &Params, binds: &[(u32, Bind<'_>)]) -> Result<Dispatch> {
+    let n = params.rows as usize * params.cols as usize;
+    if !params.cols.is_multiple_of(4) {
+        return Ok(launch(device, &BATCHNORM, entry, params, binds, grid_for(device, n)?));
+    }
+    let wide = |i: u32| match i {
+        1..=3 => i + 18,
+        16 => 22,
+        _ => i,
+    };
+    let binds: Vec<(u32, Bind<'_>)> = binds.iter().map(|(i, b)| (wide(*i), *b)).collect();
+    Ok(launch(device, &BATCHNORM, entry4, params, &binds, grid_for(device, n / 4)?).named(entry, 0.0))
 }
 
 /// Validates the configuration and every shape against `x: [..., C]`, and splits the rows.

@@ -21,6 +21,18 @@ fn launch(device: &Device, entry: &'static str, params: Params, bindings: &[(u32
     Ok(Dispatch::with_params(device, &ELEMENTWISE, entry, &[WG_CONST], &params, bindings, grid_for(device, params.n as usize)?))
 }
 
+/// `entry` four elements per invocation (`entry4`, the operands bound as vec4 arrays at
+/// binding + 4) where the element count allows it, else one; both count as `entry` in
+/// profiles.
+fn launch_vec4(device: &Device, entry: &'static str, entry4: &'static str, n: usize, bindings: &[(u32, &Tensor)]) -> Result<Dispatch> {
+    let p = params(entry, n)?;
+    if !n.is_multiple_of(4) {
+        return launch(device, entry, p, bindings);
+    }
+    let wide: Vec<(u32, &Tensor)> = bindings.iter().map(|&(i, t)| (i + 4, t)).collect();
+    Ok(launch(device, entry4, Params { n: p.n / 4, ..p }, &wide)?.named(entry, 0.0))
+}
+
 fn params(kernel: &str, n: usize) -> Result<Params> {
     Ok(Params { n: u32_of(kernel, "elements", n)?, alpha: 0.0, seed: 0, c: 1 })
 }
@@ -28,21 +40,21 @@ fn params(kernel: &str, n: usize) -> Result<Params> {
 /// `y = max(x, 0)`.
 pub fn relu_forward(device: &Device, x: &Tensor, y: &Tensor) -> Result<Dispatch> {
     expect_same_len("relu_forward", ("x", x), ("y", y))?;
-    launch(device, "relu_forward", params("relu_forward", x.len())?, &[(1, x), (3, y)])
+    launch_vec4(device, "relu_forward", "relu_forward4", x.len(), &[(1, x), (3, y)])
 }
 
 /// `dx = dy * (y > 0)`, from the forward's output `y` (so `x` need not be kept).
 pub fn relu_backward(device: &Device, dy: &Tensor, y: &Tensor, dx: &Tensor) -> Result<Dispatch> {
     expect_same_len("relu_backward", ("dy", dy), ("y", y))?;
     expect_same_len("relu_backward", ("dy", dy), ("dx", dx))?;
-    launch(device, "relu_backward", params("relu_backward", dy.len())?, &[(1, dy), (2, y), (3, dx)])
+    launch_vec4(device, "relu_backward", "relu_backward4", dy.len(), &[(1, dy), (2, y), (3, dx)])
 }
 
 /// `out = a + b`.
 pub fn add(device: &Device, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<Dispatch> {
     expect_same_len("add", ("a", a), ("b", b))?;
     expect_same_len("add", ("a", a), ("out", out))?;
-    launch(device, "add", params("add", a.len())?, &[(1, a), (2, b), (3, out)])
+    launch_vec4(device, "add", "add4", a.len(), &[(1, a), (2, b), (3, out)])
 }
 
 /// `out = alpha * a`.

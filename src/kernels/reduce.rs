@@ -106,6 +106,7 @@ pub(crate) fn scratch(device: &Device, label: &'static str, floats: usize) -> wg
 }
 
 /// A binding of a kernel: a tensor view or a scratch buffer.
+#[derive(Clone, Copy)]
 pub(crate) enum Bind<'a> {
     Tensor(&'a Tensor),
     Scratch(&'a wgpu::Buffer),

@@ -8,7 +8,8 @@ use rand::RngExt;
 
 use crate::common::*;
 
-const SHAPES: &[&[usize]] = &[&[1, 1, 1, 3], &[2, 5, 7, 5], &[3, 9, 9, 17], &[4, 33], &[2, 3, 3, 64]];
+// Channel counts divisible by 4 (12, 8, 64) take the per-element passes four channels at a time.
+const SHAPES: &[&[usize]] = &[&[1, 1, 1, 3], &[2, 5, 7, 5], &[3, 9, 9, 17], &[4, 33], &[3, 1, 3, 12], &[7, 8], &[2, 3, 3, 64]];
 
 /// Inputs of one case: x is `offset[c] + scale[c] * u` per channel, so means sit away from
 /// zero and channels differ.
@@ -147,6 +148,8 @@ fn train_forward_matches_f64() {
             let k = case(&mut r, shape, 0.0);
             let cfg = BatchNormConfig { momentum: 0.6, relu, ..Default::default() };
             let (out, dispatches) = train(&k, &cfg);
+            let wide = k.c % 4 == 0;
+            assert_eq!(dispatches[2].label, if wide { "normalize_train4" } else { "normalize_train" }, "{shape:?}");
             run(&dispatches);
             let e = check_train(&format!("train {shape:?} relu={relu}"), &k, &cfg, &out);
             println!("train forward {shape:?} relu={relu}: rel err {e:.2e}");

@@ -4,7 +4,8 @@ use convoy::kernels::elementwise;
 
 use crate::common::*;
 
-const SIZES: &[usize] = &[1, 7, 255, 256, 257, 1000, 4099];
+// Counts divisible by 4 take the vec4 entry points, the others the scalar ones.
+const SIZES: &[usize] = &[1, 7, 12, 255, 256, 257, 1000, 4099, 4100];
 
 #[test]
 fn relu_forward_and_backward() {
@@ -19,6 +20,20 @@ fn relu_forward_and_backward() {
         let want_dx: Vec<f64> = x.iter().zip(&dy).map(|(&v, &g)| if v > 0.0 { g as f64 } else { 0.0 }).collect();
         assert_close(&format!("relu forward n={n}"), &read(&ty), &want_y);
         assert_close(&format!("relu backward n={n}"), &read(&tdx), &want_dx);
+    }
+}
+
+#[test]
+fn counts_divisible_by_four_run_four_elements_per_invocation() {
+    let d = device();
+    for (n, wide) in [(12, true), (4100, true), (7, false), (4098, false)] {
+        let (a, b, c) = (d.zeros(&[n]).unwrap(), d.zeros(&[n]).unwrap(), d.zeros(&[n]).unwrap());
+        let add = elementwise::add(&d, &a, &b, &c).unwrap();
+        let relu = elementwise::relu_backward(&d, &a, &b, &c).unwrap();
+        assert_eq!((add.label, relu.label), if wide { ("add4", "relu_backward4") } else { ("add", "relu_backward") }, "n={n}");
+        assert_eq!((add.kernel, relu.kernel), ("add", "relu_backward"), "profiles name the operation");
+        let invocations = add.groups().iter().product::<u32>() as usize * 256;
+        assert!(invocations >= n.div_ceil(if wide { 4 } else { 1 }) && invocations < n + 256, "n={n}: {invocations} invocations");
     }
 }
 
@@ -60,9 +75,10 @@ fn dropout_matches_host_mask_and_keeps_the_expected_fraction() {
 
 #[test]
 fn folded_grid_covers_more_than_one_dimension_of_workgroups() {
-    // 65,535 workgroups of 256 is the most one dimension holds; one element more folds to 2-D.
+    // 65,535 workgroups of 256 is the most one dimension holds; one element more folds to 2-D
+    // (an odd count, so one element per invocation; the vec4 entry points index alike).
     let d = device();
-    let n = 65_535 * 256 + 300;
+    let n = 65_535 * 256 + 301;
     let x: Vec<f32> = (0..n).map(|i| (i % 97) as f32 - 48.0).collect();
     let (tx, ty) = (upload(&x, &[n]), d.zeros(&[n]).unwrap());
     let dispatch = elementwise::relu_forward(&d, &tx, &ty).unwrap();
