@@ -120,6 +120,20 @@ fn linear_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.x + wid.y * nwg.x) * WG + lid;
 }
 
+// A running count, mean and sum of squared deviations.
+struct Welford {
+    n: f32,
+    mean: f32,
+    m2: f32,
+}
+
+fn welford(s: Welford, v: f32) -> Welford {
+    let n = s.n + 1.0;
+    let d = v - s.mean;
+    let mean = s.mean + d / n;
+    return Welford(n, mean, s.m2 + d * (v - mean));
+}
+
 // Pass 1 of the training statistics: per (chunk, column) mean and M2 into
 // partials[chunk * cols + col] and partials[(chunks + chunk) * cols + col].
 @compute @workgroup_size(WG)
@@ -128,21 +142,24 @@ fn stats_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
     let chunk = wid.y;
     let start = chunk * p.chunk_rows;
     let end = min(start + p.chunk_rows, p.rows);
-    var n = 0.0;
-    var mean = 0.0;
-    var m2 = 0.0;
+    var s = Welford(0.0, 0.0, 0.0);
     if (t.col < p.cols) {
-        for (var r = start + t.lane; r < end; r += t.lanes) {
-            let v = x[r * p.cols + t.col];
-            n += 1.0;
-            let d = v - mean;
-            mean += d / n;
-            m2 += d * (v - mean);
+        // Four rows' loads issued before their updates: one 4-byte load at a time, each
+        // waited for, left the memory idle (the same rows, in the same order, as one by one).
+        let step = t.lanes * p.cols;
+        var r = start + t.lane;
+        for (; r + 3u * t.lanes < end; r += 4u * t.lanes) {
+            let i = r * p.cols + t.col;
+            let v = vec4<f32>(x[i], x[i + step], x[i + 2u * step], x[i + 3u * step]);
+            s = welford(welford(welford(welford(s, v.x), v.y), v.z), v.w);
+        }
+        for (; r < end; r += t.lanes) {
+            s = welford(s, x[r * p.cols + t.col]);
         }
     }
-    sh_n[lid] = n;
-    sh_a[lid] = mean;
-    sh_b[lid] = m2;
+    sh_n[lid] = s.n;
+    sh_a[lid] = s.mean;
+    sh_b[lid] = s.m2;
     fold_welford(t, lid);
     if (t.lane == 0u && t.col < p.cols && chunk < p.chunks) {
         partials[chunk * p.cols + t.col] = sh_a[lid];
@@ -263,7 +280,17 @@ fn backward_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
     var s_dyx = 0.0;
     if (t.col < p.cols) {
         let mean = saved[t.col];
-        for (var r = start + t.lane; r < end; r += t.lanes) {
+        // Four rows at a time, as in stats_partial.
+        let step = t.lanes * p.cols;
+        var r = start + t.lane;
+        for (; r + 3u * t.lanes < end; r += 4u * t.lanes) {
+            let i = r * p.cols + t.col;
+            let g = vec4<f32>(grad(i), grad(i + step), grad(i + 2u * step), grad(i + 3u * step));
+            let xc = vec4<f32>(x[i], x[i + step], x[i + 2u * step], x[i + 3u * step]) - vec4<f32>(mean);
+            s_dy += ((g.x + g.y) + g.z) + g.w;
+            s_dyx += ((g.x * xc.x + g.y * xc.y) + g.z * xc.z) + g.w * xc.w;
+        }
+        for (; r < end; r += t.lanes) {
             let i = r * p.cols + t.col;
             let g = grad(i);
             s_dy += g;

@@ -83,6 +83,23 @@ fn add4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     out4[i] = a4[i] + b4[i];
 }
 
+// out = max(a + b, 0): the residual join with the ReLU that follows it.
+@compute @workgroup_size(WG)
+fn add_relu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    out[i] = max(a[i] + b[i], 0.0);
+}
+
+@compute @workgroup_size(WG)
+fn add_relu4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    out4[i] = max(a4[i] + b4[i], vec4<f32>(0.0));
+}
+
 // out = alpha * a
 @compute @workgroup_size(WG)
 fn scale(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

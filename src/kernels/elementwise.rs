@@ -57,6 +57,13 @@ pub fn add(device: &Device, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<Disp
     launch_vec4(device, "add", "add4", a.len(), &[(1, a), (2, b), (3, out)])
 }
 
+/// `out = max(a + b, 0)`: a residual join and the ReLU after it in one pass.
+pub fn add_relu(device: &Device, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<Dispatch> {
+    expect_same_len("add_relu", ("a", a), ("b", b))?;
+    expect_same_len("add_relu", ("a", a), ("out", out))?;
+    launch_vec4(device, "add_relu", "add_relu4", a.len(), &[(1, a), (2, b), (3, out)])
+}
+
 /// `out = alpha * a`.
 pub fn scale(device: &Device, a: &Tensor, alpha: f32, out: &Tensor) -> Result<Dispatch> {
     expect_same_len("scale", ("a", a), ("out", out))?;

@@ -1,5 +1,6 @@
 //! A residual block: `main(x) + shortcut(x)`, where the shortcut is the identity or a short
-//! chain (ResNet's 1x1 projection + BatchNorm). The ReLU after the join is a separate layer.
+//! chain (ResNet's 1x1 projection + BatchNorm). The ReLU after the join is a separate layer,
+//! which the model fuses into the join (one pass instead of two over the block's output).
 
 use serde_json::json;
 
@@ -14,11 +15,13 @@ type Step<'a> = (&'a dyn Layer, Vec<usize>, usize, usize, bool);
 pub struct Residual {
     pub main: Vec<Box<dyn Layer>>,
     pub shortcut: Vec<Box<dyn Layer>>,
+    /// Set when the model fuses the following ReLU into the join.
+    pub fused_relu: bool,
 }
 
 impl Residual {
     pub fn new(main: Vec<Box<dyn Layer>>, shortcut: Vec<Box<dyn Layer>>) -> Self {
-        Residual { main, shortcut }
+        Residual { main, shortcut, fused_relu: false }
     }
 
     /// Each sub-layer with its input shape, the index of its first param and state, and
@@ -70,6 +73,10 @@ impl Layer for Residual {
     fn flops(&self, input: &[usize]) -> u64 {
         self.walk(input).map(|w| w.iter().map(|(l, shape, ..)| l.flops(shape)).sum()).unwrap_or(0)
     }
+    fn fuse_relu(&mut self) -> bool {
+        self.fused_relu = true;
+        true
+    }
     fn forward(&self, g: &mut Graph, x: &Tensor, w: &Weights) -> Result<Saved> {
         let mut inner = Vec::new();
         let mut ends = [x.clone(), x.clone()];
@@ -81,13 +88,21 @@ impl Layer for Residual {
             inner.push((input, saved));
         }
         let y = g.activation(&ends[0].shape()[1..])?;
-        g.push(elementwise::add(g.device, &ends[0], &ends[1], &y)?);
+        let join = if self.fused_relu { elementwise::add_relu } else { elementwise::add };
+        g.push(join(g.device, &ends[0], &ends[1], &y)?);
         Ok(Saved { output: y, extra: Vec::new(), inner })
     }
     fn backward(&self, g: &mut Graph, x: &Tensor, saved: &Saved, dy: &Tensor, w: &Weights, need_dx: bool) -> Result<Option<Tensor>> {
         let walk = self.walk(&x.shape()[1..])?;
+        let dy = if self.fused_relu {
+            let masked = g.activation(&dy.shape()[1..])?;
+            g.push(elementwise::relu_backward(g.device, dy, &saved.output, &masked)?);
+            masked
+        } else {
+            dy.clone()
+        };
         // The join's gradient reaches both paths unchanged; walk each chain backwards.
-        let mut grads = [dy.clone(), dy.clone()];
+        let mut grads = [dy.clone(), dy];
         let first_main = walk.iter().position(|w| w.4);
         let first_short = walk.iter().position(|w| !w.4);
         for (i, ((layer, shape, p, s, is_main), (input, rec))) in walk.iter().zip(&saved.inner).enumerate().rev() {

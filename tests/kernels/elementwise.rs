@@ -1,4 +1,4 @@
-//! ReLU, add, scale and dropout against f64 references.
+//! ReLU, add, add + ReLU, scale and dropout against f64 references.
 
 use convoy::kernels::elementwise;
 
@@ -38,15 +38,17 @@ fn counts_divisible_by_four_run_four_elements_per_invocation() {
 }
 
 #[test]
-fn add_and_scale() {
+fn add_add_relu_and_scale() {
     let d = device();
     let mut r = rng(2);
     for &n in SIZES {
         let (a, b) = (random(&mut r, n), random(&mut r, n));
-        let (ta, tb, tc, ts) = (upload(&a, &[n]), upload(&b, &[n]), d.zeros(&[n]).unwrap(), d.zeros(&[n]).unwrap());
-        run(&[elementwise::add(&d, &ta, &tb, &tc).unwrap(), elementwise::scale(&d, &ta, -0.37, &ts).unwrap()]);
+        let (ta, tb, tc, ts, tr) = (upload(&a, &[n]), upload(&b, &[n]), d.zeros(&[n]).unwrap(), d.zeros(&[n]).unwrap(), d.zeros(&[n]).unwrap());
+        run(&[elementwise::add(&d, &ta, &tb, &tc).unwrap(), elementwise::scale(&d, &ta, -0.37, &ts).unwrap(), elementwise::add_relu(&d, &ta, &tb, &tr).unwrap()]);
         let want: Vec<f64> = a.iter().zip(&b).map(|(&x, &y)| x as f64 + y as f64).collect();
         assert_close(&format!("add n={n}"), &read(&tc), &want);
+        let want_relu: Vec<f64> = want.iter().map(|v| v.max(0.0)).collect();
+        assert_close(&format!("add_relu n={n}"), &read(&tr), &want_relu);
         let want: Vec<f64> = a.iter().map(|&x| -0.37 * x as f64).collect();
         assert_close(&format!("scale n={n}"), &read(&ts), &want);
     }
