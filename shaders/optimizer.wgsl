@@ -1,13 +1,13 @@
 // Optimizer updates over flat f32 tensors: every parameter of a model in one dispatch.
-// One invocation per element of [p.start, p.start + p.n); the grid may be folded into 2-D
+// One invocation per element of the bound tensors; the grid may be folded into 2-D
 // (see src/kernels/mod.rs). Formulas follow PyTorch's torch.optim.SGD / Adam / AdamW; the
 // Rust side (src/kernels/optimizer.rs) documents them.
 
 // Static settings, fixed when a step is compiled.
 struct Params {
-    // elements to update, starting `start` elements into every bound tensor
+    // elements to update
     n: u32,
-    start: u32,
+    _pad: u32,
     weight_decay: f32,
     // SGD
     momentum: f32,
@@ -51,9 +51,8 @@ fn decay_at(i: u32) -> f32 {
 
 override WG: u32 = 256u;
 
-// Position of this invocation within the range; callers return when it is >= p.n. The host
-// has checked start + n against every bound tensor, so that guard keeps unchecked builds in
-// bounds.
+// The element of this invocation; callers return when it is >= p.n. The host has checked n
+// against every bound tensor, so that guard keeps unchecked builds in bounds.
 fn index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.x + wid.y * nwg.x) * WG + lid;
 }
@@ -62,9 +61,8 @@ fn index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
 @compute @workgroup_size(WG)
 fn sgd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
        @builtin(local_invocation_index) lid: u32) {
-    let r = index(wid, nwg, lid);
-    if (r >= p.n) { return; }
-    let i = p.start + r;
+    let i = index(wid, nwg, lid);
+    if (i >= p.n) { return; }
     let w = params[i];
     let g = grads[i] + decay_at(i) * w;
     params[i] = w - hyper.lr * g;
@@ -74,9 +72,8 @@ fn sgd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3
 @compute @workgroup_size(WG)
 fn sgd_momentum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
-    let r = index(wid, nwg, lid);
-    if (r >= p.n) { return; }
-    let i = p.start + r;
+    let i = index(wid, nwg, lid);
+    if (i >= p.n) { return; }
     let w = params[i];
     let g = grads[i] + decay_at(i) * w;
     let v = p.momentum * state0[i] + g;
@@ -90,9 +87,8 @@ fn sgd_momentum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
 @compute @workgroup_size(WG)
 fn adam(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let r = index(wid, nwg, lid);
-    if (r >= p.n) { return; }
-    let i = p.start + r;
+    let i = index(wid, nwg, lid);
+    if (i >= p.n) { return; }
     let lr = hyper.lr;
     var w = params[i];
     var g = grads[i];

@@ -150,7 +150,7 @@ impl Hyper {
 #[derive(Clone, Copy, Pod, Zeroable)]
 struct Params {
     n: u32,
-    start: u32,
+    _pad: u32,
     weight_decay: f32,
     momentum: f32,
     beta1: f32,
@@ -177,7 +177,7 @@ pub fn update(
     hyper: &Tensor,
 ) -> Result<Dispatch> {
     check(kind, weight_decay, params, grads, state, hyper)?;
-    launch(device, kind, weight_decay, params, grads, state, hyper, 0..params.len(), None)
+    launch(device, kind, weight_decay, params, grads, state, hyper, None)
 }
 
 /// [`update`] over the whole tensors, with weight decay skipped on the element ranges in
@@ -202,7 +202,7 @@ pub fn update_masked(
     check(kind, weight_decay, params, grads, state, hyper)?;
     let segments = segments(params.len(), weight_decay, no_decay)?;
     if let [(_, wd)] = segments.as_slice() {
-        return launch(device, kind, *wd, params, grads, state, hyper, 0..params.len(), None);
+        return launch(device, kind, *wd, params, grads, state, hyper, None);
     }
     let mut mask = vec![0.0f32; params.len()];
     for (range, wd) in &segments {
@@ -214,7 +214,7 @@ pub fn update_masked(
         device.wgpu(),
         &wgpu::util::BufferInitDescriptor { label: Some("weight decay mask"), contents: bytemuck::cast_slice(&mask), usage: wgpu::BufferUsages::STORAGE },
     );
-    launch(device, kind, weight_decay, params, grads, state, hyper, 0..params.len(), Some(&mask))
+    launch(device, kind, weight_decay, params, grads, state, hyper, Some(&mask))
 }
 
 /// Splits `0..n` into `(range, weight decay)` stretches, merging neighbours of equal decay.
@@ -287,12 +287,11 @@ fn launch(
     grads: &Tensor,
     state: &[&Tensor],
     hyper: &Tensor,
-    range: Range<usize>,
     decay_mask: Option<&wgpu::Buffer>,
 ) -> Result<Dispatch> {
     let mut p = Params {
-        n: u32_of("optimizer", "elements", range.len())?,
-        start: u32_of("optimizer", "range start", range.start)?,
+        n: u32_of("optimizer", "elements", params.len())?,
+        _pad: 0,
         weight_decay,
         momentum: 0.0,
         beta1: 0.0,
@@ -300,7 +299,6 @@ fn launch(
         epsilon: 0.0,
         flags: 0,
     };
-    u32_of("optimizer", "range end", range.end)?;
     let entry = match *kind {
         OptimizerKind::Sgd { momentum: 0.0, .. } => "sgd",
         OptimizerKind::Sgd { momentum, nesterov } => {
@@ -320,7 +318,7 @@ fn launch(
     bindings.extend(state.iter().enumerate().map(|(i, t)| (4 + i as u32, t.binding())));
     // Without a mask the kernel never reads binding 6; `grads` fills it.
     bindings.push((6, decay_mask.map_or_else(|| grads.binding(), |m| m.as_entire_buffer_binding())));
-    let mut d = Dispatch::new(device, &OPTIMIZER, entry, &[WG_CONST], &bindings, grid_for(device, range.len())?);
+    let mut d = Dispatch::new(device, &OPTIMIZER, entry, &[WG_CONST], &bindings, grid_for(device, params.len())?);
     if decay_mask.is_none() {
         d.bytes -= grads.bytes() as f64; // the stand-in is never read
     }
