@@ -12,7 +12,7 @@ fn main() -> convoy::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
     let selection = std::env::var("CONVOY_BENCH_DEVICES").unwrap_or_else(|_| "0".into());
     let devices = convoy::device::open(&selection)?;
-    let software = devices[0].info().device_type == wgpu::DeviceType::Cpu;
+    let software = devices[0].is_software();
     let mut models: Vec<String> = args.iter().filter(|a| a.parse::<usize>().is_err()).cloned().collect();
     let mut batches: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
     if models.is_empty() {
