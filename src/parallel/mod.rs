@@ -211,6 +211,8 @@ impl ReplicaSet {
                     s.spawn(move || -> Result<(f64, f64)> {
                         let mut run = || -> Result<(f64, f64)> {
                             let (mut compute, mut summing) = (0.0, 0.0);
+                            // This thread's sum of a slice, reused across the buckets.
+                            let mut acc = Vec::new();
                             for (b, io) in io.iter().enumerate() {
                                 if ran.contains(&r) {
                                     let _s = crate::trace::span("wait for gradient bucket", 1 + r);
@@ -224,7 +226,7 @@ impl ReplicaSet {
                                 {
                                     let _s = crate::trace::span("host all-reduce", 1 + r);
                                     let t0 = Instant::now();
-                                    io.sum_slice(r, threads)?;
+                                    io.sum_slice(r, threads, &mut acc)?;
                                     summing += t0.elapsed().as_secs_f64();
                                 }
                                 summed.fetch_add(1, Ordering::AcqRel);
@@ -340,20 +342,22 @@ struct BucketIo {
 }
 
 impl BucketIo {
-    /// Sums slice `part` of `parts` (256-byte aligned) over the readbacks in place into
-    /// every staging slot: no intermediate copy. A slice above 1 MB is cut in 1 MB chunks
+    /// Sums slice `part` of `parts` (256-byte aligned) over the mapped readbacks into `acc`
+    /// (the caller's scratch, kept across buckets) and writes it into every mapped staging
+    /// slot. A slice above 1 MB is cut in 1 MB chunks
     /// for the rayon pool (the 8 MB buckets of resnet18); smaller ones stay on the calling
     /// thread, as waking the pool costs more than it saves. `CONVOY_SUM_CHUNK` overrides the
     /// chunk (a tuning hook).
-    fn sum_slice(&self, part: usize, parts: usize) -> Result<()> {
+    fn sum_slice(&self, part: usize, parts: usize, acc: &mut Vec<f32>) -> Result<()> {
         static CHUNK_BYTES: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
         let chunk = *CHUNK_BYTES.get_or_init(|| std::env::var("CONVOY_SUM_CHUNK").ok().and_then(|v| v.parse().ok()).filter(|&c: &u64| c >= 256).unwrap_or(1 << 20) / 256 * 256);
         let per = self.bytes.div_ceil(256 * parts as u64) * 256;
         let (start, end) = ((part as u64 * per).min(self.bytes), ((part as u64 + 1) * per).min(self.bytes));
         let map_err = |e: wgpu::MapRangeError| crate::Error::Gpu(format!("all-reduce map: {e:?}"));
-        let sum_chunk = |c: u64| -> Result<()> {
+        let sum_chunk = |acc: &mut Vec<f32>, c: u64| -> Result<()> {
             let (lo, hi) = (start + c * chunk, (start + (c + 1) * chunk).min(end));
-            let mut acc = vec![0.0f32; ((hi - lo) / 4) as usize];
+            acc.clear();
+            acc.resize(((hi - lo) / 4) as usize, 0.0);
             for readback in &self.readbacks {
                 let view = readback.get_mapped_range(lo..hi).map_err(map_err)?;
                 for (a, g) in acc.iter_mut().zip(bytemuck::cast_slice::<u8, f32>(&view)) {
@@ -361,15 +365,15 @@ impl BucketIo {
                 }
             }
             for staging in &self.stagings {
-                staging.get_mapped_range_mut(lo..hi).map_err(map_err)?.copy_from_slice(bytemuck::cast_slice(&acc));
+                staging.get_mapped_range_mut(lo..hi).map_err(map_err)?.copy_from_slice(bytemuck::cast_slice(acc));
             }
             Ok(())
         };
         // Rayon hands even a single item to a pool thread and waits for it.
         match (end - start).div_ceil(chunk) {
             0 => Ok(()),
-            1 => sum_chunk(0),
-            chunks => (0..chunks).into_par_iter().try_for_each(sum_chunk),
+            1 => sum_chunk(acc, 0),
+            chunks => (0..chunks).into_par_iter().try_for_each_init(Vec::new, sum_chunk),
         }
     }
 }
