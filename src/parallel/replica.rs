@@ -73,10 +73,9 @@ pub struct Replica {
     scratch: Vec<u8>,
     /// GPU spans for `--trace`, while a trace is recorded.
     spans: Option<GpuSpans>,
-    /// The span set of the last exchanged step, finished by its optimizer pass.
+    /// The span set of the last exchanged step: its prepared updates resolve it, and the
+    /// last one's submission hands it to `spans`.
     spans_pending: Option<usize>,
-    /// The span set the prepared updates resolve.
-    spans_resolving: Option<usize>,
     /// Bucket updates applied but not yet submitted: (bucket, staging slot, commands).
     held: Vec<(usize, usize, wgpu::CommandBuffer)>,
 }
@@ -129,7 +128,6 @@ impl Replica {
             scratch: Vec::new(),
             spans: None,
             spans_pending: None,
-            spans_resolving: None,
             held: Vec::new(),
         })
     }
@@ -352,7 +350,7 @@ impl Replica {
     /// step's optimizer inputs (again: a replica that sat out a short batch has not seen them).
     pub fn begin_apply(&mut self, hyper: Hyper) -> Result<()> {
         let dev = self.device.clone();
-        let set = self.spans_pending.take().filter(|_| self.spans.is_some());
+        let set = self.spans_pending.filter(|_| self.spans.is_some());
         let count = self.buckets.len();
         for (b, bucket) in self.buckets.iter_mut().enumerate() {
             let slot = bucket.staging.acquire(dev.wgpu())?;
@@ -378,7 +376,6 @@ impl Replica {
             }
             bucket.prepared = Some((slot, enc.finish()));
         }
-        self.spans_resolving = if count > 0 { set } else { None };
         Ok(())
     }
 
@@ -408,11 +405,13 @@ impl Replica {
             return Ok(());
         }
         let (owners, commands): (Vec<(usize, usize)>, Vec<wgpu::CommandBuffer>) = self.held.drain(..).map(|(b, slot, c)| ((b, slot), c)).unzip();
+        // Taken before `next` goes out: submitting it makes its own set the pending one.
+        let resolved = if last { self.spans_pending.take() } else { None };
         let submission = match next {
             Some(r) => self.submit_part(r, commands).expect("a recorded step has commands"),
             None => self.device.queue().submit(commands),
         };
-        if last && let (Some(i), Some(s)) = (self.spans_resolving.take(), self.spans.as_mut()) {
+        if let (Some(i), Some(s)) = (resolved, self.spans.as_mut()) {
             s.submitted(i, submission.clone());
         }
         for (b, slot) in owners {
