@@ -177,9 +177,9 @@ impl Replica {
                     d.encode(&mut pass);
                 }
             }
-            commands.push((std::mem::replace(&mut enc, dev.wgpu().create_command_encoder(&Default::default())).finish(), None));
+            commands.push((enc.finish(), None));
             for (b, &end) in cuts.iter().enumerate() {
-                let mut enc = if b == 0 { std::mem::replace(&mut enc, dev.wgpu().create_command_encoder(&Default::default())) } else { dev.wgpu().create_command_encoder(&Default::default()) };
+                let mut enc = dev.wgpu().create_command_encoder(&Default::default());
                 {
                     let name = || if b == 0 { "forward + backward, bucket 0".to_string() } else { format!("backward, bucket {b}") };
                     let mut pass = GpuSpans::begin(&mut spans, name, &mut enc);
