@@ -148,7 +148,7 @@ fn train_forward_matches_f64() {
             let k = case(&mut r, shape, 0.0);
             let cfg = BatchNormConfig { momentum: 0.6, relu, ..Default::default() };
             let (out, dispatches) = train(&k, &cfg);
-            let wide = k.c % 4 == 0;
+            let wide = k.c.is_multiple_of(4);
             assert_eq!(dispatches[2].label, if wide { "normalize_train4" } else { "normalize_train" }, "{shape:?}");
             run(&dispatches);
             let e = check_train(&format!("train {shape:?} relu={relu}"), &k, &cfg, &out);
