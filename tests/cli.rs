@@ -176,12 +176,37 @@ fn bench_reports_scaling_and_a_kernel_profile() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let j = json(&out);
     let scaling = j["scaling"].as_array().unwrap();
-    assert_eq!(scaling.len(), 2);
-    assert!(scaling.iter().all(|s| s["images_per_sec"].as_f64().unwrap() > 0.0));
-    assert_eq!(j["devices"].as_array().unwrap().len(), 2);
+    assert_eq!(scaling.iter().map(|s| s["devices"].as_u64().unwrap()).collect::<Vec<_>>(), [1, 2]);
+    let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{k} missing from {v}"));
+    let one = f(&scaling[0], "images_per_sec");
+    for s in scaling {
+        // images/s is the global batch over the step time, and efficiency its ratio to
+        // the one-device rate times the devices.
+        let devices = f(s, "devices");
+        let (ips, step) = (f(s, "images_per_sec"), f(s, "step_ms"));
+        assert!(ips > 0.0 && step > 0.0, "{s}");
+        assert!((ips * step / 1e3 - 8.0 * devices).abs() < 1e-6 * ips * step, "{s}");
+        assert!((f(s, "efficiency") - ips / (one * devices)).abs() < 1e-9, "{s}");
+    }
+    assert_eq!(j["global_batch"], 16);
+    // Every result names what produced it.
+    assert_eq!(j["steps"], 2);
+    assert!(j["command"].as_str().unwrap().ends_with("bench --model mlp --devices software:2 --batch-size 8 --image-size 8 --steps 2 --profile --json"), "{}", j["command"]);
+    assert!(j["commit"].as_str().is_some_and(|c| !c.is_empty()), "{}", j["commit"]);
+    assert_eq!(f(&j, "images_per_sec"), f(&scaling[1], "images_per_sec"));
+    let devices = j["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 2);
+    for d in devices {
+        assert_eq!(d["samples"], 2 * 8);
+        let shares = f(d, "input_wait") + f(d, "compute") + f(d, "exchange");
+        assert!((0.0..=1.5).contains(&shares), "time shares of {d}");
+    }
     let kernels = j["profile"]["by_kernel"].as_array().unwrap();
     let dense = kernels.iter().find(|k| k["kernel"] == "dense_forward").expect("dense_forward timed");
-    assert!(dense["ms"].as_f64().unwrap() >= 0.0 && dense["tflops"].as_f64().is_some());
+    assert!(f(dense, "ms") > 0.0 && f(dense, "tflops") > 0.0, "{dense}");
+    // The MLP's forward: 8 x (192 -> 256 -> 128 -> 10) multiply-adds, two flops each.
+    let per_sample = 2.0 * (192.0 * 256.0 + 256.0 * 128.0 + 128.0 * 10.0);
+    assert_eq!(f(dense, "flops"), 8.0 * per_sample, "{dense}");
     assert!(kernels.iter().any(|k| k["kernel"] == "optimizer"));
     assert_eq!(j["profile"]["batch"], 8);
 }

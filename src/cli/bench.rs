@@ -73,6 +73,11 @@ pub fn run(a: BenchArgs) -> Result<()> {
         })
         .collect();
     let mut out = json!({
+        "commit": env!("CONVOY_COMMIT"),
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "steps": a.steps,
+        "image_size": a.image_size,
+        "shaders": if devices[0].is_checked() { "checked" } else { "unchecked" },
         "model": a.model,
         "batch_size": a.batch_size,
         "global_batch": a.batch_size * last.devices,

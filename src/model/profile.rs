@@ -39,7 +39,7 @@ impl KernelTime {
         let s = self.ms * 1e-3;
         let mut j = json!({
             "kernel": self.family, "entry": self.entry, "layer": self.layer, "dispatches": self.count,
-            "ms": self.ms, "tflops": self.flops / s.max(1e-12) * 1e-12, "gbps": self.bytes / s.max(1e-12) * 1e-9,
+            "ms": self.ms, "flops": self.flops, "bytes": self.bytes, "tflops": self.flops / s.max(1e-12) * 1e-12, "gbps": self.bytes / s.max(1e-12) * 1e-9,
         });
         if let Some(p) = peak {
             j["floor_ms"] = json!(self.floor_ms(p));
