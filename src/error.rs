@@ -22,6 +22,9 @@ pub enum Error {
     /// The GPU reported a failure (out of memory, lost device, failed mapping).
     #[error("gpu: {0}")]
     Gpu(String),
+    /// A computation disagreed with its reference (`convoy check`).
+    #[error("check: {0}")]
+    Mismatch(String),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

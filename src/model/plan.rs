@@ -52,12 +52,22 @@ pub struct Plan {
     /// Index into `dispatches` where each layer's backward starts, last layer first, for
     /// splitting the backward into gradient buckets.
     pub backward_marks: Vec<(usize, usize)>,
+    /// Each recorded layer's index, input and saved tensors, kept only for inspection
+    /// (`convoy check` reads the device's ReLU masks and max-pool choices from them). Left
+    /// empty otherwise: holding them would keep every activation out of the device pool,
+    /// which the plans of other batch sizes share.
+    pub records: Vec<Record>,
 }
+
+/// One recorded layer of a plan's forward: its index in the model, its input, and what its
+/// forward saved (output, extra tensors, nested layers' records).
+pub type Record = (usize, Tensor, Saved);
 
 impl Plan {
     /// Records the step of `def` for `batch` samples on `device`. `scale` multiplies the
     /// loss gradient: one over the global batch, so summing replicas' gradients averages.
-    pub fn build(def: &Definition, device: &Arc<Device>, shared: &Shared, batch: usize, training: bool, scale: f32) -> Result<Plan> {
+    /// With `keep_records`, the forward's tensors stay readable after each step ([`Plan::records`]).
+    pub fn build(def: &Definition, device: &Arc<Device>, shared: &Shared, batch: usize, training: bool, scale: f32, keep_records: bool) -> Result<Plan> {
         let [h, w, c] = [def.input_shape[0], def.input_shape[1], def.input_shape[2]];
         let images = device.alloc(&[batch, h, w, c], DType::U8)?;
         let labels = device.alloc(&[batch], DType::U32)?;
@@ -65,7 +75,7 @@ impl Plan {
         let x = g.activation(&def.input_shape)?;
         g.push(image::normalize_u8(device, &images, &def.mean, &def.std, &x)?);
 
-        let mut records: Vec<(usize, Tensor, Saved)> = Vec::new();
+        let mut records: Vec<Record> = Vec::new();
         let mut input = x;
         for (i, layer) in def.layers.iter().enumerate() {
             if def.fused[i] {
@@ -124,6 +134,7 @@ impl Plan {
             readbacks: [Readback::new(device.wgpu(), bytes), Readback::new(device.wgpu(), bytes)],
             next_readback: 0,
             backward_marks,
+            records: if keep_records { records } else { Vec::new() },
         })
     }
 

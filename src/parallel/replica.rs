@@ -78,6 +78,8 @@ pub struct Replica {
     spans_pending: Option<usize>,
     /// Bucket updates applied but not yet submitted: (bucket, staging slot, commands).
     held: Vec<(usize, usize, wgpu::CommandBuffer)>,
+    /// Plans keep their forward's tensors readable (see [`Replica::keep_records`]).
+    keep_records: bool,
 }
 
 impl Replica {
@@ -129,6 +131,7 @@ impl Replica {
             spans: None,
             spans_pending: None,
             held: Vec::new(),
+            keep_records: false,
         })
     }
 
@@ -233,7 +236,7 @@ impl Replica {
             Vec::new()
         };
         let (hyper_t, step_t) = (self.hyper.clone(), self.shared.step.clone());
-        let plan = plan_for(&mut self.plans, &self.in_flight, def, &dev, &self.shared, n, training, scale)?;
+        let plan = plan_for(&mut self.plans, &self.in_flight, def, &dev, &self.shared, (n, training, scale), self.keep_records)?;
         let mut parts: Vec<(&[u8], &wgpu::Buffer, u64)> = vec![
             (batch.images, plan.images.buffer(), plan.images.offset()),
             (bytemuck::cast_slice(batch.labels), plan.labels.buffer(), plan.labels.offset()),
@@ -420,6 +423,23 @@ impl Replica {
         Ok(())
     }
 
+    /// Makes the plans built from now on keep their forward's tensors, so that the last
+    /// step's activations can be read back ([`Replica::records`]); drops the plans built
+    /// without them. Costs device memory: for checking, not for training.
+    pub fn keep_records(&mut self, keep: bool) {
+        if self.keep_records != keep {
+            self.keep_records = keep;
+            let in_flight: Vec<PlanKey> = self.in_flight.iter().map(|f| f.0).collect();
+            self.plans.retain(|k, _| in_flight.contains(k));
+        }
+    }
+
+    /// The forward records of the last training step of `n` samples whose loss gradient was
+    /// scaled by `scale`, if its plan kept them.
+    pub fn records(&self, n: usize, scale: f32) -> Option<&[crate::model::plan::Record]> {
+        self.plans.get(&(n, true, scale.to_bits())).map(|p| p.records.as_slice()).filter(|r| !r.is_empty())
+    }
+
     /// Steps submitted whose outputs have not been collected.
     pub fn pending(&self) -> usize {
         self.in_flight.len()
@@ -479,9 +499,8 @@ fn plan_for<'p>(
     def: &Definition,
     device: &Arc<Device>,
     shared: &Shared,
-    n: usize,
-    training: bool,
-    scale: f32,
+    (n, training, scale): (usize, bool, f32),
+    keep_records: bool,
 ) -> Result<&'p mut Plan> {
     let key = (n, training, scale.to_bits());
     if !plans.contains_key(&key) {
@@ -492,7 +511,7 @@ fn plan_for<'p>(
                 plans.remove(&k);
             }
         }
-        plans.insert(key, Plan::build(def, device, shared, n, training, scale)?);
+        plans.insert(key, Plan::build(def, device, shared, n, training, scale, keep_records)?);
     }
     Ok(plans.get_mut(&key).unwrap())
 }
