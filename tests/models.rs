@@ -62,9 +62,12 @@ fn fit_learns_and_history_has_keras_keys() {
     for key in ["loss", "accuracy", "top_k_accuracy", "val_loss", "val_accuracy", "images_per_sec"] {
         assert_eq!(hist.get(key).map(Vec::len), Some(3), "history lacks 3 values of {key}: {:?}", hist.keys());
     }
+    // Chance is 0.1 and a loss of ln 10 = 2.30; this seed reaches 0.72 and 0.88 in three
+    // epochs (loss 2.24, 1.48, 1.16), so a model that learns half as well fails.
     let loss = &hist["loss"];
-    assert!(loss[2] < loss[0], "loss did not fall: {loss:?}");
-    assert!(hist["val_accuracy"][2] > 0.3, "val accuracy {:?}", hist["val_accuracy"]);
+    assert!(loss[0] > loss[1] && loss[1] > loss[2], "loss did not fall every epoch: {loss:?}");
+    assert!(hist["val_accuracy"][2] > 0.6, "val accuracy {:?}", hist["val_accuracy"]);
+    assert!(hist["val_loss"][2] < 1.2, "val loss {:?}", hist["val_loss"]);
 }
 
 #[test]
