@@ -20,6 +20,7 @@
 //! ```
 pub mod bench;
 pub mod callbacks;
+pub mod check;
 pub mod data;
 pub mod device;
 pub mod error;

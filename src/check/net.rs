@@ -1,0 +1,311 @@
+//! The reference's own description of a model, read from each layer's class name and saved
+//! configuration (the JSON a saved model carries) rather than from the layers' Rust fields,
+//! so that a wrong field in a layer cannot make the reference agree with it.
+
+use serde_json::Value;
+
+use crate::kernels::conv2d::{Conv2dGeometry, Padding};
+use crate::kernels::pool::{Pool2dGeometry, PoolPadding};
+use crate::layers::padding_from_config;
+use crate::model::losses::Loss;
+use crate::model::plan::Definition;
+use crate::{bail, Result};
+
+/// One layer as the reference computes it (fused ReLUs folded into BatchNorm / Residual).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Node {
+    /// A 2-D convolution of NHWC input with a `[kh, kw, in, filters]` kernel.
+    Conv2D { filters: usize, kernel: (usize, usize), strides: (usize, usize), padding: Padding, use_bias: bool },
+    /// `y = x · kernel + bias` with an `[in, units]` kernel.
+    Dense { units: usize, use_bias: bool },
+    /// Training-mode BatchNorm over the last axis; `relu` when the model fused the ReLU that
+    /// followed it (the device then only ever exposes the rectified output).
+    BatchNorm { momentum: f64, epsilon: f64, relu: bool },
+    /// A standalone ReLU (one the model could not fuse, e.g. inside a residual chain).
+    ReLU,
+    /// Max pooling; `same` is Keras' `"same"` padding (padded positions never win).
+    MaxPool { pool: (usize, usize), strides: (usize, usize), same: bool },
+    /// Average pooling over the input positions of each window (padding not counted).
+    AvgPool { pool: (usize, usize), strides: (usize, usize), same: bool },
+    /// The mean over height and width.
+    GlobalAvgPool,
+    /// A reshape to `[batch, h*w*c]` (NHWC order is kept).
+    Flatten,
+    /// A layer the device records but that computes the identity in training: Dropout with
+    /// rate 0. Kept as a node so node `i` still pairs with the device's `i`-th record.
+    Identity,
+    /// `main(x) + shortcut(x)` (an empty chain is the identity), then the fused ReLU if `relu`.
+    Residual { main: Vec<Node>, shortcut: Vec<Node>, relu: bool },
+}
+
+/// A whole model as the reference sees it.
+///
+/// `nodes[i]` corresponds to the `i`-th layer of `def.layers` that is not a fused ReLU,
+/// which is also the order in which the device records its forward pass
+/// (`model::plan::Plan::build` skips exactly the fused layers): the device side pairs its
+/// records (and the [`super::Decision`]s it reads back) with these nodes by position.
+#[derive(Clone, Debug)]
+pub struct Net {
+    pub nodes: Vec<Node>,
+    /// The per-sample input shape: height, width, channels.
+    pub input_shape: Vec<usize>,
+    pub classes: usize,
+    pub loss: Loss,
+    /// Per-channel normalisation of the u8 input, `(x / 255 - mean) / std`, as the exact
+    /// f64 values of the device's f32 settings.
+    pub mean: Vec<f64>,
+    pub std: Vec<f64>,
+    /// Per node, the layout's name of its layer (`batch_normalization_3`), for reports.
+    pub names: Vec<String>,
+}
+
+/// A required non-negative integer field of a layer's config.
+fn usize_of(class: &str, cfg: &Value, key: &str) -> Result<usize> {
+    match cfg.get(key).and_then(Value::as_u64) {
+        Some(v) => Ok(v as usize),
+        None => bail!(Config, "{class} config: `{key}` must be a non-negative integer, got {:?} in {cfg}", cfg.get(key)),
+    }
+}
+
+/// A `[a, b]` field (kernel sizes, strides); a single integer means a square one, as Keras allows.
+fn pair_of(class: &str, cfg: &Value, key: &str) -> Result<(usize, usize)> {
+    match cfg.get(key) {
+        Some(Value::Array(a)) if a.len() == 2 && a.iter().all(|v| v.as_u64().is_some()) => {
+            Ok((a[0].as_u64().unwrap() as usize, a[1].as_u64().unwrap() as usize))
+        }
+        Some(v) if v.as_u64().is_some() => {
+            let s = v.as_u64().unwrap() as usize;
+            Ok((s, s))
+        }
+        other => bail!(Config, "{class} config: `{key}` must be [a, b], got {other:?} in {cfg}"),
+    }
+}
+
+fn bool_of(class: &str, cfg: &Value, key: &str) -> Result<bool> {
+    match cfg.get(key).and_then(Value::as_bool) {
+        Some(b) => Ok(b),
+        None => bail!(Config, "{class} config: `{key}` must be a boolean, got {:?} in {cfg}", cfg.get(key)),
+    }
+}
+
+fn f64_of(class: &str, cfg: &Value, key: &str) -> Result<f64> {
+    match cfg.get(key).and_then(Value::as_f64) {
+        Some(v) => Ok(v),
+        None => bail!(Config, "{class} config: `{key}` must be a number, got {:?} in {cfg}", cfg.get(key)),
+    }
+}
+
+fn pool_same(class: &str, cfg: &Value) -> Result<bool> {
+    match cfg.get("padding").and_then(Value::as_str) {
+        Some("same") => Ok(true),
+        Some("valid") => Ok(false),
+        other => bail!(Config, "{class} config: `padding` must be \"valid\" or \"same\", got {other:?}"),
+    }
+}
+
+/// The node of one layer from its class name and config; `relu` is whether the model fused
+/// the following ReLU into it.
+fn node_of(class: &str, cfg: &Value, relu: bool) -> Result<Node> {
+    let node = match class {
+        "Conv2D" => Node::Conv2D {
+            filters: usize_of(class, cfg, "filters")?,
+            kernel: pair_of(class, cfg, "kernel_size")?,
+            strides: pair_of(class, cfg, "strides")?,
+            padding: padding_from_config(cfg.get("padding").unwrap_or(&Value::Null))?,
+            use_bias: bool_of(class, cfg, "use_bias")?,
+        },
+        "Dense" => Node::Dense { units: usize_of(class, cfg, "units")?, use_bias: bool_of(class, cfg, "use_bias")? },
+        "BatchNormalization" => {
+            Node::BatchNorm { momentum: f64_of(class, cfg, "momentum")?, epsilon: f64_of(class, cfg, "epsilon")?, relu }
+        }
+        "ReLU" => Node::ReLU,
+        "MaxPool2D" => {
+            Node::MaxPool { pool: pair_of(class, cfg, "pool_size")?, strides: pair_of(class, cfg, "strides")?, same: pool_same(class, cfg)? }
+        }
+        "AveragePooling2D" => {
+            Node::AvgPool { pool: pair_of(class, cfg, "pool_size")?, strides: pair_of(class, cfg, "strides")?, same: pool_same(class, cfg)? }
+        }
+        "GlobalAveragePooling2D" => Node::GlobalAvgPool,
+        "Flatten" => Node::Flatten,
+        "Dropout" => {
+            let rate = f64_of(class, cfg, "rate")?;
+            if rate != 0.0 {
+                bail!(Config, "the f64 check does not support Dropout with rate > 0: its mask is drawn on the device (got rate {rate})");
+            }
+            Node::Identity
+        }
+        "Residual" => {
+            let chain = |key: &str| -> Result<Vec<Node>> {
+                let Some(Value::Array(items)) = cfg.get(key) else {
+                    bail!(Config, "Residual config: `{key}` must be a list of layers, got {:?}", cfg.get(key));
+                };
+                // Inside a chain nothing is fused: the block records each sub-layer as it is.
+                items
+                    .iter()
+                    .map(|item| match (item.get("class_name").and_then(Value::as_str), item.get("config")) {
+                        (Some(c), Some(sub)) => node_of(c, sub, false),
+                        _ => bail!(Config, "Residual config: a `{key}` entry needs `class_name` and `config`, got {item}"),
+                    })
+                    .collect()
+            };
+            Node::Residual { main: chain("main")?, shortcut: chain("shortcut")?, relu }
+        }
+        other => bail!(Config, "the f64 check does not know layer class `{other}` (config {cfg})"),
+    };
+    if relu && !matches!(node, Node::BatchNorm { .. } | Node::Residual { .. }) {
+        bail!(Config, "a ReLU is marked fused into a {class}, but only BatchNormalization and Residual fuse one");
+    }
+    Ok(node)
+}
+
+/// The per-sample output shape of `node` for the per-sample `input` shape.
+pub(crate) fn output_shape(node: &Node, input: &[usize]) -> Result<Vec<usize>> {
+    Ok(match node {
+        Node::Conv2D { filters, kernel, strides, padding, .. } => {
+            let [h, w, c] = spatial("Conv2D", input)?;
+            Conv2dGeometry::new(&[1, h, w, c], *filters, *kernel, *strides, *padding)?.output_shape()[1..].to_vec()
+        }
+        Node::Dense { units, .. } => {
+            if input.len() != 1 {
+                bail!(Shape, "Dense expects a flat (features,) input, got {input:?}");
+            }
+            vec![*units]
+        }
+        Node::MaxPool { pool, strides, same } | Node::AvgPool { pool, strides, same } => {
+            pool_geometry(1, input, *pool, *strides, *same)?.output_shape()[1..].to_vec()
+        }
+        Node::GlobalAvgPool => vec![spatial("GlobalAveragePooling2D", input)?[2]],
+        Node::Flatten => vec![input.iter().product()],
+        Node::BatchNorm { .. } | Node::ReLU | Node::Identity => input.to_vec(),
+        Node::Residual { main, shortcut, .. } => {
+            let (m, s) = (chain_shape(main, input)?, chain_shape(shortcut, input)?);
+            if m != s {
+                bail!(Shape, "residual block: main path gives {m:?} but the shortcut gives {s:?} for input {input:?}");
+            }
+            m
+        }
+    })
+}
+
+pub(crate) fn chain_shape(nodes: &[Node], input: &[usize]) -> Result<Vec<usize>> {
+    nodes.iter().try_fold(input.to_vec(), |s, n| output_shape(n, &s))
+}
+
+pub(crate) fn spatial(class: &str, input: &[usize]) -> Result<[usize; 3]> {
+    match *input {
+        [h, w, c] => Ok([h, w, c]),
+        _ => bail!(Shape, "{class} expects (height, width, channels) input, got {input:?}"),
+    }
+}
+
+pub(crate) fn pool_geometry(batch: usize, input: &[usize], pool: (usize, usize), strides: (usize, usize), same: bool) -> Result<Pool2dGeometry> {
+    let [h, w, c] = spatial("pooling", input)?;
+    let padding = if same { PoolPadding::Same } else { PoolPadding::Valid };
+    Pool2dGeometry::new(&[batch, h, w, c], [pool.0, pool.1], Some([strides.0, strides.1]), padding)
+}
+
+/// The shapes of the parameters (`params == true`) or states a node owns for `input`, in
+/// the order of the layer's `params()` / `states()`; a residual block lists its main chain's
+/// then its shortcut's, as `Residual::walk` does.
+pub(crate) fn tensor_shapes(node: &Node, input: &[usize], params: bool, out: &mut Vec<Vec<usize>>) -> Result<()> {
+    match node {
+        Node::Conv2D { filters, kernel, use_bias, .. } if params => {
+            let c = spatial("Conv2D", input)?[2];
+            out.push(vec![kernel.0, kernel.1, c, *filters]);
+            if *use_bias {
+                out.push(vec![*filters]);
+            }
+        }
+        Node::Dense { units, use_bias } if params => {
+            out.push(vec![input.first().copied().unwrap_or(0), *units]);
+            if *use_bias {
+                out.push(vec![*units]);
+            }
+        }
+        Node::BatchNorm { .. } => {
+            let c = *input.last().unwrap_or(&0);
+            out.extend([vec![c], vec![c]]);
+        }
+        Node::Residual { main, shortcut, .. } => {
+            for chain in [main, shortcut] {
+                let mut shape = input.to_vec();
+                for n in chain {
+                    tensor_shapes(n, &shape, params, out)?;
+                    shape = output_shape(n, &shape)?;
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+impl Net {
+    /// The reference's view of `def`, which must be compiled (its `fused` flags set).
+    pub fn from_definition(def: &Definition) -> Result<Net> {
+        if def.fused.len() != def.layers.len() {
+            bail!(Config, "the f64 check needs a compiled model: {} layers but {} fused flags", def.layers.len(), def.fused.len());
+        }
+        if def.input_shape.len() != 3 {
+            bail!(Shape, "the f64 check needs a (height, width, channels) input, got {:?}", def.input_shape);
+        }
+        let mut nodes = Vec::new();
+        let mut names = Vec::new();
+        for (i, layer) in def.layers.iter().enumerate() {
+            if def.fused[i] {
+                if i == 0 || def.layers[i].class_name() != "ReLU" {
+                    bail!(Config, "layer {i} ({}) is marked fused, but only a ReLU after another layer can be", def.layers[i].class_name());
+                }
+                continue;
+            }
+            let relu = def.fused.get(i + 1).copied().unwrap_or(false);
+            let node = node_of(layer.class_name(), &layer.config(), relu).map_err(|e| crate::Error::Config(format!("layer {i}: {e}")))?;
+            nodes.push(node);
+            names.push(def.layout.layer_names.get(i).cloned().unwrap_or_else(|| format!("{}_{i}", layer.class_name())));
+        }
+        let channels = def.input_shape[2];
+        if def.mean.len() != channels || def.std.len() != channels {
+            bail!(Config, "normalisation needs {channels} means and stds, got {:?} and {:?}", def.mean, def.std);
+        }
+        let net = Net {
+            nodes,
+            input_shape: def.input_shape.clone(),
+            classes: def.classes,
+            loss: def.loss,
+            mean: def.mean.iter().map(|&v| v as f64).collect(),
+            std: def.std.iter().map(|&v| v as f64).collect(),
+            names,
+        };
+        let out = net.output_shape()?;
+        if out != [def.classes] {
+            bail!(Shape, "the model outputs {out:?} per sample but has {} classes", def.classes);
+        }
+        Ok(net)
+    }
+
+    /// The per-sample output shape (the logits'), checking every node against its input.
+    pub fn output_shape(&self) -> Result<Vec<usize>> {
+        chain_shape(&self.nodes, &self.input_shape)
+    }
+
+    /// The shapes of every parameter the reference expects, in the layout's order: what
+    /// `layout.params` must list for a given set of flat weights to fit this net.
+    pub fn param_shapes(&self) -> Result<Vec<Vec<usize>>> {
+        self.shapes(true)
+    }
+
+    /// The shapes of every state (moving mean and variance), in the layout's order.
+    pub fn state_shapes(&self) -> Result<Vec<Vec<usize>>> {
+        self.shapes(false)
+    }
+
+    fn shapes(&self, params: bool) -> Result<Vec<Vec<usize>>> {
+        let mut out = Vec::new();
+        let mut shape = self.input_shape.clone();
+        for n in &self.nodes {
+            tensor_shapes(n, &shape, params, &mut out)?;
+            shape = output_shape(n, &shape)?;
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,212 @@
+//! The reference's dense arithmetic in f64, on the host, parallel with rayon.
+//!
+//! Every loop keeps its innermost pass over memory that is contiguous in NHWC activations,
+//! `[kh, kw, in, filters]` conv kernels and `[in, out]` dense kernels (the last axis), as
+//! axpys that vectorise without reassociating sums: that keeps a whole ResNet-20 step at
+//! batch 64 affordable on a small CPU. Parallel work is split over output rows so that no
+//! two threads write the same element; weight gradients are summed per chunk of rows and
+//! the chunks added at the end.
+
+use rayon::prelude::*;
+
+use crate::kernels::conv2d::Conv2dGeometry;
+
+/// `out += a * x`, the one inner loop almost everything here reduces to.
+#[inline]
+pub(crate) fn axpy(out: &mut [f64], a: f64, x: &[f64]) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o += a * v;
+    }
+}
+
+/// Chunks of `rows` for folds: a few per thread, so the per-chunk accumulators (a whole
+/// kernel gradient each) stay few while the threads stay balanced.
+fn chunk_len(rows: usize) -> usize {
+    rows.div_ceil(4 * rayon::current_num_threads()).max(1)
+}
+
+/// Per column `j < cols`, the sum over `rows` of `f(r * cols + j)`.
+pub(crate) fn col_sums(rows: usize, cols: usize, f: impl Fn(usize) -> f64 + Sync) -> Vec<f64> {
+    let chunk = chunk_len(rows);
+    (0..rows.div_ceil(chunk))
+        .into_par_iter()
+        .map(|k| {
+            let mut acc = vec![0.0; cols];
+            for r in k * chunk..((k + 1) * chunk).min(rows) {
+                for (j, a) in acc.iter_mut().enumerate() {
+                    *a += f(r * cols + j);
+                }
+            }
+            acc
+        })
+        .reduce(|| vec![0.0; cols], add_into)
+}
+
+fn add_into(mut a: Vec<f64>, b: Vec<f64>) -> Vec<f64> {
+    for (x, y) in a.iter_mut().zip(&b) {
+        *x += y;
+    }
+    a
+}
+
+/// The input row (or column) that tap `i` of output `o` reads, if it is inside the input.
+#[inline]
+fn tap(o: usize, stride: usize, pad: usize, i: usize, size: usize) -> Option<usize> {
+    let t = (o * stride + i).checked_sub(pad)?;
+    (t < size).then_some(t)
+}
+
+/// The output row (or column) whose tap `i` reads input `t`, if there is one.
+#[inline]
+fn tapped_by(t: usize, stride: usize, pad: usize, i: usize, out: usize) -> Option<usize> {
+    let s = (t + pad).checked_sub(i)?;
+    (s % stride == 0 && s / stride < out).then_some(s / stride)
+}
+
+/// `y = conv(x, w) + bias`: per output pixel, per tap, per input channel, an axpy over the
+/// filters.
+pub(crate) fn conv_forward(g: &Conv2dGeometry, x: &[f64], w: &[f64], bias: Option<&[f64]>) -> Vec<f64> {
+    let (c, f) = (g.in_c, g.filters);
+    let mut y = vec![0.0; g.batch * g.out_h * g.out_w * f];
+    y.par_chunks_mut(g.out_w * f).enumerate().for_each(|(row, yrow)| {
+        let (b, oh) = (row / g.out_h, row % g.out_h);
+        for ow in 0..g.out_w {
+            let out = &mut yrow[ow * f..(ow + 1) * f];
+            if let Some(bias) = bias {
+                out.copy_from_slice(bias);
+            }
+            for i in 0..g.kh {
+                let Some(ih) = tap(oh, g.stride_h, g.pad_top, i, g.in_h) else { continue };
+                for j in 0..g.kw {
+                    let Some(iw) = tap(ow, g.stride_w, g.pad_left, j, g.in_w) else { continue };
+                    let xs = &x[((b * g.in_h + ih) * g.in_w + iw) * c..][..c];
+                    let ws = &w[(i * g.kw + j) * c * f..][..c * f];
+                    for (ci, &xv) in xs.iter().enumerate() {
+                        axpy(out, xv, &ws[ci * f..(ci + 1) * f]);
+                    }
+                }
+            }
+        }
+    });
+    y
+}
+
+/// The kernel transposed per tap to `[kh, kw, filters, in]`, so the input gradient is an
+/// axpy over input channels instead of a dot over filters (a dot does not vectorise
+/// without reassociating its sum).
+fn transpose_taps(g: &Conv2dGeometry, w: &[f64]) -> Vec<f64> {
+    let (c, f) = (g.in_c, g.filters);
+    let mut t = vec![0.0; w.len()];
+    for tap in 0..g.kh * g.kw {
+        for ci in 0..c {
+            for fi in 0..f {
+                t[(tap * f + fi) * c + ci] = w[(tap * c + ci) * f + fi];
+            }
+        }
+    }
+    t
+}
+
+/// `dx` of a convolution, gathered per input pixel (so threads never share an element):
+/// every (tap, output) that read it contributes `dy[o] · w[tap]ᵀ`.
+pub(crate) fn conv_input_grad(g: &Conv2dGeometry, dy: &[f64], w: &[f64]) -> Vec<f64> {
+    let (c, f) = (g.in_c, g.filters);
+    let wt = transpose_taps(g, w);
+    let mut dx = vec![0.0; g.batch * g.in_h * g.in_w * c];
+    dx.par_chunks_mut(g.in_w * c).enumerate().for_each(|(row, dxrow)| {
+        let (b, ih) = (row / g.in_h, row % g.in_h);
+        for iw in 0..g.in_w {
+            let out = &mut dxrow[iw * c..(iw + 1) * c];
+            for i in 0..g.kh {
+                let Some(oh) = tapped_by(ih, g.stride_h, g.pad_top, i, g.out_h) else { continue };
+                for j in 0..g.kw {
+                    let Some(ow) = tapped_by(iw, g.stride_w, g.pad_left, j, g.out_w) else { continue };
+                    let dys = &dy[((b * g.out_h + oh) * g.out_w + ow) * f..][..f];
+                    let ws = &wt[(i * g.kw + j) * f * c..][..f * c];
+                    for (fi, &d) in dys.iter().enumerate() {
+                        axpy(out, d, &ws[fi * c..(fi + 1) * c]);
+                    }
+                }
+            }
+        }
+    });
+    dx
+}
+
+/// `dw[tap, ci, :] += x[in pixel, ci] * dy[out pixel, :]`, per chunk of output rows, the
+/// chunks' sums added at the end.
+pub(crate) fn conv_weight_grad(g: &Conv2dGeometry, x: &[f64], dy: &[f64]) -> Vec<f64> {
+    let (c, f) = (g.in_c, g.filters);
+    let n = g.kh * g.kw * c * f;
+    let rows = g.batch * g.out_h;
+    let chunk = chunk_len(rows);
+    (0..rows.div_ceil(chunk))
+        .into_par_iter()
+        .map(|k| {
+            let mut dw = vec![0.0; n];
+            for row in k * chunk..((k + 1) * chunk).min(rows) {
+                let (b, oh) = (row / g.out_h, row % g.out_h);
+                for ow in 0..g.out_w {
+                    let dys = &dy[((b * g.out_h + oh) * g.out_w + ow) * f..][..f];
+                    for i in 0..g.kh {
+                        let Some(ih) = tap(oh, g.stride_h, g.pad_top, i, g.in_h) else { continue };
+                        for j in 0..g.kw {
+                            let Some(iw) = tap(ow, g.stride_w, g.pad_left, j, g.in_w) else { continue };
+                            let xs = &x[((b * g.in_h + ih) * g.in_w + iw) * c..][..c];
+                            let dws = &mut dw[(i * g.kw + j) * c * f..][..c * f];
+                            for (ci, &xv) in xs.iter().enumerate() {
+                                axpy(&mut dws[ci * f..(ci + 1) * f], xv, dys);
+                            }
+                        }
+                    }
+                }
+            }
+            dw
+        })
+        .reduce(|| vec![0.0; n], add_into)
+}
+
+/// `y[n, :] = bias + Σ_i x[n, i] · w[i, :]`.
+pub(crate) fn dense_forward(x: &[f64], inputs: usize, w: &[f64], units: usize, bias: Option<&[f64]>) -> Vec<f64> {
+    let rows = x.len() / inputs;
+    let mut y = vec![0.0; rows * units];
+    y.par_chunks_mut(units).zip(x.par_chunks(inputs)).for_each(|(out, xs)| {
+        if let Some(bias) = bias {
+            out.copy_from_slice(bias);
+        }
+        for (i, &xv) in xs.iter().enumerate() {
+            axpy(out, xv, &w[i * units..(i + 1) * units]);
+        }
+    });
+    y
+}
+
+/// `dx[n, i] = Σ_u dy[n, u] · w[i, u]`, through the transposed kernel (axpys over `i`).
+pub(crate) fn dense_input_grad(dy: &[f64], w: &[f64], inputs: usize, units: usize) -> Vec<f64> {
+    let mut wt = vec![0.0; w.len()];
+    for i in 0..inputs {
+        for u in 0..units {
+            wt[u * inputs + i] = w[i * units + u];
+        }
+    }
+    let rows = dy.len() / units;
+    let mut dx = vec![0.0; rows * inputs];
+    dx.par_chunks_mut(inputs).zip(dy.par_chunks(units)).for_each(|(out, dys)| {
+        for (u, &d) in dys.iter().enumerate() {
+            axpy(out, d, &wt[u * inputs..(u + 1) * inputs]);
+        }
+    });
+    dx
+}
+
+/// `dw[i, :] = Σ_n x[n, i] · dy[n, :]`, one kernel row per task.
+pub(crate) fn dense_weight_grad(x: &[f64], dy: &[f64], inputs: usize, units: usize) -> Vec<f64> {
+    let rows = dy.len() / units;
+    let mut dw = vec![0.0; inputs * units];
+    dw.par_chunks_mut(units).enumerate().for_each(|(i, out)| {
+        for n in 0..rows {
+            axpy(out, x[n * inputs + i], &dy[n * units..(n + 1) * units]);
+        }
+    });
+    dw
+}

@@ -1,0 +1,684 @@
+//! One training step of a whole model in f64, following the device's piecewise decisions.
+
+use rayon::prelude::*;
+
+use super::decisions::{check_structure, Decision};
+use super::net::{pool_geometry, spatial, Net, Node};
+use super::ops;
+use crate::kernels::conv2d::Conv2dGeometry;
+use crate::kernels::pool::Pool2dGeometry;
+use crate::model::layout::Layout;
+use crate::model::losses::Loss;
+use crate::{bail, Error, Result};
+
+/// A unit whose f64 pre-activation lies within this fraction of its layer's RMS of the kink
+/// is a tie: f32 rounding alone can put it on either side, so either decision is correct.
+pub const TIE_THRESHOLD: f64 = 1e-5;
+
+/// Mismatches described per layer in [`KinkReport::mismatches`]; the rest are only counted,
+/// so a device that is wrong everywhere yields a readable report.
+const LISTED_PER_LAYER: usize = 8;
+
+/// One step of the reference: everything the device's step produces, in f64.
+#[derive(Clone, Debug)]
+pub struct Step {
+    /// `[batch, classes]`, row-major.
+    pub logits: Vec<f64>,
+    /// The loss of each sample (before the gradient scale).
+    pub losses: Vec<f64>,
+    /// One per `layout.params` entry, its `spec.len()` values: the gradient of
+    /// `grad_scale * Σ losses`.
+    pub grads: Vec<Vec<f64>>,
+    /// The moving statistics after this step, one per `layout.states` entry.
+    pub states: Vec<Vec<f64>>,
+    /// How the device's decisions compare with the f64 pre-activations.
+    pub kinks: KinkReport,
+}
+
+impl Step {
+    /// The gradients in the flat layout (`layout.param_len` floats, zero padding), the
+    /// layout `Sequential::compute_gradients` returns.
+    pub fn flat_grads(&self, layout: &Layout) -> Vec<f64> {
+        scatter(layout.param_len, &layout.params, &self.grads)
+    }
+
+    /// The moving statistics in the flat layout of `get_weights`' states.
+    pub fn flat_states(&self, layout: &Layout) -> Vec<f64> {
+        scatter(layout.state_len, &layout.states, &self.states)
+    }
+}
+
+fn scatter(len: usize, entries: &[crate::model::layout::Entry], values: &[Vec<f64>]) -> Vec<f64> {
+    let mut flat = vec![0.0; len];
+    for (e, v) in entries.iter().zip(values) {
+        flat[e.offset..e.offset + v.len()].copy_from_slice(v);
+    }
+    flat
+}
+
+/// The device's decisions against the f64 values they were taken on.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KinkReport {
+    /// Units within the tie threshold: ReLU inputs with `|z| <= 1e-5 · RMS`, max-pool
+    /// windows whose two largest distinct values are that close.
+    pub ties: usize,
+    /// Ties where the device took the other side than f64 would (harmless: f32 rounding).
+    pub flipped: usize,
+    /// Decisions the device took against a clear f64 margin (a wrong kernel), counted...
+    pub mismatch_count: usize,
+    /// ...and the first few per layer described: layer, unit index, f64 value, layer RMS.
+    pub mismatches: Vec<String>,
+}
+
+impl KinkReport {
+    /// Whether every device decision was right or a tie.
+    pub fn ok(&self) -> bool {
+        self.mismatch_count == 0
+    }
+
+    fn mismatch(&mut self, listed: &mut usize, text: impl FnOnce() -> String) {
+        self.mismatch_count += 1;
+        if *listed < LISTED_PER_LAYER {
+            self.mismatches.push(text());
+        }
+        *listed += 1;
+    }
+}
+
+/// A batch-major f64 activation: `shape[0]` is the batch.
+struct T {
+    shape: Vec<usize>,
+    data: Vec<f64>,
+}
+
+/// What a node's forward keeps for its backward.
+enum Rec {
+    Conv { x: T, geom: Conv2dGeometry, p: usize, bias: bool },
+    Dense { x: T, p: usize, bias: bool },
+    BatchNorm { xhat: Vec<f64>, inv_std: Vec<f64>, mask: Option<Vec<bool>>, p: usize },
+    Relu { mask: Vec<bool> },
+    /// Per output, the flat index into the input that its value came from.
+    MaxPool { src: Vec<u32>, in_len: usize },
+    AvgPool { geom: Pool2dGeometry },
+    GlobalAvgPool { in_shape: Vec<usize> },
+    /// Flatten and Identity: the gradient is dy unchanged.
+    Pass,
+    Residual { main: Vec<Rec>, shortcut: Vec<Rec>, join: Option<Vec<bool>> },
+}
+
+/// The forward pass's mutable context: the moving statistics it updates and the report
+/// (the weights are passed beside it, borrowed, while this is borrowed mutably).
+struct Cx {
+    states: Vec<Vec<f64>>,
+    training: bool,
+    next_param: usize,
+    next_state: usize,
+    kinks: KinkReport,
+}
+
+impl Cx {
+    fn take_params(&mut self, n: usize) -> usize {
+        self.next_param += n;
+        self.next_param - n
+    }
+    fn take_states(&mut self, n: usize) -> usize {
+        self.next_state += n;
+        self.next_state - n
+    }
+}
+
+/// Checks `layout` against what `net` expects and converts the flat f32 (or f64) tensors to
+/// one f64 vector per entry.
+fn unpack<P: Copy + Into<f64>>(what: &str, entries: &[crate::model::layout::Entry], expected: &[Vec<usize>], flat: &[P]) -> Result<Vec<Vec<f64>>> {
+    if entries.len() != expected.len() {
+        bail!(Config, "the net expects {} {what} tensors but the layout lists {}", expected.len(), entries.len());
+    }
+    entries
+        .iter()
+        .zip(expected)
+        .map(|(e, shape)| {
+            if &e.spec.shape != shape {
+                bail!(Shape, "{what} `{}`: the net expects shape {shape:?}, the layout has {:?}", e.name, e.spec.shape);
+            }
+            let end = e.offset + e.spec.len();
+            if end > flat.len() {
+                bail!(Shape, "{what} `{}` ends at float {end} but the flat tensor has {}", e.name, flat.len());
+            }
+            Ok(flat[e.offset..end].iter().map(|&v| v.into()).collect())
+        })
+        .collect()
+}
+
+/// The normalised f64 input `(x / 255 - mean) / std` of u8 NHWC `images`.
+fn input(net: &Net, images: &[u8]) -> Result<T> {
+    let sample: usize = net.input_shape.iter().product();
+    if sample == 0 || images.is_empty() || images.len() % sample != 0 {
+        bail!(Shape, "{} image bytes are not a whole number of {:?} images", images.len(), net.input_shape);
+    }
+    let c = net.input_shape[2];
+    let data = images.iter().enumerate().map(|(i, &b)| (b as f64 / 255.0 - net.mean[i % c]) / net.std[i % c]).collect();
+    let mut shape = vec![images.len() / sample];
+    shape.extend_from_slice(&net.input_shape);
+    Ok(T { shape, data })
+}
+
+/// What a forward pass leaves: the logits, the records for the backward, the weights in
+/// f64, the context (moving statistics, report) and, when the reference decided itself,
+/// its decisions.
+struct Forward {
+    logits: T,
+    recs: Vec<Rec>,
+    params: Vec<Vec<f64>>,
+    cx: Cx,
+    own: Option<Vec<Decision>>,
+}
+
+/// The forward pass in training mode (batch statistics) or inference (moving statistics);
+/// with `decisions` the device's are followed, without them the reference decides itself
+/// and returns what it decided.
+fn run_forward<P: Copy + Into<f64>>(
+    net: &Net,
+    layout: &Layout,
+    params: &[P],
+    states: &[P],
+    images: &[u8],
+    decisions: Option<&[Decision]>,
+    training: bool,
+) -> Result<Forward> {
+    let params = unpack("parameter", &layout.params, &net.param_shapes()?, params)?;
+    let states = unpack("state", &layout.states, &net.state_shapes()?, states)?;
+    if let Some(d) = decisions {
+        check_structure(&net.nodes, d, "decisions")?;
+    }
+    let x = input(net, images)?;
+    let mut cx = Cx { states, training, next_param: 0, next_state: 0, kinks: KinkReport::default() };
+    let (logits, recs, own) = forward_chain(&params, &mut cx, &net.nodes, &net.names, decisions, x)?;
+    Ok(Forward { logits, recs, params, cx, own })
+}
+
+/// Runs `nodes` in order on `x`; `names` label them in reports.
+fn forward_chain(w: &[Vec<f64>], cx: &mut Cx, nodes: &[Node], names: &[String], decisions: Option<&[Decision]>, mut x: T) -> Result<(T, Vec<Rec>, Option<Vec<Decision>>)> {
+    let mut recs = Vec::with_capacity(nodes.len());
+    let mut own = decisions.is_none().then(Vec::new);
+    for (i, node) in nodes.iter().enumerate() {
+        let (y, rec, taken) = forward_node(w, cx, node, &names[i], decisions.map(|d| &d[i]), x)?;
+        if let (Some(own), Some(taken)) = (own.as_mut(), taken) {
+            own.push(taken);
+        }
+        recs.push(rec);
+        x = y;
+    }
+    Ok((x, recs, own))
+}
+
+/// A residual block's decision for sub-layer `i` of one chain.
+fn sub_decision<'d>(d: Option<&'d Decision>, main: bool) -> Result<Option<&'d [Decision]>> {
+    match d {
+        None => Ok(None),
+        Some(Decision::Residual { main: m, shortcut: s, .. }) => Ok(Some(if main { m } else { s })),
+        Some(other) => bail!(Config, "a residual block got a {other:?} decision"),
+    }
+}
+
+/// One node's forward; returns its output, its record and (deciding itself) its decision.
+fn forward_node(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, dec: Option<&Decision>, x: T) -> Result<(T, Rec, Option<Decision>)> {
+    let own = dec.is_none();
+    let none = || own.then_some(Decision::None);
+    let batch = x.shape[0];
+    Ok(match node {
+        Node::Conv2D { filters, kernel, strides, padding, use_bias } => {
+            let geom = Conv2dGeometry::new(&x.shape, *filters, *kernel, *strides, *padding)?;
+            let p = cx.take_params(1 + *use_bias as usize);
+            let y = ops::conv_forward(&geom, &x.data, &w[p], use_bias.then(|| &w[p + 1][..]));
+            (T { shape: geom.output_shape(), data: y }, Rec::Conv { x, geom, p, bias: *use_bias }, none())
+        }
+        Node::Dense { units, use_bias } => {
+            let inputs = x.shape[1..].iter().product();
+            let p = cx.take_params(1 + *use_bias as usize);
+            let y = ops::dense_forward(&x.data, inputs, &w[p], *units, use_bias.then(|| &w[p + 1][..]));
+            (T { shape: vec![batch, *units], data: y }, Rec::Dense { x, p, bias: *use_bias }, none())
+        }
+        Node::BatchNorm { momentum, epsilon, relu } => {
+            let p = cx.take_params(2);
+            let s = cx.take_states(2);
+            let c = *x.shape.last().unwrap();
+            let rows = x.data.len() / c;
+            let (mean, inv_std) = if cx.training {
+                let mean: Vec<f64> = ops::col_sums(rows, c, |i| x.data[i]).into_iter().map(|v| v / rows as f64).collect();
+                // Biased, as the device normalises with and feeds to the moving variance.
+                let var: Vec<f64> = ops::col_sums(rows, c, |i| (x.data[i] - mean[i % c]).powi(2)).into_iter().map(|v| v / rows as f64).collect();
+                for k in 0..c {
+                    cx.states[s][k] = momentum * cx.states[s][k] + (1.0 - momentum) * mean[k];
+                    cx.states[s + 1][k] = momentum * cx.states[s + 1][k] + (1.0 - momentum) * var[k];
+                }
+                (mean, var.iter().map(|v| 1.0 / (v + epsilon).sqrt()).collect::<Vec<_>>())
+            } else {
+                (cx.states[s].clone(), cx.states[s + 1].iter().map(|v| 1.0 / (v + epsilon).sqrt()).collect())
+            };
+            let mut xhat = x.data;
+            xhat.par_iter_mut().enumerate().for_each(|(i, v)| *v = (*v - mean[i % c]) * inv_std[i % c]);
+            let (gamma, beta) = (&w[p], &w[p + 1]);
+            let mut y: Vec<f64> = xhat.par_iter().enumerate().map(|(i, v)| gamma[i % c] * v + beta[i % c]).collect();
+            let (mask, taken) = if *relu {
+                let device = match dec {
+                    Some(Decision::Relu(d)) => Some(&d[..]),
+                    None => None,
+                    Some(other) => bail!(Config, "{name}: BatchNorm with a fused ReLU got a {other:?} decision"),
+                };
+                let (mask, taken) = rectify(cx, name, &mut y, device)?;
+                (Some(mask), taken)
+            } else {
+                (None, none())
+            };
+            (T { shape: x.shape, data: y }, Rec::BatchNorm { xhat, inv_std, mask, p }, taken)
+        }
+        Node::ReLU => {
+            let device = match dec {
+                Some(Decision::Relu(d)) => Some(&d[..]),
+                None => None,
+                Some(other) => bail!(Config, "{name}: ReLU got a {other:?} decision"),
+            };
+            let mut y = x.data;
+            let (mask, taken) = rectify(cx, name, &mut y, device)?;
+            (T { shape: x.shape, data: y }, Rec::Relu { mask }, taken)
+        }
+        Node::MaxPool { pool, strides, same } => {
+            let geom = pool_geometry(batch, &x.shape[1..], *pool, *strides, *same)?;
+            let device = match dec {
+                Some(Decision::MaxPool(d)) => Some(&d[..]),
+                None => None,
+                Some(other) => bail!(Config, "{name}: MaxPool got a {other:?} decision"),
+            };
+            let (y, src, taken) = max_pool(cx, name, &geom, &x.data, device)?;
+            (T { shape: geom.output_shape().to_vec(), data: y }, Rec::MaxPool { src, in_len: x.data.len() }, taken)
+        }
+        Node::AvgPool { pool, strides, same } => {
+            let geom = pool_geometry(batch, &x.shape[1..], *pool, *strides, *same)?;
+            let y = avg_pool(&geom, &x.data);
+            (T { shape: geom.output_shape().to_vec(), data: y }, Rec::AvgPool { geom }, none())
+        }
+        Node::GlobalAvgPool => {
+            let [h, wd, c] = spatial("GlobalAveragePooling2D", &x.shape[1..])?;
+            let hw = h * wd;
+            let mut y = vec![0.0; batch * c];
+            y.par_chunks_mut(c).enumerate().for_each(|(b, out)| {
+                for px in x.data[b * hw * c..(b + 1) * hw * c].chunks_exact(c) {
+                    ops::axpy(out, 1.0, px);
+                }
+                out.iter_mut().for_each(|v| *v /= hw as f64);
+            });
+            (T { shape: vec![batch, c], data: y }, Rec::GlobalAvgPool { in_shape: x.shape }, none())
+        }
+        Node::Flatten => {
+            let n = x.data.len() / batch.max(1);
+            (T { shape: vec![batch, n], data: x.data }, Rec::Pass, none())
+        }
+        Node::Identity => (x, Rec::Pass, none()),
+        Node::Residual { main, shortcut, relu } => {
+            let names = |chain: &str, n: usize| (0..n).map(|i| format!("{name}/{chain}[{i}]")).collect::<Vec<_>>();
+            let short_in = T { shape: x.shape.clone(), data: x.data.clone() };
+            let (mut y, main_recs, main_own) = forward_chain(w, cx, main, &names("main", main.len()), sub_decision(dec, true)?, x)?;
+            let (s, short_recs, short_own) = forward_chain(w, cx, shortcut, &names("shortcut", shortcut.len()), sub_decision(dec, false)?, short_in)?;
+            if y.shape != s.shape {
+                bail!(Shape, "{name}: main path gives {:?} but the shortcut gives {:?}", y.shape, s.shape);
+            }
+            y.data.par_iter_mut().zip(&s.data).for_each(|(a, b)| *a += b);
+            let (join, join_own) = if *relu {
+                let device = match dec {
+                    Some(Decision::Residual { join: Some(j), .. }) => Some(&j[..]),
+                    None => None,
+                    Some(other) => bail!(Config, "{name}: a residual block with a fused ReLU needs a join output, got {other:?}"),
+                };
+                let (mask, taken) = rectify(cx, &format!("{name}/join"), &mut y.data, device)?;
+                let taken = match taken {
+                    Some(Decision::Relu(v)) => Some(v),
+                    _ => None,
+                };
+                (Some(mask), taken)
+            } else {
+                (None, None)
+            };
+            let taken = own.then(|| Decision::Residual { main: main_own.unwrap_or_default(), shortcut: short_own.unwrap_or_default(), join: join_own });
+            (y, Rec::Residual { main: main_recs, shortcut: short_recs, join }, taken)
+        }
+    })
+}
+
+/// Applies a ReLU to `z` in place with the device's mask (`device[i] > 0`) or, without one,
+/// its own (`z > 0`), and reports ties, flips and mismatches of the device's mask.
+fn rectify(cx: &mut Cx, name: &str, z: &mut [f64], device: Option<&[f32]>) -> Result<(Vec<bool>, Option<Decision>)> {
+    let Some(device) = device else {
+        let mask: Vec<bool> = z.iter().map(|&v| v > 0.0).collect();
+        z.iter_mut().for_each(|v| *v = v.max(0.0));
+        // A positive f64 below f32's range must still read as active.
+        let y = z.iter().map(|&v| if v > 0.0 { (v as f32).max(f32::MIN_POSITIVE) } else { 0.0 }).collect();
+        return Ok((mask, Some(Decision::Relu(y))));
+    };
+    if device.len() != z.len() {
+        bail!(Shape, "{name}: the device's ReLU output has {} values, the layer {}", device.len(), z.len());
+    }
+    let rms = (z.par_iter().map(|v| v * v).sum::<f64>() / z.len().max(1) as f64).sqrt();
+    let thr = TIE_THRESHOLD * rms;
+    let mut listed = 0;
+    let mut mask = Vec::with_capacity(z.len());
+    for (i, (v, &d)) in z.iter_mut().zip(device).enumerate() {
+        let (active, f64_active) = (d > 0.0, *v > 0.0);
+        if v.abs() <= thr {
+            cx.kinks.ties += 1;
+            cx.kinks.flipped += (active != f64_active) as usize;
+        } else if active != f64_active {
+            let z = *v;
+            cx.kinks.mismatch(&mut listed, || {
+                format!("{name}: unit {i}: f64 pre-activation {z:.6e} (layer RMS {rms:.3e}) but the device's output {d:e} is {}", if active { "active" } else { "inactive" })
+            });
+        }
+        // The device's side is followed even against a clear margin, so one wrong unit
+        // does not hide how the rest of the model compares.
+        if !active {
+            *v = 0.0;
+        }
+        mask.push(active);
+    }
+    Ok((mask, None))
+}
+
+/// The input rows (or columns) `[lo, hi)` of pooling window `o`, clipped to the input.
+fn window(o: usize, stride: usize, pad: usize, pool: usize, size: usize) -> (usize, usize) {
+    let start = (o * stride) as isize - pad as isize;
+    (start.max(0) as usize, (start + pool as isize).clamp(0, size as isize) as usize)
+}
+
+/// Max pooling taking each window's value from the device's chosen position; reports
+/// choices against the f64 window maximum. A choice outside its window (which no correct
+/// kernel makes, and whose gradient the device's backward would drop) is a mismatch, and
+/// the f64 maximum is used in its place.
+fn max_pool(cx: &mut Cx, name: &str, g: &Pool2dGeometry, x: &[f64], device: Option<&[u32]>) -> Result<(Vec<f64>, Vec<u32>, Option<Decision>)> {
+    let n = g.batch * g.out_h * g.out_w * g.channels;
+    if let Some(d) = device
+        && d.len() != n
+    {
+        bail!(Shape, "{name}: the device's max-pool choices have {} values, the layer has {n} outputs", d.len());
+    }
+    let rms = (x.par_iter().map(|v| v * v).sum::<f64>() / x.len().max(1) as f64).sqrt();
+    let thr = TIE_THRESHOLD * rms;
+    let (mut y, mut src) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut own = device.is_none().then(|| Vec::with_capacity(n));
+    let mut listed = 0;
+    let at = |b: usize, h: usize, w: usize, c: usize| ((b * g.in_h + h) * g.in_w + w) * g.channels + c;
+    for o in 0..n {
+        let c = o % g.channels;
+        let ow = (o / g.channels) % g.out_w;
+        let oh = (o / (g.channels * g.out_w)) % g.out_h;
+        let b = o / (g.channels * g.out_w * g.out_h);
+        let (h_lo, h_hi) = window(oh, g.stride_h, g.pad_top, g.pool_h, g.in_h);
+        let (w_lo, w_hi) = window(ow, g.stride_w, g.pad_left, g.pool_w, g.in_w);
+        // The f64 maximum (first in row-major window order, as the device breaks exact ties)
+        // and the largest value strictly below it.
+        let (mut best, mut arg, mut second) = (f64::NEG_INFINITY, None, f64::NEG_INFINITY);
+        for h in h_lo..h_hi {
+            for w in w_lo..w_hi {
+                let v = x[at(b, h, w, c)];
+                if arg.is_none() || v > best {
+                    second = if arg.is_some() { best } else { second };
+                    best = v;
+                    arg = Some((h, w));
+                } else if v < best && v > second {
+                    second = v;
+                }
+            }
+        }
+        let Some((ah, aw)) = arg else {
+            bail!(Shape, "{name}: pooling window {o} covers no input position");
+        };
+        let chosen = match device {
+            None => (ah, aw),
+            Some(d) => {
+                let pos = d[o] as usize;
+                let (h, w) = (pos / g.in_w, pos % g.in_w);
+                if best - second <= thr {
+                    cx.kinks.ties += 1;
+                }
+                if !(h_lo..h_hi).contains(&h) || !(w_lo..w_hi).contains(&w) {
+                    cx.kinks.mismatch(&mut listed, || {
+                        format!("{name}: output {o}: the device took position {pos}, outside its window rows {h_lo}..{h_hi} columns {w_lo}..{w_hi}")
+                    });
+                    (ah, aw)
+                } else {
+                    let v = x[at(b, h, w, c)];
+                    // The exact maximum at another position (equal values) is agreement.
+                    if v != best {
+                        if best - v <= thr {
+                            cx.kinks.flipped += 1;
+                        } else {
+                            cx.kinks.mismatch(&mut listed, || {
+                                format!(
+                                    "{name}: output {o}: the device took position {pos} holding {v:.6e}, the window's f64 maximum is {best:.6e} at {} (layer RMS {rms:.3e})",
+                                    ah * g.in_w + aw
+                                )
+                            });
+                        }
+                    }
+                    (h, w)
+                }
+            }
+        };
+        let i = at(b, chosen.0, chosen.1, c);
+        y.push(x[i]);
+        src.push(i as u32);
+        if let Some(own) = own.as_mut() {
+            own.push((chosen.0 * g.in_w + chosen.1) as u32);
+        }
+    }
+    Ok((y, src, own.map(Decision::MaxPool)))
+}
+
+/// Average pooling over the input positions of each window (padding not counted).
+fn avg_pool(g: &Pool2dGeometry, x: &[f64]) -> Vec<f64> {
+    let c = g.channels;
+    let mut y = vec![0.0; g.batch * g.out_h * g.out_w * c];
+    y.par_chunks_mut(g.out_w * c).enumerate().for_each(|(row, yrow)| {
+        let (b, oh) = (row / g.out_h, row % g.out_h);
+        let (h_lo, h_hi) = window(oh, g.stride_h, g.pad_top, g.pool_h, g.in_h);
+        for ow in 0..g.out_w {
+            let (w_lo, w_hi) = window(ow, g.stride_w, g.pad_left, g.pool_w, g.in_w);
+            let out = &mut yrow[ow * c..(ow + 1) * c];
+            for h in h_lo..h_hi {
+                for w in w_lo..w_hi {
+                    ops::axpy(out, 1.0, &x[((b * g.in_h + h) * g.in_w + w) * c..][..c]);
+                }
+            }
+            let count = ((h_hi - h_lo) * (w_hi - w_lo)) as f64;
+            out.iter_mut().for_each(|v| *v /= count);
+        }
+    });
+    y
+}
+
+/// Per-sample losses and the gradient of `scale * Σ losses` with respect to the logits.
+fn loss(net: &Net, logits: &[f64], labels: &[u32], scale: f64) -> Result<(Vec<f64>, Vec<f64>)> {
+    let k = net.classes;
+    if logits.len() != labels.len() * k {
+        bail!(Shape, "{} labels for {} logits of {k} classes", labels.len(), logits.len());
+    }
+    if let Some(bad) = labels.iter().position(|&l| l as usize >= k) {
+        bail!(Shape, "label {} at index {bad} is out of range for {k} classes", labels[bad]);
+    }
+    let mut losses = Vec::with_capacity(labels.len());
+    let mut grad = vec![0.0; logits.len()];
+    for ((row, g), &label) in logits.chunks_exact(k).zip(grad.chunks_exact_mut(k)).zip(labels) {
+        let label = label as usize;
+        match net.loss {
+            Loss::SparseCategoricalCrossentropy => {
+                let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let total: f64 = row.iter().map(|v| (v - m).exp()).sum();
+                losses.push(total.ln() + m - row[label]);
+                for (j, (gj, v)) in g.iter_mut().zip(row).enumerate() {
+                    *gj = scale * ((v - m).exp() / total - (j == label) as u8 as f64);
+                }
+            }
+            Loss::MeanSquaredError => {
+                let mut s = 0.0;
+                for (j, (gj, v)) in g.iter_mut().zip(row).enumerate() {
+                    let d = v - (j == label) as u8 as f64;
+                    s += d * d;
+                    *gj = scale * 2.0 * d / k as f64;
+                }
+                losses.push(s / k as f64);
+            }
+        }
+    }
+    Ok((losses, grad))
+}
+
+/// Runs the records of a chain backwards from `dy`; the input gradient of the chain's
+/// first node only when `need_dx`.
+fn backward_chain(w: &[Vec<f64>], recs: &[Rec], mut dy: Vec<f64>, need_dx: bool, grads: &mut [Vec<f64>]) -> Option<Vec<f64>> {
+    for (k, rec) in recs.iter().enumerate().rev() {
+        dy = backward_node(w, rec, dy, k > 0 || need_dx, grads)?;
+    }
+    Some(dy)
+}
+
+/// One node's backward: writes its parameter gradients, returns dx when `need_dx`.
+fn backward_node(w: &[Vec<f64>], rec: &Rec, mut dy: Vec<f64>, need_dx: bool, grads: &mut [Vec<f64>]) -> Option<Vec<f64>> {
+    match rec {
+        Rec::Conv { x, geom, p, bias } => {
+            grads[*p] = ops::conv_weight_grad(geom, &x.data, &dy);
+            if *bias {
+                grads[p + 1] = ops::col_sums(dy.len() / geom.filters, geom.filters, |i| dy[i]);
+            }
+            need_dx.then(|| ops::conv_input_grad(geom, &dy, &w[*p]))
+        }
+        Rec::Dense { x, p, bias } => {
+            let inputs = x.shape[1..].iter().product();
+            let units = w[*p].len() / inputs;
+            grads[*p] = ops::dense_weight_grad(&x.data, &dy, inputs, units);
+            if *bias {
+                grads[p + 1] = ops::col_sums(dy.len() / units, units, |i| dy[i]);
+            }
+            need_dx.then(|| ops::dense_input_grad(&dy, &w[*p], inputs, units))
+        }
+        Rec::BatchNorm { xhat, inv_std, mask, p } => {
+            let c = inv_std.len();
+            let rows = dy.len() / c;
+            if let Some(mask) = mask {
+                dy.par_iter_mut().zip(mask).for_each(|(g, &m)| *g = if m { *g } else { 0.0 });
+            }
+            let dbeta = ops::col_sums(rows, c, |i| dy[i]);
+            let dgamma = ops::col_sums(rows, c, |i| dy[i] * xhat[i]);
+            let gamma = &w[*p];
+            let m = rows as f64;
+            let dx = dy.par_iter().zip(xhat).enumerate().map(|(i, (g, xh))| {
+                let k = i % c;
+                gamma[k] * inv_std[k] * (g - (dbeta[k] + xh * dgamma[k]) / m)
+            });
+            let dx = need_dx.then(|| dx.collect());
+            grads[*p] = dgamma;
+            grads[p + 1] = dbeta;
+            dx
+        }
+        Rec::Relu { mask } => {
+            dy.par_iter_mut().zip(mask).for_each(|(g, &m)| *g = if m { *g } else { 0.0 });
+            need_dx.then_some(dy)
+        }
+        Rec::MaxPool { src, in_len } => {
+            let mut dx = vec![0.0; *in_len];
+            for (&i, g) in src.iter().zip(&dy) {
+                dx[i as usize] += g;
+            }
+            need_dx.then_some(dx)
+        }
+        Rec::AvgPool { geom: g } => {
+            let c = g.channels;
+            let mut dx = vec![0.0; g.batch * g.in_h * g.in_w * c];
+            // Windows of one sample only touch that sample's input: one task per sample.
+            dx.par_chunks_mut(g.in_h * g.in_w * c).enumerate().for_each(|(b, dxb)| {
+                for oh in 0..g.out_h {
+                    let (h_lo, h_hi) = window(oh, g.stride_h, g.pad_top, g.pool_h, g.in_h);
+                    for ow in 0..g.out_w {
+                        let (w_lo, w_hi) = window(ow, g.stride_w, g.pad_left, g.pool_w, g.in_w);
+                        let count = ((h_hi - h_lo) * (w_hi - w_lo)) as f64;
+                        let dys = &dy[((b * g.out_h + oh) * g.out_w + ow) * c..][..c];
+                        for h in h_lo..h_hi {
+                            for w in w_lo..w_hi {
+                                ops::axpy(&mut dxb[(h * g.in_w + w) * c..][..c], 1.0 / count, dys);
+                            }
+                        }
+                    }
+                }
+            });
+            need_dx.then_some(dx)
+        }
+        Rec::GlobalAvgPool { in_shape } => {
+            let (hw, c) = (in_shape[1] * in_shape[2], in_shape[3]);
+            let dx = (0..in_shape.iter().product::<usize>()).into_par_iter().map(|i| dy[(i / (hw * c)) * c + i % c] / hw as f64);
+            need_dx.then(|| dx.collect())
+        }
+        Rec::Pass => need_dx.then_some(dy),
+        Rec::Residual { main, shortcut, join } => {
+            if let Some(mask) = join {
+                dy.par_iter_mut().zip(mask).for_each(|(g, &m)| *g = if m { *g } else { 0.0 });
+            }
+            // The join passes its gradient to both paths unchanged; an empty chain is the identity.
+            let dm = if main.is_empty() { Some(dy.clone()) } else { backward_chain(w, main, dy.clone(), need_dx, grads) };
+            let ds = if shortcut.is_empty() { Some(dy) } else { backward_chain(w, shortcut, dy, need_dx, grads) };
+            match (dm, ds) {
+                (Some(mut a), Some(b)) if need_dx => {
+                    a.par_iter_mut().zip(&b).for_each(|(x, y)| *x += y);
+                    Some(a)
+                }
+                _ => None,
+            }
+        }
+    }
+}
+
+/// One training step of `net` in f64: the training-mode forward (batch statistics, biased
+/// variance, moving statistics updated), the loss, and the gradient of
+/// `grad_scale * Σ losses` (`grad_scale` = one over the global batch, as the device's), all
+/// following the device's `decisions` (one per node, see [`Net`]), which are also checked
+/// against the f64 values ([`Step::kinks`]).
+///
+/// `params` and `states` are flat, as `Sequential::get_weights` returns them (f32), or in
+/// f64 (a finite-difference check, or a reference that keeps its own weights). Labels index
+/// the classes; mean squared error compares with their one-hot encoding, as the device does.
+#[allow(clippy::too_many_arguments)]
+pub fn train_step<P: Copy + Into<f64>>(
+    net: &Net,
+    layout: &Layout,
+    params: &[P],
+    states: &[P],
+    images: &[u8],
+    labels: &[u32],
+    decisions: &[Decision],
+    grad_scale: f64,
+) -> Result<Step> {
+    let f = run_forward(net, layout, params, states, images, Some(decisions), true)?;
+    if f.logits.shape[0] != labels.len() {
+        bail!(Shape, "{} images but {} labels", f.logits.shape[0], labels.len());
+    }
+    let (losses, dlogits) = loss(net, &f.logits.data, labels, grad_scale)?;
+    let mut grads: Vec<Vec<f64>> = layout.params.iter().map(|e| vec![0.0; e.spec.len()]).collect();
+    // The first layer's input gradient is the image's, which nothing uses.
+    backward_chain(&f.params, &f.recs, dlogits, false, &mut grads);
+    if f.cx.next_param != layout.params.len() {
+        return Err(Error::Config(format!("the net used {} parameters of the layout's {}", f.cx.next_param, layout.params.len())));
+    }
+    Ok(Step { logits: f.logits.data, losses, grads, states: f.cx.states, kinks: f.cx.kinks })
+}
+
+/// The decisions the reference itself takes in the training-mode forward pass (ReLU
+/// outputs as f32, each max-pool window's first f64 maximum), in the shape the device's
+/// come in: for checking the reference on its own (finite differences need a fixed set of
+/// decisions) and for testing a device side's pairing without a device.
+pub fn own_decisions<P: Copy + Into<f64>>(net: &Net, layout: &Layout, params: &[P], states: &[P], images: &[u8]) -> Result<Vec<Decision>> {
+    let f = run_forward(net, layout, params, states, images, None, true)?;
+    f.own.ok_or_else(|| Error::Config("the forward pass without device decisions recorded none of its own".into()))
+}
+
+/// The inference forward (BatchNorm with the moving statistics): `[batch, classes]`
+/// logits. The forward pass is continuous, so its own decisions serve: a tie taken on the
+/// other side moves the logits by no more than the tie's size.
+pub fn predict<P: Copy + Into<f64>>(net: &Net, layout: &Layout, params: &[P], states: &[P], images: &[u8]) -> Result<Vec<f64>> {
+    Ok(run_forward(net, layout, params, states, images, None, false)?.logits.data)
+}
