@@ -24,6 +24,9 @@ pub mod optimizer;
 mod reference;
 // run.rs: added by the device-side work
 
+#[cfg(test)]
+mod tests;
+
 
 pub use decisions::{check_structure, Decision};
 pub use net::{Net, Node};

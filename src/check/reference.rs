@@ -152,7 +152,7 @@ fn unpack<P: Copy + Into<f64>>(what: &str, entries: &[crate::model::layout::Entr
 /// The normalised f64 input `(x / 255 - mean) / std` of u8 NHWC `images`.
 fn input(net: &Net, images: &[u8]) -> Result<T> {
     let sample: usize = net.input_shape.iter().product();
-    if sample == 0 || images.is_empty() || images.len() % sample != 0 {
+    if sample == 0 || images.is_empty() || !images.len().is_multiple_of(sample) {
         bail!(Shape, "{} image bytes are not a whole number of {:?} images", images.len(), net.input_shape);
     }
     let c = net.input_shape[2];
@@ -211,8 +211,8 @@ fn forward_chain(w: &[Vec<f64>], cx: &mut Cx, nodes: &[Node], names: &[String], 
     Ok((x, recs, own))
 }
 
-/// A residual block's decision for sub-layer `i` of one chain.
-fn sub_decision<'d>(d: Option<&'d Decision>, main: bool) -> Result<Option<&'d [Decision]>> {
+/// The decisions of a residual block's main chain (or shortcut), when the device's are followed.
+fn sub_decision(d: Option<&Decision>, main: bool) -> Result<Option<&[Decision]>> {
     match d {
         None => Ok(None),
         Some(Decision::Residual { main: m, shortcut: s, .. }) => Ok(Some(if main { m } else { s })),
