@@ -1,0 +1,384 @@
+//! The check itself: train a compiled model a few steps on its devices and hold every step
+//! against the f64 reference, which takes its ReLU masks and max-pool choices from each
+//! replica's own forward pass.
+//!
+//! Each step starts from convoy's weights (not the reference's), so errors never compound
+//! and a step's error is that step's: the gradient of the mean loss over the global batch
+//! (each replica's share with its own BatchNorm statistics, as convoy trains), the per-sample
+//! losses, the moving statistics after the step (per replica, then averaged as convoy does
+//! before any read), and the optimizer's update of every parameter and state tensor given
+//! convoy's gradient.
+
+use crate::check::{optimizer as ref_optimizer, train_step, Decision, Net, Node};
+use crate::model::layout::Layout;
+use crate::model::plan::Record;
+use crate::model::Sequential;
+use crate::{bail, Device, Result};
+
+/// The bound every compared tensor is held to: max-norm relative error, as the kernel tests.
+pub const BOUND: f64 = 1e-4;
+
+/// The worst error of one kind of tensor over the run, and where it was.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Worst {
+    pub error: f64,
+    /// `step 2: conv2d_3/kernel`
+    pub at: String,
+}
+
+impl Worst {
+    fn take(&mut self, error: f64, at: impl FnOnce() -> String) {
+        // NaN wins and stays: an error the comparison could not measure is the worst one.
+        if !self.error.is_nan() && (error.is_nan() || error > self.error || self.at.is_empty()) {
+            self.error = error;
+            self.at = at();
+        }
+    }
+}
+
+/// What a check found.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Every error under [`BOUND`] and no device decision against a clear f64 margin.
+    pub ok: bool,
+    /// Gradients of every parameter tensor, summed over the replicas.
+    pub grad: Worst,
+    /// Per-sample losses.
+    pub loss: Worst,
+    /// Parameters after the update, relative to the size of the update.
+    pub update: Worst,
+    /// Optimizer state (velocity, moments).
+    pub optimizer_state: Worst,
+    /// BatchNorm's moving statistics after the step.
+    pub moving_stats: Worst,
+    /// Units within 1e-5 of their layer's RMS of the kink (ReLU at zero, max-pool window
+    /// maxima): either side is right in f32, so the reference takes the device's.
+    pub ties: usize,
+    /// Ties the device decided the other way than the f64 values would.
+    pub flipped: usize,
+    /// Device decisions against a clear f64 margin: a wrong forward pass...
+    pub mismatch_count: usize,
+    /// ...and the first few of each layer, described.
+    pub mismatches: Vec<String>,
+    pub steps: usize,
+    /// Samples per replica in each step.
+    pub shares: Vec<usize>,
+}
+
+impl Report {
+    fn finish(mut self) -> Report {
+        let errors = [&self.grad, &self.loss, &self.update, &self.optimizer_state, &self.moving_stats];
+        self.ok = self.mismatch_count == 0 && errors.iter().all(|w| w.error < BOUND);
+        self
+    }
+}
+
+/// Max-norm relative error `max |got - want| / max |want|`; NaN when `got` is not finite.
+pub fn rel_err(got: &[f32], want: &[f64]) -> f64 {
+    if got.iter().any(|g| !g.is_finite()) {
+        return f64::NAN;
+    }
+    let scale = want.iter().fold(0.0f64, |m, w| m.max(w.abs()));
+    let diff = got.iter().zip(want).fold(0.0f64, |m, (g, w)| m.max((*g as f64 - w).abs()));
+    if scale == 0.0 { diff } else { diff / scale }
+}
+
+/// The error of parameters after an update, relative to the largest update of the tensor:
+/// each element may differ by two units in the last place of the f32 result (rounding of
+/// `p - lr * u` and of the state), the rest counts against the update's size.
+fn update_err(after: &[f32], before: &[f32], want: &[f64]) -> f64 {
+    if after.iter().any(|a| !a.is_finite()) {
+        return f64::NAN;
+    }
+    let step = before.iter().zip(want).fold(0.0f64, |m, (b, w)| m.max((*b as f64 - w).abs()));
+    let diff = after.iter().zip(want).fold(0.0f64, |m, (a, w)| {
+        let ulp = (w.abs() as f32).max(f32::MIN_POSITIVE);
+        let ulp = (f32::from_bits(ulp.to_bits() + 1) - ulp) as f64;
+        m.max(((*a as f64 - w).abs() - 2.0 * ulp).max(0.0))
+    });
+    if step == 0.0 { diff } else { diff / step }
+}
+
+/// Reads the device's decisions for one recorded layer: ReLU outputs (standalone or fused)
+/// and max-pool choices, nested for residual blocks.
+fn decision(device: &Device, node: &Node, saved: &crate::layers::Saved) -> Result<Decision> {
+    Ok(match node {
+        Node::ReLU | Node::BatchNorm { relu: true, .. } => Decision::Relu(device.read(&saved.output)?),
+        Node::MaxPool { .. } => {
+            let arg = saved.extra.first().ok_or_else(|| crate::Error::Config("max pool record without its argmax".into()))?;
+            Decision::MaxPool(device.read_u32(arg)?)
+        }
+        Node::Residual { main, shortcut, relu } => {
+            if saved.inner.len() != main.len() + shortcut.len() {
+                bail!(Config, "residual record has {} sub-layers, the reference expects {}", saved.inner.len(), main.len() + shortcut.len());
+            }
+            let (m, s) = saved.inner.split_at(main.len());
+            let chain = |nodes: &[Node], recs: &[(crate::Tensor, crate::layers::Saved)]| -> Result<Vec<Decision>> {
+                nodes.iter().zip(recs).map(|(n, (_, rec))| decision(device, n, rec)).collect()
+            };
+            Decision::Residual { main: chain(main, m)?, shortcut: chain(shortcut, s)?, join: if *relu { Some(device.read(&saved.output)?) } else { None } }
+        }
+        _ => Decision::None,
+    })
+}
+
+/// The decisions of a replica's last training step, one per node of `net`.
+pub fn decisions(device: &Device, net: &Net, records: &[Record]) -> Result<Vec<Decision>> {
+    if records.len() != net.nodes.len() {
+        bail!(Config, "the device recorded {} layers, the reference has {} nodes", records.len(), net.nodes.len());
+    }
+    net.nodes.iter().zip(records).map(|(n, (_, _, saved))| decision(device, n, saved)).collect()
+}
+
+fn f64s(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&x| x as f64).collect()
+}
+
+/// Trains `model` (compiled, on any number of devices) one step per batch of `batches` and
+/// checks each step against the f64 reference. The model's weights move as training would
+/// move them; its plans keep their forward's tensors while the check runs.
+pub fn check(model: &mut Sequential, batches: &[(Vec<u8>, Vec<u32>)]) -> Result<Report> {
+    check_edited(model, batches, |_| {})
+}
+
+/// [`check`], with `edit` applied to each replica's decisions before the reference takes
+/// them: the tests of the check itself feed it a wrong mask and see it fail.
+fn check_edited(model: &mut Sequential, batches: &[(Vec<u8>, Vec<u32>)], mut edit: impl FnMut(&mut [Decision])) -> Result<Report> {
+    let net = Net::from_definition(model.definition())?;
+    let layout: Layout = model.definition().layout.clone();
+    let sample: usize = model.input_shape().iter().product();
+    let mut report = Report::default();
+    {
+        let c = model.compiled()?;
+        c.replicas.flush()?;
+        for r in &mut c.replicas.replicas {
+            r.keep_records(true);
+        }
+    }
+    for (step, (images, labels)) in batches.iter().enumerate() {
+        let n = labels.len();
+        if n == 0 || images.len() != n * sample {
+            bail!(Shape, "check: batch {step} has {} image bytes for {n} labels of {sample} bytes", images.len());
+        }
+        let (p0, s0, o0) = model.get_weights()?;
+        let shares = model.device_shares(n);
+        let (lr, optimizer, t) = {
+            let c = model.compiled()?;
+            (c.learning_rate, c.optimizer.clone(), c.step + 1)
+        };
+        model.train_on_batch(images, labels)?;
+        let (outs, _) = model.collect(0)?;
+        let device_losses: Vec<f32> = outs.iter().flat_map(|o| o.loss.iter().copied()).collect();
+
+        // The reference, one replica's share at a time, with that replica's decisions.
+        let scale = 1.0 / n as f32;
+        let mut grads: Vec<Vec<f64>> = layout.params.iter().map(|e| vec![0.0; e.spec.len()]).collect();
+        let mut states_sum: Vec<Vec<f64>> = vec![Vec::new(); layout.states.len()];
+        let mut losses = Vec::with_capacity(n);
+        let (device_grads, replicas) = {
+            let c = model.compiled()?;
+            let reps = &c.replicas.replicas;
+            let mut lo = 0;
+            for (r, &count) in reps.iter().zip(&shares) {
+                let st = if count == 0 {
+                    // An idle replica keeps its statistics; convoy averages them in too.
+                    layout.states.iter().map(|e| f64s(&s0[e.offset..e.offset + e.spec.len()])).collect()
+                } else {
+                    let records = r.records(count, scale).ok_or_else(|| crate::Error::Config(format!("replica {} kept no records of its step", r.device.ordinal)))?;
+                    let mut dec = decisions(&r.device, &net, records)?;
+                    edit(&mut dec);
+                    let imgs = &images[lo * sample..(lo + count) * sample];
+                    let s = train_step(&net, &layout, &p0, &s0, imgs, &labels[lo..lo + count], &dec, 1.0 / n as f64)?;
+                    for (g, sg) in grads.iter_mut().zip(&s.grads) {
+                        g.iter_mut().zip(sg).for_each(|(a, b)| *a += b);
+                    }
+                    losses.extend(s.losses);
+                    report.ties += s.kinks.ties;
+                    report.flipped += s.kinks.flipped;
+                    report.mismatch_count += s.kinks.mismatch_count;
+                    report.mismatches.extend(s.kinks.mismatches.into_iter().map(|m| format!("step {step}, replica {}: {m}", r.device.ordinal)));
+                    s.states
+                };
+                for (acc, s) in states_sum.iter_mut().zip(st) {
+                    if acc.is_empty() {
+                        *acc = s;
+                    } else {
+                        acc.iter_mut().zip(s).for_each(|(a, b)| *a += b);
+                    }
+                }
+                lo += count;
+            }
+            // After an exchange every replica's gradient tensor holds the sum.
+            (reps[0].device.read(&reps[0].grads)?, reps.len())
+        };
+        let at = |name: &str| format!("step {step}: {name}");
+        for (e, want) in layout.params.iter().zip(&grads) {
+            report.grad.take(rel_err(&device_grads[e.offset..e.offset + e.spec.len()], want), || at(&e.name));
+        }
+        report.loss.take(rel_err(&device_losses, &losses), || at("loss"));
+
+        // The update, from convoy's weights and convoy's gradient: the gradient was held to
+        // the bound above, and Adam's update divides by it (a gradient near zero with a
+        // relative error of 1e-6 may still turn its update around).
+        let mut params = f64s(&p0);
+        let entry_grads: Vec<Vec<f64>> = layout.params.iter().map(|e| f64s(&device_grads[e.offset..e.offset + e.spec.len()])).collect();
+        let mut opt_state: Vec<Vec<f64>> = o0.iter().map(|s| f64s(s)).collect();
+        ref_optimizer::apply(&optimizer, t, lr as f64, &layout, &mut params, &entry_grads, &mut opt_state)?;
+        let (p1, s1, o1) = model.get_weights()?;
+        for e in &layout.params {
+            let r = e.offset..e.offset + e.spec.len();
+            report.update.take(update_err(&p1[r.clone()], &p0[r.clone()], &params[r.clone()]), || at(&e.name));
+            for (k, (got, want)) in o1.iter().zip(&opt_state).enumerate() {
+                report.optimizer_state.take(rel_err(&got[r.clone()], &want[r.clone()]), || at(&format!("{} (optimizer state {k})", e.name)));
+            }
+        }
+        for (e, sum) in layout.states.iter().zip(&states_sum) {
+            let mean: Vec<f64> = sum.iter().map(|v| v / replicas as f64).collect();
+            report.moving_stats.take(rel_err(&s1[e.offset..e.offset + e.spec.len()], &mean), || at(&e.name));
+        }
+        report.steps += 1;
+        report.shares = shares;
+    }
+    let c = model.compiled()?;
+    for r in &mut c.replicas.replicas {
+        r.keep_records(false);
+    }
+    Ok(report.finish())
+}
+
+/// What [`check_zoo`] runs.
+#[derive(Clone, Debug)]
+pub struct CheckConfig {
+    /// A zoo model (`convoy::model::zoo::MODELS`).
+    pub model: String,
+    /// Global batch per step, split across the devices.
+    pub batch_size: usize,
+    pub image_size: usize,
+    pub classes: usize,
+    pub steps: usize,
+    pub optimizer: crate::optim::Optimizer,
+    /// Relative speed per device, fixing the split (uneven splits); even by default.
+    pub speeds: Option<Vec<f64>>,
+    pub seed: u64,
+}
+
+impl CheckConfig {
+    /// `model` at `batch_size` and `image_size`, three steps of the benchmarks' SGD (Nesterov
+    /// momentum 0.9, weight decay 5e-4): momentum and decay both take part from step two.
+    pub fn new(model: &str, batch_size: usize, image_size: usize) -> CheckConfig {
+        CheckConfig {
+            model: model.to_string(),
+            batch_size,
+            image_size,
+            classes: 10,
+            steps: 3,
+            optimizer: crate::optim::Optimizer::sgd(0.05).momentum(0.9).nesterov(true).weight_decay(5e-4),
+            speeds: None,
+            seed: 0,
+        }
+    }
+}
+
+/// Builds zoo model `cfg.model`, compiles it on `devices` and checks `cfg.steps` steps on
+/// random images (noise, so no two windows are alike by construction and every unit's
+/// pre-activation is its own).
+pub fn check_zoo(cfg: &CheckConfig, devices: Vec<std::sync::Arc<Device>>) -> Result<Report> {
+    let (mut model, batches) = zoo_case(cfg, devices)?;
+    check(&mut model, &batches)
+}
+
+/// The compiled model and the batches of a [`check_zoo`] run.
+fn zoo_case(cfg: &CheckConfig, devices: Vec<std::sync::Arc<Device>>) -> Result<(Sequential, Vec<(Vec<u8>, Vec<u32>)>)> {
+    use rand::{RngExt, SeedableRng};
+    if cfg.batch_size == 0 || cfg.steps == 0 || cfg.image_size == 0 {
+        bail!(Config, "check: batch size ({}), steps ({}) and image size ({}) must be positive", cfg.batch_size, cfg.steps, cfg.image_size);
+    }
+    let shape = [cfg.image_size, cfg.image_size, 3];
+    let mut model = crate::model::zoo::by_name(&cfg.model, &shape, cfg.classes)?;
+    let n = devices.len();
+    model.compile(crate::model::CompileOptions {
+        optimizer: cfg.optimizer.clone(),
+        loss: crate::model::Loss::SparseCategoricalCrossentropy,
+        metrics: vec![crate::model::Metric::Accuracy],
+        devices,
+        seed: cfg.seed,
+        max_batch: cfg.batch_size,
+    })?;
+    model.set_device_speeds(cfg.speeds.as_deref().unwrap_or(&vec![1.0; n]))?;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed ^ 0x636f6e766f79);
+    let sample: usize = shape.iter().product();
+    let batches: Vec<(Vec<u8>, Vec<u32>)> = (0..cfg.steps)
+        .map(|_| {
+            let images = (0..cfg.batch_size * sample).map(|_| rng.random()).collect();
+            let labels = (0..cfg.batch_size).map(|_| rng.random_range(0..cfg.classes as u32)).collect();
+            (images, labels)
+        })
+        .collect();
+    Ok((model, batches))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_are_relative_to_the_largest_reference_value_and_nan_wins() {
+        assert_eq!(rel_err(&[1.0, 2.5], &[1.0, 2.0]), 0.25);
+        assert!(rel_err(&[f32::NAN, 0.0], &[1.0, 1.0]).is_nan());
+        assert_eq!(rel_err(&[0.0], &[0.0]), 0.0);
+        let mut w = Worst::default();
+        w.take(1e-6, || "a".into());
+        w.take(f64::NAN, || "b".into());
+        w.take(1.0, || "c".into());
+        assert!(w.error.is_nan() && w.at == "b", "{w:?}");
+        let r = Report { grad: Worst { error: f64::NAN, at: "x".into() }, ..Default::default() }.finish();
+        assert!(!r.ok, "a NaN error must fail the check");
+    }
+
+    /// Flips the ReLU decision of the unit furthest from zero in the first ReLU found.
+    fn flip_one(decisions: &mut [Decision]) -> bool {
+        for d in decisions.iter_mut() {
+            match d {
+                Decision::Relu(y) => {
+                    let i = (0..y.len()).max_by(|&a, &b| y[a].abs().total_cmp(&y[b].abs())).expect("a unit");
+                    y[i] = if y[i] > 0.0 { 0.0 } else { 1.0 };
+                    return true;
+                }
+                Decision::Residual { main, shortcut, .. } => {
+                    if flip_one(main) || flip_one(shortcut) {
+                        return true;
+                    }
+                }
+                _ => {}
+            }
+        }
+        false
+    }
+
+    #[test]
+    fn the_check_passes_on_convoy_and_fails_on_a_mask_from_the_wrong_side() {
+        let devices = || crate::device::open("software").expect("the software adapter");
+        let cfg = CheckConfig { steps: 2, ..CheckConfig::new("convnet7", 5, 9) };
+        let (mut model, batches) = zoo_case(&cfg, devices()).unwrap();
+        let good = check(&mut model, &batches).unwrap();
+        assert!(good.ok, "{good:?}");
+        assert!(good.grad.error < 1e-5, "{:?}", good.grad);
+        let (mut model, batches) = zoo_case(&cfg, devices()).unwrap();
+        let mut flipped = 0;
+        let bad = check_edited(&mut model, &batches, |d| flipped += flip_one(d) as usize).unwrap();
+        assert_eq!(flipped, 2, "one flip per step");
+        assert!(!bad.ok, "a flipped mask must fail the check: {bad:?}");
+        assert!(bad.grad.error > BOUND, "{:?}", bad.grad);
+        assert!(!bad.mismatches.is_empty(), "the flipped unit is far from zero: {bad:?}");
+    }
+
+    #[test]
+    fn an_update_may_differ_by_rounding_but_not_by_more() {
+        // p = 1 moved by 1e-5: f32 can only hold it to ~6e-8, which is allowed.
+        let want = 1.0 - 1e-5;
+        assert!(update_err(&[want as f32], &[1.0], &[want]) < 1e-12);
+        // A 1% wrong update is seen.
+        let wrong = (1.0 - 1.01e-5) as f32;
+        assert!(update_err(&[wrong], &[1.0], &[want]) > 1e-3);
+    }
+}

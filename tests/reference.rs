@@ -1,0 +1,70 @@
+//! Whole training steps of every zoo model against the f64 model-level reference
+//! (`convoy::check`), on the software adapter with the shaders a release build ships
+//! (unchecked): gradients, losses, BatchNorm's moving statistics and the optimizer's update,
+//! one step at a time from convoy's weights, on 1, 2 and 3 replicas with uneven splits.
+//! ReLU masks and max-pool choices come from the device's own forward pass (see
+//! `src/check/mod.rs` for why an f64 model that decides them itself cannot be the measure).
+
+use convoy::check::{check_zoo, CheckConfig, Report};
+use convoy::device::{open_with, ShaderChecks};
+use convoy::optim::Optimizer;
+
+fn run(cfg: &CheckConfig, selection: &str, checks: ShaderChecks) -> Report {
+    let devices = open_with(selection, checks).expect("the software adapter");
+    let t0 = std::time::Instant::now();
+    let r = check_zoo(cfg, devices).unwrap_or_else(|e| panic!("{} b{} {}px on {selection}: {e}", cfg.model, cfg.batch_size, cfg.image_size));
+    eprintln!(
+        "{} b{} {}px {selection} {checks:?}: grads {:.1e} ({}), loss {:.1e}, update {:.1e}, moving {:.1e}, ties {} flipped {} [{:.1} s]",
+        cfg.model,
+        cfg.batch_size,
+        cfg.image_size,
+        r.grad.error,
+        r.grad.at,
+        r.loss.error,
+        r.update.error,
+        r.moving_stats.error,
+        r.ties,
+        r.flipped,
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(r.ok, "{} b{} {}px on {selection}: {r:#?}", cfg.model, cfg.batch_size, cfg.image_size);
+    assert_eq!(r.steps, cfg.steps);
+    r
+}
+
+#[test]
+fn every_zoo_model_matches_the_reference_at_odd_shapes() {
+    // Odd batches and image sizes: stride-2 stages of 9 -> 5 -> 3 px, max pools that drop
+    // a row (10 -> 5 -> 2), a batch of one (BatchNorm over one sample's pixels).
+    let cases = [("resnet20", 5, 9), ("resnet20", 1, 8), ("resnet18", 3, 7), ("convnet7", 7, 10), ("convnet7", 2, 13), ("mlp", 6, 5), ("mlp", 9, 7)];
+    for (model, batch, size) in cases {
+        run(&CheckConfig::new(model, batch, size), "software", ShaderChecks::Unchecked);
+    }
+}
+
+#[test]
+fn checked_shaders_give_the_same_verdict() {
+    run(&CheckConfig::new("resnet20", 4, 8), "software", ShaderChecks::Checked);
+}
+
+#[test]
+fn adam_and_adamw_steps_match() {
+    for optimizer in [Optimizer::adam(1e-3), Optimizer::adamw(1e-3).weight_decay(1e-2)] {
+        run(&CheckConfig { optimizer, ..CheckConfig::new("convnet7", 4, 8) }, "software", ShaderChecks::Unchecked);
+    }
+}
+
+#[test]
+fn two_and_three_replicas_with_uneven_and_idle_shares_match() {
+    // Each replica normalises with its own share's BatchNorm statistics; the reference does
+    // the same per share, so the bound is the same as on one device.
+    let r = run(&CheckConfig { speeds: Some(vec![3.0, 1.0]), ..CheckConfig::new("resnet20", 8, 8) }, "software:2", ShaderChecks::Unchecked);
+    assert_eq!(r.shares, vec![6, 2]);
+    let r = run(&CheckConfig { speeds: Some(vec![2.0, 1.0, 1.0]), ..CheckConfig::new("convnet7", 7, 9) }, "software:3", ShaderChecks::Unchecked);
+    assert_eq!(r.shares.iter().sum::<usize>(), 7);
+    assert!(r.shares.iter().all(|&s| s > 0), "{:?}", r.shares);
+    // A batch of two on three replicas leaves one idle: its moving statistics still enter
+    // the average.
+    let r = run(&CheckConfig { speeds: Some(vec![1.0, 1.0, 1.0]), ..CheckConfig::new("resnet20", 2, 8) }, "software:3", ShaderChecks::Unchecked);
+    assert_eq!(r.shares.iter().filter(|&&s| s == 0).count(), 1, "{:?}", r.shares);
+}
