@@ -236,3 +236,20 @@ fn readbacks_arrive_whether_waited_on_sleeping_or_spinning() {
     }
     assert!(readback.wait(d.wgpu(), true).is_err(), "a wait without a request is an error, not a hang");
 }
+
+#[test]
+fn open_with_compiles_shaders_as_asked() {
+    use convoy::device::ShaderChecks;
+    for checks in [ShaderChecks::Checked, ShaderChecks::Unchecked] {
+        let d = device::open_with("software", checks).unwrap().remove(0);
+        assert_eq!(d.shader_checks(), checks);
+        assert_eq!(d.is_checked(), checks == ShaderChecks::Checked);
+        // A kernel runs on either variant and gives the same answer.
+        let x = d.upload(&[5], &[-2.0, -0.5, 0.0, 0.5, 2.0]).unwrap();
+        let y = d.alloc(&[5], DType::F32).unwrap();
+        let dispatch = elementwise::relu_forward(&d, &x, &y).unwrap();
+        d.run(&[dispatch]);
+        d.sync().unwrap();
+        assert_eq!(d.read(&y).unwrap(), vec![0.0, 0.0, 0.0, 0.5, 2.0], "{checks:?}");
+    }
+}

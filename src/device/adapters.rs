@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::Device;
+use super::{Device, ShaderChecks};
 use crate::{Error, Result};
 
 /// Optional features the kernels can use when the adapter offers them.
@@ -170,9 +170,17 @@ pub fn resolve(selection: &str, all: &[AdapterEntry]) -> Result<Vec<AdapterEntry
     Ok(chosen)
 }
 
-/// Opens one device per selected adapter (N for `software:N`).
+/// Opens one device per selected adapter (N for `software:N`), with the build's default
+/// shader checks ([`ShaderChecks::from_env`]: checked in debug, unchecked in release,
+/// `CONVOY_CHECKED` overriding either).
 pub fn open(selection: &str) -> Result<Vec<Arc<Device>>> {
+    open_with(selection, ShaderChecks::from_env()?)
+}
+
+/// Opens one device per selected adapter with an explicit shader-check choice, so a test
+/// can run the unchecked shaders that release builds ship whatever the build profile.
+pub fn open_with(selection: &str, checks: ShaderChecks) -> Result<Vec<Arc<Device>>> {
     let all = adapters();
     let picked = resolve(selection, &all)?;
-    picked.iter().enumerate().map(|(ordinal, entry)| Device::open(entry, ordinal).map(Arc::new)).collect()
+    picked.iter().enumerate().map(|(ordinal, entry)| Device::open(entry, ordinal, checks).map(Arc::new)).collect()
 }

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use wgpu::util::DeviceExt;
 
 use super::adapters::{vendor_name, AdapterEntry, WANTED_FEATURES};
+use super::checks::ShaderChecks;
 use super::pool::Pool;
 use super::tensor::{DType, Lease, Tensor};
 use crate::kernels::{Dispatch, Shader};
@@ -20,8 +21,8 @@ pub struct Device {
     info: wgpu::AdapterInfo,
     /// Position in the selection: replica number in data-parallel training.
     pub ordinal: usize,
-    /// Shaders keep wgpu's bounds checks (debug builds and tests) or run trusted (release).
-    checked: bool,
+    /// Shaders keep wgpu's bounds checks or run trusted (what release builds ship).
+    checks: ShaderChecks,
     modules: Mutex<HashMap<&'static str, wgpu::ShaderModule>>,
     pipelines: Mutex<HashMap<PipelineKey, wgpu::ComputePipeline>>,
     pool: Arc<Pool>,
@@ -36,7 +37,8 @@ impl std::fmt::Debug for Device {
 }
 
 impl Device {
-    pub fn open(entry: &AdapterEntry, ordinal: usize) -> Result<Device> {
+    /// Opens `entry` as replica `ordinal`, compiling every shader module as `checks` says.
+    pub fn open(entry: &AdapterEntry, ordinal: usize, checks: ShaderChecks) -> Result<Device> {
         let adapter = &entry.adapter;
         let features = adapter.features() & WANTED_FEATURES;
         let experimental = if features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
@@ -65,13 +67,12 @@ impl Device {
                 *slot = Some(e.to_string());
             }
         }));
-        let checked = cfg!(debug_assertions) || std::env::var_os("CONVOY_CHECKED").is_some();
         Ok(Device {
             device,
             queue,
             info: entry.info.clone(),
             ordinal,
-            checked,
+            checks,
             modules: Mutex::default(),
             pipelines: Mutex::default(),
             pool: Arc::new(Pool::default()),
@@ -107,8 +108,13 @@ impl Device {
     pub fn is_software(&self) -> bool {
         self.info.device_type == wgpu::DeviceType::Cpu
     }
+    /// True when this device's shaders keep wgpu's runtime bounds checks.
     pub fn is_checked(&self) -> bool {
-        self.checked
+        self.checks.is_checked()
+    }
+    /// How this device compiles its shaders.
+    pub fn shader_checks(&self) -> ShaderChecks {
+        self.checks
     }
 
     /// Returns the first error the GPU reported since the device was opened, if any.
@@ -149,7 +155,7 @@ impl Device {
             return m.clone();
         }
         let desc = wgpu::ShaderModuleDescriptor { label: Some(shader.name), source: wgpu::ShaderSource::Wgsl(shader.source.into()) };
-        let module = if self.checked {
+        let module = if self.checks.is_checked() {
             self.device.create_shader_module(desc)
         } else {
             // SAFETY: every kernel wrapper validates shapes on the host before dispatch, and

@@ -1,5 +1,6 @@
 //! Adapters, one `Device` per adapter, device tensors, the buffer pool and staging.
 pub mod adapters;
+mod checks;
 #[allow(clippy::module_inception)]
 mod device;
 pub mod pool;
@@ -7,7 +8,8 @@ pub mod staging;
 pub mod tensor;
 pub mod timestamps;
 
-pub use adapters::{adapters, open, resolve, summarize, AdapterEntry, AdapterSummary};
+pub use adapters::{adapters, open, open_with, resolve, summarize, AdapterEntry, AdapterSummary};
+pub use checks::ShaderChecks;
 pub use device::{map_and_wait, Device};
 pub use staging::{Readback, StagingRing};
 pub use tensor::{DType, Tensor};
