@@ -35,8 +35,8 @@ fn run(cfg: &CheckConfig, selection: &str, checks: ShaderChecks) -> Report {
 #[test]
 fn every_zoo_model_matches_the_reference_at_odd_shapes() {
     // Odd batches and image sizes: stride-2 stages of 9 -> 5 -> 3 px, max pools that drop
-    // a row (10 -> 5 -> 2), a batch of one (BatchNorm over one sample's pixels).
-    let cases = [("resnet20", 5, 9), ("resnet20", 1, 8), ("resnet18", 3, 7), ("convnet7", 7, 10), ("convnet7", 2, 13), ("mlp", 6, 5), ("mlp", 9, 7)];
+    // a row (10 -> 5 -> 2), a batch of one (BatchNorm over one sample's 3x3 pixels).
+    let cases = [("resnet20", 5, 9), ("resnet20", 1, 12), ("resnet18", 3, 13), ("convnet7", 7, 10), ("convnet7", 2, 13), ("mlp", 6, 5), ("mlp", 9, 7)];
     for (model, batch, size) in cases {
         run(&CheckConfig::new(model, batch, size), "software", ShaderChecks::Unchecked);
     }
@@ -65,6 +65,15 @@ fn two_and_three_replicas_with_uneven_and_idle_shares_match() {
     assert!(r.shares.iter().all(|&s| s > 0), "{:?}", r.shares);
     // A batch of two on three replicas leaves one idle: its moving statistics still enter
     // the average.
-    let r = run(&CheckConfig { speeds: Some(vec![1.0, 1.0, 1.0]), ..CheckConfig::new("resnet20", 2, 8) }, "software:3", ShaderChecks::Unchecked);
+    let r = run(&CheckConfig { speeds: Some(vec![1.0, 1.0, 1.0]), ..CheckConfig::new("resnet20", 2, 12) }, "software:3", ShaderChecks::Unchecked);
     assert_eq!(r.shares.iter().filter(|&&s| s == 0).count(), 1, "{:?}", r.shares);
+}
+
+#[test]
+fn batch_norm_over_too_few_rows_is_refused_with_the_layer_named() {
+    // ResNet-20 at 8 px ends at 2x2 from its third stage (residual_6) on: a batch of one
+    // gives those BatchNorms 4 rows.
+    let devices = open_with("software", ShaderChecks::Unchecked).unwrap();
+    let e = check_zoo(&CheckConfig::new("resnet20", 1, 8), devices).unwrap_err().to_string();
+    assert!(e.contains("only 4 rows") && e.contains("residual_6") && e.contains("larger batch"), "{e}");
 }

@@ -22,7 +22,7 @@ mod net;
 mod ops;
 pub mod optimizer;
 mod reference;
-// run.rs: added by the device-side work
+mod run;
 
 #[cfg(test)]
 mod tests;
@@ -31,3 +31,4 @@ mod tests;
 pub use decisions::{check_structure, Decision};
 pub use net::{Net, Node};
 pub use reference::{own_decisions, predict, train_step, KinkReport, Step, TIE_THRESHOLD};
+pub use run::{check, check_zoo, decisions, rel_err, CheckConfig, Report, Worst, BOUND, GRAD_FLOOR, MIN_BATCHNORM_ROWS};
