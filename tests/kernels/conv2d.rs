@@ -100,7 +100,7 @@ const CASES: &[Case] = &[
 
 /// Runs all three passes of `geom` with `opts`, outputs pre-filled with garbage so that
 /// accumulation instead of overwriting shows, and returns the three relative errors.
-fn check(geom: &Conv2dGeometry, opts: &GemmOptions, case: &str, seed: u64) -> [f64; 3] {
+pub(crate) fn check(geom: &Conv2dGeometry, opts: &GemmOptions, case: &str, seed: u64) -> [f64; 3] {
     let d = device();
     let mut r = rng(seed);
     let (xs, ws, ys) = (geom.input_shape(), geom.kernel_shape(), geom.output_shape());
