@@ -154,6 +154,10 @@ pub(crate) struct Gemm<'a> {
     pub b: &'a Tensor,
     pub bias: Option<&'a Tensor>,
     pub c: &'a Tensor,
+    /// Useful floating-point operations, for the profile: `2 * m * n * k` for a plain
+    /// product, the forward's count for each convolution pass (the stride > 1 input
+    /// gradient's K holds taps that never meet an output, which are not useful work).
+    pub flops: f64,
 }
 
 #[repr(C)]
@@ -342,7 +346,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     p.flags |= if g.n.is_multiple_of(4) { QUAD_C } else { 0 };
 
     let bias = g.bias.unwrap_or(g.b); // bound but unread without the BIAS flag
-    let flops = 2.0 * g.m as f64 * g.n as f64 * g.k as f64;
+    let flops = g.flops;
     let groups = grid(device, (tiles_m * tiles_n * splits) as u64)?;
     let bias_token = if g.bias.is_some() { "bias" } else { "" };
     let gemm_path = format!("tile={tile:?} a={:?} {b_token} {split_token} {} {phased}", g.a_load, quad_tokens(p.flags));
