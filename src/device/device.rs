@@ -160,7 +160,7 @@ impl Device {
         } else {
             // SAFETY: every kernel wrapper validates shapes on the host before dispatch, and
             // every index a kernel computes is guarded against the sizes it is given; the
-            // kernel tests run the same shaders checked.
+            // kernel tests' path sweeps (tests/kernels/paths.rs) run every shader both ways.
             unsafe { self.device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
         };
         modules.insert(shader.name, module.clone());

@@ -9,7 +9,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::reduce::{launch, scratch, Bind, Split};
-use super::{grid_for, Dispatch, BATCHNORM};
+use super::{grid_for, width_token, Dispatch, BATCHNORM};
 use crate::{bail, Device, Result, Tensor};
 
 /// The layer's hyper-parameters, with Keras' names and defaults.
@@ -86,7 +86,8 @@ pub fn forward_train(
     let partials = scratch(device, "batchnorm statistics", 2 * split.chunks as usize * split.cols as usize);
     let t = Bind::Tensor;
     Ok(vec![
-        launch(device, &BATCHNORM, "stats_partial", &params, &[(1, t(x)), (12, Bind::Scratch(&partials))], split.groups(device, K)?),
+        launch(device, &BATCHNORM, "stats_partial", &params, &[(1, t(x)), (12, Bind::Scratch(&partials))], split.groups(device, K)?)
+            .tagged(partial_tokens(&split)),
         launch(
             device,
             &BATCHNORM,
@@ -94,7 +95,8 @@ pub fn forward_train(
             &params.for_merge(&split),
             &[(9, Bind::Scratch(&partials)), (13, t(saved)), (14, t(moving_mean)), (15, t(moving_var))],
             split.merge_groups(device, K)?,
-        ),
+        )
+        .tagged(split.tokens()),
         per_element(device, "normalize_train", "normalize_train4", &params, &[(1, t(x)), (4, t(gamma)), (5, t(beta)), (6, t(saved)), (16, t(y))])?,
     ])
 }
@@ -163,7 +165,8 @@ pub fn backward(
             &params,
             &[(1, t(x)), (2, t(y)), (3, t(dy)), (6, t(saved)), (12, Bind::Scratch(&partials))],
             split.groups(device, K)?,
-        ),
+        )
+        .tagged(partial_tokens(&split)),
         launch(
             device,
             &BATCHNORM,
@@ -171,7 +174,8 @@ pub fn backward(
             &params.for_merge(&split),
             &[(6, t(saved)), (9, Bind::Scratch(&partials)), (17, t(dgamma)), (18, t(dbeta))],
             split.merge_groups(device, K)?,
-        ),
+        )
+        .tagged(split.tokens()),
         per_element(
             device,
             "backward_dx",
@@ -182,12 +186,18 @@ pub fn backward(
     ])
 }
 
+/// The path tokens of a first (partial) pass: the split's, and whether its lanes read four
+/// rows per step.
+fn partial_tokens(split: &Split) -> String {
+    format!("{} rows={}", split.tokens(), if split.four_row_loads() { "x4" } else { "x1" })
+}
+
 /// A pass with one invocation per element of x, or per four channels (`entry4`, x, y, dy
 /// and the output bound as vec4 arrays) where the channel count is divisible by 4.
 fn per_element(device: &Device, entry: &'static str, entry4: &'static str, params: &Params, binds: &[(u32, Bind<'_>)]) -> Result<Dispatch> {
     let n = params.rows as usize * params.cols as usize;
     if !params.cols.is_multiple_of(4) {
-        return Ok(launch(device, &BATCHNORM, entry, params, binds, grid_for(device, n)?));
+        return Ok(launch(device, &BATCHNORM, entry, params, binds, grid_for(device, n)?).tagged(width_token(false)));
     }
     let wide = |i: u32| match i {
         1..=3 => i + 18,
@@ -195,7 +205,7 @@ fn per_element(device: &Device, entry: &'static str, entry4: &'static str, param
         _ => i,
     };
     let binds: Vec<(u32, Bind<'_>)> = binds.iter().map(|(i, b)| (wide(*i), *b)).collect();
-    Ok(launch(device, &BATCHNORM, entry4, params, &binds, grid_for(device, n / 4)?).named(entry, 0.0))
+    Ok(launch(device, &BATCHNORM, entry4, params, &binds, grid_for(device, n / 4)?).named(entry, 0.0).tagged(width_token(true)))
 }
 
 /// Validates the configuration and every shape against `x: [..., C]`, and splits the rows.

@@ -112,8 +112,9 @@ impl Conv2dGeometry {
         vec![self.kh, self.kw, self.in_c, self.filters]
     }
 
-    /// Multiply-adds of the forward pass, counted as 2 flops each (each backward GEMM
-    /// costs the same).
+    /// Multiply-adds of the forward pass, counted as 2 flops each: the useful work of each
+    /// of the three passes (the input gradient's GEMM at stride > 1 multiplies more zeros,
+    /// which the profile does not count).
     pub fn flops(&self) -> u64 {
         2 * (self.batch * self.out_h * self.out_w) as u64 * self.filters as u64 * (self.kh * self.kw * self.in_c) as u64
     }
@@ -160,6 +161,7 @@ pub fn forward_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tens
         b: w,
         bias: None,
         c: y,
+        flops: geom.flops() as f64,
     };
     gemm::launch(device, &g, opts)
 }
@@ -200,6 +202,7 @@ pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w
         b: w,
         bias: None,
         c: dx,
+        flops: geom.flops() as f64,
     };
     gemm::launch(device, &g, opts)
 }
@@ -236,6 +239,7 @@ pub fn backward_weights_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor,
         b: dy,
         bias: None,
         c: dw,
+        flops: geom.flops() as f64,
     };
     gemm::launch(device, &g, opts)
 }

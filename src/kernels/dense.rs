@@ -61,6 +61,7 @@ fn product(
         b,
         bias,
         c,
+        flops: 2.0 * m as f64 * n as f64 * k as f64,
     };
     gemm::launch(device, &g, opts)
 }

@@ -5,7 +5,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{expect_same_len, grid_for, u32_of, Dispatch, ELEMENTWISE, WG_CONST};
+use super::{expect_same_len, grid_for, u32_of, width_token, Dispatch, ELEMENTWISE, WG_CONST};
 use crate::{bail, Device, Result, Tensor};
 
 #[repr(C)]
@@ -27,10 +27,10 @@ fn launch(device: &Device, entry: &'static str, params: Params, bindings: &[(u32
 fn launch_vec4(device: &Device, entry: &'static str, entry4: &'static str, n: usize, bindings: &[(u32, &Tensor)]) -> Result<Dispatch> {
     let p = params(entry, n)?;
     if !n.is_multiple_of(4) {
-        return launch(device, entry, p, bindings);
+        return Ok(launch(device, entry, p, bindings)?.tagged(width_token(false)));
     }
     let wide: Vec<(u32, &Tensor)> = bindings.iter().map(|&(i, t)| (i + 4, t)).collect();
-    Ok(launch(device, entry4, Params { n: p.n / 4, ..p }, &wide)?.named(entry, 0.0))
+    Ok(launch(device, entry4, Params { n: p.n / 4, ..p }, &wide)?.named(entry, 0.0).tagged(width_token(true)))
 }
 
 fn params(kernel: &str, n: usize) -> Result<Params> {

@@ -70,7 +70,7 @@ impl Tile {
         let big: &[Tile] = if n <= 32 { &[Tile::M128N32] } else { &[Tile::M128N64, Tile::M64N64] };
         for &t in big {
             let tiles = t.tiles(m, n);
-            if tiles * choose_splits(t, tiles, m, n, k) >= TARGET_WORKGROUPS {
+            if tiles * choose_splits(t, tiles, m, n, k).0 >= TARGET_WORKGROUPS {
                 return t;
             }
         }
@@ -154,6 +154,10 @@ pub(crate) struct Gemm<'a> {
     pub b: &'a Tensor,
     pub bias: Option<&'a Tensor>,
     pub c: &'a Tensor,
+    /// Useful floating-point operations, for the profile: `2 * m * n * k` for a plain
+    /// product, the forward's count for each convolution pass (the stride > 1 input
+    /// gradient's K holds taps that never meet an output, which are not useful work).
+    pub flops: f64,
 }
 
 #[repr(C)]
@@ -202,19 +206,26 @@ const LONG_K: usize = 16 * 1024;
 /// per split so the partials stay few. A long K with a small output (a weight gradient)
 /// splits further, down to 256 k, until the GPU holds `TARGET_THREADS` invocations: on
 /// resnet20's first stage (M = 144, N = 16, K = 262,144) 86 splits of 64 invocations ran at
-/// 2.3 TFLOP/s.
-fn choose_splits(tile: Tile, tiles: usize, m: usize, n: usize, k: usize) -> usize {
+/// 2.3 TFLOP/s. Returns the count and the rule that chose it, for the path label.
+fn choose_splits(tile: Tile, tiles: usize, m: usize, n: usize, k: usize) -> (usize, &'static str) {
     if tiles >= TARGET_WORKGROUPS {
-        return 1;
+        return (1, "split=auto");
     }
-    let (want, per_split) = if k >= LONG_K {
-        (TARGET_WORKGROUPS.div_ceil(tiles).max(TARGET_THREADS.div_ceil(tiles * tile.threads())), 256)
+    let (want, per_split, rule) = if k >= LONG_K {
+        (TARGET_WORKGROUPS.div_ceil(tiles).max(TARGET_THREADS.div_ceil(tiles * tile.threads())), 256, "split=auto_long_k")
     } else {
-        (TARGET_WORKGROUPS.div_ceil(tiles), 512)
+        (TARGET_WORKGROUPS.div_ceil(tiles), 512, "split=auto")
     };
     let by_k = (k / per_split).max(1);
     let by_space = (MAX_WORKSPACE / (4 * m * n).max(1)).max(1);
-    want.min(by_k).min(by_space)
+    (want.min(by_k).min(by_space), rule)
+}
+
+/// The path tokens of a GEMM's operand widths: each operand read (or written) as vec4s or
+/// one float at a time.
+fn quad_tokens(flags: u32) -> String {
+    let token = |bit: u32, name: &str| format!("{}_{name}", if flags & bit != 0 { "quad" } else { "scalar" });
+    format!("{} {} {}", token(QUAD_A, "a"), token(QUAD_B, "b"), token(QUAD_C, "c"))
 }
 
 /// A binding of `t` as `array<vec4<f32>>`: its size rounded up to whole vec4s. Pool
@@ -285,10 +296,19 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     let (tiles_m, tiles_n) = (g.m.div_ceil(tile.bm()), g.n.div_ceil(tile.bn()));
     let bk = tile.bk();
     let k_steps = g.k.div_ceil(bk).max(1);
-    let want = opts.splits.unwrap_or_else(|| choose_splits(tile, tiles_m * tiles_n, g.m, g.n, g.k)).clamp(1, k_steps);
+    let (want, rule) = match opts.splits {
+        Some(s) => (s, "split=forced"),
+        None => choose_splits(tile, tiles_m * tiles_n, g.m, g.n, g.k),
+    };
+    let want = want.clamp(1, k_steps);
     // Whole K steps per split; recount so no split is empty.
     let k_chunk = k_steps.div_ceil(want) * bk;
     let splits = g.k.div_ceil(k_chunk).max(1);
+    let split_token = if splits == 1 { "split=none".to_string() } else { format!("{rule} splits={splits}") };
+    let b_token = match g.b_load {
+        BLoad::Rows => "b=Rows",
+        BLoad::BlockedT(_) => "b=BlockedT",
+    };
 
     let mut p = Params {
         m: u32_of(kernel, "M", g.m)?,
@@ -309,6 +329,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     }
     p.flags |= if a_quads(g) { QUAD_A } else { 0 } | if b_quads(g) { QUAD_B } else { 0 };
     let mut constants = tile.constants(g.a_load, g.b_load);
+    let mut phased = "";
     if let (true, Some(c)) = (g.phases, g.conv) {
         let (sh, sw) = (c.stride_h, c.stride_w);
         let whole = c.in_h % sh == 0 && c.in_w % sw == 0 && (g.m / (sh * sw)).is_multiple_of(tile.bm());
@@ -319,13 +340,16 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         let small_tile = tile.threads() <= 64;
         if sh * sw > 1 && whole && small_tile && splits == 1 && c.filters.is_multiple_of(bk) && a_quads(g) && g.a_load == ALoad::DyStuffed {
             constants.push(("PHASED", 1.0));
+            phased = "phased";
         }
     }
     p.flags |= if g.n.is_multiple_of(4) { QUAD_C } else { 0 };
 
     let bias = g.bias.unwrap_or(g.b); // bound but unread without the BIAS flag
-    let flops = 2.0 * g.m as f64 * g.n as f64 * g.k as f64;
+    let flops = g.flops;
     let groups = grid(device, (tiles_m * tiles_n * splits) as u64)?;
+    let bias_token = if g.bias.is_some() { "bias" } else { "" };
+    let gemm_path = format!("tile={tile:?} a={:?} {b_token} {split_token} {} {phased}", g.a_load, quad_tokens(p.flags));
     if splits == 1 {
         p.flags |= if g.bias.is_some() { BIAS } else { 0 };
         let bindings = [
@@ -334,7 +358,8 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
             (3, quad_binding(kernel, bias)?),
             (4, quad_binding(kernel, g.c)?),
         ];
-        return Ok(vec![with_uniform(device, "gemm", &constants, &p, &bindings, groups).named(kernel, flops)]);
+        let gemm = with_uniform(device, "gemm", &constants, &p, &bindings, groups).named(kernel, flops);
+        return Ok(vec![gemm.tagged(format!("{gemm_path} {bias_token}"))]);
     }
 
     // The partials live in a buffer of their own rather than a pooled tensor: the pool
@@ -353,9 +378,9 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         (3, quad_binding(kernel, bias)?),
         (4, partials.clone()),
     ];
-    let gemm = with_uniform(device, "gemm", &constants, &p, &bindings, groups).named(kernel, flops);
+    let gemm = with_uniform(device, "gemm", &constants, &p, &bindings, groups).named(kernel, flops).tagged(&gemm_path);
     p.flags |= if g.bias.is_some() { BIAS } else { 0 };
-    let reduce = reduce_dispatch(device, kernel, &p, partials, bias, g.c)?.named(kernel, 0.0);
+    let reduce = reduce_dispatch(device, kernel, &p, partials, bias, g.c)?.named(kernel, 0.0).tagged(bias_token);
     Ok(vec![gemm, reduce])
 }
 
@@ -385,7 +410,8 @@ fn reduce_dispatch(
     let quads = (p.m as usize * p.n as usize).div_ceil(4);
     let groups = grid(device, quads.div_ceil(WG as usize) as u64)?;
     let bindings = [(1, partials), (3, quad_binding(kernel, bias)?), (4, quad_binding(kernel, c)?)];
-    Ok(with_uniform(device, "reduce_splits", &[WG_CONST], p, &bindings, groups))
+    let quads = if p.flags & QUAD_C != 0 { "quad_c" } else { "scalar_c" };
+    Ok(with_uniform(device, "reduce_splits", &[WG_CONST], p, &bindings, groups).tagged(format!("{quads} splits={}", p.splits)))
 }
 
 /// Rows per chunk of the column sums: long enough to amortise the second pass, short
@@ -418,7 +444,7 @@ pub(crate) fn column_sums(device: &Device, kernel: &str, a: &Tensor, rows: usize
     let groups = grid(device, (tiles_n * chunks) as u64)?;
     if chunks == 1 {
         let bindings = [(1, quad_binding(kernel, a)?), (4, quad_binding(kernel, out)?)];
-        return Ok(vec![with_uniform(device, "column_sums", &[], &p, &bindings, groups)]);
+        return Ok(vec![with_uniform(device, "column_sums", &[], &p, &bindings, groups).tagged("chunks=single")]);
     }
     let workspace = device.wgpu().create_buffer(&wgpu::BufferDescriptor {
         label: Some("column-sum partials"),
@@ -427,7 +453,7 @@ pub(crate) fn column_sums(device: &Device, kernel: &str, a: &Tensor, rows: usize
         mapped_at_creation: false,
     });
     let partials = workspace.as_entire_buffer_binding();
-    let sums = with_uniform(device, "column_sums", &[], &p, &[(1, quad_binding(kernel, a)?), (4, partials.clone())], groups);
+    let sums = with_uniform(device, "column_sums", &[], &p, &[(1, quad_binding(kernel, a)?), (4, partials.clone())], groups).tagged("chunks=multi");
     // The reduction sees the partials as [chunks, 1, cols]; `a` fills the unread bias slot.
     p.m = 1;
     p.flags = if cols.is_multiple_of(4) { QUAD_C } else { 0 };

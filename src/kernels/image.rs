@@ -66,5 +66,7 @@ pub fn normalize_u8(device: &Device, x: &Tensor, mean: &[f32], std: &[f32], y: &
         (2, table.as_entire_buffer_binding()),
         (3, y.binding()),
     ];
-    Ok(Dispatch::new(device, &IMAGE, k, &[WG_CONST], &bindings, grid_for(device, x.len().div_ceil(4))?))
+    // Each invocation converts one u32 word of four pixels; a last partial word is guarded.
+    let words = if x.len().is_multiple_of(4) { "words=whole" } else { "words=tail" };
+    Ok(Dispatch::new(device, &IMAGE, k, &[WG_CONST], &bindings, grid_for(device, x.len().div_ceil(4))?).tagged(words))
 }

@@ -33,7 +33,9 @@ fn rows_and_k(kernel: &str, operand: &str, t: &Tensor) -> Result<(usize, usize)>
 fn launch(device: &Device, entry: &'static str, rows: usize, k: usize, scale: f32, bindings: &[(u32, &Tensor)]) -> Result<Dispatch> {
     let params = Params { rows: u32_of(entry, "rows", rows)?, k: u32_of(entry, "classes", k)?, scale, _pad: 0 };
     u32_of(entry, "elements", rows * k)?;
-    Ok(Dispatch::with_params(device, &LOSS, entry, &[], &params, bindings, grid(device, rows as u64)?))
+    // A row's ROW_THREADS lanes stride over its classes: one pass or several.
+    let classes = if k > ROW_THREADS as usize { "classes=strided" } else { "classes=one_pass" };
+    Ok(Dispatch::with_params(device, &LOSS, entry, &[], &params, bindings, grid(device, rows as u64)?).tagged(classes))
 }
 
 /// Softmax cross-entropy with integer labels, forward and backward fused:

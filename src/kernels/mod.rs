@@ -69,6 +69,12 @@ pub struct Dispatch {
     pub flops: f64,
     /// Bytes of the bound tensors: what the kernel must move at least once.
     pub bytes: f64,
+    /// The code path the launch takes, as space-separated tokens after the entry point
+    /// (`gemm tile=M64N16 a=DyStuffed split=none quad_a quad_b quad_c phased grid=1d`).
+    /// Each wrapper writes its tokens from the very values that pick its branches, so the
+    /// kernel tests can count which paths their shapes reached; `grid=2d` marks a grid with
+    /// more than one row of workgroups (a folded linear grid, or chunks of a reduction).
+    pub path: String,
     pipeline: wgpu::ComputePipeline,
     bind_group: wgpu::BindGroup,
     groups: [u32; 3],
@@ -89,7 +95,23 @@ impl Dispatch {
         let bind_group = device.bind_group(&pipeline, bindings);
         // Binding 0 is the kernel's uniform parameters, not data it moves.
         let bytes = bindings.iter().filter(|(i, _)| *i != 0).map(|(_, b)| b.size.map_or(b.buffer.size() - b.offset, |s| s.get()) as f64).sum();
-        Dispatch { label: entry, kernel: entry, shader: shader.name, layer: None, flops: 0.0, bytes, pipeline, bind_group, groups }
+        let path = format!("{entry} {}", grid_token(groups));
+        Dispatch { label: entry, kernel: entry, shader: shader.name, layer: None, flops: 0.0, bytes, path, pipeline, bind_group, groups }
+    }
+
+    /// Adds the tokens that name the branches this launch takes (see [`Dispatch::path`]).
+    pub fn tagged(mut self, tokens: impl AsRef<str>) -> Dispatch {
+        let tokens = tokens.as_ref().trim();
+        if !tokens.is_empty() {
+            self.path.push(' ');
+            self.path.push_str(tokens);
+        }
+        self
+    }
+
+    /// The path's tokens after the entry point.
+    pub fn path_tokens(&self) -> impl Iterator<Item = &str> {
+        self.path.split_whitespace().skip(1)
     }
 
     /// Names the launch and its arithmetic for per-kernel timings.
@@ -142,6 +164,17 @@ pub fn grid(device: &Device, workgroups: u64) -> Result<[u32; 3]> {
         bail!(Shape, "{workgroups} workgroups exceed a {max} x {max} grid");
     }
     Ok([max as u32, y as u32, 1])
+}
+
+/// The path token of a grid: `grid=2d` when the launch has more than one row of
+/// workgroups, which for a grid from [`grid`] means it was folded.
+pub fn grid_token(groups: [u32; 3]) -> &'static str {
+    if groups[1] > 1 || groups[2] > 1 { "grid=2d" } else { "grid=1d" }
+}
+
+/// The path token of a pass that has a vec4 and a scalar form.
+pub fn width_token(vec4: bool) -> &'static str {
+    if vec4 { "vec4" } else { "scalar" }
 }
 
 /// The grid for `n` elements at `WG` per workgroup.

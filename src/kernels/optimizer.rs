@@ -313,12 +313,19 @@ fn launch(
     if decay_mask.is_some() {
         p.flags |= 2;
     }
+    // The shader's branches: bit 0 (Nesterov, or AdamW's decoupled decay), bit 1 (the mask).
+    let flag = |bit: u32, name: &str| format!("{name}={}", if p.flags & bit != 0 { "yes" } else { "no" });
+    let path = match entry {
+        "sgd" => flag(2, "decay_mask"),
+        "sgd_momentum" => format!("{} {}", flag(1, "nesterov"), flag(2, "decay_mask")),
+        _ => format!("{} {}", flag(1, "decoupled"), flag(2, "decay_mask")),
+    };
     let uniform = device.uniform(&p);
     let mut bindings = vec![(0, uniform.as_entire_buffer_binding()), (1, grads.binding()), (2, hyper.binding()), (3, params.binding())];
     bindings.extend(state.iter().enumerate().map(|(i, t)| (4 + i as u32, t.binding())));
     // Without a mask the kernel never reads binding 6; `grads` fills it.
     bindings.push((6, decay_mask.map_or_else(|| grads.binding(), |m| m.as_entire_buffer_binding())));
-    let mut d = Dispatch::new(device, &OPTIMIZER, entry, &[WG_CONST], &bindings, grid_for(device, params.len())?);
+    let mut d = Dispatch::new(device, &OPTIMIZER, entry, &[WG_CONST], &bindings, grid_for(device, params.len())?).tagged(path);
     if decay_mask.is_none() {
         d.bytes -= grads.bytes() as f64; // the stand-in is never read
     }

@@ -55,6 +55,26 @@ impl Split {
         })
     }
 
+    /// Lanes down the rows of a workgroup: the invocations that share one column.
+    pub fn lanes(&self) -> u32 {
+        WG >> self.col_log2
+    }
+
+    /// Whether a lane of the first chunk reads four rows per step, the loop that the
+    /// BatchNorm partial passes run while `row + 3 * lanes < chunk end` (rows beyond the
+    /// last whole step go one at a time).
+    pub fn four_row_loads(&self) -> bool {
+        self.chunk_rows > 3 * self.lanes()
+    }
+
+    /// The path tokens of a pass over this split: one or several row chunks (and so a
+    /// merge of one partial or of many), one column tile or several (above 64 columns).
+    pub fn tokens(&self) -> String {
+        let chunks = if self.chunks > 1 { "chunks=multi" } else { "chunks=single" };
+        let tiles = if self.tiles() > 1 { "cols=tiled" } else { "cols=one_tile" };
+        format!("{chunks} {tiles}")
+    }
+
     /// Workgroups across the columns.
     pub fn tiles(&self) -> u32 {
         self.cols.div_ceil(1 << self.col_log2)
@@ -183,12 +203,14 @@ fn columns(device: &Device, kernel: &str, x: &Tensor, cols: usize, out: &Tensor)
     let split = Split::new(kernel, x.len().checked_div(cols).unwrap_or(0), cols)?;
     let first = split.groups(device, kernel)?;
     if split.chunks == 1 {
-        return Ok(vec![launch(device, &REDUCE, "sum_columns", &Params::from(split), &[(1, Bind::Tensor(x)), (2, Bind::Tensor(out))], first)]);
+        let sums = launch(device, &REDUCE, "sum_columns", &Params::from(split), &[(1, Bind::Tensor(x)), (2, Bind::Tensor(out))], first);
+        return Ok(vec![sums.tagged(format!("pass=only {}", split.tokens()))]);
     }
     let partial = scratch(device, "sum partials", split.chunks as usize * cols);
     let merge = split.merge();
     Ok(vec![
-        launch(device, &REDUCE, "sum_columns", &Params::from(split), &[(1, Bind::Tensor(x)), (2, Bind::Scratch(&partial))], first),
+        launch(device, &REDUCE, "sum_columns", &Params::from(split), &[(1, Bind::Tensor(x)), (2, Bind::Scratch(&partial))], first)
+            .tagged(format!("pass=partial {}", split.tokens())),
         launch(
             device,
             &REDUCE,
@@ -196,7 +218,8 @@ fn columns(device: &Device, kernel: &str, x: &Tensor, cols: usize, out: &Tensor)
             &Params::from(merge),
             &[(1, Bind::Scratch(&partial)), (2, Bind::Tensor(out))],
             split.merge_groups(device, kernel)?,
-        ),
+        )
+        .tagged(format!("pass=merge {}", split.tokens())),
     ])
 }
 

@@ -13,7 +13,7 @@ const SHAPES: &[&[usize]] = &[&[1, 1, 1, 3], &[2, 5, 7, 5], &[3, 9, 9, 17], &[4,
 
 /// Inputs of one case: x is `offset[c] + scale[c] * u` per channel, so means sit away from
 /// zero and channels differ.
-struct Case {
+pub(crate) struct Case {
     shape: Vec<usize>,
     c: usize,
     x: Vec<f32>,
@@ -23,7 +23,7 @@ struct Case {
     moving_var: Vec<f32>,
 }
 
-fn case(r: &mut StdRng, shape: &[usize], offset: f32) -> Case {
+pub(crate) fn case(r: &mut StdRng, shape: &[usize], offset: f32) -> Case {
     let c = *shape.last().unwrap();
     let n: usize = shape.iter().product();
     let offsets: Vec<f32> = (0..c).map(|_| offset + r.random_range(-2.0f32..2.0)).collect();
@@ -105,14 +105,14 @@ fn stale(shape: &[usize]) -> Tensor {
     upload(&vec![-3.0; shape.iter().product()], shape)
 }
 
-struct TrainOut {
+pub(crate) struct TrainOut {
     y: Tensor,
     saved: Tensor,
     params: [Tensor; 4],
     x: Tensor,
 }
 
-fn train(k: &Case, cfg: &BatchNormConfig) -> (TrainOut, Vec<convoy::kernels::Dispatch>) {
+pub(crate) fn train(k: &Case, cfg: &BatchNormConfig) -> (TrainOut, Vec<convoy::kernels::Dispatch>) {
     let d = device();
     let params = parameters(k);
     let [gamma, beta, mm, mv] = &params;
@@ -122,7 +122,7 @@ fn train(k: &Case, cfg: &BatchNormConfig) -> (TrainOut, Vec<convoy::kernels::Dis
 }
 
 /// Checks the training forward's outputs against f64; returns the worst relative error.
-fn check_train(name: &str, k: &Case, cfg: &BatchNormConfig, out: &TrainOut) -> f64 {
+pub(crate) fn check_train(name: &str, k: &Case, cfg: &BatchNormConfig, out: &TrainOut) -> f64 {
     let (mean, var) = stats(&k.x, k.c);
     let inv: Vec<f64> = var.iter().map(|v| 1.0 / (v + cfg.epsilon as f64).sqrt()).collect();
     let saved = read(&out.saved);
@@ -178,7 +178,7 @@ fn inference_forward_matches_f64() {
 }
 
 /// Runs forward_train then backward; checks dx, dgamma and dbeta. Returns the worst error.
-fn check_backward(name: &str, k: &Case, cfg: &BatchNormConfig, dy: &[f32]) -> f64 {
+pub(crate) fn check_backward(name: &str, k: &Case, cfg: &BatchNormConfig, dy: &[f32]) -> f64 {
     let d = device();
     let (out, mut dispatches) = train(k, cfg);
     let (tdy, dx, dgamma, dbeta) = (upload(dy, &k.shape), stale(&k.shape), stale(&[k.c]), stale(&[k.c]));

@@ -1,8 +1,11 @@
 //! Shared by the kernel tests: one device per test binary, seeded random inputs, and the
 //! error measure every kernel is held to.
 
+use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::sync::{Arc, OnceLock};
 
+use convoy::device::ShaderChecks;
 use convoy::kernels::Dispatch;
 use convoy::{Device, Tensor};
 use rand::rngs::StdRng;
@@ -11,18 +14,81 @@ use rand::{RngExt, SeedableRng};
 /// Relative error every f32 kernel must stay under against its f64 reference.
 pub const TOL: f64 = 1e-4;
 
-/// The device the tests run on: `CONVOY_TEST_DEVICE` (a selection such as `0`) or the
+/// The devices the tests run on, one per shader variant (checked, then the unchecked
+/// shaders release builds ship): `CONVOY_TEST_DEVICE` (a selection such as `0`) or the
 /// software adapter, so CI needs no GPU.
-pub fn device() -> Arc<Device> {
-    static DEVICE: OnceLock<Arc<Device>> = OnceLock::new();
-    DEVICE
+pub fn devices() -> [Arc<Device>; 2] {
+    static DEVICES: OnceLock<[Arc<Device>; 2]> = OnceLock::new();
+    DEVICES
         .get_or_init(|| {
-            let sel = std::env::var("CONVOY_TEST_DEVICE").unwrap_or_else(|_| "software".into());
-            convoy::device::open(&sel).expect("a test device").remove(0)
+            let sel = test_selection().unwrap_or_else(|| "software".into());
+            [ShaderChecks::Checked, ShaderChecks::Unchecked].map(|c| convoy::device::open_with(&sel, c).expect("a test device").remove(0))
         })
         .clone()
 }
 
+/// `CONVOY_TEST_DEVICE`, when a real adapter was asked for.
+pub fn test_selection() -> Option<String> {
+    std::env::var("CONVOY_TEST_DEVICE").ok().filter(|s| !s.trim().is_empty())
+}
+
+thread_local! {
+    /// The device this test thread's helpers use; [`on_each_variant`] switches it.
+    static CURRENT: RefCell<Option<Arc<Device>>> = const { RefCell::new(None) };
+    /// Path labels of every dispatch [`run`] encoded on this thread, since [`take_paths`].
+    static PATHS: RefCell<BTreeSet<String>> = const { RefCell::new(BTreeSet::new()) };
+}
+
+/// The device of this test thread: the checked one unless [`on_each_variant`] picked.
+pub fn device() -> Arc<Device> {
+    CURRENT.with(|c| c.borrow().clone()).unwrap_or_else(|| devices()[0].clone())
+}
+
+/// Runs `f` once on the checked and once on the unchecked device, with every helper of
+/// this module bound to that device; `f` gets the variant's name for its messages.
+pub fn on_each_variant(mut f: impl FnMut(&str)) {
+    for d in devices() {
+        let name = if d.is_checked() { "checked" } else { "unchecked" };
+        on_device(d, || f(name));
+    }
+}
+
+/// Runs `f` with this thread's helpers bound to `device` (the large sweeps use the
+/// unchecked one alone: what ships, and half the time on the software adapter).
+pub fn on_device(device: Arc<Device>, f: impl FnOnce()) {
+    CURRENT.with(|c| *c.borrow_mut() = Some(device));
+    f();
+    CURRENT.with(|c| *c.borrow_mut() = None);
+}
+
+/// The path labels [`run`] saw on this thread since the last call.
+pub fn take_paths() -> BTreeSet<String> {
+    PATHS.with(|p| std::mem::take(&mut *p.borrow_mut()))
+}
+
+/// Asserts that for every `(entry, token)` of `expected` some taken path of that entry
+/// point carries the token. `gpu_only` pairs are required as well on a real adapter
+/// (`CONVOY_TEST_DEVICE`); on the software adapter, whose storage bindings stop at 128 MiB,
+/// they are printed as skipped.
+#[track_caller]
+pub fn assert_paths_cover(family: &str, taken: &BTreeSet<String>, expected: &[(&str, String)], gpu_only: &[(&str, String)]) {
+    let hit = |entry: &str, token: &str| {
+        taken.iter().any(|p| {
+            let mut t = p.split_whitespace();
+            t.next() == Some(entry) && t.any(|x| x == token)
+        })
+    };
+    let on_gpu = test_selection().is_some();
+    let mut missing: Vec<String> = expected.iter().filter(|(e, t)| !hit(e, t)).map(|(e, t)| format!("{e} {t}")).collect();
+    for (e, t) in gpu_only {
+        if on_gpu && !hit(e, t) {
+            missing.push(format!("{e} {t} (GPU sweep)"));
+        } else if !on_gpu {
+            println!("{family}: path `{e} {t}` needs a GPU (CONVOY_TEST_DEVICE): skipped on the software adapter");
+        }
+    }
+    assert!(missing.is_empty(), "{family}: paths the code can take but the sweep never took: {missing:?}\ntaken: {taken:#?}");
+}
 pub fn rng(seed: u64) -> StdRng {
     StdRng::seed_from_u64(seed)
 }
@@ -36,7 +102,9 @@ pub fn upload(data: &[f32], shape: &[usize]) -> Tensor {
     device().upload(shape, data).unwrap()
 }
 
+/// Runs `dispatches` on this thread's device and waits; records their path labels.
 pub fn run(dispatches: &[Dispatch]) {
+    PATHS.with(|p| p.borrow_mut().extend(dispatches.iter().map(|d| d.path.clone())));
     let d = device();
     d.run(dispatches);
     d.sync().unwrap();

@@ -100,7 +100,7 @@ const CASES: &[Case] = &[
 
 /// Runs all three passes of `geom` with `opts`, outputs pre-filled with garbage so that
 /// accumulation instead of overwriting shows, and returns the three relative errors.
-fn check(geom: &Conv2dGeometry, opts: &GemmOptions, case: &str, seed: u64) -> [f64; 3] {
+pub(crate) fn check(geom: &Conv2dGeometry, opts: &GemmOptions, case: &str, seed: u64) -> [f64; 3] {
     let d = device();
     let mut r = rng(seed);
     let (xs, ws, ys) = (geom.input_shape(), geom.kernel_shape(), geom.output_shape());
@@ -192,4 +192,24 @@ fn bad_shapes_are_errors_that_name_them() {
     assert!(e.contains("dy") && e.contains("[1, 5, 5, 3]"), "{e}");
     let e = conv2d::backward_weights(&d, &g, &x, &y, &y).unwrap_err().to_string();
     assert!(e.contains("dw") && e.contains("[1, 5, 5, 4]"), "{e}");
+}
+
+#[test]
+fn every_pass_counts_the_forward_useful_flops() {
+    // A 1x1 stride-2 convolution: its input gradient's GEMM runs over every input pixel
+    // (m = 4x the output pixels), but only a quarter of them meet an output.
+    let d = device();
+    let g = Conv2dGeometry::new(&[2, 8, 8, 16], 32, (1, 1), (2, 2), Padding::Valid).unwrap();
+    let (x, w, y) = (d.zeros(&g.input_shape()).unwrap(), d.zeros(&g.kernel_shape()).unwrap(), d.zeros(&g.output_shape()).unwrap());
+    let (dx, dw) = (d.zeros(&g.input_shape()).unwrap(), d.zeros(&g.kernel_shape()).unwrap());
+    let useful = g.flops() as f64;
+    assert_eq!(useful, 2.0 * (2 * 4 * 4) as f64 * 32.0 * 16.0);
+    let total = |ds: Vec<convoy::kernels::Dispatch>| ds.iter().map(|d| d.flops).sum::<f64>();
+    assert_eq!(total(conv2d::forward(&d, &g, &x, &w, &y).unwrap()), useful, "forward");
+    assert_eq!(total(conv2d::backward_data(&d, &g, &y, &w, &dx).unwrap()), useful, "backward_data");
+    assert_eq!(total(conv2d::backward_weights(&d, &g, &x, &y, &dw).unwrap()), useful, "backward_weights");
+    // With K split, the reduce that sums the partials counts nothing.
+    let split = conv2d::backward_weights_with(&d, &g, &x, &y, &dw, &GemmOptions { tile: None, splits: Some(2) }).unwrap();
+    assert_eq!(split.len(), 2);
+    assert_eq!((split[0].flops, split[1].flops), (useful, 0.0));
 }

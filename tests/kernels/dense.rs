@@ -7,7 +7,7 @@ use convoy::kernels::gemm::{GemmOptions, Tile};
 use crate::common::*;
 
 /// `op(a) · op(b)` in f64, with a stored `[m, k]` or `[k, m]`, b `[k, n]` or `[n, k]`.
-fn matmul_ref(a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize), ta: bool, tb: bool) -> Vec<f64> {
+pub(crate) fn matmul_ref(a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize), ta: bool, tb: bool) -> Vec<f64> {
     let at = |i: usize, p: usize| if ta { a[p * m + i] } else { a[i * k + p] } as f64;
     let bt = |p: usize, j: usize| if tb { b[j * k + p] } else { b[p * n + j] } as f64;
     let mut c = vec![0.0; m * n];
@@ -24,7 +24,7 @@ fn shapes(m: usize, k: usize, n: usize, ta: bool, tb: bool) -> (Vec<usize>, Vec<
 }
 
 /// One product through `opts`, c pre-filled with garbage; returns the relative error.
-fn check_matmul(mkn: (usize, usize, usize), ta: bool, tb: bool, opts: &GemmOptions, seed: u64) -> f64 {
+pub(crate) fn check_matmul(mkn: (usize, usize, usize), ta: bool, tb: bool, opts: &GemmOptions, seed: u64) -> f64 {
     let d = device();
     let (m, k, n) = mkn;
     let mut r = rng(seed);
@@ -60,7 +60,7 @@ fn matmul_through_every_tile_and_k_split() {
     }
 }
 
-fn dense_forward_ref(x: &[f32], w: &[f32], b: Option<&[f32]>, (batch, inputs, units): (usize, usize, usize)) -> Vec<f64> {
+pub(crate) fn dense_forward_ref(x: &[f32], w: &[f32], b: Option<&[f32]>, (batch, inputs, units): (usize, usize, usize)) -> Vec<f64> {
     let mut y = matmul_ref(x, w, (batch, inputs, units), false, false);
     if let Some(b) = b {
         for (i, v) in y.iter_mut().enumerate() {

@@ -9,5 +9,6 @@ mod reduce;
 mod image;
 mod loss;
 mod optimizer;
+mod paths;
 mod pool;
 mod shaders;

@@ -5,7 +5,7 @@ use convoy::kernels::reduce;
 use crate::common::*;
 
 /// f64 column sums of `x` seen as `[rows, cols]`.
-fn column_sums(x: &[f32], cols: usize) -> Vec<f64> {
+pub(crate) fn column_sums(x: &[f32], cols: usize) -> Vec<f64> {
     let mut s = vec![0.0f64; cols];
     for (i, v) in x.iter().enumerate() {
         s[i % cols] += *v as f64;
