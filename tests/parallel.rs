@@ -88,15 +88,19 @@ fn two_replicas_match_one_device_without_batch_norm() {
 }
 
 #[test]
-fn with_batch_norm_the_difference_stays_within_the_documented_bound() {
-    // Each replica normalises with its own share's statistics (no SyncBatchNorm), so the
-    // gradients differ slightly from one device's; the bound is documented in parallel/mod.rs.
+fn with_batch_norm_each_replica_matches_the_reference_with_its_own_statistics() {
+    // Each replica normalises with its own share's statistics (no SyncBatchNorm), so two
+    // replicas do not reproduce one device; the f64 reference computes every share with its
+    // own statistics and holds gradients, moving statistics and updates to 1e-4.
     let data = batches(2, &[16, 16, 16, 16, 16]);
-    let (single, _) = train(&mut compiled(true, one()), &data);
-    let (parallel, _) = train(&mut compiled(true, two()), &data);
-    let d = rel_diff(&single, &parallel);
-    eprintln!("with BatchNorm: relative difference {d:.2e}");
-    assert!(d < 1e-1, "relative difference {d:.2e}");
+    for speeds in [[1.0, 1.0], [3.0, 1.0]] {
+        let mut m = compiled(true, two());
+        m.set_device_speeds(&speeds).unwrap();
+        let r = convoy::check::check(&mut m, &data).unwrap();
+        eprintln!("with BatchNorm, split {speeds:?}: gradients {:.1e} ({}), moving statistics {:.1e}, updates {:.1e}", r.grad.error, r.grad.at, r.moving_stats.error, r.update.error);
+        assert!(r.ok, "split {speeds:?}: {r:#?}");
+        assert_eq!(r.steps, 5);
+    }
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! with one JSON object.
 
 mod bench;
+mod check;
 mod devices;
 mod evaluate;
 mod train;
@@ -35,6 +36,8 @@ pub enum Command {
     Predict(evaluate::PredictArgs),
     /// Measure training images/s on 1..N devices and the scaling efficiency.
     Bench(bench::BenchArgs),
+    /// Check a few training steps of the zoo models on these devices against an f64 reference.
+    Check(check::CheckArgs),
 }
 
 pub fn run(cli: Cli) -> Result<()> {
@@ -44,6 +47,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Evaluate(a) => evaluate::run_evaluate(a),
         Command::Predict(a) => evaluate::run_predict(a),
         Command::Bench(a) => bench::run(a),
+        Command::Check(a) => check::run(a),
     }
 }
 
