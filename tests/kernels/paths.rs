@@ -84,6 +84,13 @@ fn gemm_takes_every_path() {
     expected.extend(want("gemm", &["quad_a", "scalar_a", "quad_b", "scalar_b", "quad_c", "scalar_c", "phased", "bias", "grid=1d"]));
     expected.extend(want("reduce_splits", &["quad_c", "scalar_c", "bias"]));
     expected.extend(want("column_sums", &["chunks=single", "chunks=multi"]));
+    // The GPU sweep: a split-K reduce over more than 65,535 * 256 quads of output (268 MB,
+    // past the software adapter's 128 MiB bindings) folds its grid.
+    if test_selection().is_some() {
+        on_device(devices()[1].clone(), || {
+            check_matmul((65_535 * 64 + 64, 32, 16), false, false, &GemmOptions { tile: Some(Tile::M64N16), splits: Some(2) }, SEED);
+        });
+    }
     // A reduce over more than 65,535 * 256 quads binds more than 128 MiB of output. The
     // GEMM's own folded grid takes a few million rows: `gemm_on_a_folded_grid_matches_f64`
     // asserts that path and its result.
@@ -169,7 +176,13 @@ fn batchnorm_takes_every_path() {
     for entry in ["normalize_train4", "backward_dx4"] {
         expected.extend(want(entry, &["vec4", "grid=1d"]));
     }
-    // The vec4 passes fold only past 65,535 * 256 vec4s: a 256 MiB tensor.
+    // The vec4 passes fold only past 65,535 * 256 vec4s: a 256 MiB tensor, the GPU sweep.
+    if test_selection().is_some() {
+        on_device(devices()[1].clone(), || {
+            let cfg = BatchNormConfig { relu: true, ..Default::default() };
+            batchnorm_case(&mut r, &[(65_535 * 256 * 4) / 16 + 64, 16], &cfg, &format!("unchecked seed {:#x} batchnorm vec4 folded", SEED + 1));
+        });
+    }
     let gpu_only = [want("normalize_train4", &["grid=2d"]), want("backward_dx4", &["grid=2d"])].concat();
     assert_paths_cover("batchnorm", &take_paths(), &expected, &gpu_only);
 }
@@ -196,6 +209,10 @@ fn elementwise_takes_every_path() {
         }
     });
     on_device(devices()[1].clone(), || relu_and_add(&mut r, 65_535 * 256 + 5, "unchecked"));
+    if test_selection().is_some() {
+        // The GPU sweep: vec4 passes over more than 65,535 * 256 vec4s.
+        on_device(devices()[1].clone(), || relu_and_add(&mut r, 65_535 * 256 * 4 + 8, "unchecked"));
+    }
 
     let mut expected = Vec::new();
     for entry in ["relu_forward", "relu_backward", "add", "add_relu"] {
