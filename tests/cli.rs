@@ -234,3 +234,20 @@ fn trace_has_host_and_gpu_spans_per_replica() {
     assert!(updates >= 2 * 8, "{updates}");
     assert!(events.iter().filter(|e| e["cat"] == "gpu").all(|e| e["dur"].as_f64().unwrap() >= 0.0));
 }
+
+#[test]
+fn check_holds_a_model_against_the_f64_reference_on_two_replicas() {
+    let out = convoy(&["check", "--model", "convnet7", "--devices", "software:2", "--batch-size", "6", "--image-size", "9", "--steps", "2", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let j = json(&out);
+    assert_eq!(j["ok"], true, "{j}");
+    assert!(j["max_grad_error"].as_f64().unwrap() < 1e-4, "{j}");
+    assert!(j["worst_tensor"].as_str().unwrap().starts_with("convnet7: step "), "{j}");
+    assert!(j["ties"].as_u64().is_some() && j["commit"].as_str().is_some() && j["steps"] == 2, "{j}");
+    let m = &j["models"][0];
+    assert_eq!(m["shares"], serde_json::json!([3, 3]));
+    assert_eq!(m["wrong_decisions"], 0);
+    // A BatchNorm over too few rows cannot be checked in f32: one line names it.
+    let out = convoy(&["check", "--model", "resnet20", "--devices", "software", "--batch-size", "1", "--image-size", "8"]);
+    fails_with(&out, &["only 4 rows", "residual_6"]);
+}

@@ -89,6 +89,9 @@ pub fn run(a: CheckArgs) -> Result<()> {
     let worst = results.iter().max_by(|a, b| a.1.grad.error.total_cmp(&b.1.grad.error)).expect("at least one model");
     let ok = results.iter().all(|(_, r)| r.ok);
     let out = json!({
+        "commit": env!("CONVOY_COMMIT"),
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "steps": a.steps,
         "ok": ok,
         "max_grad_error": worst.1.grad.error,
         "worst_tensor": format!("{}: {}", worst.0, worst.1.grad.at),
