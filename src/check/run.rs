@@ -343,8 +343,11 @@ pub fn check_zoo(cfg: &CheckConfig, devices: Vec<std::sync::Arc<Device>>) -> Res
     check(&mut model, &batches)
 }
 
+/// Images and labels of one step.
+type Batch = (Vec<u8>, Vec<u32>);
+
 /// The compiled model and the batches of a [`check_zoo`] run.
-fn zoo_case(cfg: &CheckConfig, devices: Vec<std::sync::Arc<Device>>) -> Result<(Sequential, Vec<(Vec<u8>, Vec<u32>)>)> {
+fn zoo_case(cfg: &CheckConfig, devices: Vec<std::sync::Arc<Device>>) -> Result<(Sequential, Vec<Batch>)> {
     use rand::{RngExt, SeedableRng};
     if cfg.batch_size == 0 || cfg.steps == 0 || cfg.image_size == 0 {
         bail!(Config, "check: batch size ({}), steps ({}) and image size ({}) must be positive", cfg.batch_size, cfg.steps, cfg.image_size);
@@ -363,7 +366,7 @@ fn zoo_case(cfg: &CheckConfig, devices: Vec<std::sync::Arc<Device>>) -> Result<(
     model.set_device_speeds(cfg.speeds.as_deref().unwrap_or(&vec![1.0; n]))?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed ^ 0x636f6e766f79);
     let sample: usize = shape.iter().product();
-    let batches: Vec<(Vec<u8>, Vec<u32>)> = (0..cfg.steps)
+    let batches: Vec<Batch> = (0..cfg.steps)
         .map(|_| {
             let images = (0..cfg.batch_size * sample).map(|_| rng.random()).collect();
             let labels = (0..cfg.batch_size).map(|_| rng.random_range(0..cfg.classes as u32)).collect();
@@ -403,11 +406,7 @@ mod tests {
                     y[i] = if y[i] > 0.0 { 0.0 } else { 1.0 };
                     return true;
                 }
-                Decision::Residual { main, shortcut, .. } => {
-                    if flip_one(main) || flip_one(shortcut) {
-                        return true;
-                    }
-                }
+                Decision::Residual { main, shortcut, .. } if flip_one(main) || flip_one(shortcut) => return true,
                 _ => {}
             }
         }
