@@ -406,7 +406,13 @@ mod tests {
                     y[i] = if y[i] > 0.0 { 0.0 } else { 1.0 };
                     return true;
                 }
-                Decision::Residual { main, shortcut, .. } if flip_one(main) || flip_one(shortcut) => return true,
+                Decision::Residual { main, shortcut, .. } => {
+                    // Not a match guard: the guard could not borrow the chains mutably.
+                    #[allow(clippy::collapsible_match)]
+                    if flip_one(main) || flip_one(shortcut) {
+                        return true;
+                    }
+                }
                 _ => {}
             }
         }
