@@ -157,22 +157,28 @@ fn train_forward_matches_f64() {
     }
 }
 
+/// Runs the inference forward of one case and checks it against f64 (the moving statistics
+/// must be left alone); returns the relative error.
+pub(crate) fn check_infer(name: &str, k: &Case, cfg: &BatchNormConfig) -> f64 {
+    let d = device();
+    let [gamma, beta, mm, mv] = &parameters(k);
+    let (x, y) = (upload(&k.x, &k.shape), stale(&k.shape));
+    run(&batchnorm::forward_infer(&d, cfg, &x, gamma, beta, mm, mv, &y).unwrap());
+    let mean: Vec<f64> = k.moving_mean.iter().map(|v| *v as f64).collect();
+    let inv: Vec<f64> = k.moving_var.iter().map(|v| 1.0 / (*v as f64 + cfg.epsilon as f64).sqrt()).collect();
+    let e = assert_close(&format!("{name}: infer y"), &read(&y), &normalize(k, &mean, &inv, cfg.relu));
+    assert!(read(mm) == k.moving_mean && read(mv) == k.moving_var, "{name}: inference changed the moving statistics");
+    e
+}
+
 #[test]
 fn inference_forward_matches_f64() {
-    let d = device();
     let mut r = rng(32);
     for shape in SHAPES {
         for relu in [false, true] {
             let k = case(&mut r, shape, 0.0);
-            let cfg = BatchNormConfig { relu, ..Default::default() };
-            let [gamma, beta, mm, mv] = &parameters(&k);
-            let (x, y) = (upload(&k.x, shape), stale(shape));
-            run(&batchnorm::forward_infer(&d, &cfg, &x, gamma, beta, mm, mv, &y).unwrap());
-            let mean: Vec<f64> = k.moving_mean.iter().map(|v| *v as f64).collect();
-            let inv: Vec<f64> = k.moving_var.iter().map(|v| 1.0 / (*v as f64 + cfg.epsilon as f64).sqrt()).collect();
-            let e = assert_close(&format!("infer {shape:?} relu={relu}"), &read(&y), &normalize(&k, &mean, &inv, relu));
+            let e = check_infer(&format!("infer {shape:?} relu={relu}"), &k, &BatchNormConfig { relu, ..Default::default() });
             println!("inference forward {shape:?} relu={relu}: rel err {e:.2e}");
-            assert_eq!(read(mm), k.moving_mean, "inference leaves the moving statistics alone");
         }
     }
 }

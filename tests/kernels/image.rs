@@ -7,7 +7,7 @@ use rand::RngExt;
 
 use crate::common::*;
 
-fn reference(x: &[u8], mean: &[f32], std: &[f32]) -> Vec<f64> {
+pub(crate) fn reference(x: &[u8], mean: &[f32], std: &[f32]) -> Vec<f64> {
     let c = mean.len();
     x.iter().enumerate().map(|(i, &v)| (v as f64 / 255.0 - mean[i % c] as f64) / std[i % c] as f64).collect()
 }

@@ -9,13 +9,21 @@ use rand::RngExt;
 use crate::common::*;
 
 /// (loss, dlogits, rank) of one row.
-fn cross_entropy_ref(row: &[f32], label: usize, scale: f64) -> (f64, Vec<f64>, u32) {
+pub(crate) fn cross_entropy_ref(row: &[f32], label: usize, scale: f64) -> (f64, Vec<f64>, u32) {
     let m = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
     let sum: f64 = row.iter().map(|&v| (v as f64 - m).exp()).sum();
     let loss = sum.ln() + m - row[label] as f64;
     let grad = row.iter().enumerate().map(|(k, &v)| scale * ((v as f64 - m).exp() / sum - if k == label { 1.0 } else { 0.0 })).collect();
     let rank = row.iter().filter(|&&v| v > row[label]).count() as u32;
     (loss, grad, rank)
+}
+
+/// (loss per row, dpred) of mean squared error over rows of `k`.
+pub(crate) fn mse_ref(pred: &[f32], target: &[f32], k: usize, scale: f64) -> (Vec<f64>, Vec<f64>) {
+    let diff: Vec<f64> = pred.iter().zip(target).map(|(&p, &t)| p as f64 - t as f64).collect();
+    let loss = diff.chunks(k).map(|row| row.iter().map(|d| d * d).sum::<f64>() / k as f64).collect();
+    let grad = diff.iter().map(|d| scale * 2.0 * d / k as f64).collect();
+    (loss, grad)
 }
 
 #[test]
@@ -87,9 +95,7 @@ fn mean_squared_error_matches_reference() {
         let (tp, tt) = (upload(&pred, &[n, k]), upload(&target, &[n, k]));
         let (tloss, tgrad) = (upload(&vec![7.0; n], &[n]), upload(&vec![7.0; n * k], &[n, k]));
         run(&[loss::mean_squared_error(&d, &tp, &tt, scale, &tloss, &tgrad).unwrap()]);
-        let diff: Vec<f64> = pred.iter().zip(&target).map(|(&p, &t)| p as f64 - t as f64).collect();
-        let want_loss: Vec<f64> = diff.chunks(k).map(|row| row.iter().map(|d| d * d).sum::<f64>() / k as f64).collect();
-        let want_grad: Vec<f64> = diff.iter().map(|d| scale as f64 * 2.0 * d / k as f64).collect();
+        let (want_loss, want_grad) = mse_ref(&pred, &target, k, scale as f64);
         let e1 = assert_close(&format!("mse loss n={n} k={k}"), &read(&tloss), &want_loss);
         let e2 = assert_close(&format!("mse dpred n={n} k={k}"), &read(&tgrad), &want_grad);
         println!("mse n={n} k={k}: loss {e1:.1e}, dpred {e2:.1e}");

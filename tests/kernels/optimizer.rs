@@ -12,16 +12,16 @@ const SIZES: &[usize] = &[1, 7, 1000, 4097];
 const STEPS: u64 = 5;
 
 /// A decaying schedule, so a stale learning rate in `hyper` would show.
-fn lr_at(step: u64, base: f32) -> f32 {
+pub(crate) fn lr_at(step: u64, base: f32) -> f32 {
     base * 0.8f32.powi(step as i32 - 1)
 }
 
 /// The host model of the optimizer state: parameters and up to two state vectors.
 #[derive(Clone)]
-struct Model {
-    p: Vec<f64>,
-    s0: Vec<f64>,
-    s1: Vec<f64>,
+pub(crate) struct Model {
+    pub p: Vec<f64>,
+    pub s0: Vec<f64>,
+    pub s1: Vec<f64>,
 }
 
 /// One step of PyTorch's documented algorithms (torch.optim, "Algorithm" sections), dampening
@@ -32,7 +32,7 @@ struct Model {
 /// Adam:  g ← g + λθ;  m ← β1·m + (1−β1)·g;  v ← β2·v + (1−β2)·g²;
 ///        m̂ ← m / (1−β1^t);  v̂ ← v / (1−β2^t);  θ ← θ − γ·m̂ / (√v̂ + ε)
 /// AdamW: θ ← θ − γλθ, then Adam's moments and update without the g ← g + λθ line.
-fn reference_step(kind: &OptimizerKind, wd: &[f64], m: &mut Model, grads: &[f32], lr: f32, t: u64) {
+pub(crate) fn reference_step(kind: &OptimizerKind, wd: &[f64], m: &mut Model, grads: &[f32], lr: f32, t: u64) {
     let lr = lr as f64;
     for i in 0..m.p.len() {
         let (w, g) = (m.p[i], grads[i] as f64);
@@ -75,7 +75,7 @@ fn cases() -> Vec<(&'static str, OptimizerKind, f32, f32)> {
 }
 
 /// Zero-filled state tensors for `kind`, as a model's compile would allocate them.
-fn zero_state(kind: &OptimizerKind, n: usize) -> Vec<Tensor> {
+pub(crate) fn zero_state(kind: &OptimizerKind, n: usize) -> Vec<Tensor> {
     (0..kind.state_count()).map(|_| device().zeros(&[n]).unwrap()).collect()
 }
 

@@ -27,7 +27,7 @@ fn outputs(g: &Pool2dGeometry) -> impl Iterator<Item = (usize, usize, usize, usi
 }
 
 /// (y, argmax as `h * in_w + w`, dx) of max pooling.
-fn max_pool_ref(g: &Pool2dGeometry, x: &[f32], dy: &[f32]) -> (Vec<f64>, Vec<u32>, Vec<f64>) {
+pub(crate) fn max_pool_ref(g: &Pool2dGeometry, x: &[f32], dy: &[f32]) -> (Vec<f64>, Vec<u32>, Vec<f64>) {
     let (mut y, mut arg, mut dx) = (vec![], vec![], vec![0.0; x.len()]);
     for (i, b, oh, ow, c) in outputs(g) {
         let (rows, cols) = window(g, oh, ow);
@@ -49,7 +49,7 @@ fn max_pool_ref(g: &Pool2dGeometry, x: &[f32], dy: &[f32]) -> (Vec<f64>, Vec<u32
 }
 
 /// (y, dx) of average pooling over the input elements of each window.
-fn avg_pool_ref(g: &Pool2dGeometry, x: &[f32], dy: &[f32]) -> (Vec<f64>, Vec<f64>) {
+pub(crate) fn avg_pool_ref(g: &Pool2dGeometry, x: &[f32], dy: &[f32]) -> (Vec<f64>, Vec<f64>) {
     let (mut y, mut dx) = (vec![], vec![0.0; x.len()]);
     for (i, b, oh, ow, c) in outputs(g) {
         let (rows, cols) = window(g, oh, ow);
@@ -66,8 +66,16 @@ fn avg_pool_ref(g: &Pool2dGeometry, x: &[f32], dy: &[f32]) -> (Vec<f64>, Vec<f64
     (y, dx)
 }
 
+/// (y, dx) of global average pooling over `[n, h, w, c]`.
+pub(crate) fn global_avg_pool_ref([n, h, w, c]: [usize; 4], x: &[f32], dy: &[f32]) -> (Vec<f64>, Vec<f64>) {
+    let hw = (h * w) as f64;
+    let y = (0..n * c).map(|i| (0..h * w).map(|j| x[(i / c * h * w + j) * c + i % c] as f64).sum::<f64>() / hw).collect();
+    let dx = (0..n * h * w * c).map(|i| dy[i / (h * w * c) * c + i % c] as f64 / hw).collect();
+    (y, dx)
+}
+
 /// Gradient buffers start full of garbage: the kernels must overwrite, not accumulate.
-fn garbage(shape: &[usize]) -> Tensor {
+pub(crate) fn garbage(shape: &[usize]) -> Tensor {
     let n: usize = shape.iter().product();
     upload(&vec![1234.5; n], shape)
 }
@@ -169,10 +177,7 @@ fn global_avg_pool_forward_and_backward() {
         let dy = random(&mut r, n * c);
         let (tx, ty, tdy, tdx) = (upload(&x, &[n, h, w, c]), garbage(&[n, c]), upload(&dy, &[n, c]), garbage(&[n, h, w, c]));
         run(&[pool::global_avg_pool_forward(&d, &tx, &ty).unwrap(), pool::global_avg_pool_backward(&d, &tdy, &tdx).unwrap()]);
-        let hw = (h * w) as f64;
-        let want_y: Vec<f64> =
-            (0..n * c).map(|i| (0..h * w).map(|j| x[(i / c * h * w + j) * c + i % c] as f64).sum::<f64>() / hw).collect();
-        let want_dx: Vec<f64> = (0..n * h * w * c).map(|i| dy[i / (h * w * c) * c + i % c] as f64 / hw).collect();
+        let (want_y, want_dx) = global_avg_pool_ref([n, h, w, c], &x, &dy);
         let e1 = assert_close(&format!("global avg pool forward {:?}", [n, h, w, c]), &read(&ty), &want_y);
         let e2 = assert_close(&format!("global avg pool backward {:?}", [n, h, w, c]), &read(&tdx), &want_dx);
         println!("global avg pool {:?}: forward {e1:.1e}, backward {e2:.1e}", [n, h, w, c]);
