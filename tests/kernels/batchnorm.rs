@@ -142,39 +142,49 @@ pub(crate) fn check_train(name: &str, k: &Case, cfg: &BatchNormConfig, out: &Tra
 
 #[test]
 fn train_forward_matches_f64() {
-    let mut r = rng(31);
-    for shape in SHAPES {
-        for relu in [false, true] {
-            let k = case(&mut r, shape, 0.0);
-            let cfg = BatchNormConfig { momentum: 0.6, relu, ..Default::default() };
-            let (out, dispatches) = train(&k, &cfg);
-            let wide = k.c.is_multiple_of(4);
-            assert_eq!(dispatches[2].label, if wide { "normalize_train4" } else { "normalize_train" }, "{shape:?}");
-            run(&dispatches);
-            let e = check_train(&format!("train {shape:?} relu={relu}"), &k, &cfg, &out);
-            println!("train forward {shape:?} relu={relu}: rel err {e:.2e}");
+    on_each_variant(|_| {
+        let mut r = rng(31);
+        for shape in SHAPES {
+            for relu in [false, true] {
+                let k = case(&mut r, shape, 0.0);
+                let cfg = BatchNormConfig { momentum: 0.6, relu, ..Default::default() };
+                let (out, dispatches) = train(&k, &cfg);
+                let wide = k.c.is_multiple_of(4);
+                assert_eq!(dispatches[2].label, if wide { "normalize_train4" } else { "normalize_train" }, "{shape:?}");
+                run(&dispatches);
+                let e = check_train(&format!("train {shape:?} relu={relu}"), &k, &cfg, &out);
+                println!("train forward {shape:?} relu={relu}: rel err {e:.2e}");
+            }
         }
-    }
+    });
+}
+
+/// Runs the inference forward of one case and checks it against f64 (the moving statistics
+/// must be left alone); returns the relative error.
+pub(crate) fn check_infer(name: &str, k: &Case, cfg: &BatchNormConfig) -> f64 {
+    let d = device();
+    let [gamma, beta, mm, mv] = &parameters(k);
+    let (x, y) = (upload(&k.x, &k.shape), stale(&k.shape));
+    run(&batchnorm::forward_infer(&d, cfg, &x, gamma, beta, mm, mv, &y).unwrap());
+    let mean: Vec<f64> = k.moving_mean.iter().map(|v| *v as f64).collect();
+    let inv: Vec<f64> = k.moving_var.iter().map(|v| 1.0 / (*v as f64 + cfg.epsilon as f64).sqrt()).collect();
+    let e = assert_close(&format!("{name}: infer y"), &read(&y), &normalize(k, &mean, &inv, cfg.relu));
+    assert!(read(mm) == k.moving_mean && read(mv) == k.moving_var, "{name}: inference changed the moving statistics");
+    e
 }
 
 #[test]
 fn inference_forward_matches_f64() {
-    let d = device();
-    let mut r = rng(32);
-    for shape in SHAPES {
-        for relu in [false, true] {
-            let k = case(&mut r, shape, 0.0);
-            let cfg = BatchNormConfig { relu, ..Default::default() };
-            let [gamma, beta, mm, mv] = &parameters(&k);
-            let (x, y) = (upload(&k.x, shape), stale(shape));
-            run(&batchnorm::forward_infer(&d, &cfg, &x, gamma, beta, mm, mv, &y).unwrap());
-            let mean: Vec<f64> = k.moving_mean.iter().map(|v| *v as f64).collect();
-            let inv: Vec<f64> = k.moving_var.iter().map(|v| 1.0 / (*v as f64 + cfg.epsilon as f64).sqrt()).collect();
-            let e = assert_close(&format!("infer {shape:?} relu={relu}"), &read(&y), &normalize(&k, &mean, &inv, relu));
-            println!("inference forward {shape:?} relu={relu}: rel err {e:.2e}");
-            assert_eq!(read(mm), k.moving_mean, "inference leaves the moving statistics alone");
+    on_each_variant(|_| {
+        let mut r = rng(32);
+        for shape in SHAPES {
+            for relu in [false, true] {
+                let k = case(&mut r, shape, 0.0);
+                let e = check_infer(&format!("infer {shape:?} relu={relu}"), &k, &BatchNormConfig { relu, ..Default::default() });
+                println!("inference forward {shape:?} relu={relu}: rel err {e:.2e}");
+            }
         }
-    }
+    });
 }
 
 /// Runs forward_train then backward; checks dx, dgamma and dbeta. Returns the worst error.
@@ -196,16 +206,18 @@ pub(crate) fn check_backward(name: &str, k: &Case, cfg: &BatchNormConfig, dy: &[
 
 #[test]
 fn backward_matches_f64() {
-    let mut r = rng(33);
-    // A single row has dx = 0 exactly (every x equals its mean); the robustness tests cover it.
-    for shape in SHAPES.iter().filter(|s| s[..s.len() - 1].iter().product::<usize>() > 1) {
-        for relu in [false, true] {
-            let k = case(&mut r, shape, 0.0);
-            let dy = random(&mut r, k.x.len());
-            let e = check_backward(&format!("backward {shape:?} relu={relu}"), &k, &BatchNormConfig { relu, ..Default::default() }, &dy);
-            println!("backward {shape:?} relu={relu}: rel err {e:.2e}");
+    on_each_variant(|_| {
+        let mut r = rng(33);
+        // A single row has dx = 0 exactly (every x equals its mean); the robustness tests cover it.
+        for shape in SHAPES.iter().filter(|s| s[..s.len() - 1].iter().product::<usize>() > 1) {
+            for relu in [false, true] {
+                let k = case(&mut r, shape, 0.0);
+                let dy = random(&mut r, k.x.len());
+                let e = check_backward(&format!("backward {shape:?} relu={relu}"), &k, &BatchNormConfig { relu, ..Default::default() }, &dy);
+                println!("backward {shape:?} relu={relu}: rel err {e:.2e}");
+            }
         }
-    }
+    });
 }
 
 #[test]
@@ -245,40 +257,44 @@ fn assert_finite(case: &str, named: &[(&str, &Vec<f32>)]) {
 
 #[test]
 fn a_batch_of_one_pixel_is_finite() {
-    // Variance 0 over a single row: y = beta, the gradient flows only to beta.
-    let mut r = rng(35);
-    for relu in [false, true] {
-        let k = case(&mut r, &[1, 1, 1, 6], 0.0);
-        let dy = random(&mut r, 6);
-        let cfg = BatchNormConfig { relu, ..Default::default() };
-        let [y, saved, mm, mv, dx, dgamma, dbeta] = step(&k, &cfg, &dy);
-        assert_finite("batch of one", &[("y", &y), ("saved", &saved), ("moving_mean", &mm), ("moving_var", &mv), ("dx", &dx), ("dgamma", &dgamma), ("dbeta", &dbeta)]);
-        let want_y: Vec<f64> = k.beta.iter().map(|b| if relu { (*b as f64).max(0.0) } else { *b as f64 }).collect();
-        assert_close("batch of one: y", &y, &want_y);
-        let want_mv: Vec<f64> = k.moving_var.iter().map(|v| 0.99 * *v as f64).collect();
-        assert_close("batch of one: moving_var", &mv, &want_mv);
-        let want_dbeta: Vec<f64> = dy.iter().zip(&y).map(|(g, y)| if relu && *y <= 0.0 { 0.0 } else { *g as f64 }).collect();
-        assert_close("batch of one: dbeta", &dbeta, &want_dbeta);
-        assert!(dx.iter().chain(&dgamma).all(|v| v.abs() < 1e-6), "batch of one: dx {dx:?} dgamma {dgamma:?} should vanish");
-    }
+    on_each_variant(|_| {
+        // Variance 0 over a single row: y = beta, the gradient flows only to beta.
+        let mut r = rng(35);
+        for relu in [false, true] {
+            let k = case(&mut r, &[1, 1, 1, 6], 0.0);
+            let dy = random(&mut r, 6);
+            let cfg = BatchNormConfig { relu, ..Default::default() };
+            let [y, saved, mm, mv, dx, dgamma, dbeta] = step(&k, &cfg, &dy);
+            assert_finite("batch of one", &[("y", &y), ("saved", &saved), ("moving_mean", &mm), ("moving_var", &mv), ("dx", &dx), ("dgamma", &dgamma), ("dbeta", &dbeta)]);
+            let want_y: Vec<f64> = k.beta.iter().map(|b| if relu { (*b as f64).max(0.0) } else { *b as f64 }).collect();
+            assert_close("batch of one: y", &y, &want_y);
+            let want_mv: Vec<f64> = k.moving_var.iter().map(|v| 0.99 * *v as f64).collect();
+            assert_close("batch of one: moving_var", &mv, &want_mv);
+            let want_dbeta: Vec<f64> = dy.iter().zip(&y).map(|(g, y)| if relu && *y <= 0.0 { 0.0 } else { *g as f64 }).collect();
+            assert_close("batch of one: dbeta", &dbeta, &want_dbeta);
+            assert!(dx.iter().chain(&dgamma).all(|v| v.abs() < 1e-6), "batch of one: dx {dx:?} dgamma {dgamma:?} should vanish");
+        }
+    });
 }
 
 #[test]
 fn a_constant_batch_is_finite() {
-    let mut r = rng(36);
-    let mut k = case(&mut r, &[4, 3, 3, 5], 0.0);
-    k.x = (0..k.x.len()).map(|i| [3.7f32, -0.25, 0.0, 1e3, -42.0][i % 5]).collect();
-    let dy = random(&mut r, k.x.len());
-    let cfg = BatchNormConfig { relu: true, ..Default::default() };
-    let [y, saved, mm, mv, dx, dgamma, dbeta] = step(&k, &cfg, &dy);
-    assert_finite("constant batch", &[("y", &y), ("saved", &saved), ("moving_mean", &mm), ("moving_var", &mv), ("dx", &dx), ("dgamma", &dgamma), ("dbeta", &dbeta)]);
-    let want_y: Vec<f64> = (0..y.len()).map(|i| (k.beta[i % 5] as f64).max(0.0)).collect();
-    assert_close("constant batch: y", &y, &want_y);
-    assert_close("constant batch: saved mean", &saved[..5], &[3.7f32, -0.25, 0.0, 1e3, -42.0].map(|v| v as f64));
-    let (want_dx, want_dgamma, want_dbeta) = backward_ref(&k, &y, &dy, true);
-    assert!(dx.iter().zip(&want_dx).all(|(g, w)| (*g as f64 - w).abs() < 1e-5), "constant batch: dx {dx:?}");
-    assert!(dgamma.iter().zip(&want_dgamma).all(|(g, w)| (*g as f64 - w).abs() < 1e-5), "constant batch: dgamma {dgamma:?}");
-    assert_close("constant batch: dbeta", &dbeta, &want_dbeta);
+    on_each_variant(|_| {
+        let mut r = rng(36);
+        let mut k = case(&mut r, &[4, 3, 3, 5], 0.0);
+        k.x = (0..k.x.len()).map(|i| [3.7f32, -0.25, 0.0, 1e3, -42.0][i % 5]).collect();
+        let dy = random(&mut r, k.x.len());
+        let cfg = BatchNormConfig { relu: true, ..Default::default() };
+        let [y, saved, mm, mv, dx, dgamma, dbeta] = step(&k, &cfg, &dy);
+        assert_finite("constant batch", &[("y", &y), ("saved", &saved), ("moving_mean", &mm), ("moving_var", &mv), ("dx", &dx), ("dgamma", &dgamma), ("dbeta", &dbeta)]);
+        let want_y: Vec<f64> = (0..y.len()).map(|i| (k.beta[i % 5] as f64).max(0.0)).collect();
+        assert_close("constant batch: y", &y, &want_y);
+        assert_close("constant batch: saved mean", &saved[..5], &[3.7f32, -0.25, 0.0, 1e3, -42.0].map(|v| v as f64));
+        let (want_dx, want_dgamma, want_dbeta) = backward_ref(&k, &y, &dy, true);
+        assert!(dx.iter().zip(&want_dx).all(|(g, w)| (*g as f64 - w).abs() < 1e-5), "constant batch: dx {dx:?}");
+        assert!(dgamma.iter().zip(&want_dgamma).all(|(g, w)| (*g as f64 - w).abs() < 1e-5), "constant batch: dgamma {dgamma:?}");
+        assert_close("constant batch: dbeta", &dbeta, &want_dbeta);
+    });
 }
 
 #[test]

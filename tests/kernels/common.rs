@@ -45,10 +45,13 @@ pub fn device() -> Arc<Device> {
 }
 
 /// Runs `f` once on the checked and once on the unchecked device, with every helper of
-/// this module bound to that device; `f` gets the variant's name for its messages.
+/// this module bound to that device; `f` gets the variant's name for its messages. The
+/// variant is printed too: a test whose messages do not name it still shows it in the
+/// captured output of its failure.
 pub fn on_each_variant(mut f: impl FnMut(&str)) {
     for d in devices() {
         let name = if d.is_checked() { "checked" } else { "unchecked" };
+        println!("on the {name} shaders:");
         on_device(d, || f(name));
     }
 }

@@ -121,16 +121,18 @@ pub(crate) fn check(geom: &Conv2dGeometry, opts: &GemmOptions, case: &str, seed:
 
 #[test]
 fn forward_and_gradients_match_direct_loops() {
-    let mut worst = [0.0f64; 3];
-    for (n, &(shape, filters, kernel, strides, padding)) in CASES.iter().enumerate() {
-        let geom = Conv2dGeometry::new(&shape, filters, kernel, strides, padding).unwrap();
-        let case = format!("{shape:?} f={filters} k={kernel:?} s={strides:?} {padding:?}");
-        let e = check(&geom, &GemmOptions::default(), &case, 100 + n as u64);
-        for (w, e) in worst.iter_mut().zip(e) {
-            *w = w.max(e);
+    on_each_variant(|_| {
+        let mut worst = [0.0f64; 3];
+        for (n, &(shape, filters, kernel, strides, padding)) in CASES.iter().enumerate() {
+            let geom = Conv2dGeometry::new(&shape, filters, kernel, strides, padding).unwrap();
+            let case = format!("{shape:?} f={filters} k={kernel:?} s={strides:?} {padding:?}");
+            let e = check(&geom, &GemmOptions::default(), &case, 100 + n as u64);
+            for (w, e) in worst.iter_mut().zip(e) {
+                *w = w.max(e);
+            }
         }
-    }
-    println!("conv2d worst relative errors: forward {:.1e}, data {:.1e}, weights {:.1e}", worst[0], worst[1], worst[2]);
+        println!("conv2d worst relative errors: forward {:.1e}, data {:.1e}, weights {:.1e}", worst[0], worst[1], worst[2]);
+    });
 }
 
 #[test]

@@ -37,14 +37,16 @@ pub(crate) fn check_matmul(mkn: (usize, usize, usize), ta: bool, tb: bool, opts:
 
 #[test]
 fn matmul_in_every_transpose_combination() {
-    let mut worst = 0.0f64;
-    // (m, k, n); the last two have every size a multiple of 4 (vec4 loads and stores).
-    for (s, &mkn) in [(1, 1, 1), (7, 13, 5), (65, 31, 67), (36, 20, 44), (4, 300, 8)].iter().enumerate() {
-        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
-            worst = worst.max(check_matmul(mkn, ta, tb, &GemmOptions::default(), 10 + s as u64));
+    on_each_variant(|_| {
+        let mut worst = 0.0f64;
+        // (m, k, n); the last two have every size a multiple of 4 (vec4 loads and stores).
+        for (s, &mkn) in [(1, 1, 1), (7, 13, 5), (65, 31, 67), (36, 20, 44), (4, 300, 8)].iter().enumerate() {
+            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                worst = worst.max(check_matmul(mkn, ta, tb, &GemmOptions::default(), 10 + s as u64));
+            }
         }
-    }
-    println!("matmul worst relative error {worst:.1e}");
+        println!("matmul worst relative error {worst:.1e}");
+    });
 }
 
 #[test]
@@ -72,44 +74,48 @@ pub(crate) fn dense_forward_ref(x: &[f32], w: &[f32], b: Option<&[f32]>, (batch,
 
 #[test]
 fn dense_forward_with_and_without_bias() {
-    let d = device();
-    let mut r = rng(40);
-    for &(batch, inputs, units) in &[(1, 1, 1), (3, 17, 10), (5, 64, 12), (33, 31, 70)] {
-        let (x, w, b) = (random(&mut r, batch * inputs), random(&mut r, inputs * units), random(&mut r, units));
-        let (tx, tw, tb) = (upload(&x, &[batch, inputs]), upload(&w, &[inputs, units]), upload(&b, &[units]));
-        for with_bias in [false, true] {
-            let ty = upload(&random(&mut r, batch * units), &[batch, units]);
-            run(&dense::dense_forward(&d, &tx, &tw, with_bias.then_some(&tb), &ty).unwrap());
-            let want = dense_forward_ref(&x, &w, with_bias.then_some(&b[..]), (batch, inputs, units));
-            assert_close(&format!("dense forward {batch}x{inputs}->{units} bias={with_bias}"), &read(&ty), &want);
+    on_each_variant(|_| {
+        let d = device();
+        let mut r = rng(40);
+        for &(batch, inputs, units) in &[(1, 1, 1), (3, 17, 10), (5, 64, 12), (33, 31, 70)] {
+            let (x, w, b) = (random(&mut r, batch * inputs), random(&mut r, inputs * units), random(&mut r, units));
+            let (tx, tw, tb) = (upload(&x, &[batch, inputs]), upload(&w, &[inputs, units]), upload(&b, &[units]));
+            for with_bias in [false, true] {
+                let ty = upload(&random(&mut r, batch * units), &[batch, units]);
+                run(&dense::dense_forward(&d, &tx, &tw, with_bias.then_some(&tb), &ty).unwrap());
+                let want = dense_forward_ref(&x, &w, with_bias.then_some(&b[..]), (batch, inputs, units));
+                assert_close(&format!("dense forward {batch}x{inputs}->{units} bias={with_bias}"), &read(&ty), &want);
+            }
         }
-    }
+    });
 }
 
 #[test]
 fn dense_backward_gives_all_three_gradients() {
-    let d = device();
-    let mut r = rng(50);
-    // 2500 rows take the column sums through their chunked two-pass path.
-    for &(batch, inputs, units) in &[(1, 3, 1), (7, 17, 10), (6, 12, 8), (2500, 5, 70)] {
-        let (x, w, dy) = (random(&mut r, batch * inputs), random(&mut r, inputs * units), random(&mut r, batch * units));
-        let (tx, tw, tdy) = (upload(&x, &[batch, inputs]), upload(&w, &[inputs, units]), upload(&dy, &[batch, units]));
-        let tdx = upload(&random(&mut r, batch * inputs), &[batch, inputs]);
-        let tdw = upload(&random(&mut r, inputs * units), &[inputs, units]);
-        let tdb = upload(&random(&mut r, units), &[units]);
-        run(&dense::dense_backward(&d, &tx, &tw, &tdy, Some(&tdx), &tdw, Some(&tdb)).unwrap());
-        let case = format!("dense backward {batch}x{inputs}->{units}");
-        assert_close(&format!("{case} dx"), &read(&tdx), &matmul_ref(&dy, &w, (batch, units, inputs), false, true));
-        assert_close(&format!("{case} dw"), &read(&tdw), &matmul_ref(&x, &dy, (inputs, batch, units), true, false));
-        let db: Vec<f64> = (0..units).map(|j| (0..batch).map(|i| dy[i * units + j] as f64).sum()).collect();
-        assert_close(&format!("{case} db"), &read(&tdb), &db);
-    }
-    // Without dx and db only dw is written.
-    let (tx, tw, tdy, tdw) = (upload(&[1.0, 2.0], &[1, 2]), upload(&[0.0; 6], &[2, 3]), upload(&[1.0, 0.5, -1.0], &[1, 3]), d.zeros(&[2, 3]).unwrap());
-    let dispatches = dense::dense_backward(&d, &tx, &tw, &tdy, None, &tdw, None).unwrap();
-    assert_eq!(dispatches.len(), 1);
-    run(&dispatches);
-    assert_close("dense backward dw only", &read(&tdw), &[1.0, 0.5, -1.0, 2.0, 1.0, -2.0]);
+    on_each_variant(|_| {
+        let d = device();
+        let mut r = rng(50);
+        // 2500 rows take the column sums through their chunked two-pass path.
+        for &(batch, inputs, units) in &[(1, 3, 1), (7, 17, 10), (6, 12, 8), (2500, 5, 70)] {
+            let (x, w, dy) = (random(&mut r, batch * inputs), random(&mut r, inputs * units), random(&mut r, batch * units));
+            let (tx, tw, tdy) = (upload(&x, &[batch, inputs]), upload(&w, &[inputs, units]), upload(&dy, &[batch, units]));
+            let tdx = upload(&random(&mut r, batch * inputs), &[batch, inputs]);
+            let tdw = upload(&random(&mut r, inputs * units), &[inputs, units]);
+            let tdb = upload(&random(&mut r, units), &[units]);
+            run(&dense::dense_backward(&d, &tx, &tw, &tdy, Some(&tdx), &tdw, Some(&tdb)).unwrap());
+            let case = format!("dense backward {batch}x{inputs}->{units}");
+            assert_close(&format!("{case} dx"), &read(&tdx), &matmul_ref(&dy, &w, (batch, units, inputs), false, true));
+            assert_close(&format!("{case} dw"), &read(&tdw), &matmul_ref(&x, &dy, (inputs, batch, units), true, false));
+            let db: Vec<f64> = (0..units).map(|j| (0..batch).map(|i| dy[i * units + j] as f64).sum()).collect();
+            assert_close(&format!("{case} db"), &read(&tdb), &db);
+        }
+        // Without dx and db only dw is written.
+        let (tx, tw, tdy, tdw) = (upload(&[1.0, 2.0], &[1, 2]), upload(&[0.0; 6], &[2, 3]), upload(&[1.0, 0.5, -1.0], &[1, 3]), d.zeros(&[2, 3]).unwrap());
+        let dispatches = dense::dense_backward(&d, &tx, &tw, &tdy, None, &tdw, None).unwrap();
+        assert_eq!(dispatches.len(), 1);
+        run(&dispatches);
+        assert_close("dense backward dw only", &read(&tdw), &[1.0, 0.5, -1.0, 2.0, 1.0, -2.0]);
+    });
 }
 
 #[test]

@@ -7,40 +7,44 @@ use rand::RngExt;
 
 use crate::common::*;
 
-fn reference(x: &[u8], mean: &[f32], std: &[f32]) -> Vec<f64> {
+pub(crate) fn reference(x: &[u8], mean: &[f32], std: &[f32]) -> Vec<f64> {
     let c = mean.len();
     x.iter().enumerate().map(|(i, &v)| (v as f64 / 255.0 - mean[i % c] as f64) / std[i % c] as f64).collect()
 }
 
 #[test]
 fn normalize_u8_matches_reference() {
-    let d = device();
-    let mut r = rng(31);
-    // 45, 3, 90, 252 and 1001 bytes: every remainder modulo 4
-    for shape in [[1, 3, 5, 3], [3, 1, 1, 1], [2, 3, 3, 5], [1, 7, 9, 4], [1, 7, 11, 13]] {
-        let n: usize = shape.iter().product();
-        let c = shape[3];
-        let x: Vec<u8> = (0..n).map(|i| if i < 2 { [0, 255][i] } else { r.random() }).collect();
-        let mean: Vec<f32> = (0..c).map(|_| r.random_range(0.0..1.0)).collect();
-        let std: Vec<f32> = (0..c).map(|_| r.random_range(0.1..0.5)).collect();
-        let (tx, ty) = (d.upload_u8(&shape, &x).unwrap(), upload(&vec![7.0; n], &shape));
-        run(&[image::normalize_u8(&d, &tx, &mean, &std, &ty).unwrap()]);
-        let e = assert_close(&format!("normalize_u8 {shape:?}"), &read(&ty), &reference(&x, &mean, &std));
-        println!("normalize_u8 {shape:?}: {e:.1e}");
-    }
+    on_each_variant(|_| {
+        let d = device();
+        let mut r = rng(31);
+        // 45, 3, 90, 252 and 1001 bytes: every remainder modulo 4
+        for shape in [[1, 3, 5, 3], [3, 1, 1, 1], [2, 3, 3, 5], [1, 7, 9, 4], [1, 7, 11, 13]] {
+            let n: usize = shape.iter().product();
+            let c = shape[3];
+            let x: Vec<u8> = (0..n).map(|i| if i < 2 { [0, 255][i] } else { r.random() }).collect();
+            let mean: Vec<f32> = (0..c).map(|_| r.random_range(0.0..1.0)).collect();
+            let std: Vec<f32> = (0..c).map(|_| r.random_range(0.1..0.5)).collect();
+            let (tx, ty) = (d.upload_u8(&shape, &x).unwrap(), upload(&vec![7.0; n], &shape));
+            run(&[image::normalize_u8(&d, &tx, &mean, &std, &ty).unwrap()]);
+            let e = assert_close(&format!("normalize_u8 {shape:?}"), &read(&ty), &reference(&x, &mean, &std));
+            println!("normalize_u8 {shape:?}: {e:.1e}");
+        }
+    });
 }
 
 #[test]
 fn normalize_u8_reads_a_view_at_its_offset() {
-    let d = device();
-    let shape = [1, 3, 5, 3];
-    let bytes: Vec<u8> = (0..300 + 45).map(|i| (i * 7 % 256) as u8).collect();
-    let whole = d.upload_u8(&[bytes.len()], &bytes).unwrap();
-    let x = whole.view(256, &shape).unwrap();
-    let y = d.zeros(&shape).unwrap();
-    let (mean, std) = ([0.4914, 0.4822, 0.4465], [0.247, 0.243, 0.261]);
-    run(&[image::normalize_u8(&d, &x, &mean, &std, &y).unwrap()]);
-    assert_close("normalize_u8 of a view", &read(&y), &reference(&bytes[256..256 + 45], &mean, &std));
+    on_each_variant(|_| {
+        let d = device();
+        let shape = [1, 3, 5, 3];
+        let bytes: Vec<u8> = (0..300 + 45).map(|i| (i * 7 % 256) as u8).collect();
+        let whole = d.upload_u8(&[bytes.len()], &bytes).unwrap();
+        let x = whole.view(256, &shape).unwrap();
+        let y = d.zeros(&shape).unwrap();
+        let (mean, std) = ([0.4914, 0.4822, 0.4465], [0.247, 0.243, 0.261]);
+        run(&[image::normalize_u8(&d, &x, &mean, &std, &y).unwrap()]);
+        assert_close("normalize_u8 of a view", &read(&y), &reference(&bytes[256..256 + 45], &mean, &std));
+    });
 }
 
 #[test]

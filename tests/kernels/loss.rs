@@ -9,7 +9,7 @@ use rand::RngExt;
 use crate::common::*;
 
 /// (loss, dlogits, rank) of one row.
-fn cross_entropy_ref(row: &[f32], label: usize, scale: f64) -> (f64, Vec<f64>, u32) {
+pub(crate) fn cross_entropy_ref(row: &[f32], label: usize, scale: f64) -> (f64, Vec<f64>, u32) {
     let m = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
     let sum: f64 = row.iter().map(|&v| (v as f64 - m).exp()).sum();
     let loss = sum.ln() + m - row[label] as f64;
@@ -18,82 +18,96 @@ fn cross_entropy_ref(row: &[f32], label: usize, scale: f64) -> (f64, Vec<f64>, u
     (loss, grad, rank)
 }
 
+/// (loss per row, dpred) of mean squared error over rows of `k`.
+pub(crate) fn mse_ref(pred: &[f32], target: &[f32], k: usize, scale: f64) -> (Vec<f64>, Vec<f64>) {
+    let diff: Vec<f64> = pred.iter().zip(target).map(|(&p, &t)| p as f64 - t as f64).collect();
+    let loss = diff.chunks(k).map(|row| row.iter().map(|d| d * d).sum::<f64>() / k as f64).collect();
+    let grad = diff.iter().map(|d| scale * 2.0 * d / k as f64).collect();
+    (loss, grad)
+}
+
 #[test]
 fn softmax_cross_entropy_matches_reference() {
-    let d = device();
-    let mut r = rng(21);
-    for (n, k, spread) in [(1, 1, 1.0), (3, 1, 80.0), (3, 3, 1.0), (5, 10, 4.0), (3, 10, 80.0), (2, 257, 2.0), (3, 257, 80.0), (1, 1000, 8.0)] {
-        let mut logits: Vec<f32> = random(&mut r, n * k).iter().map(|v| v * spread).collect();
-        if spread == 80.0 && k > 1 {
-            // the extremes themselves, on and off the label
-            logits[0] = 80.0;
-            logits[1] = -80.0;
+    on_each_variant(|_| {
+        let d = device();
+        let mut r = rng(21);
+        for (n, k, spread) in [(1, 1, 1.0), (3, 1, 80.0), (3, 3, 1.0), (5, 10, 4.0), (3, 10, 80.0), (2, 257, 2.0), (3, 257, 80.0), (1, 1000, 8.0)] {
+            let mut logits: Vec<f32> = random(&mut r, n * k).iter().map(|v| v * spread).collect();
+            if spread == 80.0 && k > 1 {
+                // the extremes themselves, on and off the label
+                logits[0] = 80.0;
+                logits[1] = -80.0;
+            }
+            let labels: Vec<u32> = (0..n).map(|_| r.random_range(0..k as u32)).collect();
+            let scale = 1.0 / (n as f32 * 2.0);
+            let (tl, tlab) = (upload(&logits, &[n, k]), d.upload_u32(&[n], &labels).unwrap());
+            let (tloss, tgrad, trank) = (upload(&vec![7.0; n], &[n]), upload(&vec![7.0; n * k], &[n, k]), d.zeros_of(&[n], DType::U32).unwrap());
+            run(&[loss::softmax_cross_entropy(&d, &tl, &tlab, scale, &tloss, &tgrad, &trank).unwrap()]);
+            let (mut want_loss, mut want_grad, mut want_rank) = (vec![], vec![], vec![]);
+            for i in 0..n {
+                let (l, g, rk) = cross_entropy_ref(&logits[i * k..(i + 1) * k], labels[i] as usize, scale as f64);
+                want_loss.push(l);
+                want_grad.extend(g);
+                want_rank.push(rk);
+            }
+            assert_eq!(d.read_u32(&trank).unwrap(), want_rank, "rank n={n} k={k} spread={spread}");
+            let e1 = assert_close(&format!("cross-entropy loss n={n} k={k} spread={spread}"), &read(&tloss), &want_loss);
+            let e2 = assert_close(&format!("cross-entropy dlogits n={n} k={k} spread={spread}"), &read(&tgrad), &want_grad);
+            println!("cross-entropy n={n} k={k} spread={spread}: loss {e1:.1e}, dlogits {e2:.1e}");
         }
-        let labels: Vec<u32> = (0..n).map(|_| r.random_range(0..k as u32)).collect();
-        let scale = 1.0 / (n as f32 * 2.0);
-        let (tl, tlab) = (upload(&logits, &[n, k]), d.upload_u32(&[n], &labels).unwrap());
-        let (tloss, tgrad, trank) = (upload(&vec![7.0; n], &[n]), upload(&vec![7.0; n * k], &[n, k]), d.zeros_of(&[n], DType::U32).unwrap());
-        run(&[loss::softmax_cross_entropy(&d, &tl, &tlab, scale, &tloss, &tgrad, &trank).unwrap()]);
-        let (mut want_loss, mut want_grad, mut want_rank) = (vec![], vec![], vec![]);
-        for i in 0..n {
-            let (l, g, rk) = cross_entropy_ref(&logits[i * k..(i + 1) * k], labels[i] as usize, scale as f64);
-            want_loss.push(l);
-            want_grad.extend(g);
-            want_rank.push(rk);
-        }
-        assert_eq!(d.read_u32(&trank).unwrap(), want_rank, "rank n={n} k={k} spread={spread}");
-        let e1 = assert_close(&format!("cross-entropy loss n={n} k={k} spread={spread}"), &read(&tloss), &want_loss);
-        let e2 = assert_close(&format!("cross-entropy dlogits n={n} k={k} spread={spread}"), &read(&tgrad), &want_grad);
-        println!("cross-entropy n={n} k={k} spread={spread}: loss {e1:.1e}, dlogits {e2:.1e}");
-    }
+    });
 }
 
 #[test]
 fn rank_counts_only_strictly_greater_logits() {
-    let d = device();
-    // rows: label ties with two others (rank 0), label below three (rank 3), label is the sole max
-    let logits = [1.0, 2.0, 2.0, 2.0, 0.5, 3.0, 3.0, 1.0, 0.5, 2.9, 0.0, 0.0, 5.0, 0.0, 0.0];
-    let labels = [1u32, 2, 2];
-    let (tl, tlab) = (upload(&logits, &[3, 5]), d.upload_u32(&[3], &labels).unwrap());
-    let (tloss, tgrad, trank) = (d.zeros(&[3]).unwrap(), d.zeros(&[3, 5]).unwrap(), d.zeros_of(&[3], DType::U32).unwrap());
-    run(&[loss::softmax_cross_entropy(&d, &tl, &tlab, 1.0, &tloss, &tgrad, &trank).unwrap()]);
-    assert_eq!(d.read_u32(&trank).unwrap(), vec![0, 3, 0]);
+    on_each_variant(|_| {
+        let d = device();
+        // rows: label ties with two others (rank 0), label below three (rank 3), label is the sole max
+        let logits = [1.0, 2.0, 2.0, 2.0, 0.5, 3.0, 3.0, 1.0, 0.5, 2.9, 0.0, 0.0, 5.0, 0.0, 0.0];
+        let labels = [1u32, 2, 2];
+        let (tl, tlab) = (upload(&logits, &[3, 5]), d.upload_u32(&[3], &labels).unwrap());
+        let (tloss, tgrad, trank) = (d.zeros(&[3]).unwrap(), d.zeros(&[3, 5]).unwrap(), d.zeros_of(&[3], DType::U32).unwrap());
+        run(&[loss::softmax_cross_entropy(&d, &tl, &tlab, 1.0, &tloss, &tgrad, &trank).unwrap()]);
+        assert_eq!(d.read_u32(&trank).unwrap(), vec![0, 3, 0]);
+    });
 }
 
 #[test]
 fn out_of_range_label_gives_nan_loss_without_reading_out_of_bounds() {
-    let d = device();
-    let (n, k) = (3, 4);
-    let logits = random(&mut rng(22), n * k);
-    let labels = [2u32, 4, u32::MAX];
-    let (tl, tlab) = (upload(&logits, &[n, k]), d.upload_u32(&[n], &labels).unwrap());
-    let (tloss, tgrad, trank) = (d.zeros(&[n]).unwrap(), d.zeros(&[n, k]).unwrap(), d.zeros_of(&[n], DType::U32).unwrap());
-    run(&[loss::softmax_cross_entropy(&d, &tl, &tlab, 1.0, &tloss, &tgrad, &trank).unwrap()]);
-    let got = read(&tloss);
-    let (want, _, _) = cross_entropy_ref(&logits[..k], 2, 1.0);
-    assert!((got[0] as f64 - want).abs() < 1e-5 * want.abs().max(1.0), "valid row {} vs {want}", got[0]);
-    assert!(got[1].is_nan() && got[2].is_nan(), "bad labels give NaN, got {got:?}");
-    assert_eq!(d.read_u32(&trank).unwrap()[1..], [k as u32, k as u32]);
-    assert!(read(&tgrad).iter().all(|g| g.is_finite()), "gradients stay finite");
+    on_each_variant(|_| {
+        let d = device();
+        let (n, k) = (3, 4);
+        let logits = random(&mut rng(22), n * k);
+        let labels = [2u32, 4, u32::MAX];
+        let (tl, tlab) = (upload(&logits, &[n, k]), d.upload_u32(&[n], &labels).unwrap());
+        let (tloss, tgrad, trank) = (d.zeros(&[n]).unwrap(), d.zeros(&[n, k]).unwrap(), d.zeros_of(&[n], DType::U32).unwrap());
+        run(&[loss::softmax_cross_entropy(&d, &tl, &tlab, 1.0, &tloss, &tgrad, &trank).unwrap()]);
+        let got = read(&tloss);
+        let (want, _, _) = cross_entropy_ref(&logits[..k], 2, 1.0);
+        assert!((got[0] as f64 - want).abs() < 1e-5 * want.abs().max(1.0), "valid row {} vs {want}", got[0]);
+        assert!(got[1].is_nan() && got[2].is_nan(), "bad labels give NaN, got {got:?}");
+        assert_eq!(d.read_u32(&trank).unwrap()[1..], [k as u32, k as u32]);
+        assert!(read(&tgrad).iter().all(|g| g.is_finite()), "gradients stay finite");
+    });
 }
 
 #[test]
 fn mean_squared_error_matches_reference() {
-    let d = device();
-    let mut r = rng(23);
-    for (n, k) in [(1, 1), (3, 5), (3, 17), (2, 130)] {
-        let (pred, target) = (random(&mut r, n * k), random(&mut r, n * k));
-        let scale = 1.0 / n as f32;
-        let (tp, tt) = (upload(&pred, &[n, k]), upload(&target, &[n, k]));
-        let (tloss, tgrad) = (upload(&vec![7.0; n], &[n]), upload(&vec![7.0; n * k], &[n, k]));
-        run(&[loss::mean_squared_error(&d, &tp, &tt, scale, &tloss, &tgrad).unwrap()]);
-        let diff: Vec<f64> = pred.iter().zip(&target).map(|(&p, &t)| p as f64 - t as f64).collect();
-        let want_loss: Vec<f64> = diff.chunks(k).map(|row| row.iter().map(|d| d * d).sum::<f64>() / k as f64).collect();
-        let want_grad: Vec<f64> = diff.iter().map(|d| scale as f64 * 2.0 * d / k as f64).collect();
-        let e1 = assert_close(&format!("mse loss n={n} k={k}"), &read(&tloss), &want_loss);
-        let e2 = assert_close(&format!("mse dpred n={n} k={k}"), &read(&tgrad), &want_grad);
-        println!("mse n={n} k={k}: loss {e1:.1e}, dpred {e2:.1e}");
-    }
+    on_each_variant(|_| {
+        let d = device();
+        let mut r = rng(23);
+        for (n, k) in [(1, 1), (3, 5), (3, 17), (2, 130)] {
+            let (pred, target) = (random(&mut r, n * k), random(&mut r, n * k));
+            let scale = 1.0 / n as f32;
+            let (tp, tt) = (upload(&pred, &[n, k]), upload(&target, &[n, k]));
+            let (tloss, tgrad) = (upload(&vec![7.0; n], &[n]), upload(&vec![7.0; n * k], &[n, k]));
+            run(&[loss::mean_squared_error(&d, &tp, &tt, scale, &tloss, &tgrad).unwrap()]);
+            let (want_loss, want_grad) = mse_ref(&pred, &target, k, scale as f64);
+            let e1 = assert_close(&format!("mse loss n={n} k={k}"), &read(&tloss), &want_loss);
+            let e2 = assert_close(&format!("mse dpred n={n} k={k}"), &read(&tgrad), &want_grad);
+            println!("mse n={n} k={k}: loss {e1:.1e}, dpred {e2:.1e}");
+        }
+    });
 }
 
 #[test]

@@ -12,16 +12,16 @@ const SIZES: &[usize] = &[1, 7, 1000, 4097];
 const STEPS: u64 = 5;
 
 /// A decaying schedule, so a stale learning rate in `hyper` would show.
-fn lr_at(step: u64, base: f32) -> f32 {
+pub(crate) fn lr_at(step: u64, base: f32) -> f32 {
     base * 0.8f32.powi(step as i32 - 1)
 }
 
 /// The host model of the optimizer state: parameters and up to two state vectors.
 #[derive(Clone)]
-struct Model {
-    p: Vec<f64>,
-    s0: Vec<f64>,
-    s1: Vec<f64>,
+pub(crate) struct Model {
+    pub p: Vec<f64>,
+    pub s0: Vec<f64>,
+    pub s1: Vec<f64>,
 }
 
 /// One step of PyTorch's documented algorithms (torch.optim, "Algorithm" sections), dampening
@@ -32,7 +32,7 @@ struct Model {
 /// Adam:  g ← g + λθ;  m ← β1·m + (1−β1)·g;  v ← β2·v + (1−β2)·g²;
 ///        m̂ ← m / (1−β1^t);  v̂ ← v / (1−β2^t);  θ ← θ − γ·m̂ / (√v̂ + ε)
 /// AdamW: θ ← θ − γλθ, then Adam's moments and update without the g ← g + λθ line.
-fn reference_step(kind: &OptimizerKind, wd: &[f64], m: &mut Model, grads: &[f32], lr: f32, t: u64) {
+pub(crate) fn reference_step(kind: &OptimizerKind, wd: &[f64], m: &mut Model, grads: &[f32], lr: f32, t: u64) {
     let lr = lr as f64;
     for i in 0..m.p.len() {
         let (w, g) = (m.p[i], grads[i] as f64);
@@ -75,7 +75,7 @@ fn cases() -> Vec<(&'static str, OptimizerKind, f32, f32)> {
 }
 
 /// Zero-filled state tensors for `kind`, as a model's compile would allocate them.
-fn zero_state(kind: &OptimizerKind, n: usize) -> Vec<Tensor> {
+pub(crate) fn zero_state(kind: &OptimizerKind, n: usize) -> Vec<Tensor> {
     (0..kind.state_count()).map(|_| device().zeros(&[n]).unwrap()).collect()
 }
 
@@ -96,80 +96,86 @@ fn train(kind: &OptimizerKind, wd: &[f64], model: &mut Model, grads: &Tensor, hy
 
 #[test]
 fn every_rule_matches_pytorch_over_several_steps() {
-    let d = device();
-    let mut r = rng(10);
-    let mut worst = 0.0f64;
-    for (name, kind, weight_decay, base_lr) in cases() {
-        for &n in SIZES {
-            let p0 = random(&mut r, n);
-            let (params, grads) = (upload(&p0, &[n]), d.zeros(&[n]).unwrap());
-            let state = zero_state(&kind, n);
-            let state_refs: Vec<&Tensor> = state.iter().collect();
-            let hyper = Hyper::for_step(base_lr, &kind, 1).unwrap().upload(&d).unwrap();
-            let step = optimizer::update(&d, &kind, weight_decay, &params, &grads, &state_refs, &hyper).unwrap();
-            let mut model = Model { p: p0.iter().map(|&v| v as f64).collect(), s0: vec![0.0; n], s1: vec![0.0; n] };
-            train(&kind, &vec![weight_decay as f64; n], &mut model, &grads, &hyper, &[step], base_lr, n as u64);
-            worst = worst.max(assert_close(&format!("{name} n={n} params"), &read(&params), &model.p));
-            if let Some(s) = state.first() {
-                worst = worst.max(assert_close(&format!("{name} n={n} state 0"), &read(s), &model.s0));
-            }
-            if let Some(s) = state.get(1) {
-                worst = worst.max(assert_close(&format!("{name} n={n} state 1"), &read(s), &model.s1));
+    on_each_variant(|_| {
+        let d = device();
+        let mut r = rng(10);
+        let mut worst = 0.0f64;
+        for (name, kind, weight_decay, base_lr) in cases() {
+            for &n in SIZES {
+                let p0 = random(&mut r, n);
+                let (params, grads) = (upload(&p0, &[n]), d.zeros(&[n]).unwrap());
+                let state = zero_state(&kind, n);
+                let state_refs: Vec<&Tensor> = state.iter().collect();
+                let hyper = Hyper::for_step(base_lr, &kind, 1).unwrap().upload(&d).unwrap();
+                let step = optimizer::update(&d, &kind, weight_decay, &params, &grads, &state_refs, &hyper).unwrap();
+                let mut model = Model { p: p0.iter().map(|&v| v as f64).collect(), s0: vec![0.0; n], s1: vec![0.0; n] };
+                train(&kind, &vec![weight_decay as f64; n], &mut model, &grads, &hyper, &[step], base_lr, n as u64);
+                worst = worst.max(assert_close(&format!("{name} n={n} params"), &read(&params), &model.p));
+                if let Some(s) = state.first() {
+                    worst = worst.max(assert_close(&format!("{name} n={n} state 0"), &read(s), &model.s0));
+                }
+                if let Some(s) = state.get(1) {
+                    worst = worst.max(assert_close(&format!("{name} n={n} state 1"), &read(s), &model.s1));
+                }
             }
         }
-    }
-    eprintln!("optimizer rules: worst relative error {worst:.2e}");
+        eprintln!("optimizer rules: worst relative error {worst:.2e}");
+    });
 }
 
 #[test]
 fn view_update_leaves_the_rest_untouched() {
-    // 192 elements = 768 bytes in: a 256-byte-aligned view, 333 long, ending mid-tensor.
-    let d = device();
-    let mut r = rng(11);
-    let (n, start, len) = (1000, 192, 333);
-    let kind = OptimizerKind::adamw();
-    let p0 = random(&mut r, n);
-    let (params, grads) = (upload(&p0, &[n]), d.zeros(&[n]).unwrap());
-    let state = zero_state(&kind, n);
-    let hyper = Hyper::for_step(0.01, &kind, 1).unwrap().upload(&d).unwrap();
-    let views: Vec<Tensor> = [&params, &grads, &state[0], &state[1]].iter().map(|t| t.view(start, &[len]).unwrap()).collect();
-    let step = optimizer::update(&d, &kind, 0.1, &views[0], &views[1], &[&views[2], &views[3]], &hyper).unwrap();
-    let mut model = Model { p: p0[start..start + len].iter().map(|&v| v as f64).collect(), s0: vec![0.0; len], s1: vec![0.0; len] };
-    train(&kind, &vec![0.1; len], &mut model, &views[1], &hyper, &[step], 0.01, 11);
-    let got = read(&params);
-    let e = assert_close("adamw view", &got[start..start + len], &model.p);
-    eprintln!("adamw view: relative error {e:.2e}");
-    let outside = |v: &[f32]| v[..start].iter().chain(&v[start + len..]).copied().collect::<Vec<f32>>();
-    assert_eq!(outside(&got), outside(&p0), "parameters outside the view changed");
-    for s in &state {
-        assert!(outside(&read(s)).iter().all(|&v| v == 0.0), "state outside the view changed");
-    }
+    on_each_variant(|_| {
+        // 192 elements = 768 bytes in: a 256-byte-aligned view, 333 long, ending mid-tensor.
+        let d = device();
+        let mut r = rng(11);
+        let (n, start, len) = (1000, 192, 333);
+        let kind = OptimizerKind::adamw();
+        let p0 = random(&mut r, n);
+        let (params, grads) = (upload(&p0, &[n]), d.zeros(&[n]).unwrap());
+        let state = zero_state(&kind, n);
+        let hyper = Hyper::for_step(0.01, &kind, 1).unwrap().upload(&d).unwrap();
+        let views: Vec<Tensor> = [&params, &grads, &state[0], &state[1]].iter().map(|t| t.view(start, &[len]).unwrap()).collect();
+        let step = optimizer::update(&d, &kind, 0.1, &views[0], &views[1], &[&views[2], &views[3]], &hyper).unwrap();
+        let mut model = Model { p: p0[start..start + len].iter().map(|&v| v as f64).collect(), s0: vec![0.0; len], s1: vec![0.0; len] };
+        train(&kind, &vec![0.1; len], &mut model, &views[1], &hyper, &[step], 0.01, 11);
+        let got = read(&params);
+        let e = assert_close("adamw view", &got[start..start + len], &model.p);
+        eprintln!("adamw view: relative error {e:.2e}");
+        let outside = |v: &[f32]| v[..start].iter().chain(&v[start + len..]).copied().collect::<Vec<f32>>();
+        assert_eq!(outside(&got), outside(&p0), "parameters outside the view changed");
+        for s in &state {
+            assert!(outside(&read(s)).iter().all(|&v| v == 0.0), "state outside the view changed");
+        }
+    });
 }
 
 #[test]
 fn masked_weight_decay_skips_the_excluded_ranges() {
-    let d = device();
-    let mut r = rng(12);
-    let n = 1000;
-    // Unaligned ranges, out of order, two of them adjacent: one dispatch with a mask.
-    let no_decay: Vec<Range<usize>> = vec![990..1000, 100..137, 137..140, 500..503];
-    let mut wd_of = vec![0.1f64; n];
-    for range in &no_decay {
-        wd_of[range.clone()].iter_mut().for_each(|w| *w = 0.0);
-    }
-    for (name, kind) in [("sgd momentum masked", OptimizerKind::sgd(0.9, false)), ("adamw masked", OptimizerKind::adamw()), ("adam masked", OptimizerKind::adam())] {
-        let p0 = random(&mut r, n);
-        let (params, grads) = (upload(&p0, &[n]), d.zeros(&[n]).unwrap());
-        let state = zero_state(&kind, n);
-        let state_refs: Vec<&Tensor> = state.iter().collect();
-        let hyper = Hyper::for_step(0.05, &kind, 1).unwrap().upload(&d).unwrap();
-        // One dispatch for every stretch.
-        let steps = [optimizer::update_masked(&d, &kind, 0.1, &params, &grads, &state_refs, &hyper, &no_decay).unwrap()];
-        let mut model = Model { p: p0.iter().map(|&v| v as f64).collect(), s0: vec![0.0; n], s1: vec![0.0; n] };
-        train(&kind, &wd_of, &mut model, &grads, &hyper, &steps, 0.05, 12);
-        let e = assert_close(name, &read(&params), &model.p);
-        eprintln!("{name}: relative error {e:.2e}");
-    }
+    on_each_variant(|_| {
+        let d = device();
+        let mut r = rng(12);
+        let n = 1000;
+        // Unaligned ranges, out of order, two of them adjacent: one dispatch with a mask.
+        let no_decay: Vec<Range<usize>> = vec![990..1000, 100..137, 137..140, 500..503];
+        let mut wd_of = vec![0.1f64; n];
+        for range in &no_decay {
+            wd_of[range.clone()].iter_mut().for_each(|w| *w = 0.0);
+        }
+        for (name, kind) in [("sgd momentum masked", OptimizerKind::sgd(0.9, false)), ("adamw masked", OptimizerKind::adamw()), ("adam masked", OptimizerKind::adam())] {
+            let p0 = random(&mut r, n);
+            let (params, grads) = (upload(&p0, &[n]), d.zeros(&[n]).unwrap());
+            let state = zero_state(&kind, n);
+            let state_refs: Vec<&Tensor> = state.iter().collect();
+            let hyper = Hyper::for_step(0.05, &kind, 1).unwrap().upload(&d).unwrap();
+            // One dispatch for every stretch.
+            let steps = [optimizer::update_masked(&d, &kind, 0.1, &params, &grads, &state_refs, &hyper, &no_decay).unwrap()];
+            let mut model = Model { p: p0.iter().map(|&v| v as f64).collect(), s0: vec![0.0; n], s1: vec![0.0; n] };
+            train(&kind, &wd_of, &mut model, &grads, &hyper, &steps, 0.05, 12);
+            let e = assert_close(name, &read(&params), &model.p);
+            eprintln!("{name}: relative error {e:.2e}");
+        }
+    });
 }
 
 #[test]

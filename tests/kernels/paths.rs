@@ -8,10 +8,15 @@
 //! Paths the software adapter cannot reach (its storage bindings stop at 128 MiB) run only
 //! with `CONVOY_TEST_DEVICE` set and are listed as skipped otherwise.
 
+use std::ops::Range;
+
 use convoy::kernels::batchnorm::BatchNormConfig;
 use convoy::kernels::conv2d::{Conv2dGeometry, Padding};
 use convoy::kernels::gemm::{GemmOptions, Tile};
-use convoy::kernels::{dense, elementwise, reduce};
+use convoy::kernels::optimizer::{self, Hyper, OptimizerKind};
+use convoy::kernels::pool::{self, Pool2dGeometry, PoolPadding};
+use convoy::kernels::{dense, elementwise, image, loss, reduce};
+use convoy::{DType, Tensor};
 use rand::rngs::StdRng;
 use rand::RngExt;
 
@@ -136,7 +141,8 @@ fn dense_bias_gradient(r: &mut StdRng, batch: usize, units: usize, variant: &str
 
 /// Every path of BatchNormalization's training forward and backward: one and several row
 /// chunks (and their merges), four-row and one-row loads, one column tile and several
-/// (above 64 channels), vec4 and scalar per-element passes, and a folded grid.
+/// (above 64 channels), vec4 and scalar per-element passes, and a folded grid; and of the
+/// inference forward (vec4 and scalar, each with and without the fused ReLU, folded).
 #[test]
 fn batchnorm_takes_every_path() {
     let mut r = rng(SEED + 1);
@@ -155,13 +161,32 @@ fn batchnorm_takes_every_path() {
             let cfg = BatchNormConfig { momentum: 0.6, relu, ..Default::default() };
             let name = format!("{variant} seed {:#x} batchnorm {shape:?} relu={relu}", SEED + 1);
             batchnorm_case(&mut r, &shape, &cfg, &name);
+            // Inference reads only the moving statistics: both ReLU settings on every width.
+            for relu in [false, true] {
+                let k = crate::batchnorm::case(&mut r, &shape, 0.0);
+                let name = format!("{variant} seed {:#x} batchnorm infer {shape:?} relu={relu}", SEED + 1);
+                crate::batchnorm::check_infer(&name, &k, &BatchNormConfig { relu, ..Default::default() });
+            }
         }
     });
     // A folded per-element grid: more than 65,535 * 256 elements, channels not a multiple of 4.
     on_device(devices()[1].clone(), || {
         let cfg = BatchNormConfig { relu: true, ..Default::default() };
-        batchnorm_case(&mut r, &[(65_535 * 256) / 3 + 5, 3], &cfg, &format!("unchecked seed {:#x} batchnorm folded", SEED + 1));
+        let shape = [(65_535 * 256) / 3 + 5, 3];
+        let name = format!("unchecked seed {:#x} batchnorm folded {shape:?}", SEED + 1);
+        batchnorm_case(&mut r, &shape, &cfg, &name);
+        crate::batchnorm::check_infer(&name, &crate::batchnorm::case(&mut r, &shape, 0.0), &cfg);
     });
+    // The vec4 passes fold only past 65,535 * 256 vec4s: a 256 MiB tensor, for a GPU.
+    if test_selection().is_some() {
+        on_device(devices()[1].clone(), || {
+            let cfg = BatchNormConfig { relu: true, ..Default::default() };
+            let shape = [65_535 * 256 + 3, 4];
+            let name = format!("unchecked seed {:#x} batchnorm vec4 folded {shape:?}", SEED + 1);
+            batchnorm_case(&mut r, &shape, &cfg, &name);
+            crate::batchnorm::check_infer(&name, &crate::batchnorm::case(&mut r, &shape, 0.0), &cfg);
+        });
+    }
 
     let mut expected = Vec::new();
     for entry in ["stats_partial", "backward_partial"] {
@@ -170,20 +195,13 @@ fn batchnorm_takes_every_path() {
     for entry in ["stats_finalize", "backward_merge"] {
         expected.extend(want(entry, &["chunks=single", "chunks=multi"]));
     }
-    for entry in ["normalize_train", "backward_dx"] {
+    for entry in ["normalize_train", "backward_dx", "normalize_infer"] {
         expected.extend(want(entry, &["scalar", "grid=1d", "grid=2d"]));
     }
-    for entry in ["normalize_train4", "backward_dx4"] {
+    for entry in ["normalize_train4", "backward_dx4", "normalize_infer4"] {
         expected.extend(want(entry, &["vec4", "grid=1d"]));
     }
-    // The vec4 passes fold only past 65,535 * 256 vec4s: a 256 MiB tensor, the GPU sweep.
-    if test_selection().is_some() {
-        on_device(devices()[1].clone(), || {
-            let cfg = BatchNormConfig { relu: true, ..Default::default() };
-            batchnorm_case(&mut r, &[(65_535 * 256 * 4) / 16 + 64, 16], &cfg, &format!("unchecked seed {:#x} batchnorm vec4 folded", SEED + 1));
-        });
-    }
-    let gpu_only = [want("normalize_train4", &["grid=2d"]), want("backward_dx4", &["grid=2d"])].concat();
+    let gpu_only: Vec<_> = ["normalize_train4", "backward_dx4", "normalize_infer4"].iter().flat_map(|e| want(e, &["grid=2d"])).collect();
     assert_paths_cover("batchnorm", &take_paths(), &expected, &gpu_only);
 }
 
@@ -264,7 +282,279 @@ fn reduce_takes_every_path() {
     assert_paths_cover("reduce", &take_paths(), &expected, &[]);
 }
 
+/// Elements past which a linear grid of 256-wide workgroups folds into 2-D (65,535 groups on
+/// the software adapter and the usual GPU limit).
+const FOLD: usize = 65_535 * 256;
+
+/// A random pooling geometry: odd and even maps, square and oblong windows from 1 to 4,
+/// strides below, at and above the window (inputs no window covers) or the default, both
+/// paddings.
+fn random_pool(r: &mut StdRng) -> Pool2dGeometry {
+    loop {
+        let shape = [pick(r, &[1, 2, 3]), r.random_range(1..12), r.random_range(1..12), pick(r, &[1, 3, 4, 5, 17])];
+        let size = [r.random_range(1..5), r.random_range(1..5)];
+        let strides = if r.random_bool(0.25) { None } else { Some([r.random_range(1..4), r.random_range(1..4)]) };
+        // "valid" refuses a window larger than the map: draw again.
+        if let Ok(g) = Pool2dGeometry::new(&shape, size, strides, pick(r, &[PoolPadding::Valid, PoolPadding::Same])) {
+            return g;
+        }
+    }
+}
+
+/// Every pooling kernel forward and backward on windows of every shape and padding, and on
+/// folded grids: a stride-1 "same" pool keeps the output as large as the input, so both
+/// passes fold at 16.8M elements (67 MB, within the software adapter's 128 MiB bindings).
+#[test]
+fn pool_takes_every_path() {
+    let seed = SEED + 4;
+    let mut r = rng(seed);
+    take_paths();
+    on_each_variant(|variant| {
+        for i in 0..16 {
+            let g = random_pool(&mut r);
+            pool_case(&mut r, &g, &format!("{variant} seed {seed:#x} pool {i}: {g:?}"));
+        }
+        for i in 0..4 {
+            let shape = [pick(&mut r, &[1, 3]), r.random_range(1..9), r.random_range(1..9), pick(&mut r, &[1, 4, 17, 64])];
+            global_pool_case(&mut r, shape, &format!("{variant} seed {seed:#x} global pool {i}: {shape:?}"));
+        }
+    });
+    on_device(devices()[1].clone(), || {
+        // A two-tap window keeps lavapipe's time down; its last row reaches into the padding.
+        let g = Pool2dGeometry::new(&[2, 1025, 1025, 8], [2, 1], Some([1, 1]), PoolPadding::Same).unwrap();
+        pool_case(&mut r, &g, &format!("unchecked seed {seed:#x} pool folded: {g:?}"));
+        let shape = [FOLD / 3 + 5, 1, 1, 3];
+        global_pool_case(&mut r, shape, &format!("unchecked seed {seed:#x} global pool folded: {shape:?}"));
+    });
+
+    let entries = ["max_pool_forward", "max_pool_backward", "avg_pool_forward", "avg_pool_backward", "global_avg_pool_forward", "global_avg_pool_backward"];
+    let expected: Vec<_> = entries.iter().flat_map(|e| want(e, &["grid=1d", "grid=2d"])).collect();
+    assert_paths_cover("pool", &take_paths(), &expected, &[]);
+}
+
+/// Max pooling (argmax exactly) and average pooling, forward and backward, against f64;
+/// outputs start as garbage so a kernel that accumulates or skips an element fails.
+fn pool_case(r: &mut StdRng, g: &Pool2dGeometry, case: &str) {
+    let d = device();
+    let (xs, ys) = (g.input_shape(), g.output_shape());
+    let (x, dy) = (random(r, xs.iter().product()), random(r, ys.iter().product()));
+    let (tx, tdy) = (upload(&x, &xs), upload(&dy, &ys));
+    let (ty, targ, tdx) = (garbage(&ys), d.zeros_of(&ys, DType::U32).unwrap(), garbage(&xs));
+    run(&[pool::max_pool_forward(&d, g, &tx, &ty, &targ).unwrap(), pool::max_pool_backward(&d, g, &tdy, &targ, &tdx).unwrap()]);
+    let (want_y, want_arg, want_dx) = crate::pool::max_pool_ref(g, &x, &dy);
+    let arg = d.read_u32(&targ).unwrap();
+    // The first difference, not two vectors of millions.
+    if let Some(i) = (0..arg.len()).find(|&i| arg[i] != want_arg[i]) {
+        panic!("{case}: max pool argmax[{i}] is {}, expected {} ({} outputs)", arg[i], want_arg[i], arg.len());
+    }
+    assert_close(&format!("{case} max pool forward"), &read(&ty), &want_y);
+    assert_close(&format!("{case} max pool backward"), &read(&tdx), &want_dx);
+
+    let (ty, tdx) = (garbage(&ys), garbage(&xs));
+    run(&[pool::avg_pool_forward(&d, g, &tx, &ty).unwrap(), pool::avg_pool_backward(&d, g, &tdy, &tdx).unwrap()]);
+    let (want_y, want_dx) = crate::pool::avg_pool_ref(g, &x, &dy);
+    assert_close(&format!("{case} avg pool forward"), &read(&ty), &want_y);
+    assert_close(&format!("{case} avg pool backward"), &read(&tdx), &want_dx);
+}
+
+/// Global average pooling of `[n, h, w, c]`, forward and backward, against f64.
+fn global_pool_case(r: &mut StdRng, shape: [usize; 4], case: &str) {
+    let d = device();
+    let [n, _, _, c] = shape;
+    let (x, dy) = (random(r, shape.iter().product()), random(r, n * c));
+    let (tx, tdy, ty, tdx) = (upload(&x, &shape), upload(&dy, &[n, c]), garbage(&[n, c]), garbage(&shape));
+    run(&[pool::global_avg_pool_forward(&d, &tx, &ty).unwrap(), pool::global_avg_pool_backward(&d, &tdy, &tdx).unwrap()]);
+    let (want_y, want_dx) = crate::pool::global_avg_pool_ref(shape, &x, &dy);
+    assert_close(&format!("{case} forward"), &read(&ty), &want_y);
+    assert_close(&format!("{case} backward"), &read(&tdx), &want_dx);
+}
+
+/// Both losses with class counts below, at and above the 64-lane row (one pass or lanes
+/// striding over the row), logits up to ±80, and more than 65,535 rows so the row grid folds.
+#[test]
+fn loss_takes_every_path() {
+    let seed = SEED + 5;
+    let mut r = rng(seed);
+    take_paths();
+    on_each_variant(|variant| {
+        let mut shapes = vec![(3, 64), (2, 65)];
+        for _ in 0..8 {
+            shapes.push((pick(&mut r, &[1, 3, 17, 250]), pick(&mut r, &[1, 2, 10, 63, 100, 128, 129, 1000])));
+        }
+        for (rows, k) in shapes {
+            loss_case(&mut r, rows, k, &format!("{variant} seed {seed:#x} loss rows={rows} classes={k}"));
+        }
+    });
+    on_device(devices()[1].clone(), || {
+        for k in [5, 70] {
+            loss_case(&mut r, 65_536 + 7, k, &format!("unchecked seed {seed:#x} loss folded rows=65543 classes={k}"));
+        }
+    });
+
+    let expected: Vec<_> = ["softmax_cross_entropy", "mean_squared_error"]
+        .iter()
+        .flat_map(|e| want(e, &["classes=one_pass", "classes=strided", "grid=1d", "grid=2d"]))
+        .collect();
+    assert_paths_cover("loss", &take_paths(), &expected, &[]);
+}
+
+/// Softmax cross-entropy (loss, gradient, exact rank) and mean squared error of one shape.
+fn loss_case(r: &mut StdRng, rows: usize, k: usize, case: &str) {
+    let d = device();
+    let spread = pick(r, &[1.0f32, 8.0, 80.0]);
+    let logits: Vec<f32> = random(r, rows * k).iter().map(|v| v * spread).collect();
+    let labels: Vec<u32> = (0..rows).map(|_| r.random_range(0..k as u32)).collect();
+    let scale = 1.0 / (2 * rows) as f32;
+    let (tl, tlab) = (upload(&logits, &[rows, k]), d.upload_u32(&[rows], &labels).unwrap());
+    let (tloss, tgrad, trank) = (upload(&vec![7.0; rows], &[rows]), upload(&vec![7.0; rows * k], &[rows, k]), d.zeros_of(&[rows], DType::U32).unwrap());
+    run(&[loss::softmax_cross_entropy(&d, &tl, &tlab, scale, &tloss, &tgrad, &trank).unwrap()]);
+    let (mut want_loss, mut want_grad, mut want_rank) = (vec![], vec![], vec![]);
+    for (row, &label) in logits.chunks(k).zip(&labels) {
+        let (l, g, rank) = crate::loss::cross_entropy_ref(row, label as usize, scale as f64);
+        want_loss.push(l);
+        want_grad.extend(g);
+        want_rank.push(rank);
+    }
+    let rank = d.read_u32(&trank).unwrap();
+    if let Some(i) = (0..rows).find(|&i| rank[i] != want_rank[i]) {
+        panic!("{case} spread={spread}: rank of row {i} is {}, expected {}", rank[i], want_rank[i]);
+    }
+    assert_close(&format!("{case} spread={spread} cross-entropy loss"), &read(&tloss), &want_loss);
+    assert_close(&format!("{case} spread={spread} cross-entropy dlogits"), &read(&tgrad), &want_grad);
+
+    let target = random(r, rows * k);
+    let tt = upload(&target, &[rows, k]);
+    let (tloss, tgrad) = (upload(&vec![7.0; rows], &[rows]), upload(&vec![7.0; rows * k], &[rows, k]));
+    run(&[loss::mean_squared_error(&d, &tl, &tt, scale, &tloss, &tgrad).unwrap()]);
+    let (want_loss, want_grad) = crate::loss::mse_ref(&logits, &target, k, scale as f64);
+    assert_close(&format!("{case} spread={spread} mse loss"), &read(&tloss), &want_loss);
+    assert_close(&format!("{case} spread={spread} mse dpred"), &read(&tgrad), &want_grad);
+}
+
+/// u8 image normalisation on pixel counts of every remainder modulo 4 (a whole last word
+/// or a partial one). Its folded grid needs more than 16.8M words: a 256 MiB f32 output,
+/// past the software adapter's bindings, so it runs on a GPU only.
+#[test]
+fn image_takes_every_path() {
+    let seed = SEED + 6;
+    let mut r = rng(seed);
+    take_paths();
+    on_each_variant(|variant| {
+        for _ in 0..8 {
+            let shape = [pick(&mut r, &[1, 2, 3]), r.random_range(1..10), r.random_range(1..10), pick(&mut r, &[1, 3, 4, 5, 13])];
+            image_case(&mut r, shape, &format!("{variant} seed {seed:#x} normalize_u8 {shape:?}"));
+        }
+        // Both word paths whatever the draw: 36 and 45 bytes.
+        for shape in [[1, 3, 4, 3], [1, 3, 5, 3]] {
+            image_case(&mut r, shape, &format!("{variant} seed {seed:#x} normalize_u8 {shape:?}"));
+        }
+    });
+    if test_selection().is_some() {
+        on_device(devices()[1].clone(), || {
+            let shape = [1, 8193, 8193, 1];
+            image_case(&mut r, shape, &format!("unchecked seed {seed:#x} normalize_u8 folded {shape:?}"));
+        });
+    }
+    let expected = want("normalize_u8", &["words=whole", "words=tail", "grid=1d"]);
+    assert_paths_cover("image", &take_paths(), &expected, &want("normalize_u8", &["grid=2d"]));
+}
+
+fn image_case(r: &mut StdRng, shape: [usize; 4], case: &str) {
+    let d = device();
+    let (n, c) = (shape.iter().product::<usize>(), shape[3]);
+    let x: Vec<u8> = (0..n).map(|_| r.random()).collect();
+    let mean: Vec<f32> = (0..c).map(|_| r.random_range(0.0..1.0)).collect();
+    let std: Vec<f32> = (0..c).map(|_| r.random_range(0.1..0.5)).collect();
+    let (tx, ty) = (d.upload_u8(&shape, &x).unwrap(), upload(&vec![7.0; n], &shape));
+    run(&[image::normalize_u8(&d, &tx, &mean, &std, &ty).unwrap()]);
+    assert_close(case, &read(&ty), &crate::image::reference(&x, &mean, &std));
+}
+
+/// Every optimizer entry and branch: SGD, SGD with momentum with and without Nesterov,
+/// Adam and AdamW, each with one weight decay for all elements and with a per-element mask
+/// (random unaligned ranges excluded), on sizes on and off the 256-wide workgroup, over a
+/// few steps of a decaying learning rate; and each entry on a folded grid (16.8M elements,
+/// one step: the fold changes only which invocation takes which element).
+#[test]
+fn optimizer_takes_every_path() {
+    let seed = SEED + 7;
+    let mut r = rng(seed);
+    take_paths();
+    let kinds = [OptimizerKind::sgd(0.0, false), OptimizerKind::sgd(0.9, false), OptimizerKind::sgd(0.9, true), OptimizerKind::adam(), OptimizerKind::adamw()];
+    on_each_variant(|variant| {
+        for kind in kinds {
+            for masked in [false, true] {
+                let n = pick(&mut r, &[8, 63, 256, 257, 1000, 4097]);
+                let no_decay = if masked { random_ranges(&mut r, n) } else { vec![] };
+                let wd = if masked { 0.1 } else { pick(&mut r, &[0.0, 0.05]) };
+                optimizer_case(&mut r, &kind, wd, n, &no_decay, 3, &format!("{variant} seed {seed:#x} {kind:?} wd={wd} n={n} no_decay={no_decay:?}"));
+            }
+        }
+    });
+    on_device(devices()[1].clone(), || {
+        let n = FOLD + 5;
+        for kind in [OptimizerKind::sgd(0.0, false), OptimizerKind::sgd(0.9, true), OptimizerKind::adamw()] {
+            let no_decay = [7..1000, n - 300..n - 1];
+            optimizer_case(&mut r, &kind, 0.1, n, &no_decay, 1, &format!("unchecked seed {seed:#x} {kind:?} folded n={n} no_decay={no_decay:?}"));
+        }
+    });
+
+    let mut expected = want("sgd", &["decay_mask=no", "decay_mask=yes", "grid=1d", "grid=2d"]);
+    expected.extend(want("sgd_momentum", &["nesterov=no", "nesterov=yes", "decay_mask=no", "decay_mask=yes", "grid=1d", "grid=2d"]));
+    expected.extend(want("adam", &["decoupled=no", "decoupled=yes", "decay_mask=no", "decay_mask=yes", "grid=1d", "grid=2d"]));
+    assert_paths_cover("optimizer", &take_paths(), &expected, &[]);
+}
+
+/// One to three disjoint, unaligned ranges of `0..n`, some maybe adjacent, in descending
+/// order, never covering every element (so decay stays mixed and the mask is used).
+fn random_ranges(r: &mut StdRng, n: usize) -> Vec<Range<usize>> {
+    loop {
+        let mut cuts: Vec<usize> = (0..6).map(|_| r.random_range(0..=n)).collect();
+        cuts.sort();
+        let ranges: Vec<_> = cuts.chunks(2).rev().map(|c| c[0]..c[1]).filter(|c| !c.is_empty()).collect();
+        if !ranges.is_empty() && ranges.iter().map(|c| c.len()).sum::<usize>() < n {
+            return ranges;
+        }
+    }
+}
+
+/// `steps` updates of one dispatch (built once; gradients and learning rate rewritten before
+/// each), with weight decay `wd` off on `no_decay`, against PyTorch's formulas in f64.
+fn optimizer_case(r: &mut StdRng, kind: &OptimizerKind, wd: f32, n: usize, no_decay: &[Range<usize>], steps: u64, case: &str) {
+    let d = device();
+    let base_lr = if matches!(kind, OptimizerKind::Sgd { .. }) { 0.1 } else { 0.01 };
+    let p0 = random(r, n);
+    let (params, grads) = (upload(&p0, &[n]), d.zeros(&[n]).unwrap());
+    let state = crate::optimizer::zero_state(kind, n);
+    let state_refs: Vec<&Tensor> = state.iter().collect();
+    let hyper = Hyper::for_step(base_lr, kind, 1).unwrap().upload(&d).unwrap();
+    let step = if no_decay.is_empty() {
+        optimizer::update(&d, kind, wd, &params, &grads, &state_refs, &hyper)
+    } else {
+        optimizer::update_masked(&d, kind, wd, &params, &grads, &state_refs, &hyper, no_decay)
+    }
+    .unwrap();
+    let mut wd_of = vec![wd as f64; n];
+    for range in no_decay {
+        wd_of[range.clone()].fill(0.0);
+    }
+    let mut model = crate::optimizer::Model { p: p0.iter().map(|&v| v as f64).collect(), s0: vec![0.0; n], s1: vec![0.0; n] };
+    for t in 1..=steps {
+        let g = random(r, n);
+        d.write(&grads, &g).unwrap();
+        let lr = crate::optimizer::lr_at(t, base_lr);
+        Hyper::for_step(lr, kind, t).unwrap().write(&d, &hyper).unwrap();
+        run(std::slice::from_ref(&step));
+        crate::optimizer::reference_step(kind, &wd_of, &mut model, &g, lr, t);
+    }
+    assert_close(&format!("{case}: params after {steps} steps"), &read(&params), &model.p);
+    for (i, (s, want)) in state.iter().zip([&model.s0, &model.s1]).enumerate() {
+        assert_close(&format!("{case}: state {i} after {steps} steps"), &read(s), want);
+    }
+}
+
 use crate::conv2d::check;
+use crate::pool::garbage;
 use crate::dense::{check_matmul, dense_forward_ref};
 use crate::reduce::column_sums;
 

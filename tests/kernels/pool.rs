@@ -27,7 +27,7 @@ fn outputs(g: &Pool2dGeometry) -> impl Iterator<Item = (usize, usize, usize, usi
 }
 
 /// (y, argmax as `h * in_w + w`, dx) of max pooling.
-fn max_pool_ref(g: &Pool2dGeometry, x: &[f32], dy: &[f32]) -> (Vec<f64>, Vec<u32>, Vec<f64>) {
+pub(crate) fn max_pool_ref(g: &Pool2dGeometry, x: &[f32], dy: &[f32]) -> (Vec<f64>, Vec<u32>, Vec<f64>) {
     let (mut y, mut arg, mut dx) = (vec![], vec![], vec![0.0; x.len()]);
     for (i, b, oh, ow, c) in outputs(g) {
         let (rows, cols) = window(g, oh, ow);
@@ -49,7 +49,7 @@ fn max_pool_ref(g: &Pool2dGeometry, x: &[f32], dy: &[f32]) -> (Vec<f64>, Vec<u32
 }
 
 /// (y, dx) of average pooling over the input elements of each window.
-fn avg_pool_ref(g: &Pool2dGeometry, x: &[f32], dy: &[f32]) -> (Vec<f64>, Vec<f64>) {
+pub(crate) fn avg_pool_ref(g: &Pool2dGeometry, x: &[f32], dy: &[f32]) -> (Vec<f64>, Vec<f64>) {
     let (mut y, mut dx) = (vec![], vec![0.0; x.len()]);
     for (i, b, oh, ow, c) in outputs(g) {
         let (rows, cols) = window(g, oh, ow);
@@ -66,8 +66,16 @@ fn avg_pool_ref(g: &Pool2dGeometry, x: &[f32], dy: &[f32]) -> (Vec<f64>, Vec<f64
     (y, dx)
 }
 
+/// (y, dx) of global average pooling over `[n, h, w, c]`.
+pub(crate) fn global_avg_pool_ref([n, h, w, c]: [usize; 4], x: &[f32], dy: &[f32]) -> (Vec<f64>, Vec<f64>) {
+    let hw = (h * w) as f64;
+    let y = (0..n * c).map(|i| (0..h * w).map(|j| x[(i / c * h * w + j) * c + i % c] as f64).sum::<f64>() / hw).collect();
+    let dx = (0..n * h * w * c).map(|i| dy[i / (h * w * c) * c + i % c] as f64 / hw).collect();
+    (y, dx)
+}
+
 /// Gradient buffers start full of garbage: the kernels must overwrite, not accumulate.
-fn garbage(shape: &[usize]) -> Tensor {
+pub(crate) fn garbage(shape: &[usize]) -> Tensor {
     let n: usize = shape.iter().product();
     upload(&vec![1234.5; n], shape)
 }
@@ -107,76 +115,81 @@ fn geometry_matches_keras() {
 
 #[test]
 fn max_pool_forward_and_backward() {
-    let d = device();
-    let mut r = rng(11);
-    for g in geometries() {
-        let (xs, ys) = (g.input_shape(), g.output_shape());
-        let x = random(&mut r, xs.iter().product());
-        let dy = random(&mut r, ys.iter().product());
-        let (tx, ty, targ, tdy, tdx) = (upload(&x, &xs), garbage(&ys), d.zeros_of(&ys, DType::U32).unwrap(), upload(&dy, &ys), garbage(&xs));
-        run(&[pool::max_pool_forward(&d, &g, &tx, &ty, &targ).unwrap(), pool::max_pool_backward(&d, &g, &tdy, &targ, &tdx).unwrap()]);
-        let (want_y, want_arg, want_dx) = max_pool_ref(&g, &x, &dy);
-        assert_eq!(d.read_u32(&targ).unwrap(), want_arg, "argmax {g:?}");
-        let e1 = assert_close(&format!("max pool forward {g:?}"), &read(&ty), &want_y);
-        let e2 = assert_close(&format!("max pool backward {g:?}"), &read(&tdx), &want_dx);
-        println!("max pool {xs:?} pool {} stride {} -> {ys:?}: forward {e1:.1e}, backward {e2:.1e}", g.pool_h, g.stride_h);
-    }
-}
-
-#[test]
-fn max_pool_ties_go_to_the_first_maximum() {
-    let d = device();
-    let mut r = rng(12);
-    for g in geometries() {
-        let (xs, ys) = (g.input_shape(), g.output_shape());
-        // three levels only, so most windows hold several equal maxima; one map all equal
-        let x: Vec<f32> = random(&mut r, xs.iter().product()).iter().map(|v| (v * 1.5).round()).collect();
-        for x in [x.clone(), vec![0.5; x.len()]] {
+    on_each_variant(|_| {
+        let d = device();
+        let mut r = rng(11);
+        for g in geometries() {
+            let (xs, ys) = (g.input_shape(), g.output_shape());
+            let x = random(&mut r, xs.iter().product());
             let dy = random(&mut r, ys.iter().product());
             let (tx, ty, targ, tdy, tdx) = (upload(&x, &xs), garbage(&ys), d.zeros_of(&ys, DType::U32).unwrap(), upload(&dy, &ys), garbage(&xs));
             run(&[pool::max_pool_forward(&d, &g, &tx, &ty, &targ).unwrap(), pool::max_pool_backward(&d, &g, &tdy, &targ, &tdx).unwrap()]);
             let (want_y, want_arg, want_dx) = max_pool_ref(&g, &x, &dy);
-            assert_eq!(d.read_u32(&targ).unwrap(), want_arg, "tied argmax {g:?}");
-            assert_close(&format!("tied max pool forward {g:?}"), &read(&ty), &want_y);
-            assert_close(&format!("tied max pool backward {g:?}"), &read(&tdx), &want_dx);
+            assert_eq!(d.read_u32(&targ).unwrap(), want_arg, "argmax {g:?}");
+            let e1 = assert_close(&format!("max pool forward {g:?}"), &read(&ty), &want_y);
+            let e2 = assert_close(&format!("max pool backward {g:?}"), &read(&tdx), &want_dx);
+            println!("max pool {xs:?} pool {} stride {} -> {ys:?}: forward {e1:.1e}, backward {e2:.1e}", g.pool_h, g.stride_h);
         }
-    }
+    });
+}
+
+#[test]
+fn max_pool_ties_go_to_the_first_maximum() {
+    on_each_variant(|_| {
+        let d = device();
+        let mut r = rng(12);
+        for g in geometries() {
+            let (xs, ys) = (g.input_shape(), g.output_shape());
+            // three levels only, so most windows hold several equal maxima; one map all equal
+            let x: Vec<f32> = random(&mut r, xs.iter().product()).iter().map(|v| (v * 1.5).round()).collect();
+            for x in [x.clone(), vec![0.5; x.len()]] {
+                let dy = random(&mut r, ys.iter().product());
+                let (tx, ty, targ, tdy, tdx) = (upload(&x, &xs), garbage(&ys), d.zeros_of(&ys, DType::U32).unwrap(), upload(&dy, &ys), garbage(&xs));
+                run(&[pool::max_pool_forward(&d, &g, &tx, &ty, &targ).unwrap(), pool::max_pool_backward(&d, &g, &tdy, &targ, &tdx).unwrap()]);
+                let (want_y, want_arg, want_dx) = max_pool_ref(&g, &x, &dy);
+                assert_eq!(d.read_u32(&targ).unwrap(), want_arg, "tied argmax {g:?}");
+                assert_close(&format!("tied max pool forward {g:?}"), &read(&ty), &want_y);
+                assert_close(&format!("tied max pool backward {g:?}"), &read(&tdx), &want_dx);
+            }
+        }
+    });
 }
 
 #[test]
 fn avg_pool_forward_and_backward() {
-    let d = device();
-    let mut r = rng(13);
-    for g in geometries() {
-        let (xs, ys) = (g.input_shape(), g.output_shape());
-        let x = random(&mut r, xs.iter().product());
-        let dy = random(&mut r, ys.iter().product());
-        let (tx, ty, tdy, tdx) = (upload(&x, &xs), garbage(&ys), upload(&dy, &ys), garbage(&xs));
-        run(&[pool::avg_pool_forward(&d, &g, &tx, &ty).unwrap(), pool::avg_pool_backward(&d, &g, &tdy, &tdx).unwrap()]);
-        let (want_y, want_dx) = avg_pool_ref(&g, &x, &dy);
-        let e1 = assert_close(&format!("avg pool forward {g:?}"), &read(&ty), &want_y);
-        let e2 = assert_close(&format!("avg pool backward {g:?}"), &read(&tdx), &want_dx);
-        println!("avg pool {xs:?} pool {} stride {} -> {ys:?}: forward {e1:.1e}, backward {e2:.1e}", g.pool_h, g.stride_h);
-    }
+    on_each_variant(|_| {
+        let d = device();
+        let mut r = rng(13);
+        for g in geometries() {
+            let (xs, ys) = (g.input_shape(), g.output_shape());
+            let x = random(&mut r, xs.iter().product());
+            let dy = random(&mut r, ys.iter().product());
+            let (tx, ty, tdy, tdx) = (upload(&x, &xs), garbage(&ys), upload(&dy, &ys), garbage(&xs));
+            run(&[pool::avg_pool_forward(&d, &g, &tx, &ty).unwrap(), pool::avg_pool_backward(&d, &g, &tdy, &tdx).unwrap()]);
+            let (want_y, want_dx) = avg_pool_ref(&g, &x, &dy);
+            let e1 = assert_close(&format!("avg pool forward {g:?}"), &read(&ty), &want_y);
+            let e2 = assert_close(&format!("avg pool backward {g:?}"), &read(&tdx), &want_dx);
+            println!("avg pool {xs:?} pool {} stride {} -> {ys:?}: forward {e1:.1e}, backward {e2:.1e}", g.pool_h, g.stride_h);
+        }
+    });
 }
 
 #[test]
 fn global_avg_pool_forward_and_backward() {
-    let d = device();
-    let mut r = rng(14);
-    for (n, h, w, c) in [(1, 1, 1, 1), (3, 1, 1, 5), (1, 7, 5, 3), (3, 7, 5, 17), (2, 8, 8, 64)] {
-        let x = random(&mut r, n * h * w * c);
-        let dy = random(&mut r, n * c);
-        let (tx, ty, tdy, tdx) = (upload(&x, &[n, h, w, c]), garbage(&[n, c]), upload(&dy, &[n, c]), garbage(&[n, h, w, c]));
-        run(&[pool::global_avg_pool_forward(&d, &tx, &ty).unwrap(), pool::global_avg_pool_backward(&d, &tdy, &tdx).unwrap()]);
-        let hw = (h * w) as f64;
-        let want_y: Vec<f64> =
-            (0..n * c).map(|i| (0..h * w).map(|j| x[(i / c * h * w + j) * c + i % c] as f64).sum::<f64>() / hw).collect();
-        let want_dx: Vec<f64> = (0..n * h * w * c).map(|i| dy[i / (h * w * c) * c + i % c] as f64 / hw).collect();
-        let e1 = assert_close(&format!("global avg pool forward {:?}", [n, h, w, c]), &read(&ty), &want_y);
-        let e2 = assert_close(&format!("global avg pool backward {:?}", [n, h, w, c]), &read(&tdx), &want_dx);
-        println!("global avg pool {:?}: forward {e1:.1e}, backward {e2:.1e}", [n, h, w, c]);
-    }
+    on_each_variant(|_| {
+        let d = device();
+        let mut r = rng(14);
+        for (n, h, w, c) in [(1, 1, 1, 1), (3, 1, 1, 5), (1, 7, 5, 3), (3, 7, 5, 17), (2, 8, 8, 64)] {
+            let x = random(&mut r, n * h * w * c);
+            let dy = random(&mut r, n * c);
+            let (tx, ty, tdy, tdx) = (upload(&x, &[n, h, w, c]), garbage(&[n, c]), upload(&dy, &[n, c]), garbage(&[n, h, w, c]));
+            run(&[pool::global_avg_pool_forward(&d, &tx, &ty).unwrap(), pool::global_avg_pool_backward(&d, &tdy, &tdx).unwrap()]);
+            let (want_y, want_dx) = global_avg_pool_ref([n, h, w, c], &x, &dy);
+            let e1 = assert_close(&format!("global avg pool forward {:?}", [n, h, w, c]), &read(&ty), &want_y);
+            let e2 = assert_close(&format!("global avg pool backward {:?}", [n, h, w, c]), &read(&tdx), &want_dx);
+            println!("global avg pool {:?}: forward {e1:.1e}, backward {e2:.1e}", [n, h, w, c]);
+        }
+    });
 }
 
 #[test]
