@@ -116,6 +116,23 @@ fn fold_sums(t: Tile, lid: u32) {
     }
 }
 
+// NaN tests on the bits, and a ReLU that keeps NaN: `max(x, 0.0)` becomes SPIR-V FMax,
+// whose result for a NaN operand the implementation chooses (lavapipe returns 0, so a
+// diverged batch would look finite), and `x != x` may be folded away under finite-math
+// assumptions; integer compares of the bits cannot be.
+fn is_nan(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
+}
+fn is_nan4(x: vec4<f32>) -> vec4<bool> {
+    return (bitcast<vec4<u32>>(x) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u);
+}
+fn relu(x: f32) -> f32 {
+    return select(0.0, x, x > 0.0 || is_nan(x));
+}
+fn relu4(x: vec4<f32>) -> vec4<f32> {
+    return select(vec4<f32>(0.0), x, (x > vec4<f32>(0.0)) | is_nan4(x));
+}
+
 fn linear_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.x + wid.y * nwg.x) * WG + lid;
 }
@@ -193,7 +210,8 @@ fn stats_finalize(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocati
     if (t.lane == 0u && t.col < p.cols) {
         let c = t.col;
         let batch_mean = sh_a[lid];
-        let batch_var = max(sh_b[lid] / f32(p.rows), 0.0);
+        // clamps rounding below zero; a NaN variance reaches the moving statistics as NaN
+        let batch_var = relu(sh_b[lid] / f32(p.rows));
         saved_out[c] = batch_mean;
         saved_out[p.cols + c] = inverseSqrt(batch_var + p.epsilon);
         moving_mean[c] = p.momentum * moving_mean[c] + (1.0 - p.momentum) * batch_mean;
@@ -204,7 +222,7 @@ fn stats_finalize(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocati
 fn write_y(i: u32, c: u32, mean: f32, inv_std: f32) {
     var v = (x[i] - mean) * (inv_std * gamma[c]) + beta[c];
     if (p.relu != 0u) {
-        v = max(v, 0.0);
+        v = relu(v);
     }
     out[i] = v;
 }
@@ -237,7 +255,7 @@ fn saved4(c: u32) -> vec4<f32> { return vec4<f32>(saved[c], saved[c + 1u], saved
 fn write_y4(i: u32, c: u32, mean: vec4<f32>, inv_std: vec4<f32>) {
     var v = (x4[i] - mean) * (inv_std * gamma4(c)) + beta4(c);
     if (p.relu != 0u) {
-        v = max(v, vec4<f32>(0.0));
+        v = relu4(v);
     }
     out4[i] = v;
 }
@@ -263,9 +281,11 @@ fn normalize_infer4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     write_y4(i, c, mean, inverseSqrt(var4 + vec4<f32>(p.epsilon)));
 }
 
-// The upstream gradient, masked by the fused ReLU's output where there is one.
+// The upstream gradient, masked by the fused ReLU's output where there is one; NaN where
+// that output is NaN, as in elementwise.wgsl's relu_backward.
 fn grad(i: u32) -> f32 {
-    return select(dy[i], 0.0, p.relu != 0u && !(y[i] > 0.0));
+    if (p.relu == 0u) { return dy[i]; }
+    return select(select(0.0, dy[i], y[i] > 0.0), y[i], is_nan(y[i]));
 }
 
 // Backward pass 1: per (chunk, column) Σ dy and Σ dy * (x - mean) into the two planes of
@@ -349,8 +369,10 @@ fn backward_dx4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     let c = (i << 2u) % p.cols;
     let inv_std = saved4(p.cols + c);
     let x_hat = (x4[i] - saved4(c)) * inv_std;
-    let masked = vec4<bool>(p.relu != 0u) & !(y4[i] > vec4<f32>(0.0));
-    let g = select(dy4[i], vec4<f32>(0.0), masked);
+    var g = dy4[i];
+    if (p.relu != 0u) {
+        g = select(select(vec4<f32>(0.0), g, y4[i] > vec4<f32>(0.0)), y4[i], is_nan4(y4[i]));
+    }
     let dbeta4 = vec4<f32>(dbeta_in[c], dbeta_in[c + 1u], dbeta_in[c + 2u], dbeta_in[c + 3u]);
     let dgamma4 = vec4<f32>(dgamma_in[c], dgamma_in[c + 1u], dgamma_in[c + 2u], dgamma_in[c + 3u]);
     out4[i] = gamma4(c) * inv_std * (g - (dbeta4 + x_hat * dgamma4) / f32(p.rows));

@@ -63,13 +63,21 @@ fn reduce_sum(lid: u32, v: f32, n: u32) -> Sums {
     return r;
 }
 
+// Inf or NaN, on the bits: `x != x` may be folded away under the finite-math assumptions
+// WGSL permits, and `max` (SPIR-V FMax) may drop a NaN operand; integer compares cannot.
+fn non_finite(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7f800000u) == 0x7f800000u;
+}
+
 fn row_of(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return wid.x + wid.y * nwg.x;
 }
 
 // loss = logsumexp(row) - row[label], computed after subtracting the row's max so ±80 logits
 // stay finite; grad = scale * (softmax - onehot(label)); rank = classes scoring strictly above
-// the label. A label >= k reads in bounds and yields a NaN loss and rank k.
+// the label. A label >= k reads in bounds and yields a NaN loss and rank k. A row with any
+// non-finite logit also yields a NaN loss and rank k: NaN compares false, so it would rank 0
+// and count as a correct prediction, and the max above may have dropped it.
 @compute @workgroup_size(ROW)
 fn softmax_cross_entropy(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                          @builtin(local_invocation_index) lid: u32) {
@@ -89,13 +97,19 @@ fn softmax_cross_entropy(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_wor
     let target_logit = a[base + safe];
     var s = 0.0;
     var above = 0u;
+    var bad = false;
     for (var j = lid; j < p.k; j += ROW) {
         let v = a[base + j];
         s += exp(v - m);
         above += select(0u, 1u, v > target_logit);
+        bad = bad || non_finite(v);
     }
-    let sums = reduce_sum(lid, s, above);
+    // An invocation that saw a non-finite logit adds k: the row's sum reaches k exactly when
+    // one did (finite rows count at most k - 1 classes above), in the same reduction. The sum
+    // stays below 2^32 for k < 2^26 classes (64 invocations).
+    let sums = reduce_sum(lid, s, select(above, p.k, bad));
     let total = sums.f;
+    let finite = sums.n < p.k;
 
     for (var j = lid; j < p.k; j += ROW) {
         let prob = exp(a[base + j] - m) / total;
@@ -104,8 +118,8 @@ fn softmax_cross_entropy(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_wor
     if (lid == 0u) {
         // WGSL rejects NaN in constant expressions, so its bits depend on a runtime value
         let nan = bitcast<f32>(0x7fc00000u | (label & 1u));
-        loss[row] = select(nan, log(total) + (m - target_logit), valid);
-        rank[row] = select(p.k, sums.n, valid);
+        loss[row] = select(nan, log(total) + (m - target_logit), valid && finite);
+        rank[row] = select(p.k, sums.n, valid && finite);
     }
 }
 

@@ -106,6 +106,12 @@ fn input_position(i: u32) -> vec4<u32> {
     return vec4<u32>(r / p.in_h, r % p.in_h, w, c);
 }
 
+// NaN on the bits: `x != x` may be folded to false under the finite-math assumptions WGSL
+// permits, integer compares cannot be.
+fn is_nan(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
+}
+
 @compute @workgroup_size(WG)
 fn max_pool_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                     @builtin(local_invocation_index) lid: u32) {
@@ -117,8 +123,10 @@ fn max_pool_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     for (var h = win.h_lo; h < win.h_hi; h++) {
         for (var w = win.w_lo; w < win.w_hi; w++) {
             let v = src[in_index(win.b, h, w, win.c)];
-            // strict: on ties the first maximum in row-major window order wins
-            if (arg == NONE || v > best) {
+            // strict: on ties the first maximum in row-major window order wins; the first NaN
+            // wins over any number and stays (NaN compares false), so a window holding NaN
+            // outputs NaN and its gradient goes to that position
+            if (arg == NONE || v > best || (is_nan(v) && !is_nan(best))) {
                 best = v;
                 arg = h * p.in_w + w;
             }

@@ -9,7 +9,7 @@ use clap::Parser;
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
     match cli::run(args) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE

@@ -253,6 +253,22 @@ fn model_checkpoint_every_epoch_formats_names() {
 }
 
 #[test]
+fn model_checkpoint_keeps_the_last_finite_epoch() {
+    // every-epoch saves to one file: a diverged epoch (NaN or infinite loss or val_loss)
+    // must not replace the checkpoint of the last good one
+    let mut ckpt = ModelCheckpoint::new("ckpt-{epoch}.st");
+    assert_eq!(checkpoint_paths(&mut ckpt, "val_loss", &[0.5, f64::NAN, f64::INFINITY, 0.4]), ["ckpt-1.st", "ckpt-4.st"]);
+    let saver = FakeSaver::default();
+    let mut c = ctx(&saver, 2, 1);
+    let mut ckpt = ModelCheckpoint::new("last.st");
+    ckpt.on_train_begin(&mut c).unwrap();
+    ckpt.on_epoch_end(0, &logs(&[("loss", 0.7), ("val_loss", 0.6)]), &mut c).unwrap();
+    ckpt.on_epoch_end(1, &logs(&[("loss", f64::NAN), ("val_loss", 0.6)]), &mut c).unwrap();
+    assert_eq!(saver.saved(), ["last.st"]);
+    assert_eq!(ckpt.last_saved(), Some(Path::new("last.st")));
+}
+
+#[test]
 fn model_checkpoint_best_only() {
     let mut ckpt = ModelCheckpoint::new("best-{epoch}.st").save_best_only(true);
     assert_eq!(

@@ -16,6 +16,11 @@ use crate::Result;
 /// monitored key missing from the logs is then an `Error::Config` listing the keys that exist.
 /// Writing atomically and refusing missing directories is the [`Saver`](super::Saver)'s job.
 ///
+/// An epoch whose `loss` or `val_loss` is NaN or infinite is not saved (one line on stderr
+/// says so): its weights have almost surely diverged too (`val_loss` is measured on the
+/// epoch's final weights), and saving them would replace the last good checkpoint with one
+/// that can never be resumed from.
+///
 /// ```
 /// use convoy::callbacks::ModelCheckpoint;
 /// let best = ModelCheckpoint::new("ckpt/best.safetensors").save_best_only(true);
@@ -79,6 +84,10 @@ impl Callback for ModelCheckpoint {
             self.template = Some(PathTemplate::parse(&self.filepath)?);
         }
         let template = self.template.as_ref().expect("parsed above");
+        if let Some((key, v)) = ["loss", "val_loss"].iter().find_map(|k| logs.get(*k).filter(|v| !v.is_finite()).map(|v| (k, v))) {
+            eprintln!("ModelCheckpoint: epoch {} not saved: {key} is {v}; the last checkpoint is kept", epoch + 1);
+            return Ok(());
+        }
         if self.save_best_only {
             let current = monitored("ModelCheckpoint", &self.monitor, logs)?;
             // A NaN never counts as an improvement, so it never overwrites a good checkpoint.

@@ -9,7 +9,7 @@ use convoy::bench::{measure, BenchConfig};
 use convoy::model::Peak;
 use convoy::{bail, Result};
 
-use super::device_json;
+use super::{device_json, JsonNumbers};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -56,19 +56,26 @@ pub fn run(a: BenchArgs) -> Result<()> {
         runs.push(m);
     }
     let base = runs[0].images_per_sec / runs[0].devices as f64;
+    // Nested numbers are listed in "non_finite" by their path, e.g. `scaling[1].efficiency`.
+    let mut n = JsonNumbers::default();
     let scaling: Vec<_> = runs
         .iter()
-        .map(|m| json!({ "devices": m.devices, "images_per_sec": m.images_per_sec, "step_ms": m.step_ms, "efficiency": m.images_per_sec / (base * m.devices as f64) }))
+        .enumerate()
+        .map(|(i, m)| {
+            let mut num = |k: &str, v: f64| n.num(&format!("scaling[{i}].{k}"), v);
+            json!({ "devices": m.devices, "images_per_sec": num("images_per_sec", m.images_per_sec), "step_ms": num("step_ms", m.step_ms), "efficiency": num("efficiency", m.images_per_sec / (base * m.devices as f64)) })
+        })
         .collect();
     let last = runs.last().unwrap();
     let per_device: Vec<_> = devices[..last.devices]
         .iter()
         .zip(&last.timing)
-        .map(|(d, t)| {
+        .enumerate()
+        .map(|(i, (d, t))| {
             let mut j = device_json(d, a.steps * a.batch_size);
-            j["input_wait"] = json!(last.input_wait);
-            j["compute"] = json!((t.upload + t.compute) / last.seconds);
-            j["exchange"] = json!(t.exchange / last.seconds);
+            j["input_wait"] = n.num(&format!("devices[{i}].input_wait"), last.input_wait);
+            j["compute"] = n.num(&format!("devices[{i}].compute"), (t.upload + t.compute) / last.seconds);
+            j["exchange"] = n.num(&format!("devices[{i}].exchange"), t.exchange / last.seconds);
             j
         })
         .collect();
@@ -81,8 +88,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
         "model": a.model,
         "batch_size": a.batch_size,
         "global_batch": a.batch_size * last.devices,
-        "images_per_sec": last.images_per_sec,
-        "step_ms": last.step_ms,
+        "images_per_sec": n.num("images_per_sec", last.images_per_sec),
+        "step_ms": n.num("step_ms", last.step_ms),
         "devices": per_device,
         "scaling": scaling,
     });
@@ -103,6 +110,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             eprint!("{}", p.table(peak.as_ref(), a.dispatches));
         }
     }
+    let out = n.finish(out);
     if a.json {
         println!("{out}");
     } else {

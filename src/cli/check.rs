@@ -10,7 +10,7 @@ use convoy::model::zoo;
 use convoy::optim::Optimizer;
 use convoy::{bail, Result};
 
-use super::device_json;
+use super::{device_json, JsonNumbers};
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
@@ -38,17 +38,19 @@ pub struct CheckArgs {
     pub json: bool,
 }
 
-fn report_json(model: &str, r: &Report) -> Value {
+/// One model's report; `at` prefixes the keys of non-finite errors (`models[1].`).
+fn report_json(model: &str, r: &Report, nums: &mut JsonNumbers, at: &str) -> Value {
+    let mut num = |k: &str, v: f64| nums.num(&format!("{at}{k}"), v);
     json!({
         "model": model,
         "ok": r.ok,
-        "max_grad_error": r.grad.error,
+        "max_grad_error": num("max_grad_error", r.grad.error),
         "worst_tensor": r.grad.at,
-        "max_loss_error": r.loss.error,
-        "max_update_error": r.update.error,
+        "max_loss_error": num("max_loss_error", r.loss.error),
+        "max_update_error": num("max_update_error", r.update.error),
         "worst_update": r.update.at,
-        "max_optimizer_state_error": r.optimizer_state.error,
-        "max_moving_stats_error": r.moving_stats.error,
+        "max_optimizer_state_error": num("max_optimizer_state_error", r.optimizer_state.error),
+        "max_moving_stats_error": num("max_moving_stats_error", r.moving_stats.error),
         "worst_moving_stats": r.moving_stats.at,
         "ties": r.ties,
         "flipped": r.flipped,
@@ -88,12 +90,14 @@ pub fn run(a: CheckArgs) -> Result<()> {
     }
     let worst = results.iter().max_by(|a, b| a.1.grad.error.total_cmp(&b.1.grad.error)).expect("at least one model");
     let ok = results.iter().all(|(_, r)| r.ok);
+    let mut nums = JsonNumbers::default();
+    let models: Vec<Value> = results.iter().enumerate().map(|(i, (m, r))| report_json(m, r, &mut nums, &format!("models[{i}]."))).collect();
     let out = json!({
         "commit": env!("CONVOY_COMMIT"),
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "steps": a.steps,
         "ok": ok,
-        "max_grad_error": worst.1.grad.error,
+        "max_grad_error": nums.num("max_grad_error", worst.1.grad.error),
         "worst_tensor": format!("{}: {}", worst.0, worst.1.grad.at),
         "ties": results.iter().map(|(_, r)| r.ties).sum::<usize>(),
         "bound": BOUND,
@@ -101,8 +105,9 @@ pub fn run(a: CheckArgs) -> Result<()> {
         "image_size": image_size,
         "devices": devices.iter().map(|d| device_json(d, 0)).collect::<Vec<_>>(),
         "shaders": if devices[0].is_checked() { "checked" } else { "unchecked" },
-        "models": results.iter().map(|(m, r)| report_json(m, r)).collect::<Vec<_>>(),
+        "models": models,
     });
+    let out = nums.finish(out);
     if a.json {
         println!("{out}");
     } else {

@@ -9,6 +9,8 @@ use convoy::data::from_spec;
 use convoy::model::Sequential;
 use convoy::Result;
 
+use super::JsonNumbers;
+
 #[derive(Args, Debug)]
 pub struct EvaluateArgs {
     #[arg(long)]
@@ -45,9 +47,11 @@ pub struct PredictArgs {
 }
 
 /// Opens the model first (so a bad file fails before any data is read), then the data at
-/// the model's input size unless told otherwise.
+/// the model's input size unless told otherwise. Warns, naming the tensors, when the file's
+/// weights or moving statistics hold NaN or infinity: the results will be NaN.
 fn open(load: &std::path::Path, data: &str, image_size: Option<usize>, devices: &str, batch: usize) -> Result<(Sequential, std::sync::Arc<dyn convoy::data::Dataset>)> {
     let (probe, _) = Sequential::load(load)?;
+    probe.warn_non_finite(load)?;
     let size = image_size.unwrap_or(probe.input_shape()[0]);
     let (_, val) = from_spec(data, Some(size), 0)?;
     let devices = convoy::device::open(devices)?;
@@ -59,7 +63,9 @@ pub fn run_evaluate(a: EvaluateArgs) -> Result<()> {
     let logs = model.evaluate(val, a.batch_size)?;
     let get = |k: &str| logs.get(k).copied().unwrap_or(f64::NAN);
     if a.json {
-        println!("{}", json!({ "loss": get("loss"), "accuracy": get("accuracy"), "samples": get("samples") as u64 }));
+        let mut n = JsonNumbers::default();
+        let out = json!({ "loss": n.num("loss", get("loss")), "accuracy": n.num("accuracy", get("accuracy")), "samples": get("samples") as u64 });
+        println!("{}", n.finish(out));
     } else {
         println!("loss {:.4}  accuracy {:.4}  on {} samples", get("loss"), get("accuracy"), get("samples"));
     }
@@ -70,17 +76,34 @@ pub fn run_predict(a: PredictArgs) -> Result<()> {
     let (mut model, val) = open(&a.load, &a.data, a.image_size, &a.devices, a.batch_size)?;
     let names = val.class_names();
     let probs = model.predict(val, a.batch_size)?;
-    let rows: Vec<(usize, f32)> = probs
+    // A row with a NaN probability (NaN weights) predicts no class: NaN compares false, so
+    // the arg-max alone would name class 0.
+    let rows: Vec<Option<(usize, f32)>> = probs
         .iter()
-        .map(|p| p.iter().enumerate().fold((0, f32::NEG_INFINITY), |best, (i, &v)| if v > best.1 { (i, v) } else { best }))
+        .map(|p| {
+            if p.iter().any(|v| v.is_nan()) {
+                return None;
+            }
+            Some(p.iter().enumerate().fold((0, f32::NEG_INFINITY), |best, (i, &v)| if v > best.1 { (i, v) } else { best }))
+        })
         .collect();
     let label = |c: usize| names.get(c).cloned().unwrap_or_else(|| c.to_string());
     if a.json {
-        let preds: Vec<_> = rows.iter().enumerate().map(|(i, (c, p))| json!({ "index": i, "class": c, "label": label(*c), "probability": p })).collect();
+        let preds: Vec<_> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, r)| match r {
+                Some((c, p)) => json!({ "index": i, "class": c, "label": label(*c), "probability": p }),
+                None => json!({ "index": i, "class": null, "label": null, "probability": null }),
+            })
+            .collect();
         println!("{}", json!({ "samples": rows.len(), "predictions": preds }));
     } else {
-        for (i, (c, p)) in rows.iter().enumerate() {
-            println!("{i}\t{}\t{p:.4}", label(*c));
+        for (i, r) in rows.iter().enumerate() {
+            match r {
+                Some((c, p)) => println!("{i}\t{}\t{p:.4}", label(*c)),
+                None => println!("{i}\t-\tNaN"),
+            }
         }
     }
     Ok(())

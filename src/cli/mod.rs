@@ -8,6 +8,7 @@ mod evaluate;
 mod train;
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use serde_json::{json, Value};
@@ -40,14 +41,46 @@ pub enum Command {
     Check(check::CheckArgs),
 }
 
-pub fn run(cli: Cli) -> Result<()> {
+/// Runs the subcommand; `Ok` carries the exit code (`train` ends with
+/// [`EXIT_NON_FINITE`] when the loss diverged, everything else with 0).
+pub fn run(cli: Cli) -> Result<ExitCode> {
+    let done = |r: Result<()>| r.map(|()| ExitCode::SUCCESS);
     match cli.command {
-        Command::Devices { json } => devices::run(json),
+        Command::Devices { json } => done(devices::run(json)),
         Command::Train(a) => train::run(a),
-        Command::Evaluate(a) => evaluate::run_evaluate(a),
-        Command::Predict(a) => evaluate::run_predict(a),
-        Command::Bench(a) => bench::run(a),
-        Command::Check(a) => check::run(a),
+        Command::Evaluate(a) => done(evaluate::run_evaluate(a)),
+        Command::Predict(a) => done(evaluate::run_predict(a)),
+        Command::Bench(a) => done(bench::run(a)),
+        Command::Check(a) => done(check::run(a)),
+    }
+}
+
+/// The exit code of `convoy train` when the loss became non-finite (design.md): scripts can
+/// tell a diverged run from a failed one (1).
+pub const EXIT_NON_FINITE: u8 = 3;
+
+/// The numbers of a `--json` object. JSON has no NaN or infinity (serde_json writes `null`),
+/// so each non-finite number is written as `null` and its key listed in `"non_finite"`
+/// (design.md): a script can then tell a diverged loss from a missing value.
+#[derive(Default)]
+pub struct JsonNumbers {
+    non_finite: Vec<String>,
+}
+
+impl JsonNumbers {
+    /// `v` as a JSON number, or `null` with `key` recorded when it is NaN or infinite.
+    pub fn num(&mut self, key: &str, v: f64) -> Value {
+        if v.is_finite() {
+            json!(v)
+        } else {
+            self.non_finite.push(key.to_string());
+            Value::Null
+        }
+    }
+    /// Adds `"non_finite": [keys]` to the object `out` (an empty list when all were finite).
+    pub fn finish(self, mut out: Value) -> Value {
+        out["non_finite"] = json!(self.non_finite);
+        out
     }
 }
 
@@ -68,4 +101,18 @@ pub fn check_output(path: &Option<PathBuf>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_finite_numbers_are_null_and_listed() {
+        let mut n = JsonNumbers::default();
+        let out = json!({ "loss": n.num("loss", f64::NAN), "accuracy": n.num("accuracy", 0.5), "rate": n.num("rate", f64::INFINITY) });
+        assert_eq!(n.finish(out).to_string(), r#"{"accuracy":0.5,"loss":null,"non_finite":["loss","rate"],"rate":null}"#);
+        let n = JsonNumbers::default();
+        assert_eq!(n.finish(json!({})).to_string(), r#"{"non_finite":[]}"#);
+    }
 }

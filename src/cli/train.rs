@@ -1,19 +1,20 @@
 //! `convoy train`.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
 use serde_json::json;
 
-use convoy::callbacks::ModelCheckpoint;
+use convoy::callbacks::{ModelCheckpoint, TerminateOnNaN};
 use convoy::data::{from_spec, Augment, Dataset};
-use convoy::model::{zoo, CompileOptions, FitOptions, Loss, Metric, Sequential};
+use convoy::model::{non_finite_warning, zoo, CompileOptions, FitOptions, Loss, Metric, Sequential};
 use convoy::optim::Optimizer;
 use convoy::{bail, Result};
 
-use super::{check_output, device_json};
+use super::{check_output, device_json, JsonNumbers, EXIT_NON_FINITE};
 
 #[derive(Args, Debug)]
 pub struct TrainArgs {
@@ -58,7 +59,10 @@ pub struct TrainArgs {
     pub json: bool,
 }
 
-pub fn run(a: TrainArgs) -> Result<()> {
+/// Trains; a run whose loss or weights became non-finite stops (TerminateOnNaN), writes no
+/// `--save` file (an existing one is kept), keeps the last finite checkpoint (ModelCheckpoint
+/// skips a non-finite epoch) and ends with [`EXIT_NON_FINITE`].
+pub fn run(a: TrainArgs) -> Result<ExitCode> {
     let started = Instant::now();
     check_output(&a.save)?;
     check_output(&a.trace)?;
@@ -83,6 +87,8 @@ pub fn run(a: TrainArgs) -> Result<()> {
     let mut model = match &checkpoint {
         Some(path) if a.resume && path.exists() => {
             let m = Sequential::load_compiled(path, devices.clone(), a.batch_size)?;
+            // resuming from diverged weights would only train NaN
+            m.warn_non_finite(path)?;
             if !a.json {
                 eprintln!("resuming from {} at epoch {}", path.display(), m.compiled_epoch());
             }
@@ -107,7 +113,8 @@ pub fn run(a: TrainArgs) -> Result<()> {
         let names: Vec<String> = devices.iter().map(|d| format!("{} ({})", d.name(), d.backend())).collect();
         eprintln!("training on {}", names.join(", "));
     }
-    let mut callbacks: Vec<Box<dyn convoy::callbacks::Callback>> = Vec::new();
+    // Every step after a non-finite loss only spreads NaN through the weights.
+    let mut callbacks: Vec<Box<dyn convoy::callbacks::Callback>> = vec![Box::new(TerminateOnNaN::new())];
     if let Some(path) = &checkpoint {
         callbacks.push(Box::new(ModelCheckpoint::new(path.to_string_lossy().to_string())));
     }
@@ -125,27 +132,50 @@ pub fn run(a: TrainArgs) -> Result<()> {
             ..Default::default()
         },
     )?;
-    if let Some(path) = &a.save {
-        model.save(path)?;
-    }
     let h = history.history();
     let last = |k: &str| h.get(k).and_then(|v| v.last().copied()).unwrap_or(f64::NAN);
+    // A finite loss can still come with diverged weights (the last update), so they are
+    // checked too before anything is written.
+    let bad_weights = model.non_finite_tensors()?;
+    let diverged = !last("loss").is_finite() || !last("val_loss").is_finite() || !bad_weights.is_empty();
+    if diverged {
+        let trained = a.save.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "the model".into());
+        if let Some(line) = non_finite_warning(std::path::Path::new(&trained), &bad_weights) {
+            eprintln!("{line}");
+        }
+        let kept = match (&a.save, &checkpoint) {
+            (Some(s), Some(c)) => format!("; {} not written, {} holds the last finite epoch", s.display(), c.display()),
+            (Some(s), None) => format!("; {} not written", s.display()),
+            (None, Some(c)) => format!("; {} holds the last finite epoch", c.display()),
+            (None, None) => String::new(),
+        };
+        eprintln!(
+            "error: training diverged at epoch {}: train loss {}, val loss {}{kept}; try a lower learning rate",
+            model.compiled_epoch(),
+            last("loss"),
+            last("val_loss")
+        );
+    } else if let Some(path) = &a.save {
+        model.save(path)?;
+    }
     let samples = model.replica_samples();
     let devs: Vec<_> = model.devices().iter().zip(samples).map(|(d, s)| device_json(d, s)).collect();
     // The last epoch: the first one also pays for compiling pipelines.
     let ips = last("images_per_sec");
+    let mut n = JsonNumbers::default();
     let out = json!({
         "model": model_name,
         "data": a.data,
         "epochs": model.compiled_epoch(),
-        "train_loss": last("loss"),
-        "train_accuracy": last("accuracy"),
-        "val_loss": last("val_loss"),
-        "val_accuracy": last("val_accuracy"),
-        "images_per_sec": ips,
-        "seconds": started.elapsed().as_secs_f64(),
+        "train_loss": n.num("train_loss", last("loss")),
+        "train_accuracy": n.num("train_accuracy", last("accuracy")),
+        "val_loss": n.num("val_loss", last("val_loss")),
+        "val_accuracy": n.num("val_accuracy", last("val_accuracy")),
+        "images_per_sec": n.num("images_per_sec", ips),
+        "seconds": n.num("seconds", started.elapsed().as_secs_f64()),
         "devices": devs,
     });
+    let out = n.finish(out);
     if a.json {
         println!("{out}");
     } else {
@@ -158,5 +188,5 @@ pub fn run(a: TrainArgs) -> Result<()> {
             started.elapsed().as_secs_f64()
         );
     }
-    Ok(())
+    Ok(if diverged { ExitCode::from(EXIT_NON_FINITE) } else { ExitCode::SUCCESS })
 }

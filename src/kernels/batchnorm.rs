@@ -134,7 +134,7 @@ pub fn forward_infer(
 /// Backward of [`forward_train`]: `dgamma = Σ dy·x_hat`, `dbeta = Σ dy`,
 /// `dx = gamma·inv_std/M · (M·dy − dbeta − x_hat·dgamma)` with M the number of rows; all
 /// three overwritten. With `cfg.relu`, `dy` is first masked by `y > 0`, `y` being the
-/// forward's (ReLU'd) output; without it `y` is bound but not read.
+/// forward's (ReLU'd) output, and NaN where `y` is NaN (the fused ReLU keeps NaN); without it `y` is bound but not read.
 ///
 /// # Shapes
 /// x, y, dy, dx: `[..., C]`; gamma, dgamma, dbeta: `[C]`; saved: `[2, C]`.

@@ -37,13 +37,14 @@ fn params(kernel: &str, n: usize) -> Result<Params> {
     Ok(Params { n: u32_of(kernel, "elements", n)?, alpha: 0.0, seed: 0, c: 1 })
 }
 
-/// `y = max(x, 0)`.
+/// `y = max(x, 0)`; NaN stays NaN (a diverged activation must not turn into a finite 0).
 pub fn relu_forward(device: &Device, x: &Tensor, y: &Tensor) -> Result<Dispatch> {
     expect_same_len("relu_forward", ("x", x), ("y", y))?;
     launch_vec4(device, "relu_forward", "relu_forward4", x.len(), &[(1, x), (3, y)])
 }
 
-/// `dx = dy * (y > 0)`, from the forward's output `y` (so `x` need not be kept).
+/// `dx = dy * (y > 0)`, from the forward's output `y` (so `x` need not be kept); NaN where
+/// `y` is NaN, the derivative there.
 pub fn relu_backward(device: &Device, dy: &Tensor, y: &Tensor, dx: &Tensor) -> Result<Dispatch> {
     expect_same_len("relu_backward", ("dy", dy), ("y", y))?;
     expect_same_len("relu_backward", ("dy", dy), ("dx", dx))?;
@@ -57,7 +58,7 @@ pub fn add(device: &Device, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<Disp
     launch_vec4(device, "add", "add4", a.len(), &[(1, a), (2, b), (3, out)])
 }
 
-/// `out = max(a + b, 0)`: a residual join and the ReLU after it in one pass.
+/// `out = max(a + b, 0)`: a residual join and the ReLU after it in one pass; NaN stays NaN.
 pub fn add_relu(device: &Device, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<Dispatch> {
     expect_same_len("add_relu", ("a", a), ("b", b))?;
     expect_same_len("add_relu", ("a", a), ("out", out))?;

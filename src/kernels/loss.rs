@@ -43,7 +43,9 @@ fn launch(device: &Device, entry: &'static str, rows: usize, k: usize, scale: f3
 /// and `rank[i]` = the number of classes whose logit is strictly greater than the label's
 /// (top-1 correct iff `rank == 0`, top-k iff `rank < k`). `scale` is `1 / global batch`.
 /// Labels must be validated on the host; a label `>= classes` gives a NaN loss, rank
-/// `classes` and `dlogits = scale * softmax`, and reads nothing out of bounds.
+/// `classes` and `dlogits = scale * softmax`, and reads nothing out of bounds. A row with a
+/// NaN or infinite logit gets a NaN loss and rank `classes`, so no accuracy metric counts a
+/// diverged prediction as correct.
 ///
 /// # Shapes
 /// `logits`: `[batch, classes]` f32, `labels`: `[batch]` u32 -> `loss`: `[batch]` f32,

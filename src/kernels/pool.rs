@@ -154,7 +154,9 @@ fn launch(device: &Device, entry: &'static str, params: Params, bindings: &[(u32
 }
 
 /// Max pooling; `argmax` records, per output, the input position `h * in_w + w` that won
-/// (the first maximum in row-major window order on ties), for the backward pass.
+/// (the first maximum in row-major window order on ties), for the backward pass. A window
+/// holding NaN outputs NaN, its first NaN the argmax: a diverged input is never hidden by
+/// its neighbours.
 ///
 /// # Shapes
 /// `x`: `[batch, in_h, in_w, channels]` f32 -> `y`: `[batch, out_h, out_w, channels]` f32,

@@ -71,7 +71,7 @@ impl Tally {
                 self.loss += l as f64;
             }
             for (m, h) in metrics.iter().zip(self.hits.iter_mut()) {
-                *h += o.rank.iter().filter(|&&r| m.hit(r)).count();
+                *h += o.rank.iter().zip(&o.loss).filter(|&(&r, &l)| m.hit(r, l)).count();
             }
         }
     }
@@ -84,6 +84,32 @@ impl Tally {
         }
         logs
     }
+}
+
+/// The first non-finite training loss of a `fit`, reported once. Training goes on, as in
+/// Keras (a `TerminateOnNaN` callback stops it), but a run that diverged says where and why
+/// instead of leaving a NaN in the logs to be found later.
+#[derive(Default)]
+struct Divergence {
+    reported: bool,
+}
+
+impl Divergence {
+    /// Checks the outputs of step `step` (counted from 1 over the whole training), batch
+    /// `batch` of epoch `epoch` (both counted from 1), run at learning rate `lr`.
+    fn check(&mut self, outs: &[StepOutput], step: u64, epoch: usize, batch: u64, lr: f32) {
+        if self.reported {
+            return;
+        }
+        if let Some(l) = outs.iter().flat_map(|o| &o.loss).find(|l| !l.is_finite()) {
+            self.reported = true;
+            eprintln!("{}", divergence_message(*l, step, epoch, batch, lr));
+        }
+    }
+}
+
+fn divergence_message(loss: f32, step: u64, epoch: usize, batch: u64, lr: f32) -> String {
+    format!("warning: the loss became non-finite ({loss}) at step {step} (epoch {epoch}, batch {batch}) with learning rate {lr}; try a lower learning rate")
 }
 
 /// Where an epoch's host time went so far: waiting for input, device work (staging,
@@ -161,6 +187,7 @@ impl Sequential {
         }
         let mut stop = hook!(on_train_begin());
         let mut last_logs = Logs::new();
+        let mut divergence = Divergence::default();
         let mut epoch = start_epoch;
         while epoch < opts.epochs && !stop {
             stop |= hook!(on_epoch_begin(epoch));
@@ -171,6 +198,7 @@ impl Sequential {
             let mut shares = Shares::default();
             let mut t_wait = Instant::now();
             let mut batches = loader.enumerate();
+            let epoch_start_step = self.compiled()?.step;
             loop {
                 let next = {
                     let _s = crate::trace::span("wait for input", 0);
@@ -190,6 +218,9 @@ impl Sequential {
                 shares.compute += waited;
                 let c = self.compiled()?;
                 tally.add(&c.metrics, &outs);
+                // the outputs are those of the step before the one still in flight
+                let done = c.step - c.replicas.pending() as u64;
+                divergence.check(&outs, done, epoch + 1, done - epoch_start_step, lr);
                 let mut logs = tally.logs(&c.metrics, "");
                 logs.insert("batch_size".into(), batch.labels.len() as f64);
                 shares.insert(&mut logs, tally.samples, t_epoch.elapsed().as_secs_f64());
@@ -202,6 +233,7 @@ impl Sequential {
             let (outs, _) = self.collect(0)?;
             let c = self.compiled()?;
             tally.add(&c.metrics, &outs);
+            divergence.check(&outs, c.step, epoch + 1, c.step - epoch_start_step, lr);
             // `collect(0)` finished the last exchange, so every replica holds the same weights.
             c.replicas.sync_states()?;
             c.epoch = epoch + 1;
@@ -303,5 +335,35 @@ impl Sequential {
             bail!(Shape, "{}: {} classes but the model outputs {}", data.source(), data.num_classes(), self.def.classes);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_with_a_non_finite_loss_are_never_hits_and_make_the_loss_nan() {
+        // rank 0 with a NaN loss is what a NaN logit row looked like before the loss kernel
+        // ranked it last: it must not count as correct here either
+        let out = StepOutput { loss: vec![0.5, f32::NAN, f32::INFINITY, 0.25], rank: vec![0, 0, 0, 3] };
+        let metrics = [Metric::Accuracy, Metric::TopKAccuracy(5)];
+        let mut t = Tally::default();
+        t.add(&metrics, &[out]);
+        let logs = t.logs(&metrics, "val_");
+        assert!(logs["val_loss"].is_nan(), "{logs:?}");
+        assert_eq!(logs["val_accuracy"], 0.25, "{logs:?}");
+        assert_eq!(logs["val_top_k_accuracy"], 0.5, "{logs:?}");
+    }
+
+    #[test]
+    fn the_first_non_finite_loss_is_reported_once_with_where_and_what_to_do() {
+        let m = divergence_message(f32::NAN, 37, 2, 5, 1e4);
+        assert_eq!(m, "warning: the loss became non-finite (NaN) at step 37 (epoch 2, batch 5) with learning rate 10000; try a lower learning rate");
+        let mut d = Divergence::default();
+        d.check(&[StepOutput { loss: vec![1.0], rank: vec![0] }], 1, 1, 1, 0.1);
+        assert!(!d.reported, "a finite loss is not reported");
+        d.check(&[StepOutput { loss: vec![1.0, f32::NAN], rank: vec![0, 0] }], 2, 1, 2, 0.1);
+        assert!(d.reported);
     }
 }

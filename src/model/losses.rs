@@ -40,8 +40,13 @@ impl Metric {
             Metric::TopKAccuracy(k) => format!("top_{k}_accuracy"),
         }
     }
-    /// Whether a sample whose label ranks `rank` (0 = the largest logit) counts as a hit.
-    pub fn hit(&self, rank: u32) -> bool {
+    /// Whether a sample whose label ranks `rank` (0 = the largest logit) and whose loss is
+    /// `loss` counts as a hit. A non-finite loss never does: its logits hold NaN or infinity,
+    /// which compare false, so the rank alone could call a diverged prediction correct.
+    pub fn hit(&self, rank: u32, loss: f32) -> bool {
+        if !loss.is_finite() {
+            return false;
+        }
         match self {
             Metric::Accuracy => rank == 0,
             Metric::TopKAccuracy(k) => (rank as usize) < *k,

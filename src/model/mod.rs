@@ -1,5 +1,6 @@
 //! Sequential models: layout, compiled plans, fit/evaluate/predict, summary, save/load, zoo.
 pub mod config;
+mod finite;
 mod fit;
 pub mod layout;
 pub mod losses;
@@ -10,6 +11,7 @@ mod sequential;
 mod summary;
 pub mod zoo;
 
+pub use finite::non_finite_warning;
 pub use fit::FitOptions;
 pub use losses::{Loss, Metric};
 pub use profile::{KernelTime, Peak, Profile};

@@ -8,6 +8,7 @@ mod elementwise;
 mod reduce;
 mod image;
 mod loss;
+mod nan;
 mod optimizer;
 mod paths;
 mod pool;

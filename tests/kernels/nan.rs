@@ -1,0 +1,169 @@
+//! NaN is never hidden: every kernel that selects or clamps (ReLU and its gradient, the
+//! residual add + ReLU, BatchNorm's fused ReLU and variance clamp, max pooling, the loss's
+//! label rank) passes a NaN input through, on the checked and the unchecked shaders. These
+//! are the places where `max(x, 0.0)` (SPIR-V FMax: lavapipe returns the number) or a
+//! comparison (false against NaN) turned a diverged network into finite output.
+
+use convoy::kernels::batchnorm::{self, BatchNormConfig};
+use convoy::kernels::pool::{Pool2dGeometry, PoolPadding};
+use convoy::kernels::{elementwise, loss, pool};
+use convoy::DType;
+
+use crate::common::*;
+
+const INF: f32 = f32::INFINITY;
+
+/// Element `i` of an input holding NaN, ±inf and ordinary values in a repeating pattern, so
+/// every lane of a vec4 meets each.
+fn special(n: usize) -> Vec<f32> {
+    let pattern = [f32::NAN, -1.5, 2.0, INF, -INF, 0.0, f32::NAN, 0.25, -0.0];
+    (0..n).map(|i| pattern[i % pattern.len()]).collect()
+}
+
+/// `max(v, 0)` as the kernels must compute it: NaN kept.
+fn relu_ref(v: f32) -> f32 {
+    if v.is_nan() || v > 0.0 { v } else { 0.0 }
+}
+
+/// Equal as values, with NaN equal to NaN and -0 to 0.
+#[track_caller]
+fn assert_same(case: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{case}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(g == w || (g.is_nan() && w.is_nan()), "{case}: element {i} is {g}, expected {w}\n got {got:?}\nwant {want:?}");
+    }
+}
+
+#[test]
+fn relu_add_relu_and_relu_backward_keep_nan() {
+    // 9 and 13 take the scalar entry points, 12 and 36 the vec4 ones.
+    on_each_variant(|variant| {
+        let d = device();
+        for n in [9, 12, 13, 36] {
+            let x = special(n);
+            let ones = vec![1.0f32; n];
+            let zero = vec![0.0f32; n];
+            let (tx, ty, tz, tr, tdy, tdx) = (upload(&x, &[n]), d.zeros(&[n]).unwrap(), upload(&zero, &[n]), d.zeros(&[n]).unwrap(), upload(&ones, &[n]), d.zeros(&[n]).unwrap());
+            run(&[
+                elementwise::relu_forward(&d, &tx, &ty).unwrap(),
+                elementwise::add_relu(&d, &tx, &tz, &tr).unwrap(),
+                elementwise::relu_backward(&d, &tdy, &ty, &tdx).unwrap(),
+            ]);
+            let want: Vec<f32> = x.iter().map(|&v| relu_ref(v)).collect();
+            assert_same(&format!("{variant} relu_forward n={n}"), &read(&ty), &want);
+            assert_same(&format!("{variant} add_relu n={n}"), &read(&tr), &want);
+            // the gradient passes where the output is positive, is NaN where it is NaN
+            let want_dx: Vec<f32> = want.iter().map(|&y| if y.is_nan() { f32::NAN } else if y > 0.0 { 1.0 } else { 0.0 }).collect();
+            assert_same(&format!("{variant} relu_backward n={n}"), &read(&tdx), &want_dx);
+        }
+    });
+}
+
+#[test]
+fn batchnorm_fused_relu_keeps_nan() {
+    // 5 channels take the scalar entry points, 8 the vec4 ones; channel 1 holds a NaN.
+    on_each_variant(|variant| {
+        let d = device();
+        for c in [5, 8] {
+            let rows = 12;
+            let shape = [rows, c];
+            let mut x: Vec<f32> = (0..rows * c).map(|i| ((i * 7) % 11) as f32 / 5.0 - 1.0).collect();
+            x[3 * c + 1] = f32::NAN;
+            let cfg = BatchNormConfig { relu: true, ..Default::default() };
+            let per_channel = |v: f32| upload(&vec![v; c], &[c]);
+            let (gamma, beta, mm, mv) = (per_channel(1.0), per_channel(0.0), per_channel(0.0), per_channel(1.0));
+            let (tx, y) = (upload(&x, &shape), d.zeros(&shape).unwrap());
+
+            // inference: only the NaN element itself is NaN
+            run(&batchnorm::forward_infer(&d, &cfg, &tx, &gamma, &beta, &mm, &mv, &y).unwrap());
+            let got = read(&y);
+            for (i, v) in got.iter().enumerate() {
+                assert_eq!(v.is_nan(), i == 3 * c + 1, "{variant} infer c={c}: element {i} is {v}");
+            }
+
+            // training: channel 1's batch statistics are NaN, so its whole column and its
+            // moving statistics are NaN (the variance clamp must not turn NaN into 0)
+            let (saved, yt) = (d.zeros(&[2, c]).unwrap(), d.zeros(&shape).unwrap());
+            let mut dispatches = batchnorm::forward_train(&d, &cfg, &tx, &gamma, &beta, &mm, &mv, &saved, &yt).unwrap();
+            let dy = upload(&vec![1.0; rows * c], &shape);
+            let (dx, dgamma, dbeta) = (d.zeros(&shape).unwrap(), d.zeros(&[c]).unwrap(), d.zeros(&[c]).unwrap());
+            dispatches.extend(batchnorm::backward(&d, &cfg, &tx, &yt, &dy, &gamma, &saved, &dx, &dgamma, &dbeta).unwrap());
+            run(&dispatches);
+            let got = read(&yt);
+            for (i, v) in got.iter().enumerate() {
+                assert_eq!(v.is_nan(), i % c == 1, "{variant} train c={c}: element {i} is {v}");
+            }
+            for (name, t) in [("moving_mean", &mm), ("moving_var", &mv), ("dgamma", &dgamma), ("dbeta", &dbeta)] {
+                let v = read(t);
+                for (ch, v) in v.iter().enumerate() {
+                    assert_eq!(v.is_nan(), ch == 1, "{variant} train c={c}: {name}[{ch}] is {v}");
+                }
+            }
+            // the fused ReLU's gradient mask passes NaN through in channel 1
+            let dxv = read(&dx);
+            for r in 0..rows {
+                assert!(dxv[r * c + 1].is_nan(), "{variant} backward c={c}: dx row {r} of the NaN channel is {}", dxv[r * c + 1]);
+            }
+        }
+    });
+}
+
+#[test]
+fn max_pool_window_with_nan_outputs_nan() {
+    on_each_variant(|variant| {
+        let d = device();
+        // one 4x4 map, 2x2 windows: NaN after a larger value, NaN first before larger
+        // values, no NaN, and -inf next to NaN
+        #[rustfmt::skip]
+        let x = [
+            5.0, f32::NAN,   f32::NAN, 1.0,
+            -1.0, 2.0,       7.0, 9.0,
+            0.5, 0.25,       -INF, -INF,
+            3.0, -2.0,       f32::NAN, -INF,
+        ];
+        let g = Pool2dGeometry::new(&[1, 4, 4, 1], [2, 2], None, PoolPadding::Valid).unwrap();
+        let (tx, ty, targ) = (upload(&x, &[1, 4, 4, 1]), d.zeros(&[1, 2, 2, 1]).unwrap(), d.zeros_of(&[1, 2, 2, 1], DType::U32).unwrap());
+        let (tdy, tdx) = (upload(&[1.0, 1.0, 1.0, 1.0], &[1, 2, 2, 1]), d.zeros(&[1, 4, 4, 1]).unwrap());
+        run(&[pool::max_pool_forward(&d, &g, &tx, &ty, &targ).unwrap(), pool::max_pool_backward(&d, &g, &tdy, &targ, &tdx).unwrap()]);
+        assert_same(&format!("{variant} max pool"), &read(&ty), &[f32::NAN, f32::NAN, 3.0, f32::NAN]);
+        // the gradient goes to the first NaN of each window
+        assert_eq!(d.read_u32(&targ).unwrap(), vec![1, 2, 12, 14], "{variant} argmax");
+        let dx = read(&tdx);
+        let hit: Vec<usize> = dx.iter().enumerate().filter(|(_, v)| **v != 0.0).map(|(i, _)| i).collect();
+        assert_eq!(hit, vec![1, 2, 12, 14], "{variant} max pool backward: {dx:?}");
+    });
+}
+
+#[test]
+fn a_row_with_a_non_finite_logit_ranks_last_with_a_nan_loss() {
+    on_each_variant(|variant| {
+        let d = device();
+        // 3 classes (one pass per row) and 100 (strided over the row's invocations)
+        for k in [3usize, 100] {
+            // row 0: finite, label the top class (rank 0); row 1: NaN away from the label,
+            // which tops the finite ones; row 2: NaN at the label; row 3: +inf away from it;
+            // row 4: -inf away from it; row 5: all NaN
+            let rows = 6;
+            let mut logits = vec![0.0f32; rows * k];
+            for r in 0..rows {
+                logits[r * k] = 4.0;
+            }
+            logits[k + k - 1] = f32::NAN;
+            logits[2 * k] = f32::NAN;
+            logits[3 * k + k - 1] = INF;
+            logits[4 * k + k - 1] = -INF;
+            logits[5 * k..6 * k].fill(f32::NAN);
+            let labels = vec![0u32; rows];
+            let (tl, tlab) = (upload(&logits, &[rows, k]), d.upload_u32(&[rows], &labels).unwrap());
+            let (tloss, tgrad, trank) = (d.zeros(&[rows]).unwrap(), d.zeros(&[rows, k]).unwrap(), d.zeros_of(&[rows], DType::U32).unwrap());
+            run(&[loss::softmax_cross_entropy(&d, &tl, &tlab, 1.0, &tloss, &tgrad, &trank).unwrap()]);
+            let kk = k as u32;
+            assert_eq!(d.read_u32(&trank).unwrap(), vec![0, kk, kk, kk, kk, kk], "{variant} k={k}: ranks");
+            let l = read(&tloss);
+            assert!(l[0].is_finite(), "{variant} k={k}: the finite row's loss is {}", l[0]);
+            for (r, v) in l.iter().enumerate().skip(1) {
+                assert!(v.is_nan(), "{variant} k={k}: row {r}'s loss is {v}, expected NaN");
+            }
+        }
+    });
+}
