@@ -134,6 +134,7 @@ fn run_children(format: &str, cases: Vec<(String, Vec<u8>)>) -> Vec<(String, Out
     for w in workers {
         w.join().unwrap();
     }
+    let _ = std::fs::remove_dir_all(&dir);
     let mut results = std::mem::take(&mut *results.lock().unwrap());
     results.sort_by_key(|r| r.0);
     if std::env::var_os("CONVOY_MUTANT_DUMP").is_some() {

@@ -214,20 +214,62 @@ impl Sequential {
     }
 }
 
-/// Writes `bytes` to `path` through a temporary sibling and a rename.
+/// Writes `bytes` to `path` through a temporary sibling and a rename, so that `path` holds
+/// either the old content or the new, never a part. The file is synced before the rename and
+/// the directory after it: without the second sync a power cut can lose the rename (the
+/// directory entry) of a save that has already returned. Temporary files that killed saves
+/// left in the directory are removed first.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().ok_or_else(|| Error::Config(format!("{} is not a file path", path.display())))?;
-    let tmp = dir.join(format!(".{}.tmp-{}", name.to_string_lossy(), std::process::id()));
+    remove_stale_temporaries(dir, &name.to_string_lossy());
+    let tmp = dir.join(format!(".{}{TMP_MARK}{}", name.to_string_lossy(), std::process::id()));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        std::fs::rename(&tmp, path)?;
+        sync_dir(dir)
     })();
     if let Err(e) = result {
         let _ = std::fs::remove_file(&tmp);
         return Err(Error::io(path, e));
     }
     Ok(())
+}
+
+/// What separates the target's name from the writer's process id in a temporary file's name:
+/// `.checkpoint.safetensors.tmp-4242`.
+const TMP_MARK: &str = ".tmp-";
+
+/// Makes the directory entries of `dir` durable (the rename of a finished save).
+#[cfg(unix)]
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Windows cannot open a directory as a file; NTFS journals the rename itself.
+#[cfg(not(unix))]
+fn sync_dir(_: &Path) -> std::io::Result<()> {
+    Ok(())
+}
+
+/// Removes the temporary files of `write_atomic` in `dir` whose writer no longer runs: a save
+/// killed between create and rename. Where processes cannot be looked up (no `/proc`), only
+/// those of `name` from other processes go, as a concurrent save of the same file races anyway.
+/// Failures are ignored: a leftover costs disk space, not correctness.
+fn remove_stale_temporaries(dir: &Path, name: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let proc_fs = Path::new("/proc/self").exists();
+    let me = std::process::id();
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let file = file.to_string_lossy();
+        let Some((target, pid)) = file.strip_prefix('.').and_then(|f| f.rsplit_once(TMP_MARK)) else { continue };
+        let Ok(pid) = pid.parse::<u32>() else { continue };
+        let stale = if proc_fs { pid != me && !Path::new("/proc").join(pid.to_string()).exists() } else { target == name && pid != me };
+        if stale {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
