@@ -58,8 +58,8 @@ const MAX_WARMUP: usize = 2000;
 /// decay 5e-4 (here, as in Keras, not on BatchNorm's gamma and beta or on biases).
 pub fn measure(cfg: &BenchConfig, devices: &[Arc<Device>]) -> Result<Measurement> {
     let k = devices.len();
-    let global = cfg.batch_size * k;
-    let data: Arc<dyn Dataset> = Arc::new(synthetic(global * 4, cfg.image_size, 7));
+    let global = cfg.batch_size.saturating_mul(k);
+    let data: Arc<dyn Dataset> = Arc::new(synthetic(global.saturating_mul(4), cfg.image_size, 7)?);
     let mut model = zoo::by_name(&cfg.model, &data.image_shape(), data.num_classes())?;
     model.compile(CompileOptions {
         optimizer: Optimizer::sgd(0.05).momentum(0.9).nesterov(true).weight_decay(5e-4),

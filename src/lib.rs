@@ -26,6 +26,7 @@ pub mod device;
 pub mod error;
 pub mod kernels;
 pub mod layers;
+pub mod limits;
 pub mod model;
 pub mod optim;
 pub mod parallel;

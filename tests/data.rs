@@ -300,16 +300,16 @@ fn image_folder_val_classes_must_match_train() {
 
 #[test]
 fn synthetic_is_deterministic_balanced_and_split() {
-    let a = synthetic(500, 16, 7);
-    assert_eq!(a.images(), synthetic(500, 16, 7).images());
-    assert_ne!(a.images(), synthetic(500, 16, 8).images());
+    let a = synthetic(500, 16, 7).unwrap();
+    assert_eq!(a.images(), synthetic(500, 16, 7).unwrap().images());
+    assert_ne!(a.images(), synthetic(500, 16, 8).unwrap().images());
     assert_eq!(a.image_shape(), [16, 16, 3]);
     assert_eq!(a.class_names(), SYNTHETIC_CLASSES);
     let mut counts = [0; 10];
     a.labels().iter().for_each(|&l| counts[l as usize] += 1);
     assert_eq!(counts, [50; 10]);
 
-    let (train, val) = synthetic_split(100, 100, 16, 7);
+    let (train, val) = synthetic_split(100, 100, 16, 7).unwrap();
     assert_eq!((train.len(), val.len()), (100, 100));
     assert!((0..100).all(|i| train.image(i) != val.image(i)), "train and val share an image");
 }
@@ -318,7 +318,7 @@ fn synthetic_is_deterministic_balanced_and_split() {
 /// of chance if the classes are learnable.
 #[test]
 fn synthetic_classes_are_separable() {
-    let (train, val) = synthetic_split(2000, 500, 16, 3);
+    let (train, val) = synthetic_split(2000, 500, 16, 3).unwrap();
     let features = |img: &[u8]| -> Vec<f32> {
         let grey: Vec<f32> = img.chunks_exact(3).map(|p| p.iter().map(|&v| v as f32).sum()).collect();
         let mean = grey.iter().sum::<f32>() / grey.len() as f32;
@@ -455,7 +455,7 @@ fn loader_yields_every_index_once_with_short_last_batch() {
 
 #[test]
 fn loader_augments_deterministically() {
-    let ds: Arc<dyn Dataset> = Arc::new(synthetic(40, 8, 1));
+    let ds: Arc<dyn Dataset> = Arc::new(synthetic(40, 8, 1).unwrap());
     let run = |seed| -> Vec<Batch> {
         let aug = Some(Augment::cifar());
         Loader::new(ds.clone(), (0..40).collect(), 16, false, aug, seed, 2).unwrap().map(|b| b.unwrap()).collect()

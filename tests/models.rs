@@ -14,7 +14,7 @@ fn devices() -> Vec<Arc<convoy::Device>> {
 }
 
 fn data(train: usize, val: usize) -> (Arc<dyn Dataset>, Arc<dyn Dataset>) {
-    let (t, v) = synthetic_split(train, val, 8, 5);
+    let (t, v) = synthetic_split(train, val, 8, 5).unwrap();
     (Arc::new(t), Arc::new(v))
 }
 

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 
 use super::InMemory;
+use crate::limits::MAX_CIFAR_FILE_BYTES;
 use crate::{Error, Result};
 
 pub const CIFAR10_URL: &str = "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz";
@@ -107,9 +108,40 @@ fn dataset(images: Vec<u8>, labels: Vec<u32>, fmt: &Format, source: &Path) -> Re
     InMemory::new(images, labels, [SIDE, SIDE, 3], names, source.display().to_string())
 }
 
-/// Appends the records of one file, converted to HWC, to `images` and `labels`.
+/// Decodes one CIFAR-10 binary file already in memory (`data_batch_1.bin`'s content);
+/// `source` names it in errors.
+pub fn cifar10_from_bytes(bytes: &[u8], source: &Path) -> Result<InMemory> {
+    from_bytes(bytes, &CIFAR10, source)
+}
+
+/// Decodes one CIFAR-100 binary file already in memory (`train.bin`'s content), with the
+/// 100 fine labels; `source` names it in errors.
+pub fn cifar100_from_bytes(bytes: &[u8], source: &Path) -> Result<InMemory> {
+    from_bytes(bytes, &CIFAR100, source)
+}
+
+fn from_bytes(bytes: &[u8], fmt: &Format, source: &Path) -> Result<InMemory> {
+    let (mut images, mut labels) = (Vec::new(), Vec::new());
+    parse(bytes, source, fmt, &mut images, &mut labels)?;
+    dataset(images, labels, fmt, source)
+}
+
+/// Appends the records of one file, converted to HWC, to `images` and `labels`. The file's
+/// size is checked against [`MAX_CIFAR_FILE_BYTES`] before it is read.
 fn read_file(path: &Path, fmt: &Format, images: &mut Vec<u8>, labels: &mut Vec<u32>) -> Result<()> {
+    let len = std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
+    if len > MAX_CIFAR_FILE_BYTES {
+        return Err(Error::format(
+            path,
+            format!("size {len} bytes is above the cap of {MAX_CIFAR_FILE_BYTES} for a {} binary file", fmt.name),
+        ));
+    }
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    parse(&bytes, path, fmt, images, labels)
+}
+
+/// [`read_file`] of the file's content.
+fn parse(bytes: &[u8], path: &Path, fmt: &Format, images: &mut Vec<u8>, labels: &mut Vec<u32>) -> Result<()> {
     let record = fmt.label_bytes + IMAGE;
     if bytes.is_empty() || bytes.len() % record != 0 {
         return Err(Error::format(
@@ -134,6 +166,8 @@ fn read_file(path: &Path, fmt: &Format, images: &mut Vec<u8>, labels: &mut Vec<u
         ));
     }
     let start = images.len();
+    // count * IMAGE is less than the file's size, which is in memory already.
+    images.try_reserve_exact(count * IMAGE).map_err(|e| Error::format(path, format!("cannot allocate {count} images: {e}")))?;
     images.resize(start + count * IMAGE, 0);
     images[start..].par_chunks_mut(IMAGE).zip(bytes.par_chunks_exact(record)).for_each(|(hwc, rec)| {
         let chw = &rec[fmt.label_bytes..];

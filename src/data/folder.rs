@@ -7,6 +7,7 @@ use image::ImageReader;
 use image::imageops::{self, FilterType};
 
 use super::{Dataset, check_load};
+use crate::limits::MAX_RESIZED_BYTES;
 use crate::{Error, Result};
 
 const LAYOUT: &str = "expected DIR/train/<class>/*.jpg and DIR/val/<class>/*.jpg, JPEG or PNG";
@@ -29,6 +30,10 @@ impl ImageFolder {
         if image_size == 0 {
             crate::bail!(Config, "image size must be positive for the image folder {}", dir.display());
         }
+        // The size often comes from a model file (`evaluate` resizes to the model's input).
+        let at = |e: Error| Error::Config(format!("image folder {}: {e}", dir.display()));
+        crate::limits::at_most("image size", image_size, crate::limits::MAX_SIDE).map_err(at)?;
+        crate::limits::product("sample shape", &[image_size, image_size, 3], crate::limits::MAX_SAMPLE_BYTES).map_err(at)?;
         let root = dir.join(split);
         for d in [dir, root.as_path()] {
             if !d.is_dir() {
@@ -124,6 +129,9 @@ fn decode_into(path: &Path, size: usize, out: &mut [u8]) -> Result<()> {
     }
     let (nw, nh) = if w <= h { (size, (h * size + w / 2) / w) } else { ((w * size + h / 2) / h, size) };
     let (nw, nh) = (nw.max(size), nh.max(size));
+    // A long thin strip resized to a large short side can need far more than the image itself.
+    crate::limits::product(&format!("image {w}x{h} resized for image size {size} (width, height, channels)"), &[nw, nh, 3], MAX_RESIZED_BYTES)
+        .map_err(|e| Error::format(path, e.to_string()))?;
     let resized =
         if (nw, nh) == (w, h) { rgb } else { imageops::resize(&rgb, nw as u32, nh as u32, FilterType::Triangle) };
     let (x0, y0) = ((nw - size) / 2, (nh - size) / 2);

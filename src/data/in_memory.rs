@@ -24,18 +24,19 @@ impl InMemory {
         source: impl Into<String>,
     ) -> Result<Self> {
         let source = source.into();
-        let sample = shape.iter().product::<usize>();
+        let sample = crate::limits::product("image shape", &shape, crate::limits::MAX_SAMPLE_BYTES)
+            .map_err(|e| Error::format(&source, e.to_string()))?;
         if sample == 0 {
             return Err(Error::format(&source, format!("image shape {shape:?} has a zero dimension")));
         }
-        if images.len() != labels.len() * sample {
+        if labels.len().checked_mul(sample) != Some(images.len()) {
             return Err(Error::format(
                 &source,
                 format!(
                     "{} bytes of images for {} labels of shape {shape:?} (expected {})",
                     images.len(),
                     labels.len(),
-                    labels.len() * sample
+                    labels.len() as u128 * sample as u128
                 ),
             ));
         }

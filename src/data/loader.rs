@@ -12,6 +12,7 @@ use rand::seq::SliceRandom;
 use rayon::prelude::*;
 
 use super::{Augment, Dataset, mix};
+use crate::limits::MAX_BATCH_BYTES;
 use crate::{Error, Result};
 
 /// One batch of decoded samples: `labels.len()` u8 HWC images back to back.
@@ -83,6 +84,8 @@ impl Loader {
         if let Some(&bad) = indices.iter().find(|&&i| i >= dataset.len()) {
             crate::bail!(Config, "sample index {bad} out of range for {source} ({} samples)", dataset.len());
         }
+        let sample = super::checked_sample_bytes(&*dataset)?;
+        crate::limits::product(&format!("batch bytes (batch size, sample bytes) of {source}:"), &[batch_size, sample], MAX_BATCH_BYTES)?;
         let batches = batch_count(indices.len(), batch_size, drop_remainder);
         let augment = augment.filter(|a| !a.is_identity());
         let (tx, rx) = sync_channel(depth);
@@ -161,7 +164,9 @@ impl Job {
     fn fill(&self, first: usize, chunk: &[usize]) -> Result<Batch> {
         let ds = &*self.dataset;
         let (sample, shape) = (ds.sample_bytes(), ds.image_shape());
-        let mut batch = Batch { images: vec![0; chunk.len() * sample], labels: vec![0; chunk.len()] };
+        // `Loader::new` held batch_size x sample to the cap; a chunk is never longer.
+        let bytes = crate::limits::product("batch bytes (samples, sample bytes)", &[chunk.len(), sample], MAX_BATCH_BYTES)?;
+        let mut batch = Batch { images: crate::limits::zeroed("a batch of images", bytes)?, labels: vec![0; chunk.len()] };
         batch
             .images
             .par_chunks_mut(sample)

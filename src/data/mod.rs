@@ -13,7 +13,7 @@ mod stats;
 mod synthetic;
 
 pub use augment::Augment;
-pub use cifar::{CIFAR10_URL, CIFAR100_URL, cifar10, cifar100};
+pub use cifar::{CIFAR10_URL, CIFAR100_URL, cifar10, cifar10_from_bytes, cifar100, cifar100_from_bytes};
 pub use folder::ImageFolder;
 pub use in_memory::InMemory;
 pub use loader::{Batch, Loader, batch_count, epoch_indices};
@@ -22,6 +22,7 @@ pub use stats::channel_stats;
 pub use synthetic::{SYNTHETIC_CLASSES, synthetic, synthetic_split};
 
 use crate::Result;
+use crate::limits::MAX_SAMPLE_BYTES;
 
 /// A labelled image collection that can be read from several threads at once.
 pub trait Dataset: Send + Sync {
@@ -38,11 +39,21 @@ pub trait Dataset: Send + Sync {
     /// Decodes sample `i` into `out` (u8 HWC, exactly h*w*c bytes) and returns its label.
     fn load(&self, i: usize, out: &mut [u8]) -> Result<u32>;
 
-    /// Bytes of one decoded sample.
+    /// Bytes of one decoded sample (saturating: [`checked_sample_bytes`] reports a shape
+    /// whose product overflows or passes the cap).
     fn sample_bytes(&self) -> usize {
         let [h, w, c] = self.image_shape();
-        h * w * c
+        h.saturating_mul(w).saturating_mul(c)
     }
+}
+
+/// The bytes of one sample of `ds`, multiplied with checked arithmetic and held to
+/// [`MAX_SAMPLE_BYTES`]: what every reader that sizes a buffer from a data set (or from the
+/// model it is resized to) checks first.
+pub fn checked_sample_bytes(ds: &dyn Dataset) -> Result<usize> {
+    let shape = ds.image_shape();
+    crate::limits::product("sample shape (height, width, channels)", &shape, MAX_SAMPLE_BYTES)
+        .map_err(|e| crate::Error::Config(format!("{}: {e}", ds.source())))
 }
 
 /// Checks the arguments every `Dataset::load` receives, so that implementations cannot index out of bounds.

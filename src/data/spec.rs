@@ -36,7 +36,7 @@ pub fn from_spec(spec: &str, image_size: Option<usize>, seed: u64) -> Result<(Ar
     match kind {
         "synthetic" => {
             let (train, val) = synthetic_counts(spec, arg)?;
-            let (train, val) = synthetic_split(train, val, size, seed);
+            let (train, val) = synthetic_split(train, val, size, seed)?;
             Ok((Arc::new(train), Arc::new(val)))
         }
         "cifar10" => {

@@ -18,12 +18,13 @@ pub fn channel_stats(ds: &dyn Dataset, max_samples: usize) -> Result<(Vec<f32>, 
             ds.source()
         );
     }
+    let sample = super::checked_sample_bytes(ds)?;
     let channels = ds.image_shape()[2];
     // (sum, sum of squares) per channel, in f64: 50,000 CIFAR images are 150 M terms.
     let (sum, sq) = (0..n)
         .into_par_iter()
         .map_init(
-            || vec![0u8; ds.sample_bytes()],
+            || vec![0u8; sample],
             |buf, k| -> Result<(Vec<f64>, Vec<f64>)> {
                 ds.load(k * len / n, buf)?;
                 let (mut s, mut q) = (vec![0u64; channels], vec![0u64; channels]);

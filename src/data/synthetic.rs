@@ -9,6 +9,8 @@ use rand::{RngExt, SeedableRng};
 use rayon::prelude::*;
 
 use super::{InMemory, mix};
+use crate::Result;
+use crate::limits::{self, MAX_DATASET_BYTES, MAX_SAMPLE_BYTES, MAX_SIDE};
 
 /// Class names, in label order.
 pub const SYNTHETIC_CLASSES: [&str; 10] = [
@@ -26,26 +28,31 @@ pub const SYNTHETIC_CLASSES: [&str; 10] = [
 
 /// `samples` RGB images of `image_size` x `image_size`, labels cycling through the ten classes (so
 /// classes are balanced to within one image); the same seed gives the same bytes.
-pub fn synthetic(samples: usize, image_size: usize, seed: u64) -> InMemory {
-    let size = image_size.max(1);
-    let sample = size * size * 3;
-    let mut images = vec![0u8; samples * sample];
+///
+/// The side is held to [`MAX_SIDE`], a sample to [`MAX_SAMPLE_BYTES`] and the whole set (images
+/// and labels) to [`MAX_DATASET_BYTES`]: the size often comes from a model file (`evaluate`
+/// draws the data at the model's input size), which must not be able to abort the process.
+pub fn synthetic(samples: usize, image_size: usize, seed: u64) -> Result<InMemory> {
+    let size = limits::at_most("synthetic image size", image_size.max(1), MAX_SIDE)?;
+    let sample = limits::product("synthetic sample shape", &[size, size, 3], MAX_SAMPLE_BYTES)?;
+    let bytes = limits::product("synthetic data bytes (samples, sample bytes + label)", &[samples, sample + 4], MAX_DATASET_BYTES)?;
+    let mut images: Vec<u8> = limits::zeroed(&format!("{bytes} bytes of synthetic data"), samples * sample)?;
     images.par_chunks_mut(sample).enumerate().for_each(|(i, out)| {
         let mut rng = StdRng::seed_from_u64(mix(seed, i as u64));
         draw((i % 10) as u32, size, &mut rng, out);
     });
-    let labels = (0..samples).map(|i| (i % 10) as u32).collect();
+    let mut labels: Vec<u32> = limits::zeroed("synthetic labels", samples)?;
+    labels.iter_mut().enumerate().for_each(|(i, l)| *l = (i % 10) as u32);
     let names = SYNTHETIC_CLASSES.iter().map(|s| s.to_string()).collect();
     InMemory::new(images, labels, [size, size, 3], names, "synthetic")
-        .expect("synthetic data is consistent by construction")
 }
 
 /// A training and a validation set drawn from disjoint seed streams.
-pub fn synthetic_split(train: usize, val: usize, image_size: usize, seed: u64) -> (InMemory, InMemory) {
+pub fn synthetic_split(train: usize, val: usize, image_size: usize, seed: u64) -> Result<(InMemory, InMemory)> {
     // Different stream tags keep the per-image seeds of the two sets apart.
-    let train_set = synthetic(train, image_size, mix(seed, 0x7261_696E));
-    let val_set = synthetic(val, image_size, mix(seed, 0x7661_6C00));
-    (train_set, val_set)
+    let train_set = synthetic(train, image_size, mix(seed, 0x7261_696E))?;
+    let val_set = synthetic(val, image_size, mix(seed, 0x7661_6C00))?;
+    Ok((train_set, val_set))
 }
 
 /// Whether the point (u, v), in units of the shape's half extent around its centre, is inside `class`.

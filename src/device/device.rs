@@ -188,9 +188,13 @@ impl Device {
 
     /// An uninitialised tensor from the pool (contents may be stale).
     pub fn alloc(&self, shape: &[usize], dtype: DType) -> Result<Tensor> {
-        let len: usize = shape.iter().product();
-        let bytes = dtype.bytes(len);
         let max = self.device.limits().max_storage_buffer_binding_size;
+        // The shape comes from a model's declared sizes and a batch size: an overflowing
+        // product is too large for any binding, not a panic.
+        let Some(len) = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).filter(|&n| n <= (u64::MAX / 4) as usize) else {
+            bail!(Shape, "tensor {shape:?} has more elements than fit in 64 bits, more than {}'s largest binding ({max})", self.info.name);
+        };
+        let bytes = dtype.bytes(len);
         if bytes > max {
             bail!(Shape, "tensor {shape:?} needs {bytes} bytes, more than {}'s largest binding ({max})", self.info.name);
         }

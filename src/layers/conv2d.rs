@@ -71,10 +71,11 @@ impl Layer for Conv2D {
     fn params(&self, input: &[usize]) -> Vec<ParamSpec> {
         let (kh, kw) = self.kernel_size;
         let cin = input.get(2).copied().unwrap_or(0);
-        let fan_in = kh * kw * cin;
+        // Saturating: the layout refuses a kernel this large before it is initialised.
+        let fan_in = kh.saturating_mul(kw).saturating_mul(cin);
         let init = match self.kernel_initializer {
             "he_normal" => Init::HeNormal { fan_in },
-            _ => Init::GlorotUniform { fan_in, fan_out: kh * kw * self.filters },
+            _ => Init::GlorotUniform { fan_in, fan_out: kh.saturating_mul(kw).saturating_mul(self.filters) },
         };
         let mut p = vec![ParamSpec::new("kernel", vec![kh, kw, cin, self.filters], init, true)];
         if self.use_bias {
@@ -134,7 +135,12 @@ pub fn padding_from_config(v: &serde_json::Value) -> Result<Padding> {
         serde_json::Value::String(s) if s == "valid" => Ok(Padding::Valid),
         serde_json::Value::String(s) if s == "same" => Ok(Padding::Same),
         serde_json::Value::Array(a) if a.len() == 2 && a.iter().all(|x| x.as_u64().is_some()) => {
-            Ok(Padding::Explicit(a[0].as_u64().unwrap() as usize, a[1].as_u64().unwrap() as usize))
+            let (h, w) = (a[0].as_u64().unwrap_or(0), a[1].as_u64().unwrap_or(0));
+            let cap = crate::limits::MAX_SIDE as u64;
+            if h > cap || w > cap {
+                bail!(Config, "padding [{h}, {w}] is above the cap of {cap} per side");
+            }
+            Ok(Padding::Explicit(h as usize, w as usize))
         }
         other => bail!(Config, "padding must be \"valid\", \"same\" or [h, w], got {other}"),
     }

@@ -19,7 +19,7 @@ impl Layer for Flatten {
         "Flatten"
     }
     fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>> {
-        Ok(vec![input.iter().product()])
+        Ok(vec![crate::limits::product("Flatten input", input, crate::limits::MAX_ACTIVATION)?])
     }
     fn config(&self) -> serde_json::Value {
         json!({})

@@ -36,13 +36,20 @@ impl Residual {
                 p += layer.params(&shape).len();
                 s += layer.states(&shape).len();
                 shape = layer.output_shape(&shape)?;
+                crate::limits::product("output shape", &shape, crate::limits::MAX_ACTIVATION)?;
             }
         }
         Ok(out)
     }
 
     fn chain_shape(chain: &[Box<dyn Layer>], input: &[usize]) -> Result<Vec<usize>> {
-        chain.iter().try_fold(input.to_vec(), |shape, l| l.output_shape(&shape))
+        // Each sub-layer's output is held to the cap, as the layout does for top-level layers,
+        // so that a Flatten inside the block multiplies only bounded sides.
+        chain.iter().try_fold(input.to_vec(), |shape, l| {
+            let out = l.output_shape(&shape)?;
+            crate::limits::product("output shape", &out, crate::limits::MAX_ACTIVATION)?;
+            Ok(out)
+        })
     }
 }
 

@@ -9,6 +9,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
 use crate::layers::{Init, Layer, ParamSpec};
+use crate::limits::{self, MAX_ACTIVATION, MAX_PARAMS, MAX_SAMPLE_BYTES};
 use crate::Result;
 
 /// Floats per alignment unit: 256 bytes, the binding offset alignment of every adapter.
@@ -53,7 +54,12 @@ pub fn snake(class: &str) -> String {
 }
 
 impl Layout {
+    /// Places every parameter and state of `layers` on `input`. Each declared size is
+    /// multiplied with checked arithmetic and held to the caps of [`crate::limits`]: the
+    /// input's per-sample bytes, each layer's per-sample output, each tensor and the totals,
+    /// so that nothing is allocated from a size no real model has.
     pub fn new(input: &[usize], layers: &[Box<dyn Layer>]) -> Result<Layout> {
+        limits::product("input shape", input, MAX_SAMPLE_BYTES)?;
         let mut l = Layout::default();
         let mut shape = input.to_vec();
         let mut seen = std::collections::HashMap::<String, usize>::new();
@@ -64,20 +70,22 @@ impl Layout {
             *n += 1;
             let (p0, s0) = (l.params.len(), l.states.len());
             let (params, states) = (layer.params(&shape), layer.states(&shape));
+            let at = |e: crate::Error| crate::Error::Config(format!("layer {i} ({name}): {e}"));
             for (k, spec) in params.iter().enumerate() {
-                let len = spec.len();
+                let len = limits::product(&format!("parameter `{}` of shape", spec.name), &spec.shape, MAX_PARAMS).map_err(at)?;
                 let entry = Entry { name: param_name(&name, &params, k), layer: i, spec: spec.clone(), offset: l.param_len };
                 l.params.push(entry);
-                l.param_len += len.div_ceil(ALIGN) * ALIGN;
+                l.param_len = total("parameters", l.param_len, len).map_err(at)?;
             }
             for (k, spec) in states.iter().enumerate() {
-                let len = spec.len();
+                let len = limits::product(&format!("state `{}` of shape", spec.name), &spec.shape, MAX_PARAMS).map_err(at)?;
                 let entry = Entry { name: param_name(&name, &states, k), layer: i, spec: spec.clone(), offset: l.state_len };
                 l.states.push(entry);
-                l.state_len += len.div_ceil(ALIGN) * ALIGN;
+                l.state_len = total("moving statistics", l.state_len, len).map_err(at)?;
             }
             l.per_layer.push((p0, l.params.len() - p0, s0, l.states.len() - s0));
             shape = layer.output_shape(&shape).map_err(|e| crate::Error::Shape(format!("layer {i} ({name}): {e}")))?;
+            limits::product("output shape", &shape, MAX_ACTIVATION).map_err(at)?;
             l.layer_names.push(name);
             l.shapes.push(shape.clone());
         }
@@ -124,6 +132,16 @@ impl Layout {
         }
         out
     }
+}
+
+/// `sum` plus a tensor of `len` floats padded to [`ALIGN`], held to [`MAX_PARAMS`].
+fn total(what: &str, sum: usize, len: usize) -> Result<usize> {
+    // Both terms are at most MAX_PARAMS (2^31), so neither the padding nor the sum overflows.
+    let next = sum + len.div_ceil(ALIGN) * ALIGN;
+    if next > MAX_PARAMS {
+        crate::bail!(Config, "the model has more than {MAX_PARAMS} {what} (the cap): {next} with this layer's");
+    }
+    Ok(next)
 }
 
 /// `conv2d/kernel`; a layer holding several sub-layers' parameters (a residual block)

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use safetensors::tensor::{Dtype, TensorView};
 use serde_json::{json, Value};
 
-use crate::layers::Layer;
+use crate::limits::{self, MAX_MODEL_FILE_BYTES, MAX_SIDE, MAX_UNITS};
 use crate::model::config::layer_from_config;
 use crate::model::losses::{Loss, Metric};
 use crate::model::sequential::CompileOptions;
@@ -82,48 +82,59 @@ impl Sequential {
     /// Reads a saved model: architecture, weights, normalisation and (when present) the
     /// training state. The model still needs `compile` (or use [`Sequential::load_compiled`]).
     pub fn load(path: &Path) -> Result<(Sequential, Option<TrainingState>)> {
+        let len = std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
+        if len > MAX_MODEL_FILE_BYTES {
+            return Err(Error::format(path, format!("file size {len} bytes is above the cap of {MAX_MODEL_FILE_BYTES} for a model")));
+        }
         let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        Sequential::load_bytes(&bytes, path)
+    }
+
+    /// [`Sequential::load`] of a file's content already in memory; `path` only names it in
+    /// errors. Every size the file declares is checked against [`crate::limits`] before
+    /// anything is allocated from it, and every tensor is found and its shape checked before
+    /// the flat weights are allocated, so their size is bounded by the file's.
+    pub fn load_bytes(bytes: &[u8], path: &Path) -> Result<(Sequential, Option<TrainingState>)> {
         let bad = |msg: String| Error::format(path, msg);
-        let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).map_err(|e| bad(format!("not a safetensors file ({e})")))?;
+        let (_, header) = safetensors::SafeTensors::read_metadata(bytes).map_err(|e| bad(format!("not a safetensors file ({e})")))?;
         let meta = header.metadata().clone().unwrap_or_default();
         if meta.get("format").map(String::as_str) != Some(FORMAT) {
             return Err(bad(format!("not a convoy model (format {:?}, expected {FORMAT})", meta.get("format"))));
         }
-        let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| bad(format!("corrupt tensors ({e})")))?;
+        let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| bad(format!("corrupt tensors ({e})")))?;
         let arch: Value = serde_json::from_str(meta.get("architecture").ok_or_else(|| bad("no architecture".into()))?)
             .map_err(|e| bad(format!("architecture: {e}")))?;
-        let input: Vec<usize> = serde_json::from_value(arch["input_shape"].clone()).map_err(|e| bad(format!("input_shape: {e}")))?;
-        let mut model = Sequential::new(&input);
-        for l in arch["layers"].as_array().ok_or_else(|| bad("architecture has no layer list".into()))? {
-            let layer: Box<dyn Layer> = layer_from_config(l).map_err(|e| bad(e.to_string()))?;
-            model.add_boxed(layer);
-        }
-        let layout = crate::model::layout::Layout::new(&input, &model.def.layers).map_err(|e| bad(e.to_string()))?;
-        let read = |name: &str, shape: &[usize], out: &mut [f32]| -> Result<()> {
+        let mut model = Sequential::from_architecture(&arch).map_err(|e| bad(e.to_string()))?;
+        let layout = crate::model::layout::Layout::new(&model.def.input_shape, &model.def.layers).map_err(|e| bad(e.to_string()))?;
+        let find = |name: &str, shape: &[usize]| -> Result<TensorView<'_>> {
             let t = st.tensor(name).map_err(|_| bad(format!("missing tensor {name}")))?;
             if t.dtype() != Dtype::F32 || t.shape() != shape {
                 return Err(bad(format!("tensor {name} is {:?} {:?}, expected F32 {shape:?}", t.dtype(), t.shape())));
             }
+            Ok(t)
+        };
+        let read = |t: &TensorView, out: &mut [f32]| {
             for (o, c) in out.iter_mut().zip(t.data().chunks_exact(4)) {
                 *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
             }
-            Ok(())
         };
-        let mut params = vec![0.0f32; layout.param_len];
-        for e in &layout.params {
-            read(&e.name, &e.spec.shape, &mut params[e.offset..e.offset + e.spec.len()])?;
+        let params_found: Vec<TensorView> = layout.params.iter().map(|e| find(&e.name, &e.spec.shape)).collect::<Result<_>>()?;
+        let states_found: Vec<TensorView> = layout.states.iter().map(|e| find(&e.name, &e.spec.shape)).collect::<Result<_>>()?;
+        let mut params = limits::zeroed(&format!("{} parameters", layout.param_len), layout.param_len).map_err(|e| bad(e.to_string()))?;
+        for (e, t) in layout.params.iter().zip(&params_found) {
+            read(t, &mut params[e.offset..e.offset + e.spec.len()]);
         }
-        let mut states = vec![0.0f32; layout.state_len];
-        for e in &layout.states {
-            read(&e.name, &e.spec.shape, &mut states[e.offset..e.offset + e.spec.len()])?;
+        let mut states = limits::zeroed(&format!("{} moving statistics", layout.state_len), layout.state_len).map_err(|e| bad(e.to_string()))?;
+        for (e, t) in layout.states.iter().zip(&states_found) {
+            read(t, &mut states[e.offset..e.offset + e.spec.len()]);
         }
         let mut opt = Vec::new();
         while let Ok(t) = st.tensor(&format!("optimizer/{}", opt.len())) {
-            if t.shape() != [layout.param_len] {
-                return Err(bad(format!("optimizer state has shape {:?}, expected [{}]", t.shape(), layout.param_len)));
-            }
-            let mut v = vec![0.0f32; layout.param_len];
-            read(&format!("optimizer/{}", opt.len()), &[layout.param_len], &mut v)?;
+            let t = find(&format!("optimizer/{}", opt.len()), &[layout.param_len]).map_err(|_| {
+                bad(format!("optimizer state {} is {:?} {:?}, expected F32 [{}]", opt.len(), t.dtype(), t.shape(), layout.param_len))
+            })?;
+            let mut v = limits::zeroed("an optimizer state", layout.param_len).map_err(|e| bad(e.to_string()))?;
+            read(&t, &mut v);
             opt.push(v);
         }
         if let Some(n) = meta.get("normalization") {
@@ -138,18 +149,48 @@ impl Sequential {
             Some(t) => {
                 let t: Value = serde_json::from_str(t).map_err(|e| bad(format!("training state: {e}")))?;
                 let field = |k: &str| t.get(k).cloned().ok_or_else(|| bad(format!("training state lacks {k}")));
+                // A negative or fractional position was read as 0 before: resuming would
+                // silently restart the schedule.
+                let count = |k: &str| -> Result<u64> {
+                    let v = field(k)?;
+                    v.as_u64().ok_or_else(|| bad(format!("training state {k} {v} is not a non-negative integer")))
+                };
                 Some(TrainingState {
                     optimizer: serde_json::from_value(field("optimizer")?).map_err(|e| bad(format!("optimizer: {e}")))?,
                     loss: serde_json::from_value(field("loss")?).map_err(|e| bad(format!("loss: {e}")))?,
                     metrics: serde_json::from_value(field("metrics")?).map_err(|e| bad(format!("metrics: {e}")))?,
-                    step: field("step")?.as_u64().unwrap_or(0),
-                    epoch: field("epoch")?.as_u64().unwrap_or(0) as usize,
-                    learning_rate: field("learning_rate")?.as_f64().unwrap_or(0.0) as f32,
+                    step: count("step")?,
+                    epoch: usize::try_from(count("epoch")?).map_err(|_| bad(format!("training state epoch {} does not fit this machine", t["epoch"])))?,
+                    learning_rate: field("learning_rate")?.as_f64().ok_or_else(|| bad(format!("training state learning_rate {} is not a number", t["learning_rate"])))? as f32,
                 })
             }
         };
         model.pending_weights = Some((params, states, opt));
         Ok((model, training))
+    }
+
+    /// An uncompiled model from its architecture JSON (`{"input_shape": [h, w, c], "layers":
+    /// [{"class_name", "config"}, ..]}`, what [`Sequential::architecture`] writes). The input
+    /// must be three positive sides within [`MAX_SIDE`] (channels within [`MAX_UNITS`]), and
+    /// the layers must fit the caps of [`crate::limits`]; the layout is checked here, so a
+    /// model returned is one whose parameters and activations can be sized.
+    pub fn from_architecture(arch: &Value) -> Result<Sequential> {
+        let input: Vec<usize> = serde_json::from_value(arch["input_shape"].clone()).map_err(|e| Error::Config(format!("input_shape: {e}")))?;
+        let &[h, w, c] = input.as_slice() else {
+            return Err(Error::Config(format!("input_shape must be [height, width, channels], got {input:?}")));
+        };
+        if input.contains(&0) {
+            return Err(Error::Config(format!("input_shape {input:?} has a zero side")));
+        }
+        limits::at_most("input_shape height", h, MAX_SIDE)?;
+        limits::at_most("input_shape width", w, MAX_SIDE)?;
+        limits::at_most("input_shape channels", c, MAX_UNITS)?;
+        let mut model = Sequential::new(&input);
+        for l in arch["layers"].as_array().ok_or_else(|| Error::Config("architecture has no layer list".into()))? {
+            model.add_boxed(layer_from_config(l)?);
+        }
+        crate::model::layout::Layout::new(&input, &model.def.layers)?;
+        Ok(model)
     }
 
     /// Loads a model and compiles it for `devices` with its saved optimizer, loss, metrics
@@ -173,20 +214,62 @@ impl Sequential {
     }
 }
 
-/// Writes `bytes` to `path` through a temporary sibling and a rename.
+/// Writes `bytes` to `path` through a temporary sibling and a rename, so that `path` holds
+/// either the old content or the new, never a part. The file is synced before the rename and
+/// the directory after it: without the second sync a power cut can lose the rename (the
+/// directory entry) of a save that has already returned. Temporary files that killed saves
+/// left in the directory are removed first.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().ok_or_else(|| Error::Config(format!("{} is not a file path", path.display())))?;
-    let tmp = dir.join(format!(".{}.tmp-{}", name.to_string_lossy(), std::process::id()));
+    remove_stale_temporaries(dir, &name.to_string_lossy());
+    let tmp = dir.join(format!(".{}{TMP_MARK}{}", name.to_string_lossy(), std::process::id()));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        std::fs::rename(&tmp, path)?;
+        sync_dir(dir)
     })();
     if let Err(e) = result {
         let _ = std::fs::remove_file(&tmp);
         return Err(Error::io(path, e));
     }
     Ok(())
+}
+
+/// What separates the target's name from the writer's process id in a temporary file's name:
+/// `.checkpoint.safetensors.tmp-4242`.
+const TMP_MARK: &str = ".tmp-";
+
+/// Makes the directory entries of `dir` durable (the rename of a finished save).
+#[cfg(unix)]
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Windows cannot open a directory as a file; NTFS journals the rename itself.
+#[cfg(not(unix))]
+fn sync_dir(_: &Path) -> std::io::Result<()> {
+    Ok(())
+}
+
+/// Removes the temporary files of `write_atomic` in `dir` whose writer no longer runs: a save
+/// killed between create and rename. Where processes cannot be looked up (no `/proc`), only
+/// those of `name` from other processes go, as a concurrent save of the same file races anyway.
+/// Failures are ignored: a leftover costs disk space, not correctness.
+fn remove_stale_temporaries(dir: &Path, name: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let proc_fs = Path::new("/proc/self").exists();
+    let me = std::process::id();
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let file = file.to_string_lossy();
+        let Some((target, pid)) = file.strip_prefix('.').and_then(|f| f.rsplit_once(TMP_MARK)) else { continue };
+        let Ok(pid) = pid.parse::<u32>() else { continue };
+        let stale = if proc_fs { pid != me && !Path::new("/proc").join(pid.to_string()).exists() } else { target == name && pid != me };
+        if stale {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }

@@ -13,7 +13,8 @@ impl Sequential {
         let mut flops = 0u64;
         for (i, layer) in self.def.layers.iter().enumerate() {
             let count: usize = layer.params(&shape).iter().map(|p| p.len()).sum();
-            flops += layer.flops(&shape);
+            // Saturating: a file may declare layers whose counts sum past 64 bits.
+        flops = flops.saturating_add(layer.flops(&shape));
             let out = &layout.shapes[i];
             let dims: Vec<String> = std::iter::once("None".to_string()).chain(out.iter().map(|d| d.to_string())).collect();
             rows.push((format!("{} ({})", layout.layer_names[i], layer.class_name()), format!("({})", dims.join(", ")), group(count)));

@@ -111,9 +111,20 @@ impl Replica {
         };
         let update = update_of(0, l.param_len)?;
         let buckets = buckets(device.wgpu(), &def.layout, update_of)?;
-        let sample = def.input_shape.iter().product::<usize>();
-        let staging = (sample + 4 + 4 * def.classes) * max_batch + 64;
-        let ring = StagingRing::new(device.wgpu(), 3, staging as u64);
+        // Images, labels and one-hot targets of `max_batch` samples; sized from the model's
+        // declared input and a command-line batch, so checked before wgpu is asked for it (an
+        // oversized buffer is a validation error, which panics).
+        let per_sample = def.input_shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d as u64)).and_then(|sample| sample.checked_add(4)?.checked_add((def.classes as u64).checked_mul(4)?));
+        let staging = per_sample.and_then(|p| p.checked_mul(max_batch as u64)?.checked_add(64));
+        let max = device.wgpu().limits().max_buffer_size;
+        let staging = match staging {
+            Some(s) if s <= max => s,
+            _ => {
+                let fits = per_sample.map_or(0, |p| max.saturating_sub(64) / p.max(1));
+                crate::bail!(Shape, "a staging buffer for a batch of {max_batch} samples of {:?} needs more than {}'s largest buffer ({max} bytes); the largest batch that fits is {fits}", def.input_shape, device.name());
+            }
+        };
+        let ring = StagingRing::new(device.wgpu(), 3, staging);
         Ok(Replica {
             buckets,
             device,
