@@ -35,7 +35,7 @@ fn json(out: &Output) -> serde_json::Value {
 }
 
 fn data() -> (Arc<dyn Dataset>, Arc<dyn Dataset>) {
-    let (t, v) = synthetic_split(300, 60, 8, 5);
+    let (t, v) = synthetic_split(300, 60, 8, 5).unwrap();
     (Arc::new(t), Arc::new(v))
 }
 

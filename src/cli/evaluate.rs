@@ -47,15 +47,14 @@ pub struct PredictArgs {
 }
 
 /// Opens the model first (so a bad file fails before any data is read), then the data at
-/// the model's input size unless told otherwise. Warns, naming the tensors, when the file's
-/// weights or moving statistics hold NaN or infinity: the results will be NaN.
+/// the model's input size unless told otherwise. Loading warns, naming the tensors, when
+/// the file's weights or moving statistics hold NaN or infinity: the results will be NaN.
 fn open(load: &std::path::Path, data: &str, image_size: Option<usize>, devices: &str, batch: usize) -> Result<(Sequential, std::sync::Arc<dyn convoy::data::Dataset>)> {
-    let (probe, _) = Sequential::load(load)?;
-    probe.warn_non_finite(load)?;
-    let size = image_size.unwrap_or(probe.input_shape()[0]);
-    let (_, val) = from_spec(data, Some(size), 0)?;
     let devices = convoy::device::open(devices)?;
-    Ok((Sequential::load_compiled(load, devices, batch)?, val))
+    let model = Sequential::load_compiled(load, devices, batch)?;
+    let size = image_size.unwrap_or(model.input_shape()[0]);
+    let (_, val) = from_spec(data, Some(size), 0)?;
+    Ok((model, val))
 }
 
 pub fn run_evaluate(a: EvaluateArgs) -> Result<()> {

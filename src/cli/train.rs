@@ -86,9 +86,9 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
     };
     let mut model = match &checkpoint {
         Some(path) if a.resume && path.exists() => {
+            // Loading warns when the checkpoint's weights are not finite: resuming from
+            // diverged weights would only train NaN.
             let m = Sequential::load_compiled(path, devices.clone(), a.batch_size)?;
-            // resuming from diverged weights would only train NaN
-            m.warn_non_finite(path)?;
             if !a.json {
                 eprintln!("resuming from {} at epoch {}", path.display(), m.compiled_epoch());
             }

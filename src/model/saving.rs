@@ -87,7 +87,11 @@ impl Sequential {
             return Err(Error::format(path, format!("file size {len} bytes is above the cap of {MAX_MODEL_FILE_BYTES} for a model")));
         }
         let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-        Sequential::load_bytes(&bytes, path)
+        let (model, training) = Sequential::load_bytes(&bytes, path)?;
+        // A file of NaN weights loads (it is what a diverged run saved), but every result
+        // from it will be NaN: say so once, naming the tensors.
+        model.warn_non_finite(path)?;
+        Ok((model, training))
     }
 
     /// [`Sequential::load`] of a file's content already in memory; `path` only names it in
