@@ -157,7 +157,7 @@ fn data_that_does_not_fit_the_model_is_refused() {
 fn summary_counts_parameters() {
     // Exactly as PyTorch counts the same networks (shared/bench/torch_reference.py):
     // BatchNorm's gamma and beta count, its moving statistics do not.
-    for (name, want) in [("resnet20", 272_474), ("resnet18", 11_173_962), ("convnet7", 157_546)] {
+    for (name, want) in [("resnet20", 272_474), ("resnet18_cifar", 11_173_962), ("convnet7", 157_546)] {
         let m = zoo::by_name(name, &[32, 32, 3], 10).unwrap();
         let layout = convoy::model::layout::Layout::new(m.input_shape(), m.layers()).unwrap();
         assert_eq!(layout.trainable_count(), want, "{name}");

@@ -36,7 +36,7 @@ fn run(cfg: &CheckConfig, selection: &str, checks: ShaderChecks) -> Report {
 fn every_zoo_model_matches_the_reference_at_odd_shapes() {
     // Odd batches and image sizes: stride-2 stages of 9 -> 5 -> 3 px, max pools that drop
     // a row (10 -> 5 -> 2), a batch of one (BatchNorm over one sample's 3x3 pixels).
-    let cases = [("resnet20", 5, 9), ("resnet20", 1, 12), ("resnet18", 3, 13), ("convnet7", 7, 10), ("convnet7", 2, 13), ("mlp", 6, 5), ("mlp", 9, 7)];
+    let cases = [("resnet20", 5, 9), ("resnet20", 1, 12), ("resnet18_cifar", 3, 13), ("convnet7", 7, 10), ("convnet7", 2, 13), ("mlp", 6, 5), ("mlp", 9, 7)];
     for (model, batch, size) in cases {
         run(&CheckConfig::new(model, batch, size), "software", ShaderChecks::Unchecked);
     }

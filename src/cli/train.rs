@@ -18,7 +18,7 @@ use super::{check_output, device_json, JsonNumbers, EXIT_NON_FINITE};
 
 #[derive(Args, Debug)]
 pub struct TrainArgs {
-    /// resnet20, resnet18, convnet7 or mlp; `auto` (the default) trains resnet20 on GPUs and
+    /// resnet20, resnet18_cifar, convnet7 or mlp; `auto` (the default) trains resnet20 on GPUs and
     /// the mlp on a software adapter, which runs about a GFLOP/s.
     #[arg(long, default_value = "auto")]
     pub model: String,

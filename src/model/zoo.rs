@@ -49,7 +49,7 @@ pub fn resnet20(input: &[usize], classes: usize) -> Sequential {
 }
 
 /// ResNet-18 in its CIFAR form (3x3 stem, no max pool): about 11.2 M parameters.
-pub fn resnet18(input: &[usize], classes: usize) -> Sequential {
+pub fn resnet18_cifar(input: &[usize], classes: usize) -> Sequential {
     resnet(input, 64, &[64, 128, 256, 512], 2, classes)
 }
 
@@ -84,12 +84,12 @@ pub fn mlp(input: &[usize], classes: usize) -> Sequential {
     m
 }
 
-pub const MODELS: &[&str] = &["resnet20", "resnet18", "convnet7", "mlp"];
+pub const MODELS: &[&str] = &["resnet20", "resnet18_cifar", "convnet7", "mlp"];
 
 pub fn by_name(name: &str, input: &[usize], classes: usize) -> Result<Sequential> {
     Ok(match name {
         "resnet20" => resnet20(input, classes),
-        "resnet18" => resnet18(input, classes),
+        "resnet18_cifar" => resnet18_cifar(input, classes),
         "convnet7" => convnet7(input, classes),
         "mlp" => mlp(input, classes),
         other => bail!(Config, "unknown model `{other}` (expected one of {})", MODELS.join(", ")),
