@@ -191,3 +191,25 @@ fn profile_times_every_kernel_of_a_step() {
     let table = p.table(None, true);
     assert!(table.contains("conv2d_forward") && table.contains("per dispatch"));
 }
+
+#[test]
+fn explicit_pool_padding_survives_the_architecture_json() {
+    use convoy::kernels::pool::PoolPadding;
+    let layers: Vec<Box<dyn Layer>> = vec![Box::new(MaxPool2D::new(3).strides(2).padding(PoolPadding::Explicit(1, 1))), Box::new(AveragePooling2D::new(3).strides(1).padding(PoolPadding::Explicit(1, 0)))];
+    for l in layers {
+        let json = serde_json::json!({ "class_name": l.class_name(), "config": l.config() });
+        let back = convoy::model::config::layer_from_config(&json).unwrap();
+        assert_eq!(back.config(), l.config(), "{json}");
+        assert_eq!(back.output_shape(&[7, 7, 4]).unwrap(), l.output_shape(&[7, 7, 4]).unwrap(), "{json}");
+    }
+    // the ResNet stem's pool: 112 -> 56 at padding 1, as in PyTorch
+    let stem = MaxPool2D::new(3).strides(2).padding(PoolPadding::Explicit(1, 1));
+    assert_eq!(stem.output_shape(&[112, 112, 64]).unwrap(), vec![56, 56, 64]);
+    // a pad above half the pool is refused when the layer meets its input, naming both
+    let json = serde_json::json!({ "class_name": "MaxPool2D", "config": { "pool_size": [3, 3], "strides": [2, 2], "padding": [2, 1] } });
+    let e = convoy::model::config::layer_from_config(&json).unwrap().output_shape(&[9, 9, 1]).unwrap_err().to_string();
+    assert!(e.contains("[2, 1]") && e.contains("[3, 3]"), "{e}");
+    let json = serde_json::json!({ "class_name": "AveragePooling2D", "config": { "pool_size": [3, 3], "strides": [2, 2], "padding": "full" } });
+    let e = convoy::model::config::layer_from_config(&json).err().expect("unknown padding refused").to_string();
+    assert!(e.contains("full"), "{e}");
+}
