@@ -193,6 +193,27 @@ fn profile_times_every_kernel_of_a_step() {
 }
 
 #[test]
+fn imagenet_resnets_count_torchvisions_parameters() {
+    // torchvision.models.resnet18/34/50(num_classes=1000), summed over parameters()
+    for (name, want) in [("resnet18", 11_689_512), ("resnet34", 21_797_672), ("resnet50", 25_557_032)] {
+        let m = zoo::by_name(name, &[224, 224, 3], 1000).unwrap();
+        let layout = convoy::model::layout::Layout::new(m.input_shape(), m.layers()).unwrap();
+        assert_eq!(layout.trainable_count(), want, "{name}");
+        assert_eq!(m.output_shape().unwrap(), vec![1000], "{name}");
+    }
+    // the stem divides the side by 4 and the stages by 8 more: 224 -> 56 -> 7
+    let m = zoo::resnet50(&[224, 224, 3], 10);
+    let shapes = convoy::model::layout::Layout::new(m.input_shape(), m.layers()).unwrap().shapes;
+    assert_eq!(shapes[3], vec![56, 56, 64], "after the max pool: {:?}", &shapes[..6]);
+    assert_eq!(shapes[shapes.len() - 3], vec![7, 7, 2048], "before the global pool");
+    // any number of classes: only the dense layer changes
+    let m = zoo::resnet18(&[64, 64, 3], 7);
+    assert_eq!(convoy::model::layout::Layout::new(m.input_shape(), m.layers()).unwrap().trainable_count(), 11_689_512 - 993 * 513);
+    assert!(zoo::cifar_form_warning("resnet18_cifar", 224).is_some_and(|w| w.contains("16x") && w.contains("49x")));
+    assert!(zoo::cifar_form_warning("resnet18_cifar", 64).is_none() && zoo::cifar_form_warning("resnet18", 224).is_none());
+}
+
+#[test]
 fn explicit_pool_padding_survives_the_architecture_json() {
     use convoy::kernels::pool::PoolPadding;
     let layers: Vec<Box<dyn Layer>> = vec![Box::new(MaxPool2D::new(3).strides(2).padding(PoolPadding::Explicit(1, 1))), Box::new(AveragePooling2D::new(3).strides(1).padding(PoolPadding::Explicit(1, 0)))];
