@@ -43,6 +43,14 @@ fn every_zoo_model_matches_the_reference_at_odd_shapes() {
 }
 
 #[test]
+fn imagenet_resnet18_matches_the_reference() {
+    // 32 px: the 7x7 stride-2 stem gives 16, the padded 3x3 stride-2 max pool 8 (its edge
+    // windows a third padding), the stages 8 -> 4 -> 2 -> 1; a batch of 8 keeps the last
+    // stage's BatchNorms at the 8 rows per channel a checkable step needs.
+    run(&CheckConfig::new("resnet18", 8, 32), "software", ShaderChecks::Unchecked);
+}
+
+#[test]
 fn checked_shaders_give_the_same_verdict() {
     run(&CheckConfig::new("resnet20", 4, 8), "software", ShaderChecks::Checked);
 }
