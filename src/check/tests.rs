@@ -452,7 +452,8 @@ fn batchnorm_statistics_and_inference() {
 #[test]
 fn zoo_models_match_their_layouts() {
     use crate::model::zoo;
-    for (name, mut model) in [("resnet20", zoo::resnet20(&[32, 32, 3], 10)), ("resnet18_cifar", zoo::resnet18_cifar(&[32, 32, 3], 10)), ("convnet7", zoo::convnet7(&[32, 32, 3], 10)), ("mlp", zoo::mlp(&[32, 32, 3], 10))] {
+    for name in zoo::MODELS {
+        let mut model = zoo::by_name(name, &[32, 32, 3], 10).unwrap();
         let (net, layout) = prepare(&mut model, Loss::SparseCategoricalCrossentropy);
         let shapes = |entries: &[crate::model::layout::Entry]| entries.iter().map(|e| e.spec.shape.clone()).collect::<Vec<_>>();
         assert_eq!(net.param_shapes().unwrap().len(), layout.params.len(), "{name}");
