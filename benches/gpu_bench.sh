@@ -17,7 +17,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 timeout 60 .gpu/convoy bench --model resnet20 --steps 400 --no-scaling --json > /dev/null 2>&1
 # Timed steps per model: about a second of training each (30 steps of resnet20 are 0.2 s,
 # short enough for one host hiccup to show).
-for ms in convnet7:200 resnet20:100 resnet18:30; do
+for ms in convnet7:200 resnet20:100 resnet18_cifar:30; do
     m=${ms%:*} steps=${ms#*:}
     timeout 150 .gpu/convoy bench --model "$m" --steps "$steps" --profile --json 2>/dev/null | tail -1 > "$OUT/bench_$m.json"
     python3 - "$OUT/bench_$m.json" <<'PY'

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Issue 6's scaling table, run on the GPU machine from the repository root (prepare as for
-# benches/gpu_bench.sh): `convoy bench` for resnet20 and resnet18 on 1, 2, 4 (and 8) of the
+# benches/gpu_bench.sh): `convoy bench` for resnet20 and resnet18_cifar on 1, 2, 4 (and 8) of the
 # machine's GPUs, batch 256 per GPU, then the PyTorch reference with DDP on all of them in
 # the same command.
 set -u
@@ -11,7 +11,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 nvidia-smi -L
 # Every GPU leaves its idle clocks first (see gpu_bench.sh).
 timeout 60 .gpu/convoy bench --model resnet20 --steps 400 --no-scaling --json > /dev/null 2>&1
-for ms in resnet20:100 resnet18:30; do
+for ms in resnet20:100 resnet18_cifar:30; do
     m=${ms%:*} steps=${ms#*:}
     timeout 150 .gpu/convoy bench --model "$m" --steps "$steps" --json 2>/dev/null | tail -1 > "$OUT/scaling_$m.json"
     python3 - "$OUT/scaling_$m.json" <<'PY'

@@ -8,7 +8,7 @@ OUT=${OUT:-.}
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_RUNTIME_DIR=/tmp
 timeout 40 .gpu/convoy bench --model resnet20 --steps 300 --no-scaling --devices 0,1 --json > /dev/null 2>&1
-for m in resnet20 resnet18; do
+for m in resnet20 resnet18_cifar; do
   timeout 120 .gpu/convoy bench --model $m --steps 20 --devices 0,1,0,1,0,1,0,1 --json 2>/dev/null | tail -1 > $OUT/multi_$m.json
   python3 -c "
 import json; j=json.load(open('$OUT/multi_$m.json'))

@@ -1,7 +1,7 @@
 //! Per model and batch size: images/s, step time, and the GPU time of every kernel of a
 //! training step (timestamp queries) beside its floor at the chip's peak.
 //!
-//! `cargo bench --bench step [-- MODEL.. BATCH..]`, e.g. `-- resnet18 64 256`; the device
+//! `cargo bench --bench step [-- MODEL.. BATCH..]`, e.g. `-- resnet18_cifar 64 256`; the device
 //! is `CONVOY_BENCH_DEVICES` (default: the first adapter). On a software adapter the
 //! defaults shrink to a smoke run (convnet7, batch 8, 2 steps).
 
@@ -16,7 +16,7 @@ fn main() -> convoy::Result<()> {
     let mut models: Vec<String> = args.iter().filter(|a| a.parse::<usize>().is_err()).cloned().collect();
     let mut batches: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
     if models.is_empty() {
-        models = if software { vec!["convnet7".into()] } else { ["resnet18", "resnet20", "convnet7"].map(String::from).to_vec() };
+        models = if software { vec!["convnet7".into()] } else { ["resnet18_cifar", "resnet20", "convnet7"].map(String::from).to_vec() };
     }
     if batches.is_empty() {
         batches = if software { vec![8] } else { vec![64, 256] };

@@ -1,4 +1,5 @@
-//! ResNet-18 on an ImageNet-style image folder (e.g. Imagenette) at 64 or 128 pixels.
+//! The CIFAR ResNet-18 (`resnet18_cifar`) on an ImageNet-style image folder (e.g. Imagenette) at 64
+//! or 128 pixels.
 //!
 //! cargo run --release --example imagenet_subset -- DIR [IMAGE_SIZE] [EPOCHS]
 //! DIR/train/<class>/*.jpg and DIR/val/<class>/*.jpg
@@ -23,7 +24,7 @@ fn run() -> convoy::Result<()> {
     let epochs: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(10);
     let (train, val) = convoy::data::from_spec(&format!("folder:{dir}"), Some(size), 0)?;
     println!("{} training images of {} classes at {size}px", train.len(), train.num_classes());
-    let mut model = convoy::model::zoo::resnet18(&train.image_shape(), train.num_classes());
+    let mut model = convoy::model::zoo::resnet18_cifar(&train.image_shape(), train.num_classes());
     model.compile(CompileOptions {
         optimizer: Optimizer::sgd(0.1).momentum(0.9).weight_decay(5e-4),
         loss: Loss::SparseCategoricalCrossentropy,

@@ -20,7 +20,9 @@ struct Params {
     out_w: u32,
     // invocations that do work: the element count of the kernel's output
     n: u32,
-    _p0: u32,
+    // 1: average pooling divides by pool_h * pool_w (PyTorch's explicit padding with
+    // count_include_pad); 0: by the input positions of the window (Keras)
+    count_padding: u32,
     _p1: u32,
     _p2: u32,
 }
@@ -158,7 +160,8 @@ fn max_pool_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgro
     dst[i] = g;
 }
 
-// Keras (TensorFlow) semantics: the mean is over the input elements of the window only.
+// Keras (TensorFlow) semantics: the mean is over the input elements of the window only;
+// with PyTorch's explicit padding (count_padding) over the whole window, padding as zeros.
 @compute @workgroup_size(WG)
 fn avg_pool_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                     @builtin(local_invocation_index) lid: u32) {
@@ -171,7 +174,7 @@ fn avg_pool_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
             s += src[in_index(win.b, h, w, win.c)];
         }
     }
-    let count = (win.h_hi - win.h_lo) * (win.w_hi - win.w_lo);
+    let count = select((win.h_hi - win.h_lo) * (win.w_hi - win.w_lo), p.pool_h * p.pool_w, p.count_padding != 0u);
     dst[i] = select(0.0, s / f32(count), count > 0u);
 }
 
@@ -189,7 +192,7 @@ fn avg_pool_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgro
         for (var ow = cols.x; ow <= cols.y; ow++) {
             let ws = clip(ow, p.stride_w, p.pad_left, p.pool_w, p.in_w);
             // this window covers `i`, so its count is at least one
-            let count = (hs.y - hs.x) * (ws.y - ws.x);
+            let count = select((hs.y - hs.x) * (ws.y - ws.x), p.pool_h * p.pool_w, p.count_padding != 0u);
             g += src[out_index(pos.x, oh, ow, pos.w)] / f32(count);
         }
     }

@@ -157,7 +157,7 @@ fn data_that_does_not_fit_the_model_is_refused() {
 fn summary_counts_parameters() {
     // Exactly as PyTorch counts the same networks (shared/bench/torch_reference.py):
     // BatchNorm's gamma and beta count, its moving statistics do not.
-    for (name, want) in [("resnet20", 272_474), ("resnet18", 11_173_962), ("convnet7", 157_546)] {
+    for (name, want) in [("resnet20", 272_474), ("resnet18_cifar", 11_173_962), ("convnet7", 157_546)] {
         let m = zoo::by_name(name, &[32, 32, 3], 10).unwrap();
         let layout = convoy::model::layout::Layout::new(m.input_shape(), m.layers()).unwrap();
         assert_eq!(layout.trainable_count(), want, "{name}");
@@ -190,4 +190,47 @@ fn profile_times_every_kernel_of_a_step() {
     assert!(!families.iter().any(|f| f == "conv2d_backward_data"));
     let table = p.table(None, true);
     assert!(table.contains("conv2d_forward") && table.contains("per dispatch"));
+}
+
+#[test]
+fn imagenet_resnets_count_torchvisions_parameters() {
+    // torchvision.models.resnet18/34/50(num_classes=1000), summed over parameters()
+    for (name, want) in [("resnet18", 11_689_512), ("resnet34", 21_797_672), ("resnet50", 25_557_032)] {
+        let m = zoo::by_name(name, &[224, 224, 3], 1000).unwrap();
+        let layout = convoy::model::layout::Layout::new(m.input_shape(), m.layers()).unwrap();
+        assert_eq!(layout.trainable_count(), want, "{name}");
+        assert_eq!(m.output_shape().unwrap(), vec![1000], "{name}");
+    }
+    // the stem divides the side by 4 and the stages by 8 more: 224 -> 56 -> 7
+    let m = zoo::resnet50(&[224, 224, 3], 10);
+    let shapes = convoy::model::layout::Layout::new(m.input_shape(), m.layers()).unwrap().shapes;
+    assert_eq!(shapes[3], vec![56, 56, 64], "after the max pool: {:?}", &shapes[..6]);
+    assert_eq!(shapes[shapes.len() - 3], vec![7, 7, 2048], "before the global pool");
+    // any number of classes: only the dense layer changes
+    let m = zoo::resnet18(&[64, 64, 3], 7);
+    assert_eq!(convoy::model::layout::Layout::new(m.input_shape(), m.layers()).unwrap().trainable_count(), 11_689_512 - 993 * 513);
+    assert!(zoo::cifar_form_warning("resnet18_cifar", 224).is_some_and(|w| w.contains("16x") && w.contains("49x")));
+    assert!(zoo::cifar_form_warning("resnet18_cifar", 64).is_none() && zoo::cifar_form_warning("resnet18", 224).is_none());
+}
+
+#[test]
+fn explicit_pool_padding_survives_the_architecture_json() {
+    use convoy::kernels::pool::PoolPadding;
+    let layers: Vec<Box<dyn Layer>> = vec![Box::new(MaxPool2D::new(3).strides(2).padding(PoolPadding::Explicit(1, 1))), Box::new(AveragePooling2D::new(3).strides(1).padding(PoolPadding::Explicit(1, 0)))];
+    for l in layers {
+        let json = serde_json::json!({ "class_name": l.class_name(), "config": l.config() });
+        let back = convoy::model::config::layer_from_config(&json).unwrap();
+        assert_eq!(back.config(), l.config(), "{json}");
+        assert_eq!(back.output_shape(&[7, 7, 4]).unwrap(), l.output_shape(&[7, 7, 4]).unwrap(), "{json}");
+    }
+    // the ResNet stem's pool: 112 -> 56 at padding 1, as in PyTorch
+    let stem = MaxPool2D::new(3).strides(2).padding(PoolPadding::Explicit(1, 1));
+    assert_eq!(stem.output_shape(&[112, 112, 64]).unwrap(), vec![56, 56, 64]);
+    // a pad above half the pool is refused when the layer meets its input, naming both
+    let json = serde_json::json!({ "class_name": "MaxPool2D", "config": { "pool_size": [3, 3], "strides": [2, 2], "padding": [2, 1] } });
+    let e = convoy::model::config::layer_from_config(&json).unwrap().output_shape(&[9, 9, 1]).unwrap_err().to_string();
+    assert!(e.contains("[2, 1]") && e.contains("[3, 3]"), "{e}");
+    let json = serde_json::json!({ "class_name": "AveragePooling2D", "config": { "pool_size": [3, 3], "strides": [2, 2], "padding": "full" } });
+    let e = convoy::model::config::layer_from_config(&json).err().expect("unknown padding refused").to_string();
+    assert!(e.contains("full"), "{e}");
 }

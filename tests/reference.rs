@@ -36,10 +36,18 @@ fn run(cfg: &CheckConfig, selection: &str, checks: ShaderChecks) -> Report {
 fn every_zoo_model_matches_the_reference_at_odd_shapes() {
     // Odd batches and image sizes: stride-2 stages of 9 -> 5 -> 3 px, max pools that drop
     // a row (10 -> 5 -> 2), a batch of one (BatchNorm over one sample's 3x3 pixels).
-    let cases = [("resnet20", 5, 9), ("resnet20", 1, 12), ("resnet18", 3, 13), ("convnet7", 7, 10), ("convnet7", 2, 13), ("mlp", 6, 5), ("mlp", 9, 7)];
+    let cases = [("resnet20", 5, 9), ("resnet20", 1, 12), ("resnet18_cifar", 3, 13), ("convnet7", 7, 10), ("convnet7", 2, 13), ("mlp", 6, 5), ("mlp", 9, 7)];
     for (model, batch, size) in cases {
         run(&CheckConfig::new(model, batch, size), "software", ShaderChecks::Unchecked);
     }
+}
+
+#[test]
+fn imagenet_resnet18_matches_the_reference() {
+    // 32 px: the 7x7 stride-2 stem gives 16, the padded 3x3 stride-2 max pool 8 (its edge
+    // windows a third padding), the stages 8 -> 4 -> 2 -> 1; a batch of 8 keeps the last
+    // stage's BatchNorms at the 8 rows per channel a checkable step needs.
+    run(&CheckConfig::new("resnet18", 8, 32), "software", ShaderChecks::Unchecked);
 }
 
 #[test]

@@ -23,10 +23,11 @@ pub enum Node {
     BatchNorm { momentum: f64, epsilon: f64, relu: bool },
     /// A standalone ReLU (one the model could not fuse, e.g. inside a residual chain).
     ReLU,
-    /// Max pooling; `same` is Keras' `"same"` padding (padded positions never win).
-    MaxPool { pool: (usize, usize), strides: (usize, usize), same: bool },
-    /// Average pooling over the input positions of each window (padding not counted).
-    AvgPool { pool: (usize, usize), strides: (usize, usize), same: bool },
+    /// Max pooling (padded positions never win).
+    MaxPool { pool: (usize, usize), strides: (usize, usize), padding: PoolPadding },
+    /// Average pooling over the input positions of each window (padding not counted), or
+    /// with explicit padding over the whole window, padding as zeros (PyTorch's default).
+    AvgPool { pool: (usize, usize), strides: (usize, usize), padding: PoolPadding },
     /// The mean over height and width.
     GlobalAvgPool,
     /// A reshape to `[batch, h*w*c]` (NHWC order is kept).
@@ -95,11 +96,10 @@ fn f64_of(class: &str, cfg: &Value, key: &str) -> Result<f64> {
     }
 }
 
-fn pool_same(class: &str, cfg: &Value) -> Result<bool> {
-    match cfg.get("padding").and_then(Value::as_str) {
-        Some("same") => Ok(true),
-        Some("valid") => Ok(false),
-        other => bail!(Config, "{class} config: `padding` must be \"valid\" or \"same\", got {other:?}"),
+fn pool_padding(class: &str, cfg: &Value) -> Result<PoolPadding> {
+    match cfg.get("padding") {
+        Some(v) => PoolPadding::from_config(v).map_err(|e| crate::Error::Config(format!("{class} config: {e}"))),
+        None => bail!(Config, "{class} config: `padding` is missing in {cfg}"),
     }
 }
 
@@ -120,10 +120,10 @@ fn node_of(class: &str, cfg: &Value, relu: bool) -> Result<Node> {
         }
         "ReLU" => Node::ReLU,
         "MaxPool2D" => {
-            Node::MaxPool { pool: pair_of(class, cfg, "pool_size")?, strides: pair_of(class, cfg, "strides")?, same: pool_same(class, cfg)? }
+            Node::MaxPool { pool: pair_of(class, cfg, "pool_size")?, strides: pair_of(class, cfg, "strides")?, padding: pool_padding(class, cfg)? }
         }
         "AveragePooling2D" => {
-            Node::AvgPool { pool: pair_of(class, cfg, "pool_size")?, strides: pair_of(class, cfg, "strides")?, same: pool_same(class, cfg)? }
+            Node::AvgPool { pool: pair_of(class, cfg, "pool_size")?, strides: pair_of(class, cfg, "strides")?, padding: pool_padding(class, cfg)? }
         }
         "GlobalAveragePooling2D" => Node::GlobalAvgPool,
         "Flatten" => Node::Flatten,
@@ -171,8 +171,8 @@ pub(crate) fn output_shape(node: &Node, input: &[usize]) -> Result<Vec<usize>> {
             }
             vec![*units]
         }
-        Node::MaxPool { pool, strides, same } | Node::AvgPool { pool, strides, same } => {
-            pool_geometry(1, input, *pool, *strides, *same)?.output_shape()[1..].to_vec()
+        Node::MaxPool { pool, strides, padding } | Node::AvgPool { pool, strides, padding } => {
+            pool_geometry(1, input, *pool, *strides, *padding)?.output_shape()[1..].to_vec()
         }
         Node::GlobalAvgPool => vec![spatial("GlobalAveragePooling2D", input)?[2]],
         Node::Flatten => vec![input.iter().product()],
@@ -198,9 +198,8 @@ pub(crate) fn spatial(class: &str, input: &[usize]) -> Result<[usize; 3]> {
     }
 }
 
-pub(crate) fn pool_geometry(batch: usize, input: &[usize], pool: (usize, usize), strides: (usize, usize), same: bool) -> Result<Pool2dGeometry> {
+pub(crate) fn pool_geometry(batch: usize, input: &[usize], pool: (usize, usize), strides: (usize, usize), padding: PoolPadding) -> Result<Pool2dGeometry> {
     let [h, w, c] = spatial("pooling", input)?;
-    let padding = if same { PoolPadding::Same } else { PoolPadding::Valid };
     Pool2dGeometry::new(&[batch, h, w, c], [pool.0, pool.1], Some([strides.0, strides.1]), padding)
 }
 

@@ -282,8 +282,8 @@ fn forward_node(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, dec: Optio
             let (mask, taken) = rectify(cx, name, &mut y, device)?;
             (T { shape: x.shape, data: y }, Rec::Relu { mask }, taken)
         }
-        Node::MaxPool { pool, strides, same } => {
-            let geom = pool_geometry(batch, &x.shape[1..], *pool, *strides, *same)?;
+        Node::MaxPool { pool, strides, padding } => {
+            let geom = pool_geometry(batch, &x.shape[1..], *pool, *strides, *padding)?;
             let device = match dec {
                 Some(Decision::MaxPool(d)) => Some(&d[..]),
                 None => None,
@@ -292,8 +292,8 @@ fn forward_node(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, dec: Optio
             let (y, src, taken) = max_pool(cx, name, &geom, &x.data, device)?;
             (T { shape: geom.output_shape().to_vec(), data: y }, Rec::MaxPool { src, in_len: x.data.len() }, taken)
         }
-        Node::AvgPool { pool, strides, same } => {
-            let geom = pool_geometry(batch, &x.shape[1..], *pool, *strides, *same)?;
+        Node::AvgPool { pool, strides, padding } => {
+            let geom = pool_geometry(batch, &x.shape[1..], *pool, *strides, *padding)?;
             let y = avg_pool(&geom, &x.data);
             (T { shape: geom.output_shape().to_vec(), data: y }, Rec::AvgPool { geom }, none())
         }
@@ -472,7 +472,14 @@ fn max_pool(cx: &mut Cx, name: &str, g: &Pool2dGeometry, x: &[f64], device: Opti
     Ok((y, src, own.map(Decision::MaxPool)))
 }
 
-/// Average pooling over the input positions of each window (padding not counted).
+/// What average pooling divides a window of `rows x cols` input positions by: those
+/// positions, or with explicit padding the whole window (padding counts as zeros).
+fn pool_divisor(g: &Pool2dGeometry, rows: usize, cols: usize) -> f64 {
+    if g.count_padding { (g.pool_h * g.pool_w) as f64 } else { (rows * cols) as f64 }
+}
+
+/// Average pooling over the input positions of each window (padding not counted), or over
+/// the whole window with explicit padding (`count_padding`, PyTorch's `count_include_pad`).
 fn avg_pool(g: &Pool2dGeometry, x: &[f64]) -> Vec<f64> {
     let c = g.channels;
     let mut y = vec![0.0; g.batch * g.out_h * g.out_w * c];
@@ -487,7 +494,7 @@ fn avg_pool(g: &Pool2dGeometry, x: &[f64]) -> Vec<f64> {
                     ops::axpy(out, 1.0, &x[((b * g.in_h + h) * g.in_w + w) * c..][..c]);
                 }
             }
-            let count = ((h_hi - h_lo) * (w_hi - w_lo)) as f64;
+            let count = pool_divisor(g, h_hi - h_lo, w_hi - w_lo);
             out.iter_mut().for_each(|v| *v /= count);
         }
     });
@@ -597,7 +604,7 @@ fn backward_node(w: &[Vec<f64>], rec: &Rec, mut dy: Vec<f64>, need_dx: bool, gra
                     let (h_lo, h_hi) = window(oh, g.stride_h, g.pad_top, g.pool_h, g.in_h);
                     for ow in 0..g.out_w {
                         let (w_lo, w_hi) = window(ow, g.stride_w, g.pad_left, g.pool_w, g.in_w);
-                        let count = ((h_hi - h_lo) * (w_hi - w_lo)) as f64;
+                        let count = pool_divisor(g, h_hi - h_lo, w_hi - w_lo);
                         let dys = &dy[((b * g.out_h + oh) * g.out_w + ow) * c..][..c];
                         for h in h_lo..h_hi {
                             for w in w_lo..w_hi {

@@ -96,7 +96,8 @@ fn gradcheck(net: &Net, layout: &Layout, params: &[f64], states: &[f64], images:
 
 /// Every node type but the residual block: convolutions with valid, same and explicit
 /// padding, stride 2 and (2, 1), oblong kernels, with and without bias; BatchNorm with and
-/// without a fused ReLU; standalone ReLUs; max pooling (same) and average pooling; flatten.
+/// without a fused ReLU; standalone ReLUs; max pooling (same) and average pooling (same, and
+/// PyTorch's explicit padding, which counts padding in the mean); flatten.
 fn plain_net(loss: Loss) -> (Net, Layout) {
     let mut m = Sequential::new(&[9, 8, 2]);
     let mut oblong = Conv2D::new(3, 3);
@@ -113,6 +114,7 @@ fn plain_net(loss: Loss) -> (Net, Layout) {
     m.add(MaxPool2D::new(2).padding(crate::kernels::pool::PoolPadding::Same));
     m.add(BatchNormalization::new().epsilon(1e-2));
     m.add(AveragePooling2D::new(2).strides(1).padding(crate::kernels::pool::PoolPadding::Same));
+    m.add(AveragePooling2D::new(3).strides(1).padding(crate::kernels::pool::PoolPadding::Explicit(1, 1)));
     m.add(Flatten::new());
     m.add(Dense::new(5));
     m.add(ReLU::new());
@@ -132,7 +134,8 @@ fn conv_bn(filters: usize, kernel: usize, stride: usize, bias: bool) -> Vec<Box<
 }
 
 /// Residual blocks with an identity shortcut and with a projection, with and without the
-/// fused join ReLU; max pooling (valid); global average pooling.
+/// fused join ReLU; max pooling as the ResNet stem's (3x3, stride 2, explicit padding 1);
+/// global average pooling.
 fn residual_net(loss: Loss) -> (Net, Layout) {
     let mut m = Sequential::new(&[6, 6, 3]);
     for l in conv_bn(4, 3, 1, false) {
@@ -144,7 +147,7 @@ fn residual_net(loss: Loss) -> (Net, Layout) {
     main.extend(conv_bn(4, 3, 1, true));
     m.add(block(main, Vec::new()));
     m.add(ReLU::new());
-    m.add(MaxPool2D::new(2));
+    m.add(MaxPool2D::new(3).strides(2).padding(crate::kernels::pool::PoolPadding::Explicit(1, 1)));
     let mut main = conv_bn(6, 3, 2, false);
     main.push(Box::new(ReLU::new()));
     main.extend(conv_bn(6, 3, 1, false));
@@ -392,6 +395,27 @@ fn pooling_forward_matches_keras() {
 }
 
 #[test]
+fn pooling_forward_matches_pytorch_explicit_padding() {
+    // 3x3 input, 3x3 windows, stride 2, padding 1 (the ResNet stem's pool): (3 + 2 - 3)/2 + 1
+    // = 2 outputs per axis, each window holding 4 inputs and 5 padded positions; the means
+    // divide by 9 (count_include_pad) and negative inputs show that padding never wins a max.
+    use crate::kernels::pool::PoolPadding;
+    let (net, layout, params, states) = probe(AveragePooling2D::new(3).strides(2).padding(PoolPadding::Explicit(1, 1)), &[3, 3, 1]);
+    let images: Vec<u8> = (0..9).map(|i| i * 20).collect();
+    let x = pixels(&net, &images);
+    let y = predict(&net, &layout, &params, &states, &images).unwrap();
+    let expected = [(x[0] + x[1] + x[3] + x[4]) / 9.0, (x[1] + x[2] + x[4] + x[5]) / 9.0, (x[3] + x[4] + x[6] + x[7]) / 9.0, (x[4] + x[5] + x[7] + x[8]) / 9.0];
+    for (a, e) in y.iter().zip(expected) {
+        assert!((a - e).abs() < 1e-12, "{y:?} vs {expected:?}");
+    }
+    let (net, layout, params, states) = probe(MaxPool2D::new(3).strides(2).padding(PoolPadding::Explicit(1, 1)), &[3, 3, 1]);
+    let images: Vec<u8> = vec![9, 3, 1, 2, 4, 7, 8, 6, 5];
+    let x = pixels(&net, &images);
+    assert!(x.iter().all(|&v| v < 0.0), "padding (0) must be a rival of every input: {x:?}");
+    assert_eq!(predict(&net, &layout, &params, &states, &images).unwrap(), vec![x[0], x[5], x[6], x[5]]);
+}
+
+#[test]
 fn batchnorm_statistics_and_inference() {
     let mut m = Sequential::new(&[3, 2, 2]);
     m.add(BatchNormalization::new().momentum(0.75));
@@ -428,7 +452,8 @@ fn batchnorm_statistics_and_inference() {
 #[test]
 fn zoo_models_match_their_layouts() {
     use crate::model::zoo;
-    for (name, mut model) in [("resnet20", zoo::resnet20(&[32, 32, 3], 10)), ("resnet18", zoo::resnet18(&[32, 32, 3], 10)), ("convnet7", zoo::convnet7(&[32, 32, 3], 10)), ("mlp", zoo::mlp(&[32, 32, 3], 10))] {
+    for name in zoo::MODELS {
+        let mut model = zoo::by_name(name, &[32, 32, 3], 10).unwrap();
         let (net, layout) = prepare(&mut model, Loss::SparseCategoricalCrossentropy);
         let shapes = |entries: &[crate::model::layout::Entry]| entries.iter().map(|e| e.spec.shape.clone()).collect::<Vec<_>>();
         assert_eq!(net.param_shapes().unwrap().len(), layout.params.len(), "{name}");

@@ -13,6 +13,8 @@ use super::{device_json, JsonNumbers};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
+    /// A zoo model: resnet20, resnet18_cifar, convnet7 (CIFAR forms, for 32 px), resnet18,
+    /// resnet34, resnet50 (torchvision's ImageNet forms) or mlp.
     #[arg(long, default_value = "resnet20")]
     pub model: String,
     /// Samples per device per step.
@@ -42,6 +44,9 @@ pub struct BenchArgs {
 pub fn run(a: BenchArgs) -> Result<()> {
     if a.batch_size == 0 || a.steps == 0 {
         bail!(Config, "--batch-size and --steps must be positive");
+    }
+    if let Some(w) = convoy::model::zoo::cifar_form_warning(&a.model, a.image_size) {
+        eprintln!("{w}");
     }
     let devices = convoy::device::open(&a.devices)?;
     let n = devices.len();

@@ -18,7 +18,8 @@ use super::{check_output, device_json, JsonNumbers, EXIT_NON_FINITE};
 
 #[derive(Args, Debug)]
 pub struct TrainArgs {
-    /// resnet20, resnet18, convnet7 or mlp; `auto` (the default) trains resnet20 on GPUs and
+    /// resnet20, resnet18_cifar, convnet7 (CIFAR forms, for 32 px), resnet18, resnet34,
+    /// resnet50 (torchvision's ImageNet forms) or mlp; `auto` (the default) trains resnet20 on GPUs and
     /// the mlp on a software adapter, which runs about a GFLOP/s.
     #[arg(long, default_value = "auto")]
     pub model: String,
@@ -96,6 +97,11 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
         }
         _ => {
             let mut m = zoo::by_name(&model_name, &train.image_shape(), train.num_classes())?;
+            let shape = train.image_shape();
+            // stderr, so that --json's stdout stays one document
+            if let Some(w) = zoo::cifar_form_warning(&model_name, shape[0].max(shape[1])) {
+                eprintln!("{w}");
+            }
             let lr = a.lr.unwrap_or(if a.optimizer == "sgd" { 0.05 } else { 1e-3 });
             m.compile(CompileOptions {
                 optimizer: Optimizer::from_name(&a.optimizer, lr)?,

@@ -1,5 +1,6 @@
 //! MaxPooling2D, AveragePooling2D and GlobalAveragePooling2D over NHWC tensors
-//! (`shaders/pool.wgsl`), with Keras' `"valid"`/`"same"` padding.
+//! (`shaders/pool.wgsl`), with Keras' `"valid"`/`"same"` padding or PyTorch's explicit
+//! symmetric padding.
 //!
 //! # Shapes
 //! `x`, `dx`: `[batch, in_h, in_w, channels]`; `y`, `dy`, `argmax`: `[batch, out_h, out_w,
@@ -18,6 +19,41 @@ pub enum PoolPadding {
     /// `ceil(in / stride)` outputs; the padding is split with the extra row/column at the
     /// bottom/right, and padded positions take no part in the max or the mean.
     Same,
+    /// PyTorch's `padding=(h, w)`: `h` rows above and below, `w` columns left and right,
+    /// `(in + 2 * pad - pool) / stride + 1` outputs (the ResNet stem's 3x3 stride-2 max pool
+    /// has padding 1). Padded positions never win a max; average pooling counts them as
+    /// zeros (PyTorch's default `count_include_pad=True`), so every window divides by
+    /// `pool_h * pool_w`. Each pad must be at most half the pool size, as PyTorch requires,
+    /// so that every window holds input elements.
+    Explicit(usize, usize),
+}
+
+impl PoolPadding {
+    /// The architecture-JSON form: `"valid"`, `"same"` or `[h, w]` (as `Conv2D`'s padding).
+    pub fn to_config(self) -> serde_json::Value {
+        match self {
+            PoolPadding::Valid => serde_json::json!("valid"),
+            PoolPadding::Same => serde_json::json!("same"),
+            PoolPadding::Explicit(h, w) => serde_json::json!([h, w]),
+        }
+    }
+
+    /// Reads [`PoolPadding::to_config`]'s form; pads above the side cap are refused here,
+    /// pads above half the pool size by [`Pool2dGeometry::new`].
+    pub fn from_config(v: &serde_json::Value) -> Result<Self> {
+        match v {
+            serde_json::Value::String(s) => s.parse(),
+            serde_json::Value::Array(a) if a.len() == 2 && a.iter().all(|x| x.as_u64().is_some()) => {
+                let (h, w) = (a[0].as_u64().unwrap_or(0), a[1].as_u64().unwrap_or(0));
+                let cap = crate::limits::MAX_SIDE as u64;
+                if h > cap || w > cap {
+                    bail!(Config, "pooling padding [{h}, {w}] is above the cap of {cap} per side");
+                }
+                Ok(PoolPadding::Explicit(h as usize, w as usize))
+            }
+            other => bail!(Config, "pooling padding must be \"valid\", \"same\" or [h, w], got {other}"),
+        }
+    }
 }
 
 impl std::str::FromStr for PoolPadding {
@@ -46,12 +82,17 @@ pub struct Pool2dGeometry {
     pub pad_left: usize,
     pub out_h: usize,
     pub out_w: usize,
+    /// Average pooling divides by `pool_h * pool_w` (padded positions count as zeros), not
+    /// by the input positions of the window: set by [`PoolPadding::Explicit`] only.
+    pub count_padding: bool,
 }
 
-/// (outputs, padding before) along one axis, as TensorFlow computes them.
-fn axis(size: usize, pool: usize, stride: usize, padding: PoolPadding) -> Option<(usize, usize)> {
+/// (outputs, padding before) along one axis, as TensorFlow (or, for explicit padding,
+/// PyTorch) computes them; `pad` is this axis' explicit padding.
+fn axis(size: usize, pool: usize, stride: usize, padding: PoolPadding, pad: usize) -> Option<(usize, usize)> {
     match padding {
         PoolPadding::Valid => size.checked_sub(pool).map(|d| (d / stride + 1, 0)),
+        PoolPadding::Explicit(..) => size.saturating_add(pad.saturating_mul(2)).checked_sub(pool).map(|d| (d / stride + 1, pad)),
         PoolPadding::Same => {
             let out = size.div_ceil(stride);
             let total = ((out - 1) * stride + pool).saturating_sub(size);
@@ -76,9 +117,19 @@ impl Pool2dGeometry {
         if in_h == 0 || in_w == 0 || channels == 0 {
             bail!(Shape, "pooling input {input_shape:?} is empty");
         }
-        let too_small = || Error::Shape(format!("pooling input {input_shape:?} is smaller than pool_size {pool_size:?} with padding \"valid\""));
-        let (out_h, pad_top) = axis(in_h, pool_size[0], strides[0], padding).ok_or_else(too_small)?;
-        let (out_w, pad_left) = axis(in_w, pool_size[1], strides[1], padding).ok_or_else(too_small)?;
+        let pads = match padding {
+            PoolPadding::Explicit(h, w) => [h, w],
+            _ => [0, 0],
+        };
+        // PyTorch's rule: a pad of at most half the pool keeps every window at least half on
+        // the input (a pad as large as the pool would place windows wholly on padding, which
+        // have no max), and keeps models that load in PyTorch and in convoy the same set.
+        if pads[0] > pool_size[0] / 2 || pads[1] > pool_size[1] / 2 {
+            bail!(Config, "pooling padding {pads:?} must be at most half of pool_size {pool_size:?} on each axis, as in PyTorch");
+        }
+        let too_small = || Error::Shape(format!("pooling input {input_shape:?} is smaller than pool_size {pool_size:?} with padding {padding:?}"));
+        let (out_h, pad_top) = axis(in_h, pool_size[0], strides[0], padding, pads[0]).ok_or_else(too_small)?;
+        let (out_w, pad_left) = axis(in_w, pool_size[1], strides[1], padding, pads[1]).ok_or_else(too_small)?;
         let g = Pool2dGeometry {
             batch,
             in_h,
@@ -92,6 +143,7 @@ impl Pool2dGeometry {
             pad_left,
             out_h,
             out_w,
+            count_padding: matches!(padding, PoolPadding::Explicit(..)),
         };
         // The shader indexes in u32 and places windows in i32.
         u32_of("pooling", "input elements", g.input_shape().iter().product())?;
@@ -125,7 +177,8 @@ impl Pool2dGeometry {
             out_h: u(self.out_h)?,
             out_w: u(self.out_w)?,
             n: u32_of("pooling", "elements", n)?,
-            _pad: [0; 3],
+            count_padding: self.count_padding as u32,
+            _pad: [0; 2],
         })
     }
 }
@@ -146,7 +199,8 @@ struct Params {
     out_h: u32,
     out_w: u32,
     n: u32,
-    _pad: [u32; 3],
+    count_padding: u32,
+    _pad: [u32; 2],
 }
 
 fn launch(device: &Device, entry: &'static str, params: Params, bindings: &[(u32, &Tensor)]) -> Result<Dispatch> {
@@ -191,7 +245,8 @@ pub fn max_pool_backward(device: &Device, geom: &Pool2dGeometry, dy: &Tensor, ar
 }
 
 /// Average pooling; the mean is over the input positions of each window (padding is not
-/// counted), as in Keras.
+/// counted), as in Keras, except with [`PoolPadding::Explicit`], which divides by the whole
+/// window as PyTorch's default `count_include_pad=True` does.
 ///
 /// # Shapes
 /// `x`: `[batch, in_h, in_w, channels]` -> `y`: `[batch, out_h, out_w, channels]`.

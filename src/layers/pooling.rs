@@ -25,7 +25,7 @@ impl Window {
         json!({
             "pool_size": [self.pool_size.0, self.pool_size.1],
             "strides": [self.strides.0, self.strides.1],
-            "padding": if self.padding == PoolPadding::Same { "same" } else { "valid" },
+            "padding": self.padding.to_config(),
         })
     }
 }

@@ -85,7 +85,11 @@ fn layer_at(v: &Value, depth: usize) -> Result<Box<dyn Layer>> {
         "MaxPool2D" | "AveragePooling2D" => {
             let (ph, _) = pair(class, &c, "pool_size")?;
             let (sh, _) = pair(class, &c, "strides")?;
-            let padding = if c.get("padding").and_then(Value::as_str) == Some("same") { PoolPadding::Same } else { PoolPadding::Valid };
+            // absent: Keras' default; anything else it cannot read is an error
+            let padding = match c.get("padding") {
+                None => PoolPadding::Valid,
+                Some(v) => PoolPadding::from_config(v).map_err(|e| crate::Error::Config(format!("{class}: {e}")))?,
+            };
             if class == "MaxPool2D" {
                 Box::new(MaxPool2D::new(ph).strides(sh).padding(padding))
             } else {

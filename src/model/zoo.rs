@@ -1,7 +1,10 @@
-//! The benchmark models of design.md (identical to `shared/bench/torch_reference.py`) and a
-//! small MLP. Convolutions are 3x3 with PyTorch's symmetric padding 1 and no bias, each
-//! followed by BatchNorm.
+//! The benchmark models of design.md (identical to `shared/bench/torch_reference.py`): the
+//! CIFAR forms (`resnet20`, `resnet18_cifar`, `convnet7`: a 3x3 stem, no pooling before the
+//! stages), torchvision's ImageNet ResNets (`resnet18`, `resnet34`, `resnet50`) layer for
+//! layer, and a small MLP. Convolutions have PyTorch's symmetric padding `kernel / 2` and no
+//! bias, each followed by BatchNorm (momentum 0.9, epsilon 1e-5: PyTorch's 0.1 and 1e-5).
 
+use crate::kernels::pool::PoolPadding;
 use crate::layers::*;
 use crate::model::Sequential;
 use crate::{bail, Result};
@@ -49,8 +52,73 @@ pub fn resnet20(input: &[usize], classes: usize) -> Sequential {
 }
 
 /// ResNet-18 in its CIFAR form (3x3 stem, no max pool): about 11.2 M parameters.
-pub fn resnet18(input: &[usize], classes: usize) -> Sequential {
+pub fn resnet18_cifar(input: &[usize], classes: usize) -> Sequential {
     resnet(input, 64, &[64, 128, 256, 512], 2, classes)
+}
+
+/// torchvision's ImageNet stem: 7x7 stride-2 conv 3 -> 64 (padding 3) + BN + ReLU, then a 3x3
+/// stride-2 max pool with padding 1, so the stages start at a quarter of the input side.
+fn imagenet_stem(input: &[usize]) -> Sequential {
+    let mut m = Sequential::new(input);
+    for l in conv_bn(64, 7, 2) {
+        m.add_boxed(l);
+    }
+    m.add(ReLU::new());
+    m.add(MaxPool2D::new(3).strides(2).padding(PoolPadding::Explicit(1, 1)));
+    m
+}
+
+/// torchvision's Bottleneck (v1.5: the stride on the 3x3): 1x1 -> 3x3 -> 1x1 with 4x
+/// expansion, each + BN, ReLU between; a 1x1 projection + BN wherever the shape changes
+/// (the first block of every stage, stage 1 included since 64 -> 256 channels); then ReLU.
+fn bottleneck_block(model: &mut Sequential, in_c: usize, width: usize, stride: usize) {
+    let out_c = 4 * width;
+    let mut main = conv_bn(width, 1, 1);
+    main.push(Box::new(ReLU::new()));
+    main.extend(conv_bn(width, 3, stride));
+    main.push(Box::new(ReLU::new()));
+    main.extend(conv_bn(out_c, 1, 1));
+    let shortcut = if stride != 1 || in_c != out_c { conv_bn(out_c, 1, stride) } else { Vec::new() };
+    model.add(Residual::new(main, shortcut));
+    model.add(ReLU::new());
+}
+
+/// An ImageNet ResNet: the stem, four stages over 64, 128, 256, 512 (times 4 for bottleneck
+/// blocks) with stride 2 at the start of stages 2-4, global average pool, dense with bias.
+fn resnet_imagenet(input: &[usize], blocks: [usize; 4], bottleneck: bool, classes: usize) -> Sequential {
+    let mut m = imagenet_stem(input);
+    let mut c = 64;
+    for (s, (&n, filters)) in blocks.iter().zip([64, 128, 256, 512]).enumerate() {
+        for b in 0..n {
+            let stride = if s > 0 && b == 0 { 2 } else { 1 };
+            if bottleneck {
+                bottleneck_block(&mut m, c, filters, stride);
+                c = 4 * filters;
+            } else {
+                basic_block(&mut m, c, filters, stride);
+                c = filters;
+            }
+        }
+    }
+    m.add(GlobalAveragePooling2D::new());
+    m.add(Dense::new(classes));
+    m
+}
+
+/// torchvision's `resnet18`: basic blocks [2, 2, 2, 2]; 11,689,512 parameters at 1000 classes.
+pub fn resnet18(input: &[usize], classes: usize) -> Sequential {
+    resnet_imagenet(input, [2, 2, 2, 2], false, classes)
+}
+
+/// torchvision's `resnet34`: basic blocks [3, 4, 6, 3]; 21,797,672 parameters at 1000 classes.
+pub fn resnet34(input: &[usize], classes: usize) -> Sequential {
+    resnet_imagenet(input, [3, 4, 6, 3], false, classes)
+}
+
+/// torchvision's `resnet50`: bottleneck blocks [3, 4, 6, 3]; 25,557,032 parameters at 1000
+/// classes.
+pub fn resnet50(input: &[usize], classes: usize) -> Sequential {
+    resnet_imagenet(input, [3, 4, 6, 3], true, classes)
 }
 
 /// Seven layers: two conv pairs with max pooling, one more conv, pooling, two dense.
@@ -84,13 +152,33 @@ pub fn mlp(input: &[usize], classes: usize) -> Sequential {
     m
 }
 
-pub const MODELS: &[&str] = &["resnet20", "resnet18", "convnet7", "mlp"];
+pub const MODELS: &[&str] = &["resnet20", "resnet18_cifar", "convnet7", "resnet18", "resnet34", "resnet50", "mlp"];
+
+/// The models built for 32 px images: a 3x3 stride-1 stem and no pooling before the stages.
+pub const CIFAR_FORMS: &[&str] = &["resnet20", "resnet18_cifar", "convnet7"];
+
+/// A one-line warning when a CIFAR form is given images above 64 px, `None` otherwise: its
+/// 3x3 stride-1 stem without pooling keeps the full side through the first stage where the
+/// ImageNet form's stride-2 conv and stride-2 pool divide it by 4, so every activation (and
+/// the memory and FLOPs with it) is 16x the ImageNet form's at the same size, and 49x the
+/// model's own at the 32 px it was built for when the images are 224 px.
+pub fn cifar_form_warning(name: &str, image_size: usize) -> Option<String> {
+    (CIFAR_FORMS.contains(&name) && image_size > 64).then(|| {
+        format!(
+            "warning: {name} is a CIFAR form (3x3 stem, no pooling): at {image_size} px its activations are 16x those of the ImageNet form (stride-2 stem and pool) and {:.0}x its own at 32 px; resnet18, resnet34 and resnet50 are built for this size",
+            (image_size as f64 / 32.0).powi(2)
+        )
+    })
+}
 
 pub fn by_name(name: &str, input: &[usize], classes: usize) -> Result<Sequential> {
     Ok(match name {
         "resnet20" => resnet20(input, classes),
-        "resnet18" => resnet18(input, classes),
+        "resnet18_cifar" => resnet18_cifar(input, classes),
         "convnet7" => convnet7(input, classes),
+        "resnet18" => resnet18(input, classes),
+        "resnet34" => resnet34(input, classes),
+        "resnet50" => resnet50(input, classes),
         "mlp" => mlp(input, classes),
         other => bail!(Config, "unknown model `{other}` (expected one of {})", MODELS.join(", ")),
     })

@@ -347,7 +347,7 @@ impl BucketIo {
     /// Sums slice `part` of `parts` (256-byte aligned) over the mapped readbacks into `acc`
     /// (the caller's scratch, kept across buckets) and writes it into every mapped staging
     /// slot. A slice above 1 MB is cut in 1 MB chunks
-    /// for the rayon pool (the 8 MB buckets of resnet18); smaller ones stay on the calling
+    /// for the rayon pool (the 8 MB buckets of resnet18_cifar); smaller ones stay on the calling
     /// thread, as waking the pool costs more than it saves. `CONVOY_SUM_CHUNK` overrides the
     /// chunk (a tuning hook).
     fn sum_slice(&self, part: usize, parts: usize, acc: &mut Vec<f32>) -> Result<()> {

@@ -287,15 +287,16 @@ fn reduce_takes_every_path() {
 const FOLD: usize = 65_535 * 256;
 
 /// A random pooling geometry: odd and even maps, square and oblong windows from 1 to 4,
-/// strides below, at and above the window (inputs no window covers) or the default, both
-/// paddings.
+/// strides below, at and above the window (inputs no window covers) or the default, the
+/// three paddings (explicit ones from 0 to half the window on each axis, PyTorch's limit).
 fn random_pool(r: &mut StdRng) -> Pool2dGeometry {
     loop {
         let shape = [pick(r, &[1, 2, 3]), r.random_range(1..12), r.random_range(1..12), pick(r, &[1, 3, 4, 5, 17])];
         let size = [r.random_range(1..5), r.random_range(1..5)];
         let strides = if r.random_bool(0.25) { None } else { Some([r.random_range(1..4), r.random_range(1..4)]) };
-        // "valid" refuses a window larger than the map: draw again.
-        if let Ok(g) = Pool2dGeometry::new(&shape, size, strides, pick(r, &[PoolPadding::Valid, PoolPadding::Same])) {
+        let explicit = PoolPadding::Explicit(r.random_range(0..=size[0] / 2), r.random_range(0..=size[1] / 2));
+        // "valid" and explicit padding refuse a window larger than the (padded) map: draw again.
+        if let Ok(g) = Pool2dGeometry::new(&shape, size, strides, pick(r, &[PoolPadding::Valid, PoolPadding::Same, explicit])) {
             return g;
         }
     }

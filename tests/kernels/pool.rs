@@ -1,6 +1,8 @@
 //! Max, average and global average pooling against f64 references written here: windows are
-//! placed as TensorFlow's `padding="valid"|"same"` places them, padded positions take no part
-//! (Keras semantics), and max-pool ties go to the first maximum in row-major window order.
+//! placed as TensorFlow's `padding="valid"|"same"` or PyTorch's `padding=(h, w)` places them,
+//! padded positions never win a max, average pooling divides by the window's input positions
+//! (Keras) or, with explicit padding, by the whole window (PyTorch's `count_include_pad`), and
+//! max-pool ties go to the first maximum in row-major window order.
 
 use convoy::kernels::pool::{self, Pool2dGeometry, PoolPadding};
 use convoy::{DType, Tensor};
@@ -48,12 +50,13 @@ pub(crate) fn max_pool_ref(g: &Pool2dGeometry, x: &[f32], dy: &[f32]) -> (Vec<f6
     (y, arg, dx)
 }
 
-/// (y, dx) of average pooling over the input elements of each window.
+/// (y, dx) of average pooling over the input elements of each window, divided by the whole
+/// window with explicit padding.
 pub(crate) fn avg_pool_ref(g: &Pool2dGeometry, x: &[f32], dy: &[f32]) -> (Vec<f64>, Vec<f64>) {
     let (mut y, mut dx) = (vec![], vec![0.0; x.len()]);
     for (i, b, oh, ow, c) in outputs(g) {
         let (rows, cols) = window(g, oh, ow);
-        let count = (rows.len() * cols.len()) as f64;
+        let count = if g.count_padding { (g.pool_h * g.pool_w) as f64 } else { (rows.len() * cols.len()) as f64 };
         let mut s = 0.0;
         for h in rows {
             for w in cols.clone() {
@@ -84,7 +87,7 @@ fn geometries() -> Vec<Pool2dGeometry> {
     let mut out = vec![];
     for (batch, h, w, channels) in [(1, 5, 7, 1), (3, 9, 9, 3), (1, 9, 9, 5), (3, 5, 7, 17)] {
         for (pool, stride) in [(2, 2), (3, 2)] {
-            for padding in [PoolPadding::Valid, PoolPadding::Same] {
+            for padding in [PoolPadding::Valid, PoolPadding::Same, PoolPadding::Explicit(1, 1), PoolPadding::Explicit(1, 0)] {
                 out.push(Pool2dGeometry::new(&[batch, h, w, channels], [pool, pool], Some([stride, stride]), padding).unwrap());
             }
         }
@@ -103,6 +106,11 @@ fn geometry_matches_keras() {
         ([5, 7], 3, 2, PoolPadding::Same, [3, 4, 1, 1]),
         ([8, 8], 3, 2, PoolPadding::Same, [4, 4, 0, 0]),
         ([3, 3], 3, 3, PoolPadding::Valid, [1, 1, 0, 0]),
+        // PyTorch: (in + 2 * pad - pool) / stride + 1; the ResNet stem's pool at 112 and 7 px
+        ([112, 112], 3, 2, PoolPadding::Explicit(1, 1), [56, 56, 1, 1]),
+        ([7, 7], 3, 2, PoolPadding::Explicit(1, 1), [4, 4, 1, 1]),
+        ([5, 7], 4, 2, PoolPadding::Explicit(2, 1), [3, 3, 2, 1]),
+        ([1, 1], 2, 2, PoolPadding::Explicit(1, 1), [1, 1, 1, 1]),
     ];
     for (hw, pool, stride, padding, want) in cases {
         let g = Pool2dGeometry::new(&[2, hw[0], hw[1], 3], [pool, pool], Some([stride, stride]), padding).unwrap();
@@ -111,6 +119,13 @@ fn geometry_matches_keras() {
     let g = Pool2dGeometry::new(&[1, 6, 6, 1], [2, 3], None, "valid".parse().unwrap()).unwrap();
     assert_eq!((g.stride_h, g.stride_w, g.out_h, g.out_w), (2, 3, 3, 2), "strides default to pool_size");
     assert!("SAME".parse::<PoolPadding>().is_err());
+    for padding in [PoolPadding::Valid, PoolPadding::Same, PoolPadding::Explicit(1, 2)] {
+        assert_eq!(PoolPadding::from_config(&padding.to_config()).unwrap(), padding, "config round trip");
+    }
+    for bad in [serde_json::json!([1]), serde_json::json!([1, -1]), serde_json::json!("Same"), serde_json::json!([1, 1 << 20])] {
+        let e = PoolPadding::from_config(&bad).unwrap_err().to_string();
+        assert!(e.contains(&bad.to_string().replace('"', "")) || e.contains("1048576"), "message names {bad}: {e}");
+    }
 }
 
 #[test]
@@ -198,6 +213,12 @@ fn bad_shapes_are_errors() {
     assert!(Pool2dGeometry::new(&[1, 2, 5, 3], [3, 3], None, PoolPadding::Valid).is_err(), "input smaller than the pool");
     assert!(Pool2dGeometry::new(&[1, 5, 5], [2, 2], None, PoolPadding::Valid).is_err(), "3-d input");
     assert!(Pool2dGeometry::new(&[1, 5, 5, 3], [2, 0], None, PoolPadding::Same).is_err(), "zero pool");
+    // PyTorch refuses a pad above half the pool, and so does convoy
+    for (pool, pad) in [([3, 3], (2, 1)), ([3, 3], (3, 1)), ([3, 2], (1, 2)), ([1, 1], (1, 0)), ([4, 5], (3, 0))] {
+        let e = Pool2dGeometry::new(&[1, 9, 9, 3], pool, None, PoolPadding::Explicit(pad.0, pad.1)).unwrap_err().to_string();
+        assert!(e.contains(&format!("[{}, {}]", pad.0, pad.1)) && e.contains(&format!("{pool:?}")), "message names the padding and the pool: {e}");
+    }
+    assert!(Pool2dGeometry::new(&[1, 1, 1, 3], [3, 3], Some([2, 2]), PoolPadding::Explicit(0, 1)).is_err(), "1 row + 0 padding below a 3-row pool");
     let g = Pool2dGeometry::new(&[1, 5, 7, 3], [2, 2], None, PoolPadding::Same).unwrap();
     let x = d.zeros(&g.input_shape()).unwrap();
     let y = d.zeros(&g.output_shape()).unwrap();
