@@ -384,6 +384,11 @@ fn mutated_model_files_end_in_ok_or_one_error_line() {
             assert!(line.contains(field), "architecture{pointer} = {value}: `{line}` does not name {field}");
         }
     }
+    // A negative position was read as 0 (resuming restarted the schedule).
+    for key in ["step", "epoch"] {
+        let (name, o) = outcomes.iter().find(|(n, _)| n == &format!("training/{key} = -1")).unwrap();
+        assert!(matches!(o, Outcome::Error(l) if l.contains(&format!("training state {key} -1 is not a non-negative integer"))), "{name}: {o:?}");
+    }
     eprintln!("{count} model mutants in {:.1} s", started.elapsed().as_secs_f64());
 }
 
