@@ -287,7 +287,7 @@ fn valid_model(path: &Path) -> Sequential {
 /// A safetensors file from its header (JSON) and data section.
 fn safetensors_file(header: &Value, data: &[u8]) -> Vec<u8> {
     let mut h = header.to_string().into_bytes();
-    while h.len() % 8 != 0 {
+    while !h.len().is_multiple_of(8) {
         h.push(b' ');
     }
     let mut out = (h.len() as u64).to_le_bytes().to_vec();
