@@ -287,7 +287,7 @@ fn valid_model(path: &Path) -> Sequential {
 /// A safetensors file from its header (JSON) and data section.
 fn safetensors_file(header: &Value, data: &[u8]) -> Vec<u8> {
     let mut h = header.to_string().into_bytes();
-    while h.len() % 8 != 0 {
+    while !h.len().is_multiple_of(8) {
         h.push(b' ');
     }
     let mut out = (h.len() as u64).to_le_bytes().to_vec();
@@ -383,6 +383,11 @@ fn mutated_model_files_end_in_ok_or_one_error_line() {
             let Outcome::Error(line) = &outcomes[i].1 else { panic!("architecture{pointer} = {value} loaded") };
             assert!(line.contains(field), "architecture{pointer} = {value}: `{line}` does not name {field}");
         }
+    }
+    // A negative position was read as 0 (resuming restarted the schedule).
+    for key in ["step", "epoch"] {
+        let (name, o) = outcomes.iter().find(|(n, _)| n == &format!("training/{key} = -1")).unwrap();
+        assert!(matches!(o, Outcome::Error(l) if l.contains(&format!("training state {key} -1 is not a non-negative integer"))), "{name}: {o:?}");
     }
     eprintln!("{count} model mutants in {:.1} s", started.elapsed().as_secs_f64());
 }
