@@ -251,3 +251,11 @@ fn check_holds_a_model_against_the_f64_reference_on_two_replicas() {
     let out = convoy(&["check", "--model", "resnet20", "--devices", "software", "--batch-size", "1", "--image-size", "8"]);
     fails_with(&out, &["only 4 rows", "residual_6"]);
 }
+
+#[test]
+fn a_batch_past_the_binding_limit_names_the_largest_that_fits() {
+    // ResNet-20's first stage at 32 px holds 32 * 32 * 16 floats a sample (64 KiB); the
+    // software adapter's bindings stop at 128 MiB: 2,048 samples fit, 2,049 do not.
+    let out = convoy(&["bench", "--model", "resnet20", "--devices", "software", "--batch-size", "2049", "--steps", "1", "--no-scaling"]);
+    fails_with(&out, &["largest per-device batch that fits is 2048", "[2049, 32, 32, 16]"]);
+}

@@ -68,6 +68,7 @@ impl Plan {
     /// loss gradient: one over the global batch, so summing replicas' gradients averages.
     /// With `keep_records`, the forward's tensors stay readable after each step ([`Plan::records`]).
     pub fn build(def: &Definition, device: &Arc<Device>, shared: &Shared, batch: usize, training: bool, scale: f32, keep_records: bool) -> Result<Plan> {
+        check_bindings(def, device, batch)?;
         let [h, w, c] = [def.input_shape[0], def.input_shape[1], def.input_shape[2]];
         let images = device.alloc(&[batch, h, w, c], DType::U8)?;
         let labels = device.alloc(&[batch], DType::U32)?;
@@ -145,6 +146,33 @@ impl Plan {
         encoder.copy_buffer_to_buffer(self.loss.buffer(), self.loss.offset(), rb, 0, n);
         encoder.copy_buffer_to_buffer(self.rank.buffer(), self.rank.offset(), rb, n, n);
     }
+}
+
+/// Refuses a batch whose largest activation (the normalised input or a layer's output,
+/// `[batch, ..]` f32) would not fit one storage binding of `device`, naming the layer and the
+/// largest per-device batch that fits, before anything is allocated for the step.
+fn check_bindings(def: &Definition, device: &Device, batch: usize) -> Result<()> {
+    let max = device.limits().max_storage_buffer_binding_size;
+    let input = ("the normalised input".to_string(), &def.input_shape);
+    let outputs = def.layout.layer_names.iter().map(|n| format!("layer {n}")).zip(&def.layout.shapes);
+    let Some((name, shape, per_sample)) = std::iter::once(input)
+        .chain(outputs)
+        .map(|(name, shape)| (name, shape, 4 * shape.iter().map(|&d| d as u64).product::<u64>()))
+        .max_by_key(|(_, _, bytes)| *bytes)
+    else {
+        return Ok(());
+    };
+    if per_sample.saturating_mul(batch as u64) > max {
+        let fits = max / per_sample.max(1);
+        crate::bail!(
+            Shape,
+            "a batch of {batch} per device needs {} bytes for {name}'s output [{batch}, {}], more than {}'s largest storage binding ({max} bytes): the largest per-device batch that fits is {fits}",
+            per_sample.saturating_mul(batch as u64),
+            shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "),
+            device.name()
+        );
+    }
+    Ok(())
 }
 
 fn weights<'a>(def: &Definition, shared: &'a Shared, layer: usize) -> Weights<'a> {
