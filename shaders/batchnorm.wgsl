@@ -116,22 +116,7 @@ fn fold_sums(t: Tile, lid: u32) {
     }
 }
 
-// NaN tests on the bits, and a ReLU that keeps NaN: `max(x, 0.0)` becomes SPIR-V FMax,
-// whose result for a NaN operand the implementation chooses (lavapipe returns 0, so a
-// diverged batch would look finite), and `x != x` may be folded away under finite-math
-// assumptions; integer compares of the bits cannot be.
-fn is_nan(x: f32) -> bool {
-    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
-}
-fn is_nan4(x: vec4<f32>) -> vec4<bool> {
-    return (bitcast<vec4<u32>>(x) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u);
-}
-fn relu(x: f32) -> f32 {
-    return select(0.0, x, x > 0.0 || is_nan(x));
-}
-fn relu4(x: vec4<f32>) -> vec4<f32> {
-    return select(vec4<f32>(0.0), x, (x > vec4<f32>(0.0)) | is_nan4(x));
-}
+// is_nan, relu and relu_grad (and their vec4 forms) come from lib/relu.wgsl.
 
 fn linear_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.x + wid.y * nwg.x) * WG + lid;
@@ -285,7 +270,7 @@ fn normalize_infer4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
 // that output is NaN, as in elementwise.wgsl's relu_backward.
 fn grad(i: u32) -> f32 {
     if (p.relu == 0u) { return dy[i]; }
-    return select(select(0.0, dy[i], y[i] > 0.0), y[i], is_nan(y[i]));
+    return relu_grad(dy[i], y[i]);
 }
 
 // Backward pass 1: per (chunk, column) Σ dy and Σ dy * (x - mean) into the two planes of
@@ -371,7 +356,7 @@ fn backward_dx4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     let x_hat = (x4[i] - saved4(c)) * inv_std;
     var g = dy4[i];
     if (p.relu != 0u) {
-        g = select(select(vec4<f32>(0.0), g, y4[i] > vec4<f32>(0.0)), y4[i], is_nan4(y4[i]));
+        g = relu_grad4(g, y4[i]);
     }
     let dbeta4 = vec4<f32>(dbeta_in[c], dbeta_in[c + 1u], dbeta_in[c + 2u], dbeta_in[c + 3u]);
     let dgamma4 = vec4<f32>(dgamma_in[c], dgamma_in[c + 1u], dgamma_in[c + 2u], dgamma_in[c + 3u]);

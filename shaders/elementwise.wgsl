@@ -31,23 +31,7 @@ fn index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.x + wid.y * nwg.x) * WG + lid;
 }
 
-// NaN tests on the bits. `max(x, 0.0)` becomes SPIR-V FMax, whose result for a NaN operand
-// the implementation chooses (lavapipe returns 0: a diverged network would look finite),
-// and `x != x` may be folded to false where the compiler assumes finite math (WGSL allows
-// it); integer compares of the bits cannot be.
-fn is_nan(x: f32) -> bool {
-    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
-}
-fn is_nan4(x: vec4<f32>) -> vec4<bool> {
-    return (bitcast<vec4<u32>>(x) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u);
-}
-// ReLU that keeps NaN: x where x > 0 or x is NaN, else 0.
-fn relu(x: f32) -> f32 {
-    return select(0.0, x, x > 0.0 || is_nan(x));
-}
-fn relu4(x: vec4<f32>) -> vec4<f32> {
-    return select(vec4<f32>(0.0), x, (x > vec4<f32>(0.0)) | is_nan4(x));
-}
+// is_nan, relu and relu_grad (and their vec4 forms) come from lib/relu.wgsl.
 
 // out = max(a, 0), NaN kept
 @compute @workgroup_size(WG)
@@ -65,7 +49,7 @@ fn relu_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
                  @builtin(local_invocation_index) lid: u32) {
     let i = index(wid, nwg, lid);
     if (i >= p.n) { return; }
-    out[i] = select(select(0.0, a[i], b[i] > 0.0), b[i], is_nan(b[i]));
+    out[i] = relu_grad(a[i], b[i]);
 }
 
 // out = a + b (the residual join).
@@ -91,7 +75,7 @@ fn relu_backward4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
                   @builtin(local_invocation_index) lid: u32) {
     let i = index(wid, nwg, lid);
     if (i >= p.n) { return; }
-    out4[i] = select(select(vec4<f32>(0.0), a4[i], b4[i] > vec4<f32>(0.0)), b4[i], is_nan4(b4[i]));
+    out4[i] = relu_grad4(a4[i], b4[i]);
 }
 
 @compute @workgroup_size(WG)

@@ -108,11 +108,7 @@ fn input_position(i: u32) -> vec4<u32> {
     return vec4<u32>(r / p.in_h, r % p.in_h, w, c);
 }
 
-// NaN on the bits: `x != x` may be folded to false under the finite-math assumptions WGSL
-// permits, integer compares cannot be.
-fn is_nan(x: f32) -> bool {
-    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
-}
+// is_nan comes from lib/relu.wgsl.
 
 @compute @workgroup_size(WG)
 fn max_pool_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

@@ -40,12 +40,18 @@ macro_rules! shader {
     ($ident:ident, $file:literal) => {
         pub const $ident: Shader = Shader { name: $file, source: include_str!(concat!("../../shaders/", $file)) };
     };
+    // A file that uses the ReLU and NaN helpers of shaders/lib/relu.wgsl, prepended (WGSL
+    // has no includes).
+    ($ident:ident, $file:literal, relu) => {
+        pub const $ident: Shader =
+            Shader { name: $file, source: concat!(include_str!("../../shaders/lib/relu.wgsl"), include_str!(concat!("../../shaders/", $file))) };
+    };
 }
-shader!(ELEMENTWISE, "elementwise.wgsl");
+shader!(ELEMENTWISE, "elementwise.wgsl", relu);
 shader!(CONV2D, "conv2d.wgsl");
 shader!(REDUCE, "reduce.wgsl");
-shader!(BATCHNORM, "batchnorm.wgsl");
-shader!(POOL, "pool.wgsl");
+shader!(BATCHNORM, "batchnorm.wgsl", relu);
+shader!(POOL, "pool.wgsl", relu);
 shader!(LOSS, "loss.wgsl");
 shader!(IMAGE, "image.wgsl");
 shader!(OPTIMIZER, "optimizer.wgsl");
