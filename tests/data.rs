@@ -605,3 +605,33 @@ fn from_spec_forms_and_errors() {
     }
     assert!(from_spec("synthetic", Some(0), 0).is_err());
 }
+
+#[test]
+fn an_image_removed_or_corrupted_during_an_epoch_names_the_file() {
+    use convoy::model::{zoo, CompileOptions, FitOptions, Loss, Metric};
+    // The folder is listed when opened; files that change afterwards are met mid-epoch.
+    let tmp = TempDir::new("folder-vanish");
+    write_folder(tmp.path(), &["ant", "bee", "cat"]);
+    let (train, _) = ImageFolder::open_splits(tmp.path(), 6).unwrap();
+    let train: std::sync::Arc<dyn Dataset> = std::sync::Arc::new(train);
+    let mut out = vec![0u8; 6 * 6 * 3];
+    std::fs::remove_file(tmp.path().join("train/ant/a.png")).unwrap();
+    std::fs::write(tmp.path().join("train/bee/x.png"), b"\x89PNG\r\n\x1a\n truncated").unwrap();
+    let (_, text) = err_text(train.load(0, &mut out));
+    assert!(text.contains("a.png"), "{text}");
+    let (_, text) = err_text(train.load(2, &mut out));
+    assert!(text.contains("x.png"), "{text}");
+    // Training over it stops with the file named, not a panic or a silently skipped image.
+    let mut m = zoo::mlp(&[6, 6, 3], 3);
+    m.compile(CompileOptions {
+        optimizer: convoy::optim::Optimizer::sgd(0.1),
+        loss: Loss::SparseCategoricalCrossentropy,
+        metrics: vec![Metric::Accuracy],
+        devices: convoy::device::open("software").unwrap(),
+        seed: 0,
+        max_batch: 4,
+    })
+    .unwrap();
+    let e = m.fit(train, FitOptions { epochs: 1, batch_size: 4, shuffle: false, verbose: 0, ..Default::default() }).unwrap_err().to_string();
+    assert!(e.contains("a.png") || e.contains("x.png"), "{e}");
+}
