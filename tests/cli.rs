@@ -1,39 +1,10 @@
 //! The `convoy` command line: its JSON contract and its handling of bad input (one line
 //! naming the cause and the file, a non-zero exit, no panic, nothing half-written).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 
-fn convoy(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_convoy")).args(args).env("XDG_RUNTIME_DIR", std::env::temp_dir()).output().unwrap()
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("convoy-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// The last line of standard output, parsed as JSON.
-fn json(out: &Output) -> serde_json::Value {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let last = stdout.lines().last().unwrap_or_else(|| panic!("no output; stderr: {}", String::from_utf8_lossy(&out.stderr)));
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("last line is not JSON ({e}): {last}"))
-}
-
-/// Asserts a clean failure: non-zero exit, no panic, and an `error:` line containing each
-/// of `needles`.
-#[track_caller]
-fn fails_with(out: &Output, needles: &[&str]) {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "expected failure; stderr: {stderr}");
-    assert!(!stderr.contains("panicked"), "panicked: {stderr}");
-    let line = stderr.lines().find(|l| l.starts_with("error:")).unwrap_or_else(|| panic!("no error line: {stderr}"));
-    for n in needles {
-        assert!(line.contains(n), "`{line}` does not mention `{n}`");
-    }
-}
+mod common;
+use common::{convoy, fails_with, json, tmp};
 
 const TINY: &[&str] = &["--data", "synthetic:300,60", "--image-size", "8", "--model", "mlp", "--batch-size", "32"];
 

@@ -2,28 +2,14 @@
 //! file is removed by the next save in that directory, and `convoy train --checkpoint-dir`
 //! killed with SIGKILL at random moments always leaves a checkpoint that loads and resumes.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use convoy::model::write_atomic;
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("convoy-faults-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// The `convoy` binary; `CONVOY_BIN` names another build of it (where several checkouts
-/// share one target directory, `CARGO_BIN_EXE_convoy` is whichever was linked last).
-fn convoy_exe() -> PathBuf {
-    std::env::var_os("CONVOY_BIN").map(PathBuf::from).unwrap_or_else(|| env!("CARGO_BIN_EXE_convoy").into())
-}
-
-fn convoy(args: &[&str]) -> Output {
-    Command::new(convoy_exe()).args(args).env("XDG_RUNTIME_DIR", std::env::temp_dir()).output().unwrap()
-}
+mod common;
+use common::{convoy, convoy_exe, tmp};
 
 fn temporaries(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.contains(".tmp-")).collect()

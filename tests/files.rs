@@ -34,12 +34,8 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// width the reader takes).
 const SIZES: [&str; 5] = ["0", "-1", "2147483648", "4611686018427387904", "1e30"];
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("convoy-files-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+mod common;
+use common::{convoy, fails_with, tmp};
 
 /// SplitMix64: the mutations are the same on every run.
 struct Rng(u64);
@@ -499,29 +495,6 @@ fn mutated_cifar_files_end_in_ok_or_one_error_line() {
 
 // ---------------------------------------------------------------- the aborts of issue 19
 
-/// The `convoy` binary; `CONVOY_BIN` names another build of it (where several checkouts
-/// share one target directory, `CARGO_BIN_EXE_convoy` is whichever was linked last).
-fn convoy_exe() -> PathBuf {
-    std::env::var_os("CONVOY_BIN").map(PathBuf::from).unwrap_or_else(|| env!("CARGO_BIN_EXE_convoy").into())
-}
-
-fn convoy(args: &[&str]) -> std::process::Output {
-    Command::new(convoy_exe()).args(args).env("XDG_RUNTIME_DIR", std::env::temp_dir()).output().unwrap()
-}
-
-/// Asserts a clean failure: exit 1, no panic or abort, and one `error:` line naming each
-/// of `needles`.
-#[track_caller]
-fn fails_with(out: &std::process::Output, needles: &[&str]) {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
-    assert!(!stderr.contains("panicked") && !stderr.contains("memory allocation of"), "{stderr}");
-    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
-    assert_eq!(errors.len(), 1, "{stderr}");
-    for n in needles {
-        assert!(errors[0].contains(n), "`{}` does not mention `{n}`", errors[0]);
-    }
-}
 
 /// `path`'s model with `edit` applied to its architecture, written to `out`.
 fn edit_architecture(path: &Path, out: &Path, edit: impl Fn(&mut Value)) {

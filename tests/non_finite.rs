@@ -3,8 +3,7 @@
 //! existing `--save` file and checkpoint alone; a model with NaN weights evaluates to a NaN
 //! loss with a warning naming the tensor. On the software adapter.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 use std::sync::Arc;
 
 use convoy::data::{synthetic_split, Dataset};
@@ -16,23 +15,8 @@ use convoy::optim::Optimizer;
 /// loss diverged.
 const ABOVE_CHANCE: f64 = 0.3;
 
-fn convoy(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_convoy")).args(args).env("XDG_RUNTIME_DIR", std::env::temp_dir()).output().unwrap()
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("convoy-nan-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// The last line of standard output, parsed as JSON.
-fn json(out: &Output) -> serde_json::Value {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let last = stdout.lines().last().unwrap_or_else(|| panic!("no output; stderr: {}", String::from_utf8_lossy(&out.stderr)));
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("last line is not JSON ({e}): {last}"))
-}
+mod common;
+use common::{convoy, json, tmp};
 
 fn data() -> (Arc<dyn Dataset>, Arc<dyn Dataset>) {
     let (t, v) = synthetic_split(300, 60, 8, 5).unwrap();
