@@ -46,7 +46,7 @@ pub fn apply(opt: &Optimizer, step: u64, lr: f64, layout: &Layout, params: &mut 
             bail!(Shape, "gradient of `{}` has {} values, the parameter {}", e.name, g.len(), e.spec.len());
         }
         let wd = if e.spec.decay { wd_all } else { 0.0 };
-        let range = e.offset..e.offset + e.spec.len();
+        let range = e.range();
         let p = &mut params[range.clone()];
         match *opt {
             Optimizer::Sgd { momentum, nesterov, .. } => {

@@ -176,7 +176,19 @@ pub fn check(model: &mut Sequential, batches: &[(Vec<u8>, Vec<u32>)]) -> Result<
 
 /// [`check`], with `edit` applied to each replica's decisions before the reference takes
 /// them: the tests of the check itself feed it a wrong mask and see it fail.
-fn check_edited(model: &mut Sequential, batches: &[(Vec<u8>, Vec<u32>)], mut edit: impl FnMut(&mut [Decision])) -> Result<Report> {
+fn check_edited(model: &mut Sequential, batches: &[(Vec<u8>, Vec<u32>)], edit: impl FnMut(&mut [Decision])) -> Result<Report> {
+    let report = check_steps(model, batches, edit);
+    // Plans built from here on leave their activations to the pool again, whether the
+    // check finished or stopped at an error.
+    if let Ok(c) = model.compiled() {
+        for r in &mut c.replicas.replicas {
+            r.keep_records(false);
+        }
+    }
+    report
+}
+
+fn check_steps(model: &mut Sequential, batches: &[(Vec<u8>, Vec<u32>)], mut edit: impl FnMut(&mut [Decision])) -> Result<Report> {
     let net = Net::from_definition(model.definition())?;
     let layout: Layout = model.definition().layout.clone();
     let sample: usize = model.input_shape().iter().product();
@@ -213,7 +225,7 @@ fn check_edited(model: &mut Sequential, batches: &[(Vec<u8>, Vec<u32>)], mut edi
         // The reference, one replica's share at a time, with that replica's decisions.
         let scale = 1.0 / n as f32;
         let mut grads: Vec<Vec<f64>> = layout.params.iter().map(|e| vec![0.0; e.spec.len()]).collect();
-        let mut states_sum: Vec<Vec<f64>> = vec![Vec::new(); layout.states.len()];
+        let mut states_sum: Vec<Vec<f64>> = layout.states.iter().map(|e| vec![0.0; e.spec.len()]).collect();
         let mut losses = Vec::with_capacity(n);
         let (device_grads, replicas) = {
             let c = model.compiled()?;
@@ -222,7 +234,7 @@ fn check_edited(model: &mut Sequential, batches: &[(Vec<u8>, Vec<u32>)], mut edi
             for (r, &count) in reps.iter().zip(&shares) {
                 let st = if count == 0 {
                     // An idle replica keeps its statistics; convoy averages them in too.
-                    layout.states.iter().map(|e| f64s(&s0[e.offset..e.offset + e.spec.len()])).collect()
+                    layout.states.iter().map(|e| f64s(&s0[e.range()])).collect()
                 } else {
                     let records = r.records(count, scale).ok_or_else(|| crate::Error::Config(format!("replica {} kept no records of its step", r.device.ordinal)))?;
                     let mut dec = decisions(&r.device, &net, records)?;
@@ -240,11 +252,7 @@ fn check_edited(model: &mut Sequential, batches: &[(Vec<u8>, Vec<u32>)], mut edi
                     s.states
                 };
                 for (acc, s) in states_sum.iter_mut().zip(st) {
-                    if acc.is_empty() {
-                        *acc = s;
-                    } else {
-                        acc.iter_mut().zip(s).for_each(|(a, b)| *a += b);
-                    }
+                    acc.iter_mut().zip(s).for_each(|(a, b)| *a += b);
                 }
                 lo += count;
             }
@@ -261,7 +269,7 @@ fn check_edited(model: &mut Sequential, batches: &[(Vec<u8>, Vec<u32>)], mut edi
             largest[e.layer] = want.iter().fold(largest[e.layer], |m, g| m.max(g.abs()));
         }
         for (e, want) in layout.params.iter().zip(&grads) {
-            let got = &device_grads[e.offset..e.offset + e.spec.len()];
+            let got = &device_grads[e.range()];
             report.grad.take(rel_err_floored(got, want, GRAD_FLOOR * largest[e.layer]), || at(&e.name));
         }
         report.loss.take(rel_err(&device_losses, &losses), || at("loss"));
@@ -270,12 +278,12 @@ fn check_edited(model: &mut Sequential, batches: &[(Vec<u8>, Vec<u32>)], mut edi
         // the bound above, and Adam's update divides by it (a gradient near zero with a
         // relative error of 1e-6 may still turn its update around).
         let mut params = f64s(&p0);
-        let entry_grads: Vec<Vec<f64>> = layout.params.iter().map(|e| f64s(&device_grads[e.offset..e.offset + e.spec.len()])).collect();
+        let entry_grads: Vec<Vec<f64>> = layout.params.iter().map(|e| f64s(&device_grads[e.range()])).collect();
         let mut opt_state: Vec<Vec<f64>> = o0.iter().map(|s| f64s(s)).collect();
         ref_optimizer::apply(&optimizer, t, lr as f64, &layout, &mut params, &entry_grads, &mut opt_state)?;
         let (p1, s1, o1) = model.get_weights()?;
         for e in &layout.params {
-            let r = e.offset..e.offset + e.spec.len();
+            let r = e.range();
             report.update.take(update_err(&p1[r.clone()], &p0[r.clone()], &params[r.clone()]), || at(&e.name));
             for (k, (got, want)) in o1.iter().zip(&opt_state).enumerate() {
                 report.optimizer_state.take(rel_err(&got[r.clone()], &want[r.clone()]), || at(&format!("{} (optimizer state {k})", e.name)));
@@ -290,14 +298,10 @@ fn check_edited(model: &mut Sequential, batches: &[(Vec<u8>, Vec<u32>)], mut edi
                 ("moving_mean", Some(next), Some(var)) if next.spec.name == "moving_variance" => GRAD_FLOOR * var.iter().fold(0.0f64, |m, v| m.max(*v)).sqrt(),
                 _ => 0.0,
             };
-            report.moving_stats.take(rel_err_floored(&s1[e.offset..e.offset + e.spec.len()], want, floor), || at(&e.name));
+            report.moving_stats.take(rel_err_floored(&s1[e.range()], want, floor), || at(&e.name));
         }
         report.steps += 1;
         report.shares = shares;
-    }
-    let c = model.compiled()?;
-    for r in &mut c.replicas.replicas {
-        r.keep_records(false);
     }
     Ok(report.finish())
 }

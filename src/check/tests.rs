@@ -35,7 +35,7 @@ fn weights(layout: &Layout, seed: u64) -> (Vec<f64>, Vec<f64>) {
     let (p, s) = layout.initial_values(seed);
     let mut p: Vec<f64> = p.into_iter().map(f64::from).collect();
     for e in &layout.params {
-        let v = &mut p[e.offset..e.offset + e.spec.len()];
+        let v = &mut p[e.range()];
         match e.spec.name {
             "gamma" => v.iter_mut().for_each(|x| *x = rng.random_range(0.6..1.4)),
             "beta" | "bias" => v.iter_mut().for_each(|x| *x = rng.random_range(-0.3..0.3)),
@@ -45,7 +45,7 @@ fn weights(layout: &Layout, seed: u64) -> (Vec<f64>, Vec<f64>) {
     let mut s: Vec<f64> = s.into_iter().map(f64::from).collect();
     for e in &layout.states {
         let lo = if e.spec.name == "moving_variance" { 0.5 } else { -0.5 };
-        s[e.offset..e.offset + e.spec.len()].iter_mut().for_each(|x| *x = rng.random_range(lo..lo + 1.0));
+        s[e.range()].iter_mut().for_each(|x| *x = rng.random_range(lo..lo + 1.0));
     }
     (p, s)
 }

@@ -23,10 +23,9 @@ impl Sequential {
         let mut out = Vec::new();
         for (entries, data) in [(&layout.params, &params), (&layout.states, &states)] {
             for e in entries {
-                let len = e.spec.len();
-                let bad = count(&data[e.offset..e.offset + len]);
+                let bad = count(&data[e.range()]);
                 if bad > 0 {
-                    out.push((e.name.clone(), bad, len));
+                    out.push((e.name.clone(), bad, e.spec.len()));
                 }
             }
         }

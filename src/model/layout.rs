@@ -25,6 +25,13 @@ pub struct Entry {
     pub offset: usize,
 }
 
+impl Entry {
+    /// Where the tensor's values sit in the flat tensor (its padding excluded).
+    pub fn range(&self) -> std::ops::Range<usize> {
+        self.offset..self.offset + self.spec.len()
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Layout {
     pub params: Vec<Entry>,
@@ -107,11 +114,11 @@ impl Layout {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut params = vec![0.0f32; self.param_len];
         for e in &self.params {
-            fill(&mut params[e.offset..e.offset + e.spec.len()], e.spec.init, &mut rng);
+            fill(&mut params[e.range()], e.spec.init, &mut rng);
         }
         let mut states = vec![0.0f32; self.state_len];
         for e in &self.states {
-            fill(&mut states[e.offset..e.offset + e.spec.len()], e.spec.init, &mut rng);
+            fill(&mut states[e.range()], e.spec.init, &mut rng);
         }
         (params, states)
     }

@@ -39,10 +39,10 @@ impl Sequential {
         let layout = &self.def.layout;
         let mut tensors: Vec<(String, Vec<usize>, &[f32])> = Vec::new();
         for e in &layout.params {
-            tensors.push((e.name.clone(), e.spec.shape.clone(), &params[e.offset..e.offset + e.spec.len()]));
+            tensors.push((e.name.clone(), e.spec.shape.clone(), &params[e.range()]));
         }
         for e in &layout.states {
-            tensors.push((e.name.clone(), e.spec.shape.clone(), &states[e.offset..e.offset + e.spec.len()]));
+            tensors.push((e.name.clone(), e.spec.shape.clone(), &states[e.range()]));
         }
         for (i, s) in opt.iter().enumerate() {
             tensors.push((format!("optimizer/{i}"), vec![s.len()], s));
@@ -126,11 +126,11 @@ impl Sequential {
         let states_found: Vec<TensorView> = layout.states.iter().map(|e| find(&e.name, &e.spec.shape)).collect::<Result<_>>()?;
         let mut params = limits::zeroed(&format!("{} parameters", layout.param_len), layout.param_len).map_err(|e| bad(e.to_string()))?;
         for (e, t) in layout.params.iter().zip(&params_found) {
-            read(t, &mut params[e.offset..e.offset + e.spec.len()]);
+            read(t, &mut params[e.range()]);
         }
         let mut states = limits::zeroed(&format!("{} moving statistics", layout.state_len), layout.state_len).map_err(|e| bad(e.to_string()))?;
         for (e, t) in layout.states.iter().zip(&states_found) {
-            read(t, &mut states[e.offset..e.offset + e.spec.len()]);
+            read(t, &mut states[e.range()]);
         }
         let mut opt = Vec::new();
         while let Ok(t) = st.tensor(&format!("optimizer/{}", opt.len())) {
