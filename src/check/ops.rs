@@ -11,11 +11,43 @@ use rayon::prelude::*;
 
 use crate::kernels::conv2d::Conv2dGeometry;
 
+/// How the reference rounds. [`Exact`] is the reference itself; [`F32`] rounds every
+/// product, sum and quotient to f32 (a product or sum of two f32 values computed in f64 and
+/// rounded once is exactly f32's correctly rounded result), which makes the same code a
+/// plain f32 implementation of the same model: how far *it* lands from f64 is how far
+/// rounding alone takes a correct f32 computation of this model, batch and weights.
+pub(crate) trait Arith: Copy + Send + Sync + 'static {
+    /// Rounds one operation's result.
+    fn r(x: f64) -> f64;
+}
+
+/// No rounding: the f64 reference.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Exact;
+
+impl Arith for Exact {
+    #[inline(always)]
+    fn r(x: f64) -> f64 {
+        x
+    }
+}
+
+/// Every operation rounded to f32, sums accumulated in order (no pairwise or tiled sums).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct F32;
+
+impl Arith for F32 {
+    #[inline(always)]
+    fn r(x: f64) -> f64 {
+        x as f32 as f64
+    }
+}
+
 /// `out += a * x`, the one inner loop almost everything here reduces to.
 #[inline]
-pub(crate) fn axpy(out: &mut [f64], a: f64, x: &[f64]) {
+pub(crate) fn axpy<A: Arith>(out: &mut [f64], a: f64, x: &[f64]) {
     for (o, &v) in out.iter_mut().zip(x) {
-        *o += a * v;
+        *o = A::r(*o + A::r(a * v));
     }
 }
 
@@ -26,7 +58,7 @@ fn chunk_len(rows: usize) -> usize {
 }
 
 /// Per column `j < cols`, the sum over `rows` of `f(r * cols + j)`.
-pub(crate) fn col_sums(rows: usize, cols: usize, f: impl Fn(usize) -> f64 + Sync) -> Vec<f64> {
+pub(crate) fn col_sums<A: Arith>(rows: usize, cols: usize, f: impl Fn(usize) -> f64 + Sync) -> Vec<f64> {
     let chunk = chunk_len(rows);
     (0..rows.div_ceil(chunk))
         .into_par_iter()
@@ -34,17 +66,17 @@ pub(crate) fn col_sums(rows: usize, cols: usize, f: impl Fn(usize) -> f64 + Sync
             let mut acc = vec![0.0; cols];
             for r in k * chunk..((k + 1) * chunk).min(rows) {
                 for (j, a) in acc.iter_mut().enumerate() {
-                    *a += f(r * cols + j);
+                    *a = A::r(*a + A::r(f(r * cols + j)));
                 }
             }
             acc
         })
-        .reduce(|| vec![0.0; cols], add_into)
+        .reduce(|| vec![0.0; cols], add_into::<A>)
 }
 
-fn add_into(mut a: Vec<f64>, b: Vec<f64>) -> Vec<f64> {
+fn add_into<A: Arith>(mut a: Vec<f64>, b: Vec<f64>) -> Vec<f64> {
     for (x, y) in a.iter_mut().zip(&b) {
-        *x += y;
+        *x = A::r(*x + y);
     }
     a
 }
@@ -65,7 +97,7 @@ fn tapped_by(t: usize, stride: usize, pad: usize, i: usize, out: usize) -> Optio
 
 /// `y = conv(x, w) + bias`: per output pixel, per tap, per input channel, an axpy over the
 /// filters.
-pub(crate) fn conv_forward(g: &Conv2dGeometry, x: &[f64], w: &[f64], bias: Option<&[f64]>) -> Vec<f64> {
+pub(crate) fn conv_forward<A: Arith>(g: &Conv2dGeometry, x: &[f64], w: &[f64], bias: Option<&[f64]>) -> Vec<f64> {
     let (c, f) = (g.in_c, g.filters);
     let mut y = vec![0.0; g.batch * g.out_h * g.out_w * f];
     y.par_chunks_mut(g.out_w * f).enumerate().for_each(|(row, yrow)| {
@@ -82,7 +114,7 @@ pub(crate) fn conv_forward(g: &Conv2dGeometry, x: &[f64], w: &[f64], bias: Optio
                     let xs = &x[((b * g.in_h + ih) * g.in_w + iw) * c..][..c];
                     let ws = &w[(i * g.kw + j) * c * f..][..c * f];
                     for (ci, &xv) in xs.iter().enumerate() {
-                        axpy(out, xv, &ws[ci * f..(ci + 1) * f]);
+                        axpy::<A>(out, xv, &ws[ci * f..(ci + 1) * f]);
                     }
                 }
             }
@@ -109,7 +141,7 @@ fn transpose_taps(g: &Conv2dGeometry, w: &[f64]) -> Vec<f64> {
 
 /// `dx` of a convolution, gathered per input pixel (so threads never share an element):
 /// every (tap, output) that read it contributes `dy[o] · w[tap]ᵀ`.
-pub(crate) fn conv_input_grad(g: &Conv2dGeometry, dy: &[f64], w: &[f64]) -> Vec<f64> {
+pub(crate) fn conv_input_grad<A: Arith>(g: &Conv2dGeometry, dy: &[f64], w: &[f64]) -> Vec<f64> {
     let (c, f) = (g.in_c, g.filters);
     let wt = transpose_taps(g, w);
     let mut dx = vec![0.0; g.batch * g.in_h * g.in_w * c];
@@ -124,7 +156,7 @@ pub(crate) fn conv_input_grad(g: &Conv2dGeometry, dy: &[f64], w: &[f64]) -> Vec<
                     let dys = &dy[((b * g.out_h + oh) * g.out_w + ow) * f..][..f];
                     let ws = &wt[(i * g.kw + j) * f * c..][..f * c];
                     for (fi, &d) in dys.iter().enumerate() {
-                        axpy(out, d, &ws[fi * c..(fi + 1) * c]);
+                        axpy::<A>(out, d, &ws[fi * c..(fi + 1) * c]);
                     }
                 }
             }
@@ -135,7 +167,7 @@ pub(crate) fn conv_input_grad(g: &Conv2dGeometry, dy: &[f64], w: &[f64]) -> Vec<
 
 /// `dw[tap, ci, :] += x[in pixel, ci] * dy[out pixel, :]`, per chunk of output rows, the
 /// chunks' sums added at the end.
-pub(crate) fn conv_weight_grad(g: &Conv2dGeometry, x: &[f64], dy: &[f64]) -> Vec<f64> {
+pub(crate) fn conv_weight_grad<A: Arith>(g: &Conv2dGeometry, x: &[f64], dy: &[f64]) -> Vec<f64> {
     let (c, f) = (g.in_c, g.filters);
     let n = g.kh * g.kw * c * f;
     let rows = g.batch * g.out_h;
@@ -155,7 +187,7 @@ pub(crate) fn conv_weight_grad(g: &Conv2dGeometry, x: &[f64], dy: &[f64]) -> Vec
                             let xs = &x[((b * g.in_h + ih) * g.in_w + iw) * c..][..c];
                             let dws = &mut dw[(i * g.kw + j) * c * f..][..c * f];
                             for (ci, &xv) in xs.iter().enumerate() {
-                                axpy(&mut dws[ci * f..(ci + 1) * f], xv, dys);
+                                axpy::<A>(&mut dws[ci * f..(ci + 1) * f], xv, dys);
                             }
                         }
                     }
@@ -163,11 +195,11 @@ pub(crate) fn conv_weight_grad(g: &Conv2dGeometry, x: &[f64], dy: &[f64]) -> Vec
             }
             dw
         })
-        .reduce(|| vec![0.0; n], add_into)
+        .reduce(|| vec![0.0; n], add_into::<A>)
 }
 
 /// `y[n, :] = bias + Σ_i x[n, i] · w[i, :]`.
-pub(crate) fn dense_forward(x: &[f64], inputs: usize, w: &[f64], units: usize, bias: Option<&[f64]>) -> Vec<f64> {
+pub(crate) fn dense_forward<A: Arith>(x: &[f64], inputs: usize, w: &[f64], units: usize, bias: Option<&[f64]>) -> Vec<f64> {
     let rows = x.len() / inputs;
     let mut y = vec![0.0; rows * units];
     y.par_chunks_mut(units).zip(x.par_chunks(inputs)).for_each(|(out, xs)| {
@@ -175,14 +207,14 @@ pub(crate) fn dense_forward(x: &[f64], inputs: usize, w: &[f64], units: usize, b
             out.copy_from_slice(bias);
         }
         for (i, &xv) in xs.iter().enumerate() {
-            axpy(out, xv, &w[i * units..(i + 1) * units]);
+            axpy::<A>(out, xv, &w[i * units..(i + 1) * units]);
         }
     });
     y
 }
 
 /// `dx[n, i] = Σ_u dy[n, u] · w[i, u]`, through the transposed kernel (axpys over `i`).
-pub(crate) fn dense_input_grad(dy: &[f64], w: &[f64], inputs: usize, units: usize) -> Vec<f64> {
+pub(crate) fn dense_input_grad<A: Arith>(dy: &[f64], w: &[f64], inputs: usize, units: usize) -> Vec<f64> {
     let mut wt = vec![0.0; w.len()];
     for i in 0..inputs {
         for u in 0..units {
@@ -193,19 +225,19 @@ pub(crate) fn dense_input_grad(dy: &[f64], w: &[f64], inputs: usize, units: usiz
     let mut dx = vec![0.0; rows * inputs];
     dx.par_chunks_mut(inputs).zip(dy.par_chunks(units)).for_each(|(out, dys)| {
         for (u, &d) in dys.iter().enumerate() {
-            axpy(out, d, &wt[u * inputs..(u + 1) * inputs]);
+            axpy::<A>(out, d, &wt[u * inputs..(u + 1) * inputs]);
         }
     });
     dx
 }
 
 /// `dw[i, :] = Σ_n x[n, i] · dy[n, :]`, one kernel row per task.
-pub(crate) fn dense_weight_grad(x: &[f64], dy: &[f64], inputs: usize, units: usize) -> Vec<f64> {
+pub(crate) fn dense_weight_grad<A: Arith>(x: &[f64], dy: &[f64], inputs: usize, units: usize) -> Vec<f64> {
     let rows = dy.len() / units;
     let mut dw = vec![0.0; inputs * units];
     dw.par_chunks_mut(units).enumerate().for_each(|(i, out)| {
         for n in 0..rows {
-            axpy(out, x[n * inputs + i], &dy[n * units..(n + 1) * units]);
+            axpy::<A>(out, x[n * inputs + i], &dy[n * units..(n + 1) * units]);
         }
     });
     dw

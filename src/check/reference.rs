@@ -4,7 +4,7 @@ use rayon::prelude::*;
 
 use super::decisions::{check_structure, Decision};
 use super::net::{pool_geometry, spatial, Net, Node};
-use super::ops;
+use super::ops::{self, Arith, Exact, F32};
 use crate::kernels::conv2d::Conv2dGeometry;
 use crate::kernels::pool::Pool2dGeometry;
 use crate::model::layout::Layout;
@@ -14,6 +14,16 @@ use crate::{bail, Error, Result};
 /// A unit whose f64 pre-activation lies within this fraction of its layer's RMS of the kink
 /// is a tie: f32 rounding alone can put it on either side, so either decision is correct.
 pub const TIE_THRESHOLD: f64 = 1e-5;
+
+/// Deep models drift further from f64 than [`TIE_THRESHOLD`]: each layer's f32 rounding is
+/// carried into the next, so by the fortieth layer of a ResNet-50 a pre-activation may be
+/// several 1e-5 of its layer's RMS away from its f64 value. The device's output of an active
+/// unit *is* its f32 pre-activation, so each layer shows its own drift (the largest
+/// `|y - z|` over its active units), and a unit within `TIE_MARGIN` times that drift of
+/// the kink is a tie too: rounding of the size this very layer shows could put it on
+/// either side.
+pub const TIE_MARGIN: f64 = 2.0;
+
 
 /// Mismatches described per layer in [`KinkReport::mismatches`]; the rest are only counted,
 /// so a device that is wrong everywhere yields a readable report.
@@ -64,6 +74,11 @@ pub struct KinkReport {
     pub ties: usize,
     /// Ties where the device took the other side than f64 would (harmless: f32 rounding).
     pub flipped: usize,
+    /// The largest drift of a ReLU layer's f32 pre-activations from f64 (over its active
+    /// units, relative to its RMS; see [`TIE_MARGIN`])...
+    pub drift: f64,
+    /// ...and the layer it was in.
+    pub drift_at: String,
     /// Decisions the device took against a clear f64 margin (a wrong kernel), counted...
     pub mismatch_count: usize,
     /// ...and the first few per layer described: layer, unit index, f64 value, layer RMS.
@@ -114,6 +129,20 @@ struct Cx {
     next_param: usize,
     next_state: usize,
     kinks: KinkReport,
+    /// The drift (absolute) of the last ReLU layer, whose output a max pool reads.
+    drift: f64,
+    /// The exact run's pre-activations, kept for the rounded run to measure its drift by.
+    preacts: Preacts,
+}
+
+/// What `rectify` does with each ReLU layer's pre-activations besides masking them.
+enum Preacts {
+    /// Nothing: drift is the device's, measured on its active outputs.
+    Off,
+    /// Keeps them, in call order (the exact run of a pair).
+    Record(Vec<Vec<f64>>),
+    /// Measures drift against the exact run's (the rounded run of a pair).
+    Compare { exact: Vec<Vec<f64>>, next: usize },
 }
 
 impl Cx {
@@ -150,13 +179,13 @@ fn unpack<P: Copy + Into<f64>>(what: &str, entries: &[crate::model::layout::Entr
 }
 
 /// The normalised f64 input `(x / 255 - mean) / std` of u8 NHWC `images`.
-fn input(net: &Net, images: &[u8]) -> Result<T> {
+fn input<A: Arith>(net: &Net, images: &[u8]) -> Result<T> {
     let sample: usize = net.input_shape.iter().product();
     if sample == 0 || images.is_empty() || !images.len().is_multiple_of(sample) {
         bail!(Shape, "{} image bytes are not a whole number of {:?} images", images.len(), net.input_shape);
     }
     let c = net.input_shape[2];
-    let data = images.iter().enumerate().map(|(i, &b)| (b as f64 / 255.0 - net.mean[i % c]) / net.std[i % c]).collect();
+    let data = images.iter().enumerate().map(|(i, &b)| A::r(A::r(A::r(b as f64 / 255.0) - net.mean[i % c]) / net.std[i % c])).collect();
     let mut shape = vec![images.len() / sample];
     shape.extend_from_slice(&net.input_shape);
     Ok(T { shape, data })
@@ -176,7 +205,8 @@ struct Forward {
 /// The forward pass in training mode (batch statistics) or inference (moving statistics);
 /// with `decisions` the device's are followed, without them the reference decides itself
 /// and returns what it decided.
-fn run_forward<P: Copy + Into<f64>>(
+#[allow(clippy::too_many_arguments)]
+fn run_forward<A: Arith, P: Copy + Into<f64>>(
     net: &Net,
     layout: &Layout,
     params: &[P],
@@ -184,24 +214,25 @@ fn run_forward<P: Copy + Into<f64>>(
     images: &[u8],
     decisions: Option<&[Decision]>,
     training: bool,
+    preacts: Preacts,
 ) -> Result<Forward> {
     let params = unpack("parameter", &layout.params, &net.param_shapes()?, params)?;
     let states = unpack("state", &layout.states, &net.state_shapes()?, states)?;
     if let Some(d) = decisions {
         check_structure(&net.nodes, d, "decisions")?;
     }
-    let x = input(net, images)?;
-    let mut cx = Cx { states, training, next_param: 0, next_state: 0, kinks: KinkReport::default() };
-    let (logits, recs, own) = forward_chain(&params, &mut cx, &net.nodes, &net.names, decisions, x)?;
+    let x = input::<A>(net, images)?;
+    let mut cx = Cx { states, training, next_param: 0, next_state: 0, kinks: KinkReport::default(), drift: 0.0, preacts };
+    let (logits, recs, own) = forward_chain::<A>(&params, &mut cx, &net.nodes, &net.names, decisions, x)?;
     Ok(Forward { logits, recs, params, cx, own })
 }
 
 /// Runs `nodes` in order on `x`; `names` label them in reports.
-fn forward_chain(w: &[Vec<f64>], cx: &mut Cx, nodes: &[Node], names: &[String], decisions: Option<&[Decision]>, mut x: T) -> Result<(T, Vec<Rec>, Option<Vec<Decision>>)> {
+fn forward_chain<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, nodes: &[Node], names: &[String], decisions: Option<&[Decision]>, mut x: T) -> Result<(T, Vec<Rec>, Option<Vec<Decision>>)> {
     let mut recs = Vec::with_capacity(nodes.len());
     let mut own = decisions.is_none().then(Vec::new);
     for (i, node) in nodes.iter().enumerate() {
-        let (y, rec, taken) = forward_node(w, cx, node, &names[i], decisions.map(|d| &d[i]), x)?;
+        let (y, rec, taken) = forward_node::<A>(w, cx, node, &names[i], decisions.map(|d| &d[i]), x)?;
         if let (Some(own), Some(taken)) = (own.as_mut(), taken) {
             own.push(taken);
         }
@@ -221,7 +252,7 @@ fn sub_decision(d: Option<&Decision>, main: bool) -> Result<Option<&[Decision]>>
 }
 
 /// One node's forward; returns its output, its record and (deciding itself) its decision.
-fn forward_node(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, dec: Option<&Decision>, x: T) -> Result<(T, Rec, Option<Decision>)> {
+fn forward_node<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, dec: Option<&Decision>, x: T) -> Result<(T, Rec, Option<Decision>)> {
     let own = dec.is_none();
     let none = || own.then_some(Decision::None);
     let batch = x.shape[0];
@@ -229,13 +260,13 @@ fn forward_node(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, dec: Optio
         Node::Conv2D { filters, kernel, strides, padding, use_bias } => {
             let geom = Conv2dGeometry::new(&x.shape, *filters, *kernel, *strides, *padding)?;
             let p = cx.take_params(1 + *use_bias as usize);
-            let y = ops::conv_forward(&geom, &x.data, &w[p], use_bias.then(|| &w[p + 1][..]));
+            let y = ops::conv_forward::<A>(&geom, &x.data, &w[p], use_bias.then(|| &w[p + 1][..]));
             (T { shape: geom.output_shape(), data: y }, Rec::Conv { x, geom, p, bias: *use_bias }, none())
         }
         Node::Dense { units, use_bias } => {
             let inputs = x.shape[1..].iter().product();
             let p = cx.take_params(1 + *use_bias as usize);
-            let y = ops::dense_forward(&x.data, inputs, &w[p], *units, use_bias.then(|| &w[p + 1][..]));
+            let y = ops::dense_forward::<A>(&x.data, inputs, &w[p], *units, use_bias.then(|| &w[p + 1][..]));
             (T { shape: vec![batch, *units], data: y }, Rec::Dense { x, p, bias: *use_bias }, none())
         }
         Node::BatchNorm { momentum, epsilon, relu } => {
@@ -244,21 +275,21 @@ fn forward_node(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, dec: Optio
             let c = *x.shape.last().unwrap();
             let rows = x.data.len() / c;
             let (mean, inv_std) = if cx.training {
-                let mean: Vec<f64> = ops::col_sums(rows, c, |i| x.data[i]).into_iter().map(|v| v / rows as f64).collect();
+                let mean: Vec<f64> = ops::col_sums::<A>(rows, c, |i| x.data[i]).into_iter().map(|v| A::r(v / rows as f64)).collect();
                 // Biased, as the device normalises with and feeds to the moving variance.
-                let var: Vec<f64> = ops::col_sums(rows, c, |i| (x.data[i] - mean[i % c]).powi(2)).into_iter().map(|v| v / rows as f64).collect();
+                let var: Vec<f64> = ops::col_sums::<A>(rows, c, |i| A::r(x.data[i] - mean[i % c]).powi(2)).into_iter().map(|v| A::r(v / rows as f64)).collect();
                 for k in 0..c {
                     cx.states[s][k] = momentum * cx.states[s][k] + (1.0 - momentum) * mean[k];
                     cx.states[s + 1][k] = momentum * cx.states[s + 1][k] + (1.0 - momentum) * var[k];
                 }
-                (mean, var.iter().map(|v| 1.0 / (v + epsilon).sqrt()).collect::<Vec<_>>())
+                (mean, var.iter().map(|v| A::r(1.0 / A::r(A::r(v + epsilon).sqrt()))).collect::<Vec<_>>())
             } else {
                 (cx.states[s].clone(), cx.states[s + 1].iter().map(|v| 1.0 / (v + epsilon).sqrt()).collect())
             };
             let mut xhat = x.data;
-            xhat.par_iter_mut().enumerate().for_each(|(i, v)| *v = (*v - mean[i % c]) * inv_std[i % c]);
+            xhat.par_iter_mut().enumerate().for_each(|(i, v)| *v = A::r(A::r(*v - mean[i % c]) * inv_std[i % c]));
             let (gamma, beta) = (&w[p], &w[p + 1]);
-            let mut y: Vec<f64> = xhat.par_iter().enumerate().map(|(i, v)| gamma[i % c] * v + beta[i % c]).collect();
+            let mut y: Vec<f64> = xhat.par_iter().enumerate().map(|(i, v)| A::r(A::r(gamma[i % c] * v) + beta[i % c])).collect();
             let (mask, taken) = if *relu {
                 let device = match dec {
                     Some(Decision::Relu(d)) => Some(&d[..]),
@@ -294,7 +325,7 @@ fn forward_node(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, dec: Optio
         }
         Node::AvgPool { pool, strides, padding } => {
             let geom = pool_geometry(batch, &x.shape[1..], *pool, *strides, *padding)?;
-            let y = avg_pool(&geom, &x.data);
+            let y = avg_pool::<A>(&geom, &x.data);
             (T { shape: geom.output_shape().to_vec(), data: y }, Rec::AvgPool { geom }, none())
         }
         Node::GlobalAvgPool => {
@@ -303,9 +334,9 @@ fn forward_node(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, dec: Optio
             let mut y = vec![0.0; batch * c];
             y.par_chunks_mut(c).enumerate().for_each(|(b, out)| {
                 for px in x.data[b * hw * c..(b + 1) * hw * c].chunks_exact(c) {
-                    ops::axpy(out, 1.0, px);
+                    ops::axpy::<A>(out, 1.0, px);
                 }
-                out.iter_mut().for_each(|v| *v /= hw as f64);
+                out.iter_mut().for_each(|v| *v = A::r(*v / hw as f64));
             });
             (T { shape: vec![batch, c], data: y }, Rec::GlobalAvgPool { in_shape: x.shape }, none())
         }
@@ -317,12 +348,12 @@ fn forward_node(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, dec: Optio
         Node::Residual { main, shortcut, relu } => {
             let names = |chain: &str, n: usize| (0..n).map(|i| format!("{name}/{chain}[{i}]")).collect::<Vec<_>>();
             let short_in = T { shape: x.shape.clone(), data: x.data.clone() };
-            let (mut y, main_recs, main_own) = forward_chain(w, cx, main, &names("main", main.len()), sub_decision(dec, true)?, x)?;
-            let (s, short_recs, short_own) = forward_chain(w, cx, shortcut, &names("shortcut", shortcut.len()), sub_decision(dec, false)?, short_in)?;
+            let (mut y, main_recs, main_own) = forward_chain::<A>(w, cx, main, &names("main", main.len()), sub_decision(dec, true)?, x)?;
+            let (s, short_recs, short_own) = forward_chain::<A>(w, cx, shortcut, &names("shortcut", shortcut.len()), sub_decision(dec, false)?, short_in)?;
             if y.shape != s.shape {
                 bail!(Shape, "{name}: main path gives {:?} but the shortcut gives {:?}", y.shape, s.shape);
             }
-            y.data.par_iter_mut().zip(&s.data).for_each(|(a, b)| *a += b);
+            y.data.par_iter_mut().zip(&s.data).for_each(|(a, b)| *a = A::r(*a + b));
             let (join, join_own) = if *relu {
                 let device = match dec {
                     Some(Decision::Residual { join: Some(j), .. }) => Some(&j[..]),
@@ -358,7 +389,32 @@ fn rectify(cx: &mut Cx, name: &str, z: &mut [f64], device: Option<&[f32]>) -> Re
         bail!(Shape, "{name}: the device's ReLU output has {} values, the layer {}", device.len(), z.len());
     }
     let rms = (z.par_iter().map(|v| v * v).sum::<f64>() / z.len().max(1) as f64).sqrt();
-    let thr = TIE_THRESHOLD * rms;
+    // The device's output of an active unit is its f32 pre-activation; a rounded run
+    // compares its own pre-activations with the exact run's instead.
+    let exact = match &mut cx.preacts {
+        Preacts::Off => None,
+        Preacts::Record(kept) => {
+            kept.push(z.to_vec());
+            None
+        }
+        Preacts::Compare { exact, next } => {
+            *next += 1;
+            match exact.get(*next - 1).filter(|e| e.len() == z.len()) {
+                Some(e) => Some(e),
+                None => bail!(Shape, "{name}: the rounded run reached a ReLU the exact run did not"),
+            }
+        }
+    };
+    let drift = match exact {
+        None => z.par_iter().zip(device).filter(|(_, d)| **d > 0.0).map(|(z, d)| (*d as f64 - z).abs()).reduce(|| 0.0, f64::max),
+        Some(e) => z.par_iter().zip(e).zip(device).filter(|(_, d)| **d > 0.0).map(|((z, e), _)| (z - e).abs()).reduce(|| 0.0, f64::max),
+    };
+    let relative = if rms > 0.0 { drift / rms } else { 0.0 };
+    if relative > cx.kinks.drift || cx.kinks.drift_at.is_empty() {
+        (cx.kinks.drift, cx.kinks.drift_at) = (relative, name.to_string());
+    }
+    cx.drift = drift;
+    let thr = (TIE_THRESHOLD * rms).max(TIE_MARGIN * drift);
     let mut listed = 0;
     let mut mask = Vec::with_capacity(z.len());
     for (i, (v, &d)) in z.iter_mut().zip(device).enumerate() {
@@ -400,7 +456,8 @@ fn max_pool(cx: &mut Cx, name: &str, g: &Pool2dGeometry, x: &[f64], device: Opti
         bail!(Shape, "{name}: the device's max-pool choices have {} values, the layer has {n} outputs", d.len());
     }
     let rms = (x.par_iter().map(|v| v * v).sum::<f64>() / x.len().max(1) as f64).sqrt();
-    let thr = TIE_THRESHOLD * rms;
+    // The pool's input is the last ReLU's output, carrying that layer's drift.
+    let thr = (TIE_THRESHOLD * rms).max(TIE_MARGIN * cx.drift);
     let (mut y, mut src) = (Vec::with_capacity(n), Vec::with_capacity(n));
     let mut own = device.is_none().then(|| Vec::with_capacity(n));
     let mut listed = 0;
@@ -480,7 +537,7 @@ fn pool_divisor(g: &Pool2dGeometry, rows: usize, cols: usize) -> f64 {
 
 /// Average pooling over the input positions of each window (padding not counted), or over
 /// the whole window with explicit padding (`count_padding`, PyTorch's `count_include_pad`).
-fn avg_pool(g: &Pool2dGeometry, x: &[f64]) -> Vec<f64> {
+fn avg_pool<A: Arith>(g: &Pool2dGeometry, x: &[f64]) -> Vec<f64> {
     let c = g.channels;
     let mut y = vec![0.0; g.batch * g.out_h * g.out_w * c];
     y.par_chunks_mut(g.out_w * c).enumerate().for_each(|(row, yrow)| {
@@ -491,18 +548,18 @@ fn avg_pool(g: &Pool2dGeometry, x: &[f64]) -> Vec<f64> {
             let out = &mut yrow[ow * c..(ow + 1) * c];
             for h in h_lo..h_hi {
                 for w in w_lo..w_hi {
-                    ops::axpy(out, 1.0, &x[((b * g.in_h + h) * g.in_w + w) * c..][..c]);
+                    ops::axpy::<A>(out, 1.0, &x[((b * g.in_h + h) * g.in_w + w) * c..][..c]);
                 }
             }
             let count = pool_divisor(g, h_hi - h_lo, w_hi - w_lo);
-            out.iter_mut().for_each(|v| *v /= count);
+            out.iter_mut().for_each(|v| *v = A::r(*v / count));
         }
     });
     y
 }
 
 /// Per-sample losses and the gradient of `scale * Σ losses` with respect to the logits.
-fn loss(net: &Net, logits: &[f64], labels: &[u32], scale: f64) -> Result<(Vec<f64>, Vec<f64>)> {
+fn loss<A: Arith>(net: &Net, logits: &[f64], labels: &[u32], scale: f64) -> Result<(Vec<f64>, Vec<f64>)> {
     let k = net.classes;
     if logits.len() != labels.len() * k {
         bail!(Shape, "{} labels for {} logits of {k} classes", labels.len(), logits.len());
@@ -517,20 +574,20 @@ fn loss(net: &Net, logits: &[f64], labels: &[u32], scale: f64) -> Result<(Vec<f6
         match net.loss {
             Loss::SparseCategoricalCrossentropy => {
                 let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let total: f64 = row.iter().map(|v| (v - m).exp()).sum();
-                losses.push(total.ln() + m - row[label]);
+                let total: f64 = row.iter().fold(0.0, |t, v| A::r(t + A::r(A::r(v - m).exp())));
+                losses.push(A::r(A::r(A::r(total.ln()) + m) - row[label]));
                 for (j, (gj, v)) in g.iter_mut().zip(row).enumerate() {
-                    *gj = scale * ((v - m).exp() / total - (j == label) as u8 as f64);
+                    *gj = A::r(scale * A::r(A::r(A::r(A::r(v - m).exp()) / total) - (j == label) as u8 as f64));
                 }
             }
             Loss::MeanSquaredError => {
                 let mut s = 0.0;
                 for (j, (gj, v)) in g.iter_mut().zip(row).enumerate() {
-                    let d = v - (j == label) as u8 as f64;
-                    s += d * d;
-                    *gj = scale * 2.0 * d / k as f64;
+                    let d = A::r(v - (j == label) as u8 as f64);
+                    s = A::r(s + A::r(d * d));
+                    *gj = A::r(A::r(scale * 2.0 * d) / k as f64);
                 }
-                losses.push(s / k as f64);
+                losses.push(A::r(s / k as f64));
             }
         }
     }
@@ -539,31 +596,31 @@ fn loss(net: &Net, logits: &[f64], labels: &[u32], scale: f64) -> Result<(Vec<f6
 
 /// Runs the records of a chain backwards from `dy`; the input gradient of the chain's
 /// first node only when `need_dx`.
-fn backward_chain(w: &[Vec<f64>], recs: &[Rec], mut dy: Vec<f64>, need_dx: bool, grads: &mut [Vec<f64>]) -> Option<Vec<f64>> {
+fn backward_chain<A: Arith>(w: &[Vec<f64>], recs: &[Rec], mut dy: Vec<f64>, need_dx: bool, grads: &mut [Vec<f64>]) -> Option<Vec<f64>> {
     for (k, rec) in recs.iter().enumerate().rev() {
-        dy = backward_node(w, rec, dy, k > 0 || need_dx, grads)?;
+        dy = backward_node::<A>(w, rec, dy, k > 0 || need_dx, grads)?;
     }
     Some(dy)
 }
 
 /// One node's backward: writes its parameter gradients, returns dx when `need_dx`.
-fn backward_node(w: &[Vec<f64>], rec: &Rec, mut dy: Vec<f64>, need_dx: bool, grads: &mut [Vec<f64>]) -> Option<Vec<f64>> {
+fn backward_node<A: Arith>(w: &[Vec<f64>], rec: &Rec, mut dy: Vec<f64>, need_dx: bool, grads: &mut [Vec<f64>]) -> Option<Vec<f64>> {
     match rec {
         Rec::Conv { x, geom, p, bias } => {
-            grads[*p] = ops::conv_weight_grad(geom, &x.data, &dy);
+            grads[*p] = ops::conv_weight_grad::<A>(geom, &x.data, &dy);
             if *bias {
-                grads[p + 1] = ops::col_sums(dy.len() / geom.filters, geom.filters, |i| dy[i]);
+                grads[p + 1] = ops::col_sums::<A>(dy.len() / geom.filters, geom.filters, |i| dy[i]);
             }
-            need_dx.then(|| ops::conv_input_grad(geom, &dy, &w[*p]))
+            need_dx.then(|| ops::conv_input_grad::<A>(geom, &dy, &w[*p]))
         }
         Rec::Dense { x, p, bias } => {
             let inputs = x.shape[1..].iter().product();
             let units = w[*p].len() / inputs;
-            grads[*p] = ops::dense_weight_grad(&x.data, &dy, inputs, units);
+            grads[*p] = ops::dense_weight_grad::<A>(&x.data, &dy, inputs, units);
             if *bias {
-                grads[p + 1] = ops::col_sums(dy.len() / units, units, |i| dy[i]);
+                grads[p + 1] = ops::col_sums::<A>(dy.len() / units, units, |i| dy[i]);
             }
-            need_dx.then(|| ops::dense_input_grad(&dy, &w[*p], inputs, units))
+            need_dx.then(|| ops::dense_input_grad::<A>(&dy, &w[*p], inputs, units))
         }
         Rec::BatchNorm { xhat, inv_std, mask, p } => {
             let c = inv_std.len();
@@ -571,13 +628,13 @@ fn backward_node(w: &[Vec<f64>], rec: &Rec, mut dy: Vec<f64>, need_dx: bool, gra
             if let Some(mask) = mask {
                 dy.par_iter_mut().zip(mask).for_each(|(g, &m)| *g = if m { *g } else { 0.0 });
             }
-            let dbeta = ops::col_sums(rows, c, |i| dy[i]);
-            let dgamma = ops::col_sums(rows, c, |i| dy[i] * xhat[i]);
+            let dbeta = ops::col_sums::<A>(rows, c, |i| dy[i]);
+            let dgamma = ops::col_sums::<A>(rows, c, |i| dy[i] * xhat[i]);
             let gamma = &w[*p];
             let m = rows as f64;
             let dx = dy.par_iter().zip(xhat).enumerate().map(|(i, (g, xh))| {
                 let k = i % c;
-                gamma[k] * inv_std[k] * (g - (dbeta[k] + xh * dgamma[k]) / m)
+                A::r(A::r(gamma[k] * inv_std[k]) * A::r(g - A::r(A::r(dbeta[k] + A::r(xh * dgamma[k])) / m)))
             });
             let dx = need_dx.then(|| dx.collect());
             grads[*p] = dgamma;
@@ -591,7 +648,7 @@ fn backward_node(w: &[Vec<f64>], rec: &Rec, mut dy: Vec<f64>, need_dx: bool, gra
         Rec::MaxPool { src, in_len } => {
             let mut dx = vec![0.0; *in_len];
             for (&i, g) in src.iter().zip(&dy) {
-                dx[i as usize] += g;
+                dx[i as usize] = A::r(dx[i as usize] + g);
             }
             need_dx.then_some(dx)
         }
@@ -608,7 +665,7 @@ fn backward_node(w: &[Vec<f64>], rec: &Rec, mut dy: Vec<f64>, need_dx: bool, gra
                         let dys = &dy[((b * g.out_h + oh) * g.out_w + ow) * c..][..c];
                         for h in h_lo..h_hi {
                             for w in w_lo..w_hi {
-                                ops::axpy(&mut dxb[(h * g.in_w + w) * c..][..c], 1.0 / count, dys);
+                                ops::axpy::<A>(&mut dxb[(h * g.in_w + w) * c..][..c], A::r(1.0 / count), dys);
                             }
                         }
                     }
@@ -618,7 +675,7 @@ fn backward_node(w: &[Vec<f64>], rec: &Rec, mut dy: Vec<f64>, need_dx: bool, gra
         }
         Rec::GlobalAvgPool { in_shape } => {
             let (hw, c) = (in_shape[1] * in_shape[2], in_shape[3]);
-            let dx = (0..in_shape.iter().product::<usize>()).into_par_iter().map(|i| dy[(i / (hw * c)) * c + i % c] / hw as f64);
+            let dx = (0..in_shape.iter().product::<usize>()).into_par_iter().map(|i| A::r(dy[(i / (hw * c)) * c + i % c] / hw as f64));
             need_dx.then(|| dx.collect())
         }
         Rec::Pass => need_dx.then_some(dy),
@@ -627,11 +684,11 @@ fn backward_node(w: &[Vec<f64>], rec: &Rec, mut dy: Vec<f64>, need_dx: bool, gra
                 dy.par_iter_mut().zip(mask).for_each(|(g, &m)| *g = if m { *g } else { 0.0 });
             }
             // The join passes its gradient to both paths unchanged; an empty chain is the identity.
-            let dm = if main.is_empty() { Some(dy.clone()) } else { backward_chain(w, main, dy.clone(), need_dx, grads) };
-            let ds = if shortcut.is_empty() { Some(dy) } else { backward_chain(w, shortcut, dy, need_dx, grads) };
+            let dm = if main.is_empty() { Some(dy.clone()) } else { backward_chain::<A>(w, main, dy.clone(), need_dx, grads) };
+            let ds = if shortcut.is_empty() { Some(dy) } else { backward_chain::<A>(w, shortcut, dy, need_dx, grads) };
             match (dm, ds) {
                 (Some(mut a), Some(b)) if need_dx => {
-                    a.par_iter_mut().zip(&b).for_each(|(x, y)| *x += y);
+                    a.par_iter_mut().zip(&b).for_each(|(x, y)| *x = A::r(*x + y));
                     Some(a)
                 }
                 _ => None,
@@ -660,18 +717,55 @@ pub fn train_step<P: Copy + Into<f64>>(
     decisions: &[Decision],
     grad_scale: f64,
 ) -> Result<Step> {
-    let f = run_forward(net, layout, params, states, images, Some(decisions), true)?;
+    Ok(step_as::<Exact, P>(net, layout, params, states, images, labels, decisions, grad_scale, Preacts::Off)?.0)
+}
+
+/// [`train_step`], and the same step computed again with every operation rounded to f32
+/// (see `ops::F32`): `(exact, rounded)`. The rounded step's errors against the exact one
+/// are what rounding alone does to a correct f32 implementation of this model at this
+/// batch, with these weights; its `kinks.drift` is measured against the exact run's
+/// pre-activations (the device's against its own outputs).
+#[allow(clippy::too_many_arguments)]
+pub fn train_step_pair<P: Copy + Into<f64>>(
+    net: &Net,
+    layout: &Layout,
+    params: &[P],
+    states: &[P],
+    images: &[u8],
+    labels: &[u32],
+    decisions: &[Decision],
+    grad_scale: f64,
+) -> Result<(Step, Step)> {
+    let (exact, kept) = step_as::<Exact, P>(net, layout, params, states, images, labels, decisions, grad_scale, Preacts::Record(Vec::new()))?;
+    let Preacts::Record(kept) = kept else { unreachable!("the exact run records") };
+    let (rounded, _) = step_as::<F32, P>(net, layout, params, states, images, labels, decisions, grad_scale, Preacts::Compare { exact: kept, next: 0 })?;
+    Ok((exact, rounded))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn step_as<A: Arith, P: Copy + Into<f64>>(
+    net: &Net,
+    layout: &Layout,
+    params: &[P],
+    states: &[P],
+    images: &[u8],
+    labels: &[u32],
+    decisions: &[Decision],
+    grad_scale: f64,
+    preacts: Preacts,
+) -> Result<(Step, Preacts)> {
+    let f = run_forward::<A, P>(net, layout, params, states, images, Some(decisions), true, preacts)?;
     if f.logits.shape[0] != labels.len() {
         bail!(Shape, "{} images but {} labels", f.logits.shape[0], labels.len());
     }
-    let (losses, dlogits) = loss(net, &f.logits.data, labels, grad_scale)?;
+    let (losses, dlogits) = loss::<A>(net, &f.logits.data, labels, grad_scale)?;
     let mut grads: Vec<Vec<f64>> = layout.params.iter().map(|e| vec![0.0; e.spec.len()]).collect();
     // The first layer's input gradient is the image's, which nothing uses.
-    backward_chain(&f.params, &f.recs, dlogits, false, &mut grads);
+    backward_chain::<A>(&f.params, &f.recs, dlogits, false, &mut grads);
     if f.cx.next_param != layout.params.len() {
         return Err(Error::Config(format!("the net used {} parameters of the layout's {}", f.cx.next_param, layout.params.len())));
     }
-    Ok(Step { logits: f.logits.data, losses, grads, states: f.cx.states, kinks: f.cx.kinks })
+    Ok((Step { logits: f.logits.data, losses, grads, states: f.cx.states, kinks: f.cx.kinks }, f.cx.preacts))
 }
 
 /// The decisions the reference itself takes in the training-mode forward pass (ReLU
@@ -679,7 +773,7 @@ pub fn train_step<P: Copy + Into<f64>>(
 /// come in: for checking the reference on its own (finite differences need a fixed set of
 /// decisions) and for testing a device side's pairing without a device.
 pub fn own_decisions<P: Copy + Into<f64>>(net: &Net, layout: &Layout, params: &[P], states: &[P], images: &[u8]) -> Result<Vec<Decision>> {
-    let f = run_forward(net, layout, params, states, images, None, true)?;
+    let f = run_forward::<Exact, P>(net, layout, params, states, images, None, true, Preacts::Off)?;
     f.own.ok_or_else(|| Error::Config("the forward pass without device decisions recorded none of its own".into()))
 }
 
@@ -687,5 +781,5 @@ pub fn own_decisions<P: Copy + Into<f64>>(net: &Net, layout: &Layout, params: &[
 /// logits. The forward pass is continuous, so its own decisions serve: a tie taken on the
 /// other side moves the logits by no more than the tie's size.
 pub fn predict<P: Copy + Into<f64>>(net: &Net, layout: &Layout, params: &[P], states: &[P], images: &[u8]) -> Result<Vec<f64>> {
-    Ok(run_forward(net, layout, params, states, images, None, false)?.logits.data)
+    Ok(run_forward::<Exact, P>(net, layout, params, states, images, None, false, Preacts::Off)?.logits.data)
 }

@@ -217,7 +217,9 @@ fn batchnorm_of_a_single_row() {
     gradcheck(&net, &layout, &params, &states, &images, &labels, &decisions, 1);
     let step = train_step(&net, &layout, &params, &states, &images, &labels, &decisions, 1.0).unwrap();
     assert!(step.grads[0].iter().all(|&g| g == 0.0), "nothing before a one-row BatchNorm can move its output: {:?}", step.grads[0]);
-    assert_eq!(step.kinks, KinkReport { ties: 1, ..Default::default() });
+    assert_eq!((step.kinks.ties, step.kinks.flipped, step.kinks.mismatch_count), (1, 0, 0));
+    // The decisions hold the f64 outputs rounded to f32: that rounding is all the drift.
+    assert!(step.kinks.drift < 1e-7 && step.kinks.drift_at == "batch_normalization", "{:?}", step.kinks);
 }
 
 #[test]
@@ -232,7 +234,7 @@ fn flipped_ties_and_mismatches_are_told_apart() {
     let mut tie = own.clone();
     tie[2] = Decision::Relu(vec![0.0, 0.5, 0.0, 0.3]);
     let step = train_step(&net, &layout, &params, &states, &images, &labels, &tie, scale).unwrap();
-    assert_eq!(step.kinks, KinkReport { ties: 1, flipped: 1, ..Default::default() });
+    assert_eq!((step.kinks.ties, step.kinks.flipped, step.kinks.mismatch_count), (1, 1, 0));
 
     // Unit 1 is at 0.5: inactive on the device is a mismatch, which the gradient still follows.
     let mut wrong = own.clone();
