@@ -186,6 +186,12 @@ impl Device {
         })
     }
 
+    /// Frees the pool's idle buffers and lets the driver reclaim them (see `Pool::release_idle`).
+    pub fn release_idle(&self) {
+        self.pool.release_idle();
+        let _ = self.device.poll(wgpu::PollType::wait_indefinitely());
+    }
+
     /// An uninitialised tensor from the pool (contents may be stale).
     pub fn alloc(&self, shape: &[usize], dtype: DType) -> Result<Tensor> {
         let max = self.device.limits().max_storage_buffer_binding_size;

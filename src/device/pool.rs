@@ -45,6 +45,12 @@ impl Pool {
         self.free.lock().unwrap().entry(buffer.size()).or_default().push(buffer);
     }
 
+    /// Frees every idle buffer: after a step that did not fit, its buffers (in the size
+    /// classes of that batch) would otherwise hold the memory a smaller batch needs.
+    pub fn release_idle(&self) {
+        self.free.lock().unwrap().clear();
+    }
+
     pub fn idle_bytes(&self) -> u64 {
         self.free.lock().unwrap().iter().map(|(size, v)| size * v.len() as u64).sum()
     }

@@ -67,8 +67,55 @@ impl Plan {
     /// Records the step of `def` for `batch` samples on `device`. `scale` multiplies the
     /// loss gradient: one over the global batch, so summing replicas' gradients averages.
     /// With `keep_records`, the forward's tensors stay readable after each step ([`Plan::records`]).
+    ///
+    /// A step that does not fit the device's memory is an error naming the largest
+    /// per-device batch that does, found by building smaller plans.
     pub fn build(def: &Definition, device: &Arc<Device>, shared: &Shared, batch: usize, training: bool, scale: f32, keep_records: bool) -> Result<Plan> {
         check_bindings(def, device, batch)?;
+        let oom = match Self::build_scoped(def, device, shared, batch, training, scale, keep_records)? {
+            Ok(plan) => return Ok(plan),
+            Err(oom) => oom,
+        };
+        // Halve, then bisect between what fitted and what did not, in whole groups of 8.
+        let (mut fits, mut fails) = (0, batch);
+        for _ in 0..8 {
+            let mid = if fits == 0 { fails / 2 } else { (fits + fails) / 2 };
+            let mid = if mid >= 8 { mid / 8 * 8 } else { mid };
+            if mid == 0 || mid <= fits || mid >= fails {
+                break;
+            }
+            match Self::build_scoped(def, device, shared, mid, training, scale, false)? {
+                Ok(_) => fits = mid,
+                Err(_) => fails = mid,
+            }
+        }
+        device.release_idle();
+        let advice = if fits == 0 { format!("not even a batch of {fails} per device fits") } else { format!("the largest per-device batch that fits is about {fits} (tried: {fits} fits, {fails} does not)") };
+        crate::bail!(Gpu, "out of GPU memory on {}: the training step for a batch of {batch} per device does not fit ({oom}); {advice}", device.name())
+    }
+
+    /// [`Plan::build`]'s recording inside an out-of-memory error scope: `Ok(Err(message))`
+    /// when the device ran out of memory, with the partial plan's buffers freed. Errors that
+    /// follow from a buffer that could not be created (binding it) are part of that failure.
+    fn build_scoped(def: &Definition, device: &Arc<Device>, shared: &Shared, batch: usize, training: bool, scale: f32, keep_records: bool) -> Result<std::result::Result<Plan, String>> {
+        let oom = device.wgpu().push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let invalid = device.wgpu().push_error_scope(wgpu::ErrorFilter::Validation);
+        let plan = Self::record(def, device, shared, batch, training, scale, keep_records);
+        let invalid = pollster::block_on(invalid.pop());
+        match pollster::block_on(oom.pop()) {
+            Some(e) => {
+                drop(plan);
+                device.release_idle();
+                Ok(Err(e.to_string().lines().next().unwrap_or("out of memory").to_string()))
+            }
+            None => match invalid {
+                Some(e) => crate::bail!(Gpu, "recording the step for a batch of {batch} on {}: {e}", device.name()),
+                None => plan.map(Ok),
+            },
+        }
+    }
+
+    fn record(def: &Definition, device: &Arc<Device>, shared: &Shared, batch: usize, training: bool, scale: f32, keep_records: bool) -> Result<Plan> {
         let [h, w, c] = [def.input_shape[0], def.input_shape[1], def.input_shape[2]];
         let images = device.alloc(&[batch, h, w, c], DType::U8)?;
         let labels = device.alloc(&[batch], DType::U32)?;
