@@ -230,3 +230,45 @@ fn a_batch_past_the_binding_limit_names_the_largest_that_fits() {
     let out = convoy(&["bench", "--model", "resnet20", "--devices", "software", "--batch-size", "2049", "--steps", "1", "--no-scaling"]);
     fails_with(&out, &["largest per-device batch that fits is 2048", "[2049, 32, 32, 16]"]);
 }
+
+#[test]
+fn summary_json_counts_torchvisions_parameters_and_flops() {
+    let summary = |args: &[&str]| {
+        let out = convoy(&[&["summary", "--json"], args].concat());
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        json(&out)
+    };
+    // torchvision.models.resnetN(num_classes=1000): sum(p.numel() for p in parameters()),
+    // and the running_mean + running_var buffers (num_batches_tracked aside).
+    for (model, trainable, buffers) in [("resnet18", 11_689_512, 9_600), ("resnet34", 21_797_672, 17_024), ("resnet50", 25_557_032, 53_120)] {
+        let v = summary(&["--model", model, "--classes", "1000"]);
+        assert_eq!(v["trainable_params"], trainable, "{model}");
+        assert_eq!(v["non_trainable_params"], buffers, "{model}");
+        assert_eq!(v["params"], trainable + buffers, "{model}");
+        let rows: u64 = v["layers"].as_array().unwrap().iter().map(|l| l["params"].as_u64().unwrap()).sum();
+        assert_eq!(rows, trainable + buffers, "{model}: the rows do not add up to the total");
+    }
+    // torchvision's documented multiply-adds at 224 px ("GFLOPS" 1.81 and 4.09), to their 3 digits.
+    for (model, gmacs) in [("resnet18", 1.81), ("resnet50", 4.09)] {
+        let flops = summary(&["--model", model]).get("flops").and_then(|f| f.as_f64()).unwrap();
+        assert!((flops / 2e9 - gmacs).abs() < 0.005, "{model}: {flops} FLOPs");
+    }
+    // By hand, 2 per multiply-add, convnet7 at 32 px: conv 3->32 and 32->32 at 32x32, pool,
+    // 32->64 and 64->64 at 16x16, pool, 64->128 at 8x8 (3x3 each), dense 128->128 and 128->10.
+    let macs = 32 * 32 * 32 * 27 + 32 * 32 * 32 * 288 + 16 * 16 * 64 * 288 + 16 * 16 * 64 * 576 + 8 * 8 * 128 * 576 + 128 * 128 + 128 * 10;
+    let v = summary(&["--model", "convnet7", "--classes", "10", "--image-size", "32"]);
+    assert_eq!(v["flops"], 2 * macs);
+    assert_eq!(v["layers"][0]["flops"], 2 * 32 * 32 * 32 * 27, "{}", v["layers"][0]);
+    assert_eq!(v["layers"][0]["output_shape"], serde_json::json!([32, 32, 32]));
+    // The MLP at 8 px: 192 -> 256 -> 128 -> 10; Flatten has no FLOPs.
+    let v = summary(&["--model", "mlp", "--image-size", "8"]);
+    assert_eq!(v["flops"], 2 * (192 * 256 + 256 * 128 + 128 * 10));
+    assert_eq!((v["layers"][0]["class_name"].as_str(), &v["layers"][0]["flops"]), (Some("Flatten"), &serde_json::json!(0)));
+    assert_eq!(v["trainable_params"], 193 * 256 + 257 * 128 + 129 * 10);
+
+    let out = convoy(&["summary", "--model", "resnet18"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("Trainable params: 11,689,512") && table.contains("conv2d (Conv2D)"), "{table}");
+    fails_with(&convoy(&["summary", "--model", "resnet51"]), &["resnet51", "resnet50"]);
+    fails_with(&convoy(&["summary", "--model", "resnet50", "--image-size", "0"]), &["--image-size", "0"]);
+}

@@ -163,7 +163,7 @@ fn summary_counts_parameters() {
         assert_eq!(layout.trainable_count(), want, "{name}");
         let s = m.summary().unwrap();
         let shown = format!("{want}").as_bytes().rchunks(3).rev().map(|c| std::str::from_utf8(c).unwrap()).collect::<Vec<_>>().join(",");
-        assert!(s.contains(&format!("{shown} trainable")), "{name}: {s}");
+        assert!(s.contains(&format!("Trainable params: {shown}\n")), "{name}: {s}");
     }
 }
 
@@ -188,6 +188,10 @@ fn profile_times_every_kernel_of_a_step() {
     assert!(p.gpu_ms() > 0.0);
     // The input layer has no input gradient to compute.
     assert!(!families.iter().any(|f| f == "conv2d_backward_data"));
+    // The summary's FLOPs are the profile's: the forward GEMMs of the step, per sample.
+    let forward: f64 = p.kernels.iter().filter(|k| k.family.ends_with("_forward")).map(|k| k.flops).sum();
+    assert_eq!(forward, 5.0 * m.summarize().unwrap().flops as f64);
+    assert_eq!(m.summarize().unwrap().flops, 2 * (8 * 8 * 6 * 27 + 96 * 10));
     let table = p.table(None, true);
     assert!(table.contains("conv2d_forward") && table.contains("per dispatch"));
 }

@@ -17,4 +17,4 @@ pub use losses::{Loss, Metric};
 pub use profile::{KernelTime, Peak, Profile};
 pub use saving::{write_atomic, TrainingState};
 pub use sequential::{CompileOptions, Compiled, HostWeights, Sequential};
-pub use summary::group;
+pub use summary::{group, LayerSummary, Summary};
