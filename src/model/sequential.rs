@@ -22,7 +22,8 @@ pub struct Compiled {
     pub optimizer: Optimizer,
     pub metrics: Vec<Metric>,
     pub replicas: ReplicaSet,
-    /// Optimizer steps taken so far (Adam's bias correction and dropout masks use it).
+    /// Optimizer steps taken since `compile` (Keras' `optimizer.iterations`: Adam's bias
+    /// correction and dropout masks use it).
     pub step: u64,
     /// Epochs completed (for `--resume` and `initial_epoch`).
     pub epoch: usize,
@@ -114,6 +115,11 @@ impl Sequential {
 
     /// Builds the layout, fuses ReLUs into the layers before them, allocates the weights on
     /// every device and prepares the optimizer. Plans are recorded on first use per batch size.
+    ///
+    /// Compiling a compiled model again keeps its weights and moving statistics, as Keras
+    /// keeps a built model's: only the optimizer (which starts from zero state and step 0),
+    /// the loss, the metrics and the devices change, so lowering the learning rate to
+    /// fine-tune continues from the trained weights. The count of epochs trained is kept.
     pub fn compile(&mut self, opts: CompileOptions) -> Result<()> {
         opts.optimizer.validate()?;
         if opts.devices.is_empty() {
@@ -140,7 +146,16 @@ impl Sequential {
         }
         self.def.layout = layout;
         let seed = opts.seed;
-        let (params, states, opt_state) = match self.pending_weights.take() {
+        let trained = match self.compiled.as_mut() {
+            Some(c) => {
+                c.replicas.flush()?;
+                c.replicas.sync_states()?;
+                let r = &c.replicas.replicas[0];
+                Some((r.read_params()?, r.read_states()?, Vec::new()))
+            }
+            None => None,
+        };
+        let (params, states, opt_state) = match trained.or_else(|| self.pending_weights.take()) {
             Some(w) => w,
             None => {
                 let (p, s) = self.def.layout.initial_values(seed);
@@ -155,13 +170,13 @@ impl Sequential {
             }
             replicas.push(r);
         }
-        let (step, epoch) = self.compiled.as_ref().map(|c| (c.step, c.epoch)).unwrap_or((0, 0));
+        let epoch = self.compiled.as_ref().map_or(0, |c| c.epoch);
         self.compiled = Some(Compiled {
             learning_rate: opts.optimizer.learning_rate(),
             optimizer: opts.optimizer,
             metrics: opts.metrics,
             replicas: ReplicaSet::new(replicas),
-            step,
+            step: 0,
             epoch,
             seed,
         });

@@ -1,0 +1,70 @@
+//! The training loop as a Keras 3 user relies on it (issue 14, B1-B10): each test says what
+//! Keras does and holds convoy to it, or to a documented difference. Software adapter.
+
+use std::sync::Arc;
+
+use convoy::data::{synthetic_split, Dataset};
+use convoy::layers::*;
+use convoy::model::{CompileOptions, FitOptions, Loss, Metric, Sequential};
+use convoy::optim::Optimizer;
+
+fn devices(selection: &str) -> Vec<Arc<convoy::Device>> {
+    convoy::device::open(selection).unwrap()
+}
+
+/// Synthetic 8x8 images of 10 classes.
+fn data(train: usize, val: usize) -> (Arc<dyn Dataset>, Arc<dyn Dataset>) {
+    let (t, v) = synthetic_split(train, val, 8, 5).unwrap();
+    (Arc::new(t), Arc::new(v))
+}
+
+fn model() -> Sequential {
+    let mut m = Sequential::new(&[8, 8, 3]);
+    m.add(Conv2D::new(6, 3).padding(Padding::Same));
+    m.add(BatchNormalization::new());
+    m.add(ReLU::new());
+    m.add(MaxPool2D::new(2));
+    m.add(Flatten::new());
+    m.add(Dense::new(10));
+    m
+}
+
+fn compile_on(m: &mut Sequential, optimizer: Optimizer, selection: &str) {
+    m.compile(CompileOptions {
+        optimizer,
+        loss: Loss::SparseCategoricalCrossentropy,
+        metrics: vec![Metric::Accuracy],
+        devices: devices(selection),
+        seed: 1,
+        max_batch: 32,
+    })
+    .unwrap();
+}
+
+fn compiled(optimizer: Optimizer) -> Sequential {
+    let mut m = model();
+    compile_on(&mut m, optimizer, "software");
+    m
+}
+
+fn quiet(epochs: usize) -> FitOptions {
+    FitOptions { epochs, batch_size: 32, verbose: 0, ..Default::default() }
+}
+
+#[test]
+fn b1_a_second_compile_keeps_the_weights() {
+    let (train, val) = data(128, 32);
+    let mut m = compiled(Optimizer::sgd(0.1).momentum(0.9));
+    m.fit(train, quiet(1)).unwrap();
+    let before = m.evaluate(val.clone(), 32).unwrap();
+    let (params, states, _) = m.get_weights().unwrap();
+    // Keras: compiling a built model again keeps its weights; only the optimizer, loss and
+    // metrics change (the new optimizer starts from zero state).
+    compile_on(&mut m, Optimizer::adam(1e-4), "software");
+    let (p, s, opt) = m.get_weights().unwrap();
+    assert!(p == params && s == states, "a second compile re-initialised the weights");
+    assert_eq!(opt.len(), 2);
+    assert!(opt.iter().flatten().all(|&v| v == 0.0), "the new optimizer's state is not zero");
+    assert_eq!(m.evaluate(val, 32).unwrap()["loss"], before["loss"]);
+    assert_eq!(m.compiled_epoch(), 1, "the epochs trained are kept");
+}
