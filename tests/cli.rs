@@ -272,3 +272,14 @@ fn summary_json_counts_torchvisions_parameters_and_flops() {
     fails_with(&convoy(&["summary", "--model", "resnet51"]), &["resnet51", "resnet50"]);
     fails_with(&convoy(&["summary", "--model", "resnet50", "--image-size", "0"]), &["--image-size", "0"]);
 }
+
+#[test]
+fn resuming_a_finished_run_says_so() {
+    let dir = tmp("finished");
+    let ck = dir.to_str().unwrap();
+    let mut args = vec!["train", "--epochs", "1", "--json", "--checkpoint-dir", ck, "--resume", "--devices", "software"];
+    args.extend_from_slice(TINY);
+    assert!(convoy(&args).status.success());
+    // --epochs is where the run ends (Keras' epochs with initial_epoch at the epochs trained).
+    fails_with(&convoy(&args), &["--resume", "checkpoint.safetensors", "trained 1 epochs", "--epochs 1"]);
+}

@@ -68,3 +68,24 @@ fn b1_a_second_compile_keeps_the_weights() {
     assert_eq!(m.evaluate(val, 32).unwrap()["loss"], before["loss"]);
     assert_eq!(m.compiled_epoch(), 1, "the epochs trained are kept");
 }
+
+#[test]
+fn b2_a_second_fit_trains_again() {
+    let (train, _) = data(96, 8);
+    let mut once = compiled(Optimizer::sgd(0.05).momentum(0.9));
+    once.fit(train.clone(), quiet(2)).unwrap();
+    // Keras trains epochs initial_epoch..epochs, and initial_epoch defaults to 0: a second
+    // fit(epochs: 1) trains one more epoch.
+    let mut twice = compiled(Optimizer::sgd(0.05).momentum(0.9));
+    twice.fit(train.clone(), quiet(1)).unwrap();
+    let h = twice.fit(train.clone(), quiet(1)).unwrap();
+    assert_eq!(h.epochs(), &[0], "the second fit trained nothing: {:?}", h.history());
+    assert_eq!(twice.compiled_epoch(), 2);
+    // The data order follows the epochs trained, so two fits of one epoch are one of two.
+    assert_eq!(twice.get_weights().unwrap().0, once.get_weights().unwrap().0);
+    // initial_epoch numbers the epochs on; at or past `epochs` nothing is left to train.
+    let h = twice.fit(train.clone(), FitOptions { initial_epoch: 4, ..quiet(5) }).unwrap();
+    assert_eq!((h.epochs(), twice.compiled_epoch()), (&[4][..], 3));
+    let e = twice.fit(train, FitOptions { initial_epoch: 2, ..quiet(2) }).unwrap_err().to_string();
+    assert!(e.contains("initial_epoch 2") && e.contains("epochs 2"), "{e}");
+}

@@ -92,19 +92,20 @@ fn a_loaded_model_predicts_exactly_what_the_saved_one_did() {
 fn resume_continues_exactly_where_training_stopped() {
     // Two epochs straight, against one epoch + save + load + one more epoch.
     let (train, _) = data(160, 20);
-    let opts = |epochs| FitOptions { epochs, batch_size: 32, shuffle: true, seed: 9, verbose: 0, ..Default::default() };
+    let opts = |epochs, initial_epoch| FitOptions { epochs, initial_epoch, batch_size: 32, shuffle: true, seed: 9, verbose: 0, ..Default::default() };
     let mut straight = small_cnn();
     compile(&mut straight, Optimizer::sgd(0.05).momentum(0.9).nesterov(true));
-    straight.fit(train.clone(), opts(2)).unwrap();
+    straight.fit(train.clone(), opts(2, 0)).unwrap();
 
     let mut first = small_cnn();
     compile(&mut first, Optimizer::sgd(0.05).momentum(0.9).nesterov(true));
-    first.fit(train.clone(), opts(1)).unwrap();
+    first.fit(train.clone(), opts(1, 0)).unwrap();
     let path = tmp("resume.safetensors");
     first.save(&path).unwrap();
     let mut resumed = Sequential::load_compiled(&path, devices(), 32).unwrap();
     assert_eq!(resumed.compiled_epoch(), 1);
-    resumed.fit(train, opts(2)).unwrap();
+    // As in Keras, the resumed run starts at the epochs trained: epochs 1..2.
+    resumed.fit(train, opts(2, resumed.compiled_epoch())).unwrap();
     assert_eq!(resumed.compiled_epoch(), 2);
     let (a, b) = (straight.get_weights().unwrap().0, resumed.get_weights().unwrap().0);
     let diff = a.iter().zip(&b).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));

@@ -24,7 +24,11 @@ pub struct FitOptions {
     /// Drop a last batch smaller than `batch_size`. Default false (Keras' behaviour): the
     /// short batch is trained on, with its own compiled step.
     pub drop_remainder: bool,
-    /// Continue epoch numbering from here (resume).
+    /// The epoch to start at: `fit` trains epochs `initial_epoch..epochs`, as Keras does, so
+    /// `fit(epochs: N)` trains N epochs every time it is called (each call continues from the
+    /// weights the last one left), and a resumed run passes the epochs already trained
+    /// (`compiled_epoch()`) to end at epoch `epochs`. An `initial_epoch` at or past `epochs`
+    /// is an error (Keras silently trains nothing).
     pub initial_epoch: usize,
     /// 0: silent, 1: a progress bar.
     pub verbose: u8,
@@ -164,7 +168,9 @@ impl Sequential {
         let mut progress = ProgressBar::new().verbose(opts.verbose);
         let steps = batch_count(data.len(), opts.batch_size, opts.drop_remainder);
         let samples = if opts.drop_remainder { steps * opts.batch_size } else { data.len() };
-        let start_epoch = opts.initial_epoch.max(self.compiled()?.epoch);
+        if opts.initial_epoch >= opts.epochs {
+            bail!(Config, "fit: initial_epoch {} is not below epochs {}: nothing to train (fit trains epochs initial_epoch..epochs)", opts.initial_epoch, opts.epochs);
+        }
         let base_lr = self.compiled()?.learning_rate;
         let mut lr = base_lr;
         let mut cbs: Vec<&mut dyn Callback> = vec![&mut history as &mut dyn Callback, &mut progress];
@@ -188,11 +194,15 @@ impl Sequential {
         let mut stop = hook!(on_train_begin());
         let mut last_logs = Logs::new();
         let mut divergence = Divergence::default();
-        let mut epoch = start_epoch;
+        let mut epoch = opts.initial_epoch;
         while epoch < opts.epochs && !stop {
             stop |= hook!(on_epoch_begin(epoch));
-            let indices = epoch_indices(data.len(), opts.shuffle, opts.seed, epoch);
-            let loader = Loader::new(data.clone(), indices, opts.batch_size, opts.drop_remainder, opts.augment, opts.seed ^ (epoch as u64) << 32, 4)?;
+            // The data order and augmentation follow the epochs trained, not the index this
+            // call gives the epoch: two calls of one epoch then train as one call of two,
+            // and a resumed run replays the order of an uninterrupted one.
+            let trained = self.compiled()?.epoch;
+            let indices = epoch_indices(data.len(), opts.shuffle, opts.seed, trained);
+            let loader = Loader::new(data.clone(), indices, opts.batch_size, opts.drop_remainder, opts.augment, opts.seed ^ (trained as u64) << 32, 4)?;
             let mut tally = Tally::default();
             let t_epoch = Instant::now();
             let mut shares = Shares::default();
@@ -236,7 +246,7 @@ impl Sequential {
             divergence.check(&outs, c.step, epoch + 1, c.step - epoch_start_step, lr);
             // `collect(0)` finished the last exchange, so every replica holds the same weights.
             c.replicas.sync_states()?;
-            c.epoch = epoch + 1;
+            c.epoch += 1;
             let elapsed = t_epoch.elapsed().as_secs_f64();
             let mut logs = tally.logs(&c.metrics, "");
             logs.insert("seconds".into(), elapsed);

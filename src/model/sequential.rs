@@ -25,7 +25,8 @@ pub struct Compiled {
     /// Optimizer steps taken since `compile` (Keras' `optimizer.iterations`: Adam's bias
     /// correction and dropout masks use it).
     pub step: u64,
-    /// Epochs completed (for `--resume` and `initial_epoch`).
+    /// Epochs trained, over every `fit` call and across save and load: a resumed run's
+    /// `initial_epoch`; it also seeds each epoch's data order.
     pub epoch: usize,
     pub learning_rate: f32,
     pub seed: u64,
@@ -286,7 +287,7 @@ impl Sequential {
         self.compiled.as_ref().map(|c| c.replicas.shares(n)).unwrap_or_default()
     }
 
-    /// Epochs completed.
+    /// Epochs trained, over every `fit` call (and before a save, for a loaded model).
     pub fn compiled_epoch(&self) -> usize {
         self.compiled.as_ref().map(|c| c.epoch).unwrap_or(0)
     }
