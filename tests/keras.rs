@@ -89,3 +89,42 @@ fn b2_a_second_fit_trains_again() {
     let e = twice.fit(train, FitOptions { initial_epoch: 2, ..quiet(2) }).unwrap_err().to_string();
     assert!(e.contains("initial_epoch 2") && e.contains("epochs 2"), "{e}");
 }
+
+#[test]
+fn b3_explicit_normalization_survives_fit() {
+    let (train, _) = data(64, 8);
+    let mut m = model();
+    m.set_normalization(vec![0.4; 3], vec![0.2; 3]).unwrap();
+    compile_on(&mut m, Optimizer::sgd(0.05), "software");
+    m.fit(train, quiet(1)).unwrap();
+    assert_eq!(m.normalization(), (&[0.4f32; 3][..], &[0.2f32; 3][..]), "fit replaced the normalisation the user set");
+}
+
+#[test]
+fn b3_a_plan_built_before_a_normalization_change_sees_it() {
+    let (_, val) = data(8, 32);
+    let mut a = compiled(Optimizer::sgd(0.05));
+    let first = a.evaluate(val.clone(), 16).unwrap()["loss"];
+    a.set_normalization(vec![0.1, 0.5, 0.9], vec![0.3, 0.2, 0.1]).unwrap();
+    let changed = a.evaluate(val.clone(), 16).unwrap()["loss"];
+    let mut b = model();
+    b.set_normalization(vec![0.1, 0.5, 0.9], vec![0.3, 0.2, 0.1]).unwrap();
+    compile_on(&mut b, Optimizer::sgd(0.05), "software");
+    let fresh = b.evaluate(val, 16).unwrap()["loss"];
+    assert_ne!(first, fresh);
+    assert_eq!(changed, fresh, "evaluate kept the normalisation of the plan it built first");
+}
+
+#[test]
+fn b3_statistics_from_the_first_fit_reach_plans_built_before_it() {
+    let (train, val) = data(64, 16);
+    let mut m = compiled(Optimizer::sgd(0.05));
+    m.predict(val.clone(), 16).unwrap();
+    m.fit(train, quiet(1)).unwrap();
+    let after = m.predict(val.clone(), 16).unwrap();
+    let path = std::env::temp_dir().join(format!("convoy-keras-b3-{}.safetensors", std::process::id()));
+    m.save(&path).unwrap();
+    let mut loaded = Sequential::load_compiled(&path, devices("software"), 32).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(after, loaded.predict(val, 16).unwrap(), "predict used the normalisation from before fit");
+}

@@ -159,10 +159,9 @@ impl Sequential {
             bail!(Config, "{}: {} samples give no batch of {}", data.source(), data.len(), opts.batch_size);
         }
         // Normalisation statistics come from the first data a fresh model is trained on.
-        if self.compiled.as_ref().is_some_and(|c| c.step == 0) && self.pending_weights.is_none() && !self.normalization_fixed {
+        if self.compiled.is_some() && !self.normalization_fixed {
             let (mean, std) = channel_stats(data.as_ref(), 2048)?;
             self.set_normalization(mean, std)?;
-            self.normalization_fixed = true;
         }
         let mut history = History::new();
         let mut progress = ProgressBar::new().verbose(opts.verbose);

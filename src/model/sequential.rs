@@ -37,7 +37,8 @@ pub struct Sequential {
     pub(crate) compiled: Option<Compiled>,
     /// Saved state waiting for `compile` (a loaded model): params, states, optimizer state.
     pub(crate) pending_weights: Option<HostWeights>,
-    /// Set once the normalisation has been chosen (from data, or loaded from a file).
+    /// Set once the normalisation has been chosen: by the user, from data, loaded from a
+    /// file, or by training with the defaults.
     pub(crate) normalization_fixed: bool,
 }
 
@@ -100,14 +101,27 @@ impl Sequential {
     }
 
     /// Sets the per-channel normalisation applied on the GPU to u8 input:
-    /// `(x / 255 - mean) / std`.
+    /// `(x / 255 - mean) / std`. It is the model's from then on: `fit` computes statistics
+    /// from the data only for a model whose normalisation was never set (nor loaded, nor
+    /// trained with). Steps recorded before (an `evaluate`, a `predict`) are recorded again.
+    /// Fails while steps of `train_on_batch_async` are in flight (collect them first).
     pub fn set_normalization(&mut self, mean: Vec<f32>, std: Vec<f32>) -> Result<()> {
         let c = *self.def.input_shape.last().unwrap_or(&0);
         if mean.len() != c || std.len() != c || std.iter().any(|s| *s <= 0.0 || !s.is_finite()) {
             bail!(Config, "normalization needs {c} means and {c} positive stds, got {mean:?} and {std:?}");
         }
+        if let Some(compiled) = self.compiled.as_mut() {
+            compiled.replicas.flush()?;
+            if compiled.replicas.pending() > 0 {
+                bail!(Config, "set_normalization: {} training steps are in flight, collect them first", compiled.replicas.pending());
+            }
+            for r in &mut compiled.replicas.replicas {
+                r.drop_plans();
+            }
+        }
         self.def.mean = mean;
         self.def.std = std;
+        self.normalization_fixed = true;
         Ok(())
     }
     pub fn normalization(&self) -> (&[f32], &[f32]) {
@@ -199,6 +213,8 @@ impl Sequential {
         if let Some(bad) = labels.iter().position(|&l| l as usize >= self.def.classes) {
             bail!(Shape, "label {} at index {bad} is out of range for {} classes", labels[bad], self.def.classes);
         }
+        // Weights trained on the current normalisation belong to it.
+        self.normalization_fixed = true;
         let def = &self.def;
         let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
         let hyper = Hyper::for_step(c.learning_rate, &c.optimizer.kind(), c.step + 1)?;
