@@ -1,4 +1,5 @@
-//! ResNet-20 on CIFAR-10 with data augmentation, a cosine schedule and checkpoints.
+//! ResNet-20 on CIFAR-10 with data augmentation, one epoch of linear warm-up and a cosine
+//! decay (both step by step), and checkpoints.
 //!
 //! cargo run --release --example cifar10 -- path/to/cifar-10-batches-bin [EPOCHS]
 //! (get the data from https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz)
@@ -35,7 +36,7 @@ fn run() -> convoy::Result<()> {
     })?;
     let schedule = Schedule::Warmup { warmup_epochs: 1.0, then: Box::new(Schedule::Cosine { epochs, min_lr: 0.0 }) };
     let callbacks: Vec<Box<dyn Callback>> = vec![
-        Box::new(LearningRateScheduler::new(move |epoch, _| schedule.rate(base, epoch as f32))),
+        Box::new(LearningRateScheduler::from_schedule(base, schedule)),
         Box::new(ModelCheckpoint::new("resnet20-best.safetensors").monitor("val_accuracy").save_best_only(true)),
         Box::new(CsvLogger::new("resnet20.csv")),
     ];

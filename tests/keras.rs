@@ -1,12 +1,13 @@
 //! The training loop as a Keras 3 user relies on it (issue 14, B1-B10): each test says what
 //! Keras does and holds convoy to it, or to a documented difference. Software adapter.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use convoy::callbacks::{Callback, Context, LearningRateScheduler};
 use convoy::data::{synthetic_split, Dataset};
 use convoy::layers::*;
 use convoy::model::{CompileOptions, FitOptions, Loss, Metric, Sequential};
-use convoy::optim::Optimizer;
+use convoy::optim::{Optimizer, Schedule};
 
 fn devices(selection: &str) -> Vec<Arc<convoy::Device>> {
     convoy::device::open(selection).unwrap()
@@ -127,4 +128,36 @@ fn b3_statistics_from_the_first_fit_reach_plans_built_before_it() {
     let mut loaded = Sequential::load_compiled(&path, devices("software"), 32).unwrap();
     let _ = std::fs::remove_file(&path);
     assert_eq!(after, loaded.predict(val, 16).unwrap(), "predict used the normalisation from before fit");
+}
+
+/// Records the learning rate of every step as `fit` hands it over (placed after the
+/// scheduler, it sees the rate the step runs at).
+struct Rates(Arc<Mutex<Vec<f32>>>);
+
+impl Callback for Rates {
+    fn on_batch_begin(&mut self, _batch: usize, ctx: &mut Context) -> convoy::Result<()> {
+        self.0.lock().unwrap().push(ctx.learning_rate);
+        Ok(())
+    }
+}
+
+#[test]
+fn b4_warm_up_ramps_linearly_per_step() {
+    let (train, _) = data(128, 8);
+    let mut m = compiled(Optimizer::sgd(0.1));
+    let rates = Arc::new(Mutex::new(Vec::new()));
+    let schedule = Schedule::Warmup { warmup_epochs: 1.0, then: Box::new(Schedule::Constant) };
+    let callbacks: Vec<Box<dyn Callback>> =
+        vec![Box::new(LearningRateScheduler::from_schedule(0.1, schedule)), Box::new(Rates(rates.clone()))];
+    m.fit(train, FitOptions { callbacks, ..quiet(2) }).unwrap();
+    // Four steps an epoch: 0.025, 0.05, 0.075, 0.1, then 0.1.
+    let want = [0.025, 0.05, 0.075, 0.1, 0.1, 0.1, 0.1, 0.1];
+    let got = rates.lock().unwrap().clone();
+    assert!(got.len() == 8 && got.iter().zip(want).all(|(g, w)| (g - w).abs() < 1e-6), "rates per step {got:?}, want {want:?}");
+    // The rate reaches the optimizer: a step at rate 0 leaves the weights as they were.
+    let mut m = compiled(Optimizer::sgd(0.1));
+    let before = m.get_weights().unwrap().0;
+    let callbacks: Vec<Box<dyn Callback>> = vec![Box::new(LearningRateScheduler::from_schedule(0.1, Schedule::Step { step_size: 1, gamma: 0.0 }))];
+    m.fit(data(32, 8).0, FitOptions { callbacks, initial_epoch: 1, ..quiet(2) }).unwrap();
+    assert_eq!(m.get_weights().unwrap().0, before);
 }

@@ -65,6 +65,11 @@ pub trait Callback: Send {
     fn on_epoch_begin(&mut self, _epoch: usize, _ctx: &mut Context) -> Result<()> {
         Ok(())
     }
+    /// Called before batch `batch` of the epoch is trained: a learning rate set here is the
+    /// one this step runs at (Keras' `on_train_batch_begin`).
+    fn on_batch_begin(&mut self, _batch: usize, _ctx: &mut Context) -> Result<()> {
+        Ok(())
+    }
     /// `logs` holds the running means of the epoch so far plus `batch_size`, `images_per_sec`
     /// and the step-time shares (`input_wait`, `compute`, `exchange`).
     fn on_batch_end(&mut self, _batch: usize, _logs: &Logs, _ctx: &mut Context) -> Result<()> {

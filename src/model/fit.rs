@@ -216,6 +216,7 @@ impl Sequential {
                 let Some((b, batch)) = next else { break };
                 let batch = batch?;
                 shares.wait += t_wait.elapsed().as_secs_f64();
+                stop |= hook!(on_batch_begin(b));
                 self.compiled()?.learning_rate = lr;
                 let timing = self.train_on_batch(&batch.images, &batch.labels)?;
                 // The slowest replica sets the pace of each phase.
