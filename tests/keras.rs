@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use convoy::callbacks::{Callback, Context, LearningRateScheduler};
+use convoy::callbacks::{Callback, Context, EarlyStopping, LearningRateScheduler, Mode};
 use convoy::data::{synthetic_split, Dataset};
 use convoy::layers::*;
 use convoy::model::{CompileOptions, FitOptions, Loss, Metric, Sequential};
@@ -160,4 +160,33 @@ fn b4_warm_up_ramps_linearly_per_step() {
     let callbacks: Vec<Box<dyn Callback>> = vec![Box::new(LearningRateScheduler::from_schedule(0.1, Schedule::Step { step_size: 1, gamma: 0.0 }))];
     m.fit(data(32, 8).0, FitOptions { callbacks, initial_epoch: 1, ..quiet(2) }).unwrap();
     assert_eq!(m.get_weights().unwrap().0, before);
+}
+
+/// Records the weights at the end of every epoch, through the model's callback access.
+struct EpochWeights(Arc<Mutex<Vec<Vec<f32>>>>);
+
+impl Callback for EpochWeights {
+    fn on_epoch_end(&mut self, _epoch: usize, _logs: &convoy::callbacks::Logs, ctx: &mut Context) -> convoy::Result<()> {
+        self.0.lock().unwrap().push(ctx.saver.get_weights()?.0);
+        Ok(())
+    }
+}
+
+#[test]
+fn b5_early_stopping_is_readable_after_fit_and_restores_the_best_weights() {
+    let (train, _) = data(96, 8);
+    let mut m = compiled(Optimizer::sgd(0.05).momentum(0.9));
+    // The loss falls every epoch, so with a larger loss counted as better the first epoch
+    // is the best one and the second stops training.
+    let stop = Arc::new(Mutex::new(EarlyStopping::new("loss").mode(Mode::Max).patience(1).restore_best_weights(true)));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let callbacks: Vec<Box<dyn Callback>> = vec![Box::new(EpochWeights(seen.clone())), Box::new(stop.clone())];
+    let h = m.fit(train, FitOptions { callbacks, ..quiet(5) }).unwrap();
+    assert_eq!(h.epochs(), &[0, 1]);
+    let stop = stop.lock().unwrap();
+    assert_eq!((stop.stopped_epoch(), stop.best_epoch()), (Some(1), Some(0)));
+    assert_eq!(stop.best(), Some(h.history()["loss"][0]));
+    let seen = seen.lock().unwrap();
+    assert_ne!(seen[0], seen[1]);
+    assert_eq!(m.get_weights().unwrap().0, seen[0], "the weights of the best epoch were not restored");
 }

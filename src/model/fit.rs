@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::callbacks::{Callback, Context, History, Logs, ProgressBar, Saver};
+use crate::callbacks::{Callback, Context, History, Logs, ProgressBar, Saver, Weights};
 use crate::data::{batch_count, channel_stats, epoch_indices, Augment, Dataset, Loader};
 use crate::model::losses::Metric;
 use crate::model::Sequential;
@@ -142,6 +142,20 @@ struct ModelSaver<'a>(&'a Sequential);
 impl Saver for ModelSaver<'_> {
     fn save(&self, path: &Path) -> Result<()> {
         self.0.save(path)
+    }
+    fn get_weights(&self) -> Result<Weights> {
+        let (params, states, _) = self.0.get_weights()?;
+        Ok((params, states))
+    }
+    // Callbacks run between steps, with every exchange finished: writing each replica is
+    // all it takes.
+    fn set_weights(&self, (params, states): &Weights) -> Result<()> {
+        let c = self.0.compiled.as_ref().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
+        for r in &c.replicas.replicas {
+            r.write_params(params)?;
+            r.write_states(states)?;
+        }
+        Ok(())
     }
 }
 
