@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use convoy::callbacks::{Callback, Context, EarlyStopping, LearningRateScheduler, Mode};
+use convoy::callbacks::{Callback, Context, EarlyStopping, LearningRateScheduler, Logs, Mode};
 use convoy::data::{synthetic_split, Dataset};
 use convoy::layers::*;
 use convoy::model::{CompileOptions, FitOptions, Loss, Metric, Sequential};
@@ -40,6 +40,14 @@ fn compile_on(m: &mut Sequential, optimizer: Optimizer, selection: &str) {
         max_batch: 32,
     })
     .unwrap();
+}
+
+/// The first `n` samples of `data`: images back to back, and labels.
+fn batch(data: &dyn Dataset, n: usize) -> (Vec<u8>, Vec<u32>) {
+    let sample = data.sample_bytes();
+    let mut images = vec![0u8; n * sample];
+    let labels = images.chunks_mut(sample).enumerate().map(|(i, x)| data.load(i, x).unwrap()).collect();
+    (images, labels)
 }
 
 fn compiled(optimizer: Optimizer) -> Sequential {
@@ -166,7 +174,7 @@ fn b4_warm_up_ramps_linearly_per_step() {
 struct EpochWeights(Arc<Mutex<Vec<Vec<f32>>>>);
 
 impl Callback for EpochWeights {
-    fn on_epoch_end(&mut self, _epoch: usize, _logs: &convoy::callbacks::Logs, ctx: &mut Context) -> convoy::Result<()> {
+    fn on_epoch_end(&mut self, _epoch: usize, _logs: &Logs, ctx: &mut Context) -> convoy::Result<()> {
         self.0.lock().unwrap().push(ctx.saver.get_weights()?.0);
         Ok(())
     }
@@ -189,4 +197,36 @@ fn b5_early_stopping_is_readable_after_fit_and_restores_the_best_weights() {
     let seen = seen.lock().unwrap();
     assert_ne!(seen[0], seen[1]);
     assert_eq!(m.get_weights().unwrap().0, seen[0], "the weights of the best epoch were not restored");
+}
+
+/// Records every batch's logs.
+struct BatchLogs(Arc<Mutex<Vec<(usize, Logs)>>>);
+
+impl Callback for BatchLogs {
+    fn on_batch_end(&mut self, batch: usize, logs: &Logs, _ctx: &mut Context) -> convoy::Result<()> {
+        self.0.lock().unwrap().push((batch, logs.clone()));
+        Ok(())
+    }
+}
+
+#[test]
+fn b6_batch_logs_include_their_batch() {
+    let (train, _) = data(100, 8);
+    let mut m = compiled(Optimizer::sgd(0.05));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let h = m.fit(train.clone(), FitOptions { callbacks: vec![Box::new(BatchLogs(seen.clone()))], shuffle: false, ..quiet(1) }).unwrap();
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.iter().map(|s| s.0).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    // Batch 0's loss is that of the untrained model on the first 32 samples.
+    let (images, labels) = batch(train.as_ref(), 32);
+    let mut twin = model();
+    let (mean, std) = m.normalization();
+    twin.set_normalization(mean.to_vec(), std.to_vec()).unwrap();
+    compile_on(&mut twin, Optimizer::sgd(0.05), "software");
+    let (want, _) = twin.compute_gradients(&images, &labels).unwrap();
+    let first = seen[0].1["loss"];
+    assert!((first - want).abs() < 1e-6, "batch 0 reports loss {first}, the model's loss on it is {want}");
+    assert_eq!(seen[3].1["batch_size"], 4.0, "the last batch holds 100 - 3 x 32 samples");
+    // The running mean after the last batch is the epoch's loss.
+    assert!((seen[3].1["loss"] - h.history()["loss"][0]).abs() < 1e-9, "{:?} vs {:?}", seen[3].1, h.history());
 }

@@ -99,8 +99,11 @@ pub trait Callback: Send {
     fn on_batch_begin(&mut self, _batch: usize, _ctx: &mut Context) -> Result<()> {
         Ok(())
     }
-    /// `logs` holds the running means of the epoch so far plus `batch_size`, `images_per_sec`
-    /// and the step-time shares (`input_wait`, `compute`, `exchange`).
+    /// `logs` holds the running means of the epoch so far, batch `batch` included, plus its
+    /// `batch_size`, `images_per_sec` and the step-time shares (`input_wait`, `compute`,
+    /// `exchange`). A batch's loss is read while the devices run the next step, so this
+    /// comes after `on_batch_begin(batch + 1)`, and a stop or learning rate set here reaches
+    /// the step after that one (the next is already on its way).
     fn on_batch_end(&mut self, _batch: usize, _logs: &Logs, _ctx: &mut Context) -> Result<()> {
         Ok(())
     }

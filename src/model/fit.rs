@@ -137,6 +137,15 @@ impl Shares {
     }
 }
 
+/// What `on_batch_end` receives: the running means of the epoch so far, the batch's size,
+/// images/s and the shares of the time.
+fn batch_logs(tally: &Tally, metrics: &[Metric], batch_size: usize, shares: &Shares, t_epoch: Instant) -> Logs {
+    let mut logs = tally.logs(metrics, "");
+    logs.insert("batch_size".into(), batch_size as f64);
+    shares.insert(&mut logs, tally.samples, t_epoch.elapsed().as_secs_f64());
+    logs
+}
+
 struct ModelSaver<'a>(&'a Sequential);
 
 impl Saver for ModelSaver<'_> {
@@ -222,6 +231,10 @@ impl Sequential {
             let mut t_wait = Instant::now();
             let mut batches = loader.enumerate();
             let epoch_start_step = self.compiled()?.step;
+            // The step in flight: its batch index, size and learning rate. Its loss is read
+            // while the next step runs, and its `on_batch_end` comes then, with logs that
+            // include it.
+            let mut in_flight: Option<(usize, usize, f32)> = None;
             loop {
                 let next = {
                     let _s = crate::trace::span("wait for input", 0);
@@ -237,18 +250,17 @@ impl Sequential {
                 shares.compute += timing.iter().map(|t| t.upload).fold(0.0, f64::max);
                 shares.compute += timing.iter().map(|t| t.compute).fold(0.0, f64::max);
                 shares.exchange += timing.iter().map(|t| t.exchange).fold(0.0, f64::max);
-                // Read step k-1's loss while step k runs.
+                // Read step b-1's loss while step b runs.
                 let (outs, waited) = self.collect(1)?;
                 shares.compute += waited;
                 let c = self.compiled()?;
                 tally.add(&c.metrics, &outs);
-                // the outputs are those of the step before the one still in flight
                 let done = c.step - c.replicas.pending() as u64;
-                divergence.check(&outs, done, epoch + 1, done - epoch_start_step, lr);
-                let mut logs = tally.logs(&c.metrics, "");
-                logs.insert("batch_size".into(), batch.labels.len() as f64);
-                shares.insert(&mut logs, tally.samples, t_epoch.elapsed().as_secs_f64());
-                stop |= hook!(on_batch_end(b, &logs));
+                if let Some((done_batch, size, done_lr)) = in_flight.replace((b, batch.labels.len(), lr)) {
+                    divergence.check(&outs, done, epoch + 1, done - epoch_start_step, done_lr);
+                    let logs = batch_logs(&tally, &c.metrics, size, &shares, t_epoch);
+                    stop |= hook!(on_batch_end(done_batch, &logs));
+                }
                 if stop {
                     break;
                 }
@@ -257,7 +269,15 @@ impl Sequential {
             let (outs, _) = self.collect(0)?;
             let c = self.compiled()?;
             tally.add(&c.metrics, &outs);
-            divergence.check(&outs, c.step, epoch + 1, c.step - epoch_start_step, lr);
+            if let Some((done_batch, size, done_lr)) = in_flight {
+                divergence.check(&outs, c.step, epoch + 1, c.step - epoch_start_step, done_lr);
+                // After a stop, as in Keras, no batch hook comes (the step ran: it was in flight).
+                if !stop {
+                    let logs = batch_logs(&tally, &c.metrics, size, &shares, t_epoch);
+                    stop |= hook!(on_batch_end(done_batch, &logs));
+                }
+            }
+            let c = self.compiled()?;
             // `collect(0)` finished the last exchange, so every replica holds the same weights.
             c.replicas.sync_states()?;
             c.epoch += 1;
