@@ -230,3 +230,16 @@ fn b6_batch_logs_include_their_batch() {
     // The running mean after the last batch is the epoch's loss.
     assert!((seen[3].1["loss"] - h.history()["loss"][0]).abs() < 1e-9, "{:?} vs {:?}", seen[3].1, h.history());
 }
+
+#[test]
+fn b7_a_batch_above_max_batch_is_named() {
+    let (train, val) = data(128, 70);
+    let mut m = compiled(Optimizer::sgd(0.05));
+    let e = m.fit(train, FitOptions { batch_size: 64, ..quiet(1) }).unwrap_err().to_string();
+    assert!(e.contains("batch_size 64") && e.contains("max_batch 32"), "{e}");
+    let e = m.train_on_batch(&vec![0u8; 40 * 192], &[0; 40]).unwrap_err().to_string();
+    assert!(e.contains("batch of 40") && e.contains("max_batch 32"), "{e}");
+    // Inference runs any batch size in pieces the staging buffers hold.
+    assert_eq!(m.evaluate(val.clone(), 64).unwrap()["samples"], 70.0);
+    assert_eq!(m.predict(val, 64).unwrap().len(), 70);
+}

@@ -178,6 +178,7 @@ impl Sequential {
         if opts.batch_size == 0 {
             bail!(Config, "batch_size must be positive");
         }
+        self.compiled()?.check_batch("fit: batch_size", opts.batch_size)?;
         if data.is_empty() || (opts.drop_remainder && data.len() < opts.batch_size) {
             bail!(Config, "{}: {} samples give no batch of {}", data.source(), data.len(), opts.batch_size);
         }
@@ -307,7 +308,8 @@ impl Sequential {
         Ok(history)
     }
 
-    /// Loss and metrics over `data` (`loss`, `accuracy`, ..., `samples`).
+    /// Loss and metrics over `data` (`loss`, `accuracy`, ..., `samples`), in batches of
+    /// `batch_size` (at most the compiled `max_batch`).
     pub fn evaluate(&mut self, data: Arc<dyn Dataset>, batch_size: usize) -> Result<Logs> {
         self.check_data(data.as_ref())?;
         let def = &self.def;
@@ -315,7 +317,8 @@ impl Sequential {
         c.replicas.flush()?;
         c.replicas.sync_states()?;
         let indices: Vec<usize> = (0..data.len()).collect();
-        let loader = Loader::new(data.clone(), indices, batch_size.max(1), false, None, 0, 4)?;
+        // Inference does not depend on the batch: a larger one runs in pieces that fit.
+        let loader = Loader::new(data.clone(), indices, batch_size.clamp(1, c.max_batch), false, None, 0, 4)?;
         let mut tally = Tally::default();
         let n = c.replicas.len();
         for batch in loader {
@@ -345,7 +348,8 @@ impl Sequential {
         Ok(logs)
     }
 
-    /// Class probabilities (softmax of the logits) for every sample of `data`, in order.
+    /// Class probabilities (softmax of the logits) for every sample of `data`, in order, in
+    /// batches of `batch_size` (at most the compiled `max_batch`).
     pub fn predict(&mut self, data: Arc<dyn Dataset>, batch_size: usize) -> Result<Vec<Vec<f32>>> {
         self.check_data(data.as_ref())?;
         let def = &self.def;
@@ -353,7 +357,7 @@ impl Sequential {
         let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
         c.replicas.flush()?;
         c.replicas.sync_states()?;
-        let loader = Loader::new(data.clone(), (0..data.len()).collect(), batch_size.max(1), false, None, 0, 4)?;
+        let loader = Loader::new(data.clone(), (0..data.len()).collect(), batch_size.clamp(1, c.max_batch), false, None, 0, 4)?;
         let mut out = Vec::with_capacity(data.len());
         for batch in loader {
             let batch = batch?;

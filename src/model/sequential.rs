@@ -30,6 +30,20 @@ pub struct Compiled {
     pub epoch: usize,
     pub learning_rate: f32,
     pub seed: u64,
+    /// The largest batch a training step takes: the staging buffers hold that many samples.
+    pub max_batch: usize,
+}
+
+impl Compiled {
+    /// Refuses a training batch of `n` samples above `max_batch` before anything is staged,
+    /// naming both (a staging buffer would otherwise refuse it mid-step).
+    /// `what` names the batch in the message: "fit: batch_size".
+    pub(crate) fn check_batch(&self, what: &str, n: usize) -> Result<()> {
+        if n > self.max_batch {
+            bail!(Config, "{what} {n} is above the max_batch {} the model was compiled with (its staging buffers hold that many samples); compile with max_batch: {n} or more", self.max_batch);
+        }
+        Ok(())
+    }
 }
 
 pub struct Sequential {
@@ -51,7 +65,8 @@ pub struct CompileOptions {
     pub devices: Vec<Arc<Device>>,
     /// Seeds the initial weights.
     pub seed: u64,
-    /// The largest batch `fit` will use (staging buffers are sized for it).
+    /// The largest batch `fit` and `train_on_batch` will use (staging buffers are sized for
+    /// it); `evaluate` and `predict` take larger batches in pieces of this size.
     pub max_batch: usize,
 }
 
@@ -194,6 +209,7 @@ impl Sequential {
             step: 0,
             epoch,
             seed,
+            max_batch: opts.max_batch.max(1),
         });
         Ok(())
     }
@@ -217,6 +233,7 @@ impl Sequential {
         self.normalization_fixed = true;
         let def = &self.def;
         let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
+        c.check_batch("train_on_batch: a batch of", labels.len())?;
         let hyper = Hyper::for_step(c.learning_rate, &c.optimizer.kind(), c.step + 1)?;
         let timing = c.replicas.train_step(def, images, labels, hyper, c.step as u32)?;
         c.step += 1;
@@ -229,6 +246,7 @@ impl Sequential {
     pub fn compute_gradients(&mut self, images: &[u8], labels: &[u32]) -> Result<(f64, Vec<f32>)> {
         let def = &self.def;
         let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
+        c.check_batch("compute_gradients: a batch of", labels.len())?;
         c.replicas.flush()?;
         let r = &mut c.replicas.replicas[0];
         let batch = crate::parallel::HostBatch { images, labels };
@@ -245,6 +263,7 @@ impl Sequential {
     pub fn profile(&mut self, images: &[u8], labels: &[u32], steps: usize) -> Result<Profile> {
         let def = &self.def;
         let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
+        c.check_batch("profile: a batch of", labels.len())?;
         c.replicas.flush()?;
         let r = &mut c.replicas.replicas[0];
         let mut timer = Timestamps::new(&r.device, 2048)
