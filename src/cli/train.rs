@@ -36,7 +36,8 @@ pub struct TrainArgs {
     pub batch_size: usize,
     #[arg(long)]
     pub lr: Option<f32>,
-    /// sgd (momentum 0.9, Nesterov, weight decay 5e-4), adam or adamw.
+    /// sgd (momentum 0.9, Nesterov, L2 5e-4 in the gradient: PyTorch's SGD weight_decay, as
+    /// the benchmarks), adam or adamw (decoupled weight decay 0.004, Keras' default).
     #[arg(long, default_value = "sgd")]
     pub optimizer: String,
     #[arg(long, default_value_t = 0)]
