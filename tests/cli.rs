@@ -283,3 +283,44 @@ fn resuming_a_finished_run_says_so() {
     // --epochs is where the run ends (Keras' epochs with initial_epoch at the epochs trained).
     fails_with(&convoy(&args), &["--resume", "checkpoint.safetensors", "trained 1 epochs", "--epochs 1"]);
 }
+
+#[test]
+fn predict_names_each_file_of_an_unlabelled_folder() {
+    let dir = tmp("images");
+    let model = dir.join("m.safetensors");
+    let mut args = vec!["train", "--epochs", "1", "--json", "--save", model.to_str().unwrap(), "--devices", "software"];
+    args.extend_from_slice(TINY);
+    assert!(convoy(&args).status.success());
+    // A flat folder of new photos, sizes other than the model's; other files are left out.
+    let photos = dir.join("photos");
+    std::fs::create_dir_all(photos.join("sub")).unwrap();
+    for (name, w, h) in [("b.png", 12, 9), ("a.jpg", 8, 8), ("c.PNG", 9, 16)] {
+        image::RgbImage::from_fn(w, h, |x, y| image::Rgb([(x * 20) as u8, (y * 15) as u8, 90])).save(photos.join(name)).unwrap();
+    }
+    for other in [".hidden.png", "notes.txt", "sub/d.png"] {
+        std::fs::write(photos.join(other), b"not an image").unwrap();
+    }
+    let spec = format!("images:{}", photos.display());
+    let out = convoy(&["predict", "--load", model.to_str().unwrap(), "--data", &spec, "--json", "--devices", "software"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = json(&out);
+    let preds = v["predictions"].as_array().unwrap();
+    let files: Vec<&str> = preds.iter().map(|p| p["file"].as_str().unwrap()).collect();
+    let want: Vec<String> = ["a.jpg", "b.png", "c.PNG"].iter().map(|f| photos.join(f).display().to_string()).collect();
+    assert_eq!(files, want);
+    for p in preds {
+        assert!(p["class"].as_u64().unwrap() < 10 && (0.1..=1.0).contains(&p["probability"].as_f64().unwrap()), "{p}");
+    }
+    let out = convoy(&["predict", "--load", model.to_str().unwrap(), "--data", &spec, "--devices", "software"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(lines[1].starts_with(&format!("{}\t", want[1])) && lines[1].split('\t').count() == 3, "{text}");
+    // A corrupt photo is named, as it is in the folder.
+    std::fs::write(photos.join("e.jpg"), b"\xff\xd8 truncated").unwrap();
+    fails_with(&convoy(&["predict", "--load", model.to_str().unwrap(), "--data", &spec, "--devices", "software"]), &[&photos.join("e.jpg").display().to_string()]);
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    fails_with(&convoy(&["predict", "--load", model.to_str().unwrap(), "--data", &format!("images:{}", empty.display())]), &["empty", "no .jpg"]);
+    fails_with(&convoy(&["evaluate", "--load", model.to_str().unwrap(), "--data", &spec]), &["no labels"]);
+}

@@ -284,3 +284,27 @@ fn b8_weight_decay_is_decoupled_and_l2_is_in_the_gradient() {
     assert_eq!(Optimizer::sgd(0.1).weight_decay(5e-4), Optimizer::sgd(0.1).l2(5e-4));
     assert_eq!(Optimizer::from_name("sgd", 0.05).unwrap(), Optimizer::sgd(0.05).momentum(0.9).nesterov(true).l2(5e-4));
 }
+
+#[test]
+fn b9_predict_takes_raw_images_and_unlabelled_folders() {
+    let (train, val) = data(64, 6);
+    let mut m = compiled(Optimizer::sgd(0.05));
+    m.fit(train, quiet(1)).unwrap();
+    // Raw u8 images at the model's input shape, as Keras' predict takes an array.
+    let (images, _) = batch(val.as_ref(), 6);
+    let from_data = m.predict(val.clone(), 4).unwrap();
+    assert_eq!(m.predict_images(&images, 4).unwrap(), from_data);
+    let e = m.predict_images(&images[..100], 4).unwrap_err().to_string();
+    assert!(e.contains("100 bytes") && e.contains("192"), "{e}");
+    // The same images as PNG files of the model's size in a flat folder, in name order.
+    let dir = std::env::temp_dir().join(format!("convoy-keras-b9-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, img) in images.chunks(192).enumerate() {
+        image::RgbImage::from_raw(8, 8, img.to_vec()).unwrap().save(dir.join(format!("photo{i}.png"))).unwrap();
+    }
+    let folder = convoy::model::UnlabelledFolder::open(&dir, 8).unwrap();
+    assert_eq!((folder.len(), folder.file(2)), (6, dir.join("photo2.png")));
+    assert_eq!(m.predict(Arc::new(folder), 4).unwrap(), from_data);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
