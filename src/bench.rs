@@ -81,7 +81,7 @@ pub fn measure(cfg: &BenchConfig, devices: &[Arc<Device>]) -> Result<Measurement
         if t0.is_some() {
             wait += t_wait.elapsed().as_secs_f64();
         }
-        model.train_on_batch(&batch.images, &batch.labels)?;
+        model.train_on_batch_async(&batch.images, &batch.labels)?;
         model.collect(1)?;
         match t0 {
             Some(_) => timed += 1,

@@ -308,3 +308,43 @@ fn b9_predict_takes_raw_images_and_unlabelled_folders() {
     assert_eq!(m.predict(Arc::new(folder), 4).unwrap(), from_data);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn b10_train_on_batch_in_a_loop_on_one_two_and_three_replicas() {
+    let (train, _) = data(16, 8);
+    let (images, labels) = batch(train.as_ref(), 16);
+    for selection in ["software", "software:2", "software:3"] {
+        // Keras' train_on_batch: synchronous, returning the batch's loss and metrics.
+        let mut m = model();
+        compile_on(&mut m, Optimizer::sgd(0.05).momentum(0.9), selection);
+        let mut losses = Vec::new();
+        let mut weights = m.get_weights().unwrap().0;
+        for i in 0..10 {
+            let logs = m.train_on_batch(&images, &labels).unwrap_or_else(|e| panic!("{selection}: call {i}: {e}"));
+            assert!((0.0..=1.0).contains(&logs["accuracy"]), "{selection}: {logs:?}");
+            losses.push(logs["loss"]);
+            // Every call has updated the weights every replica holds when it returns.
+            let now = m.get_weights().unwrap().0;
+            assert_ne!(now, weights, "{selection}: call {i} left the weights as they were");
+            weights = now;
+        }
+        assert!(losses[9] < losses[0], "{selection}: ten steps on one batch did not lower its loss: {losses:?}");
+        // Its per-sample outputs wait for one collect, and do not pile up.
+        let (outs, _) = m.collect(0).unwrap();
+        assert_eq!(outs.iter().map(|o| o.loss.len()).sum::<usize>(), 16, "{selection}");
+        assert!(m.collect(0).unwrap().0.is_empty());
+        // The asynchronous variant, never collected in between, neither fails nor hangs.
+        for i in 0..10 {
+            m.train_on_batch_async(&images, &labels).unwrap_or_else(|e| panic!("{selection}: async call {i}: {e}"));
+        }
+        let (outs, _) = m.collect(0).unwrap();
+        assert_eq!(outs.iter().map(|o| o.loss.len()).sum::<usize>(), 160, "{selection}");
+        // Nor do the calls that run steps of their own in between.
+        m.train_on_batch_async(&images, &labels).unwrap();
+        m.train_on_batch_async(&images, &labels).unwrap();
+        let (loss, _) = m.compute_gradients(&images, &labels).unwrap();
+        assert!(loss.is_finite(), "{selection}");
+        assert_eq!(m.evaluate(train.clone(), 16).unwrap()["samples"], 16.0, "{selection}");
+        assert_eq!(m.collect(0).unwrap().0.iter().map(|o| o.loss.len()).sum::<usize>(), 32, "{selection}");
+    }
+}

@@ -1,4 +1,4 @@
-//! `fit`, `evaluate` and `predict`.
+//! `fit`, `train_on_batch`, `evaluate` and `predict`.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -187,6 +187,10 @@ impl Sequential {
             let (mean, std) = channel_stats(data.as_ref(), 2048)?;
             self.set_normalization(mean, std)?;
         }
+        // The outputs of steps run before, never collected, are not this fit's.
+        let c = self.compiled()?;
+        c.replicas.settle()?;
+        c.replicas.forget_finished();
         let mut history = History::new();
         let mut progress = ProgressBar::new().verbose(opts.verbose);
         let steps = batch_count(data.len(), opts.batch_size, opts.drop_remainder);
@@ -246,7 +250,7 @@ impl Sequential {
                 shares.wait += t_wait.elapsed().as_secs_f64();
                 stop |= hook!(on_batch_begin(b));
                 self.compiled()?.learning_rate = lr;
-                let timing = self.train_on_batch(&batch.images, &batch.labels)?;
+                let timing = self.train_on_batch_async(&batch.images, &batch.labels)?;
                 // The slowest replica sets the pace of each phase.
                 shares.compute += timing.iter().map(|t| t.upload).fold(0.0, f64::max);
                 shares.compute += timing.iter().map(|t| t.compute).fold(0.0, f64::max);
@@ -308,13 +312,29 @@ impl Sequential {
         Ok(history)
     }
 
+    /// One training step on a global batch of u8 images `[n, h, w, c]` and labels, split
+    /// across the replicas, as Keras' `train_on_batch`: it waits for the step and returns the
+    /// batch's `loss` and metrics (`accuracy`, ...); every replica then holds the updated
+    /// weights. Its per-sample outputs stay for one [`Sequential::collect`] until the next
+    /// step. [`Sequential::train_on_batch_async`] overlaps steps instead.
+    pub fn train_on_batch(&mut self, images: &[u8], labels: &[u32]) -> Result<Logs> {
+        let hyper = self.next_step("train_on_batch", images, labels)?;
+        let def = &self.def;
+        let c = self.compiled.as_mut().expect("next_step checked it");
+        let outs = c.replicas.train_step_sync(def, images, labels, hyper, c.step as u32)?;
+        c.step += 1;
+        let mut tally = Tally::default();
+        tally.add(&c.metrics, &outs);
+        Ok(tally.logs(&c.metrics, ""))
+    }
+
     /// Loss and metrics over `data` (`loss`, `accuracy`, ..., `samples`), in batches of
     /// `batch_size` (at most the compiled `max_batch`).
     pub fn evaluate(&mut self, data: Arc<dyn Dataset>, batch_size: usize) -> Result<Logs> {
         self.check_data(data.as_ref())?;
         let def = &self.def;
         let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
-        c.replicas.flush()?;
+        c.replicas.settle()?;
         c.replicas.sync_states()?;
         let indices: Vec<usize> = (0..data.len()).collect();
         // Inference does not depend on the batch: a larger one runs in pieces that fit.
@@ -355,7 +375,7 @@ impl Sequential {
         let def = &self.def;
         let classes = def.classes;
         let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
-        c.replicas.flush()?;
+        c.replicas.settle()?;
         c.replicas.sync_states()?;
         let loader = Loader::new(data.clone(), (0..data.len()).collect(), batch_size.clamp(1, c.max_batch), false, None, 0, 4)?;
         let mut out = Vec::with_capacity(data.len());

@@ -119,17 +119,13 @@ impl Sequential {
     /// `(x / 255 - mean) / std`. It is the model's from then on: `fit` computes statistics
     /// from the data only for a model whose normalisation was never set (nor loaded, nor
     /// trained with). Steps recorded before (an `evaluate`, a `predict`) are recorded again.
-    /// Fails while steps of `train_on_batch_async` are in flight (collect them first).
     pub fn set_normalization(&mut self, mean: Vec<f32>, std: Vec<f32>) -> Result<()> {
         let c = *self.def.input_shape.last().unwrap_or(&0);
         if mean.len() != c || std.len() != c || std.iter().any(|s| *s <= 0.0 || !s.is_finite()) {
             bail!(Config, "normalization needs {c} means and {c} positive stds, got {mean:?} and {std:?}");
         }
         if let Some(compiled) = self.compiled.as_mut() {
-            compiled.replicas.flush()?;
-            if compiled.replicas.pending() > 0 {
-                bail!(Config, "set_normalization: {} training steps are in flight, collect them first", compiled.replicas.pending());
-            }
+            compiled.replicas.settle()?;
             for r in &mut compiled.replicas.replicas {
                 r.drop_plans();
             }
@@ -178,7 +174,7 @@ impl Sequential {
         let seed = opts.seed;
         let trained = match self.compiled.as_mut() {
             Some(c) => {
-                c.replicas.flush()?;
+                c.replicas.settle()?;
                 c.replicas.sync_states()?;
                 let r = &c.replicas.replicas[0];
                 Some((r.read_params()?, r.read_states()?, Vec::new()))
@@ -218,26 +214,36 @@ impl Sequential {
         self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))
     }
 
-    /// One training step on a global batch of u8 images `[n, h, w, c]` and labels, split
-    /// across the replicas. Asynchronous: the step's loss and ranks come from
-    /// [`Sequential::collect`]. Returns the host timing per replica.
-    pub fn train_on_batch(&mut self, images: &[u8], labels: &[u32]) -> Result<Vec<StepTiming>> {
+    /// [`Sequential::train_on_batch`] without waiting: the step is submitted and this
+    /// returns the host timing per replica, while the devices run it; its loss and ranks
+    /// come from [`Sequential::collect`]. Any number of calls in a row is fine: past two
+    /// steps in flight a call waits for the oldest (its outputs wait for `collect`). With
+    /// several devices the weights are exchanged at the next step or `collect(0)`, so
+    /// `get_weights` sees this step's update after `collect(0)`.
+    pub fn train_on_batch_async(&mut self, images: &[u8], labels: &[u32]) -> Result<Vec<StepTiming>> {
+        let hyper = self.next_step("train_on_batch_async", images, labels)?;
+        let def = &self.def;
+        let c = self.compiled.as_mut().expect("next_step checked it");
+        let timing = c.replicas.train_step(def, images, labels, hyper, c.step as u32)?;
+        c.step += 1;
+        Ok(timing)
+    }
+
+    /// Checks a training batch (sizes, labels, a compiled model, `max_batch`) and returns
+    /// the optimizer inputs of the step it will be.
+    pub(crate) fn next_step(&mut self, who: &str, images: &[u8], labels: &[u32]) -> Result<Hyper> {
         let sample: usize = self.def.input_shape.iter().product();
         if labels.is_empty() || images.len() != labels.len() * sample {
-            bail!(Shape, "train_on_batch: {} image bytes for {} labels of {:?}", images.len(), labels.len(), self.def.input_shape);
+            bail!(Shape, "{who}: {} image bytes for {} labels of {:?}", images.len(), labels.len(), self.def.input_shape);
         }
         if let Some(bad) = labels.iter().position(|&l| l as usize >= self.def.classes) {
             bail!(Shape, "label {} at index {bad} is out of range for {} classes", labels[bad], self.def.classes);
         }
         // Weights trained on the current normalisation belong to it.
         self.normalization_fixed = true;
-        let def = &self.def;
-        let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
-        c.check_batch("train_on_batch: a batch of", labels.len())?;
-        let hyper = Hyper::for_step(c.learning_rate, &c.optimizer.kind(), c.step + 1)?;
-        let timing = c.replicas.train_step(def, images, labels, hyper, c.step as u32)?;
-        c.step += 1;
-        Ok(timing)
+        let c = self.compiled()?;
+        c.check_batch(&format!("{who}: a batch of"), labels.len())?;
+        Hyper::for_step(c.learning_rate, &c.optimizer.kind(), c.step + 1)
     }
 
     /// The mean loss over a batch and the gradient of it with respect to every parameter
@@ -247,7 +253,7 @@ impl Sequential {
         let def = &self.def;
         let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
         c.check_batch("compute_gradients: a batch of", labels.len())?;
-        c.replicas.flush()?;
+        c.replicas.settle()?;
         let r = &mut c.replicas.replicas[0];
         let batch = crate::parallel::HostBatch { images, labels };
         r.run_step(def, &batch, true, crate::parallel::NO_UPDATE, c.step as u32, 1.0 / labels.len() as f32, true)?;
@@ -264,7 +270,7 @@ impl Sequential {
         let def = &self.def;
         let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
         c.check_batch("profile: a batch of", labels.len())?;
-        c.replicas.flush()?;
+        c.replicas.settle()?;
         let r = &mut c.replicas.replicas[0];
         let mut timer = Timestamps::new(&r.device, 2048)
             .ok_or_else(|| crate::Error::Device(format!("{} cannot time kernels: it has no timestamp queries", r.device.name())))?;
@@ -290,8 +296,10 @@ impl Sequential {
         Ok(())
     }
 
-    /// Collects finished steps until at most `keep` remain in flight; returns their outputs
-    /// and the time spent waiting for them.
+    /// Collects the outputs of training steps until at most `keep` remain uncollected,
+    /// waiting for those still in flight (`keep` 0 also finishes the last weight exchange);
+    /// returns the outputs (one per replica that ran, per step) and the time waited. After
+    /// [`Sequential::train_on_batch`] it hands out that step's per-sample outputs, once.
     pub fn collect(&mut self, keep: usize) -> Result<(Vec<StepOutput>, f64)> {
         let c = self.compiled()?;
         if keep == 0 {

@@ -46,6 +46,7 @@ pub struct Recorded {
 }
 
 /// Per-sample loss and label rank of one finished step.
+#[derive(Clone, Debug)]
 pub struct StepOutput {
     pub loss: Vec<f32>,
     pub rank: Vec<u32>,
