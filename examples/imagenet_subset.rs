@@ -26,7 +26,7 @@ fn run() -> convoy::Result<()> {
     println!("{} training images of {} classes at {size}px", train.len(), train.num_classes());
     let mut model = convoy::model::zoo::resnet18_cifar(&train.image_shape(), train.num_classes());
     model.compile(CompileOptions {
-        optimizer: Optimizer::sgd(0.1).momentum(0.9).weight_decay(5e-4),
+        optimizer: Optimizer::sgd(0.1).momentum(0.9).l2(5e-4),
         loss: Loss::SparseCategoricalCrossentropy,
         metrics: vec![Metric::Accuracy, Metric::TopKAccuracy(5)],
         devices: convoy::device::open("all")?,

@@ -22,7 +22,7 @@ fn run() -> convoy::Result<()> {
     let mut model = if software { convoy::model::zoo::mlp(&shape, classes) } else { convoy::model::zoo::resnet20(&shape, classes) };
     print!("{}", model.summary()?);
     model.compile(CompileOptions {
-        optimizer: Optimizer::sgd(0.05).momentum(0.9).nesterov(true).weight_decay(5e-4),
+        optimizer: Optimizer::sgd(0.05).momentum(0.9).nesterov(true).l2(5e-4),
         loss: Loss::SparseCategoricalCrossentropy,
         metrics: vec![Metric::Accuracy],
         devices,

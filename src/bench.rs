@@ -62,7 +62,7 @@ pub fn measure(cfg: &BenchConfig, devices: &[Arc<Device>]) -> Result<Measurement
     let data: Arc<dyn Dataset> = Arc::new(synthetic(global.saturating_mul(4), cfg.image_size, 7)?);
     let mut model = zoo::by_name(&cfg.model, &data.image_shape(), data.num_classes())?;
     model.compile(CompileOptions {
-        optimizer: Optimizer::sgd(0.05).momentum(0.9).nesterov(true).weight_decay(5e-4),
+        optimizer: Optimizer::sgd(0.05).momentum(0.9).nesterov(true).l2(5e-4),
         loss: Loss::SparseCategoricalCrossentropy,
         metrics: vec![Metric::Accuracy],
         devices: devices.to_vec(),
@@ -81,7 +81,7 @@ pub fn measure(cfg: &BenchConfig, devices: &[Arc<Device>]) -> Result<Measurement
         if t0.is_some() {
             wait += t_wait.elapsed().as_secs_f64();
         }
-        model.train_on_batch(&batch.images, &batch.labels)?;
+        model.train_on_batch_async(&batch.images, &batch.labels)?;
         model.collect(1)?;
         match t0 {
             Some(_) => timed += 1,

@@ -70,6 +70,9 @@ fn fit(cbs: &mut [&mut dyn Callback], ctx: &mut Context, batch: impl Fn(usize, u
             cb.on_epoch_begin(epoch, ctx)?;
         }
         for b in 0..ctx.steps_per_epoch {
+            for cb in cbs.iter_mut() {
+                cb.on_batch_begin(b, ctx)?;
+            }
             last = batch(epoch, b);
             ran += 1;
             for cb in cbs.iter_mut() {
@@ -352,7 +355,8 @@ fn learning_rate_scheduler_per_epoch() {
     for epoch in 0..4 {
         sched.on_epoch_begin(epoch, &mut c).unwrap();
         seen.push(c.learning_rate);
-        // Batch ends leave the rate alone in per-epoch mode.
+        // Batches leave the rate alone in per-epoch mode.
+        sched.on_batch_begin(0, &mut c).unwrap();
         sched.on_batch_end(0, &logs(&[("loss", 1.0)]), &mut c).unwrap();
     }
     assert_eq!(seen, [1.0, 1.0, 0.5, 0.25]);
@@ -374,6 +378,7 @@ fn learning_rate_scheduler_per_batch_calls_once_per_step() {
     for epoch in 0..2 {
         sched.on_epoch_begin(epoch, &mut c).unwrap();
         for batch in 0..3 {
+            sched.on_batch_begin(batch, &mut c).unwrap();
             used.push(c.learning_rate);
             sched.on_batch_end(batch, &Logs::new(), &mut c).unwrap();
         }

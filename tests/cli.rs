@@ -230,3 +230,97 @@ fn a_batch_past_the_binding_limit_names_the_largest_that_fits() {
     let out = convoy(&["bench", "--model", "resnet20", "--devices", "software", "--batch-size", "2049", "--steps", "1", "--no-scaling"]);
     fails_with(&out, &["largest per-device batch that fits is 2048", "[2049, 32, 32, 16]"]);
 }
+
+#[test]
+fn summary_json_counts_torchvisions_parameters_and_flops() {
+    let summary = |args: &[&str]| {
+        let out = convoy(&[&["summary", "--json"], args].concat());
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        json(&out)
+    };
+    // torchvision.models.resnetN(num_classes=1000): sum(p.numel() for p in parameters()),
+    // and the running_mean + running_var buffers (num_batches_tracked aside).
+    for (model, trainable, buffers) in [("resnet18", 11_689_512, 9_600), ("resnet34", 21_797_672, 17_024), ("resnet50", 25_557_032, 53_120)] {
+        let v = summary(&["--model", model, "--classes", "1000"]);
+        assert_eq!(v["trainable_params"], trainable, "{model}");
+        assert_eq!(v["non_trainable_params"], buffers, "{model}");
+        assert_eq!(v["params"], trainable + buffers, "{model}");
+        let rows: u64 = v["layers"].as_array().unwrap().iter().map(|l| l["params"].as_u64().unwrap()).sum();
+        assert_eq!(rows, trainable + buffers, "{model}: the rows do not add up to the total");
+    }
+    // torchvision's documented multiply-adds at 224 px ("GFLOPS" 1.81 and 4.09), to their 3 digits.
+    for (model, gmacs) in [("resnet18", 1.81), ("resnet50", 4.09)] {
+        let flops = summary(&["--model", model]).get("flops").and_then(|f| f.as_f64()).unwrap();
+        assert!((flops / 2e9 - gmacs).abs() < 0.005, "{model}: {flops} FLOPs");
+    }
+    // By hand, 2 per multiply-add, convnet7 at 32 px: conv 3->32 and 32->32 at 32x32, pool,
+    // 32->64 and 64->64 at 16x16, pool, 64->128 at 8x8 (3x3 each), dense 128->128 and 128->10.
+    let macs = 32 * 32 * 32 * 27 + 32 * 32 * 32 * 288 + 16 * 16 * 64 * 288 + 16 * 16 * 64 * 576 + 8 * 8 * 128 * 576 + 128 * 128 + 128 * 10;
+    let v = summary(&["--model", "convnet7", "--classes", "10", "--image-size", "32"]);
+    assert_eq!(v["flops"], 2 * macs);
+    assert_eq!(v["layers"][0]["flops"], 2 * 32 * 32 * 32 * 27, "{}", v["layers"][0]);
+    assert_eq!(v["layers"][0]["output_shape"], serde_json::json!([32, 32, 32]));
+    // The MLP at 8 px: 192 -> 256 -> 128 -> 10; Flatten has no FLOPs.
+    let v = summary(&["--model", "mlp", "--image-size", "8"]);
+    assert_eq!(v["flops"], 2 * (192 * 256 + 256 * 128 + 128 * 10));
+    assert_eq!((v["layers"][0]["class_name"].as_str(), &v["layers"][0]["flops"]), (Some("Flatten"), &serde_json::json!(0)));
+    assert_eq!(v["trainable_params"], 193 * 256 + 257 * 128 + 129 * 10);
+
+    let out = convoy(&["summary", "--model", "resnet18"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("Trainable params: 11,689,512") && table.contains("conv2d (Conv2D)"), "{table}");
+    fails_with(&convoy(&["summary", "--model", "resnet51"]), &["resnet51", "resnet50"]);
+    fails_with(&convoy(&["summary", "--model", "resnet50", "--image-size", "0"]), &["--image-size", "0"]);
+}
+
+#[test]
+fn resuming_a_finished_run_says_so() {
+    let dir = tmp("finished");
+    let ck = dir.to_str().unwrap();
+    let mut args = vec!["train", "--epochs", "1", "--json", "--checkpoint-dir", ck, "--resume", "--devices", "software"];
+    args.extend_from_slice(TINY);
+    assert!(convoy(&args).status.success());
+    // --epochs is where the run ends (Keras' epochs with initial_epoch at the epochs trained).
+    fails_with(&convoy(&args), &["--resume", "checkpoint.safetensors", "trained 1 epochs", "--epochs 1"]);
+}
+
+#[test]
+fn predict_names_each_file_of_an_unlabelled_folder() {
+    let dir = tmp("images");
+    let model = dir.join("m.safetensors");
+    let mut args = vec!["train", "--epochs", "1", "--json", "--save", model.to_str().unwrap(), "--devices", "software"];
+    args.extend_from_slice(TINY);
+    assert!(convoy(&args).status.success());
+    // A flat folder of new photos, sizes other than the model's; other files are left out.
+    let photos = dir.join("photos");
+    std::fs::create_dir_all(photos.join("sub")).unwrap();
+    for (name, w, h) in [("b.png", 12, 9), ("a.jpg", 8, 8), ("c.PNG", 9, 16)] {
+        image::RgbImage::from_fn(w, h, |x, y| image::Rgb([(x * 20) as u8, (y * 15) as u8, 90])).save(photos.join(name)).unwrap();
+    }
+    for other in [".hidden.png", "notes.txt", "sub/d.png"] {
+        std::fs::write(photos.join(other), b"not an image").unwrap();
+    }
+    let spec = format!("images:{}", photos.display());
+    let out = convoy(&["predict", "--load", model.to_str().unwrap(), "--data", &spec, "--json", "--devices", "software"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = json(&out);
+    let preds = v["predictions"].as_array().unwrap();
+    let files: Vec<&str> = preds.iter().map(|p| p["file"].as_str().unwrap()).collect();
+    let want: Vec<String> = ["a.jpg", "b.png", "c.PNG"].iter().map(|f| photos.join(f).display().to_string()).collect();
+    assert_eq!(files, want);
+    for p in preds {
+        assert!(p["class"].as_u64().unwrap() < 10 && (0.1..=1.0).contains(&p["probability"].as_f64().unwrap()), "{p}");
+    }
+    let out = convoy(&["predict", "--load", model.to_str().unwrap(), "--data", &spec, "--devices", "software"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(lines[1].starts_with(&format!("{}\t", want[1])) && lines[1].split('\t').count() == 3, "{text}");
+    // A corrupt photo is named, as it is in the folder.
+    std::fs::write(photos.join("e.jpg"), b"\xff\xd8 truncated").unwrap();
+    fails_with(&convoy(&["predict", "--load", model.to_str().unwrap(), "--data", &spec, "--devices", "software"]), &[&photos.join("e.jpg").display().to_string()]);
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    fails_with(&convoy(&["predict", "--load", model.to_str().unwrap(), "--data", &format!("images:{}", empty.display())]), &["empty", "no .jpg"]);
+    fails_with(&convoy(&["evaluate", "--load", model.to_str().unwrap(), "--data", &spec]), &["no labels"]);
+}

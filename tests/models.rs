@@ -92,19 +92,20 @@ fn a_loaded_model_predicts_exactly_what_the_saved_one_did() {
 fn resume_continues_exactly_where_training_stopped() {
     // Two epochs straight, against one epoch + save + load + one more epoch.
     let (train, _) = data(160, 20);
-    let opts = |epochs| FitOptions { epochs, batch_size: 32, shuffle: true, seed: 9, verbose: 0, ..Default::default() };
+    let opts = |epochs, initial_epoch| FitOptions { epochs, initial_epoch, batch_size: 32, shuffle: true, seed: 9, verbose: 0, ..Default::default() };
     let mut straight = small_cnn();
     compile(&mut straight, Optimizer::sgd(0.05).momentum(0.9).nesterov(true));
-    straight.fit(train.clone(), opts(2)).unwrap();
+    straight.fit(train.clone(), opts(2, 0)).unwrap();
 
     let mut first = small_cnn();
     compile(&mut first, Optimizer::sgd(0.05).momentum(0.9).nesterov(true));
-    first.fit(train.clone(), opts(1)).unwrap();
+    first.fit(train.clone(), opts(1, 0)).unwrap();
     let path = tmp("resume.safetensors");
     first.save(&path).unwrap();
     let mut resumed = Sequential::load_compiled(&path, devices(), 32).unwrap();
     assert_eq!(resumed.compiled_epoch(), 1);
-    resumed.fit(train, opts(2)).unwrap();
+    // As in Keras, the resumed run starts at the epochs trained: epochs 1..2.
+    resumed.fit(train, opts(2, resumed.compiled_epoch())).unwrap();
     assert_eq!(resumed.compiled_epoch(), 2);
     let (a, b) = (straight.get_weights().unwrap().0, resumed.get_weights().unwrap().0);
     let diff = a.iter().zip(&b).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
@@ -163,7 +164,7 @@ fn summary_counts_parameters() {
         assert_eq!(layout.trainable_count(), want, "{name}");
         let s = m.summary().unwrap();
         let shown = format!("{want}").as_bytes().rchunks(3).rev().map(|c| std::str::from_utf8(c).unwrap()).collect::<Vec<_>>().join(",");
-        assert!(s.contains(&format!("{shown} trainable")), "{name}: {s}");
+        assert!(s.contains(&format!("Trainable params: {shown}\n")), "{name}: {s}");
     }
 }
 
@@ -188,6 +189,10 @@ fn profile_times_every_kernel_of_a_step() {
     assert!(p.gpu_ms() > 0.0);
     // The input layer has no input gradient to compute.
     assert!(!families.iter().any(|f| f == "conv2d_backward_data"));
+    // The summary's FLOPs are the profile's: the forward GEMMs of the step, per sample.
+    let forward: f64 = p.kernels.iter().filter(|k| k.family.ends_with("_forward")).map(|k| k.flops).sum();
+    assert_eq!(forward, 5.0 * m.summarize().unwrap().flops as f64);
+    assert_eq!(m.summarize().unwrap().flops, 2 * (8 * 8 * 6 * 27 + 96 * 10));
     let table = p.table(None, true);
     assert!(table.contains("conv2d_forward") && table.contains("per dispatch"));
 }

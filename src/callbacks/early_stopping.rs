@@ -1,7 +1,7 @@
 //! EarlyStopping: stop when the monitored metric has stopped improving (Keras 3 semantics).
 
 use super::monitor::{check_min_delta, improves, monitored};
-use super::{Callback, Context, Logs, Mode};
+use super::{Callback, Context, Logs, Mode, Weights};
 use crate::Result;
 
 /// Stops training once `monitor` has not improved by more than `min_delta` for `patience`
@@ -11,8 +11,11 @@ use crate::Result;
 /// value so far and the baseline, so training stops after `patience` epochs that never reach
 /// the baseline.
 ///
-/// Keras' `restore_best_weights` is not supported yet: the model keeps the weights of the
-/// last epoch; pair this with `ModelCheckpoint::save_best_only` to keep the best ones.
+/// With `restore_best_weights`, the model ends training with the weights of its best epoch
+/// (Keras 3: restored at the end of training, whether it stopped early or not; the weights
+/// of the first epoch count as the best until one improves on them). They are kept on the
+/// host, a copy of the parameters and moving statistics; the optimizer state stays as the
+/// last epoch left it.
 ///
 /// A monitored metric missing from the epoch's logs is an `Error::Config` listing the keys
 /// that exist (Keras only warns).
@@ -31,6 +34,8 @@ pub struct EarlyStopping {
     best: Option<f64>,
     best_epoch: Option<usize>,
     stopped_epoch: Option<usize>,
+    restore_best_weights: bool,
+    best_weights: Option<Weights>,
 }
 
 impl Default for EarlyStopping {
@@ -53,7 +58,14 @@ impl EarlyStopping {
             best: None,
             best_epoch: None,
             stopped_epoch: None,
+            restore_best_weights: false,
+            best_weights: None,
         }
+    }
+    /// Ends training with the weights of the best epoch instead of the last.
+    pub fn restore_best_weights(mut self, restore: bool) -> Self {
+        self.restore_best_weights = restore;
+        self
     }
     /// The smallest change that counts as an improvement.
     pub fn min_delta(mut self, min_delta: f64) -> Self {
@@ -75,7 +87,8 @@ impl EarlyStopping {
         self
     }
 
-    /// The best monitored value seen.
+    /// The best monitored value seen (readable after `fit` through a shared callback, see
+    /// [`Callback`]).
     pub fn best(&self) -> Option<f64> {
         self.best
     }
@@ -95,14 +108,22 @@ impl Callback for EarlyStopping {
         self.best = None;
         self.best_epoch = None;
         self.stopped_epoch = None;
+        self.best_weights = None;
         Ok(())
     }
 
     fn on_epoch_end(&mut self, epoch: usize, logs: &Logs, ctx: &mut Context) -> Result<()> {
         let current = monitored("EarlyStopping", &self.monitor, logs)?;
         let maximize = self.mode.maximizes(&self.monitor);
+        let improved = improves(maximize, current, self.best, self.min_delta);
+        // As Keras: until an epoch improves (a NaN first one does not), the weights of the
+        // first epoch seen are the ones to restore.
+        if self.restore_best_weights && (improved || self.best_weights.is_none()) {
+            self.best_weights = Some(ctx.saver.get_weights()?);
+            self.best_epoch = Some(epoch);
+        }
         self.wait += 1;
-        if improves(maximize, current, self.best, self.min_delta) {
+        if improved {
             self.best = Some(current);
             self.best_epoch = Some(epoch);
             if self.baseline.is_none() || improves(maximize, current, self.baseline, self.min_delta) {
@@ -114,6 +135,13 @@ impl Callback for EarlyStopping {
         if self.wait >= self.patience && epoch > 0 {
             self.stopped_epoch = Some(epoch);
             ctx.stop_training = true;
+        }
+        Ok(())
+    }
+
+    fn on_train_end(&mut self, _logs: &Logs, ctx: &mut Context) -> Result<()> {
+        if let Some(weights) = self.best_weights.take() {
+            ctx.saver.set_weights(&weights)?;
         }
         Ok(())
     }

@@ -1,24 +1,32 @@
 //! LearningRateScheduler: the learning rate as a function of the epoch (Keras) or of the
-//! global step (warm-up).
+//! global step (warm-up, a [`crate::optim::Schedule`]).
 
-use super::{Callback, Context, Logs};
+use super::{Callback, Context};
+use crate::optim;
 use crate::{Error, Result};
 
 /// `(epoch or global step, current learning rate) -> new learning rate`.
 pub type Schedule = Box<dyn Fn(usize, f32) -> f32 + Send>;
 
+/// `(epoch or global step, steps per epoch, current learning rate) -> new learning rate`.
+type Rule = Box<dyn Fn(usize, usize, f32) -> f32 + Send>;
+
 /// Sets `ctx.learning_rate` from a schedule function, like Keras' `LearningRateScheduler`.
 ///
 /// ```
 /// use convoy::callbacks::LearningRateScheduler;
+/// use convoy::optim::Schedule;
 /// // Keras' example: keep the rate for 10 epochs, then decay it.
 /// let decay = LearningRateScheduler::new(|epoch, lr| if epoch < 10 { lr } else { lr * 0.9 });
 /// // Linear warm-up to 0.1 over the first 500 steps.
 /// let warmup =
 ///     LearningRateScheduler::per_batch(|step, lr| if step < 500 { 0.1 * (step + 1) as f32 / 500.0 } else { lr });
+/// // One epoch of warm-up to 0.1, then cosine decay over 29 epochs, evaluated every step.
+/// let cosine = Schedule::Warmup { warmup_epochs: 1.0, then: Box::new(Schedule::Cosine { epochs: 29, min_lr: 0.0 }) };
+/// let recipe = LearningRateScheduler::from_schedule(0.1, cosine);
 /// ```
 pub struct LearningRateScheduler {
-    schedule: Schedule,
+    rule: Rule,
     per_batch: bool,
     epoch: usize,
 }
@@ -26,17 +34,23 @@ pub struct LearningRateScheduler {
 impl LearningRateScheduler {
     /// Calls `schedule(epoch, lr)` at each epoch begin (epochs counted from 0).
     pub fn new(schedule: impl Fn(usize, f32) -> f32 + Send + 'static) -> Self {
-        Self { schedule: Box::new(schedule), per_batch: false, epoch: 0 }
+        Self { rule: Box::new(move |at, _, lr| schedule(at, lr)), per_batch: false, epoch: 0 }
     }
 
     /// Calls `schedule(step, lr)` once before every step, `step` counting all batches from 0
     /// across epochs (`epoch * steps_per_epoch + batch`).
     pub fn per_batch(schedule: impl Fn(usize, f32) -> f32 + Send + 'static) -> Self {
-        Self { schedule: Box::new(schedule), per_batch: true, epoch: 0 }
+        Self { rule: Box::new(move |at, _, lr| schedule(at, lr)), per_batch: true, epoch: 0 }
+    }
+
+    /// Runs every step at `schedule.rate(base, step, steps_per_epoch)`: warm-ups ramp and
+    /// decays move step by step, as the optimizer schedules of Keras and PyTorch do.
+    pub fn from_schedule(base: f32, schedule: optim::Schedule) -> Self {
+        Self { rule: Box::new(move |step, per_epoch, _| schedule.rate(base, step, per_epoch)), per_batch: true, epoch: 0 }
     }
 
     fn apply(&self, at: usize, ctx: &mut Context) -> Result<()> {
-        let lr = (self.schedule)(at, ctx.learning_rate);
+        let lr = (self.rule)(at, ctx.steps_per_epoch, ctx.learning_rate);
         if !lr.is_finite() || lr < 0.0 {
             let unit = if self.per_batch { "step" } else { "epoch" };
             return Err(Error::Config(format!(
@@ -53,17 +67,16 @@ impl LearningRateScheduler {
 impl Callback for LearningRateScheduler {
     fn on_epoch_begin(&mut self, epoch: usize, ctx: &mut Context) -> Result<()> {
         self.epoch = epoch;
-        let at = if self.per_batch { epoch * ctx.steps_per_epoch } else { epoch };
-        self.apply(at, ctx)
-    }
-
-    // There is no batch-begin hook; a rate set at a batch's end applies from the next batch,
-    // so this sets the rate of step `batch + 1`. The epoch's first step is set at epoch begin,
-    // which keeps each step to exactly one call of the schedule.
-    fn on_batch_end(&mut self, batch: usize, _logs: &Logs, ctx: &mut Context) -> Result<()> {
-        if !self.per_batch || batch + 1 >= ctx.steps_per_epoch {
+        if self.per_batch {
             return Ok(());
         }
-        self.apply(self.epoch * ctx.steps_per_epoch + batch + 1, ctx)
+        self.apply(epoch, ctx)
+    }
+
+    fn on_batch_begin(&mut self, batch: usize, ctx: &mut Context) -> Result<()> {
+        if !self.per_batch {
+            return Ok(());
+        }
+        self.apply(self.epoch * ctx.steps_per_epoch + batch, ctx)
     }
 }

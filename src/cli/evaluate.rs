@@ -1,13 +1,14 @@
 //! `convoy evaluate` and `convoy predict`.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use clap::Args;
 use serde_json::json;
 
-use convoy::data::from_spec;
-use convoy::model::Sequential;
-use convoy::Result;
+use convoy::data::{from_spec, Dataset};
+use convoy::model::{Sequential, UnlabelledFolder};
+use convoy::{bail, Result};
 
 use super::JsonNumbers;
 
@@ -33,7 +34,8 @@ pub struct EvaluateArgs {
 pub struct PredictArgs {
     #[arg(long)]
     pub load: PathBuf,
-    /// The validation split of this data is predicted.
+    /// images:DIR predicts every .jpg and .png directly in DIR, a line per file; for any
+    /// other spec its validation split is predicted, a line per index.
     #[arg(long)]
     pub data: String,
     #[arg(long)]
@@ -49,16 +51,31 @@ pub struct PredictArgs {
 /// Opens the model first (so a bad file fails before any data is read), then the data at
 /// the model's input size unless told otherwise. Loading warns, naming the tensors, when
 /// the file's weights or moving statistics hold NaN or infinity: the results will be NaN.
-fn open(load: &std::path::Path, data: &str, image_size: Option<usize>, devices: &str, batch: usize) -> Result<(Sequential, std::sync::Arc<dyn convoy::data::Dataset>)> {
+/// With `images:DIR` the data is that folder's unlabelled images, with their files.
+fn open(load: &std::path::Path, data: &str, image_size: Option<usize>, devices: &str, batch: usize) -> Result<(Sequential, Arc<dyn Dataset>, Option<Vec<PathBuf>>)> {
     let devices = convoy::device::open(devices)?;
     let model = Sequential::load_compiled(load, devices, batch)?;
     let size = image_size.unwrap_or(model.input_shape()[0]);
+    if let Some(dir) = data.strip_prefix(IMAGES) {
+        if dir.is_empty() {
+            bail!(Config, "data spec '{data}' needs a directory: {IMAGES}DIR");
+        }
+        let folder = UnlabelledFolder::open(dir, size)?;
+        let files = (0..folder.len()).map(|i| folder.file(i)).collect();
+        return Ok((model, Arc::new(folder), Some(files)));
+    }
     let (_, val) = from_spec(data, Some(size), 0)?;
-    Ok((model, val))
+    Ok((model, val, None))
 }
 
+/// The `--data` form of a flat folder of unlabelled images (`predict` only).
+const IMAGES: &str = "images:";
+
 pub fn run_evaluate(a: EvaluateArgs) -> Result<()> {
-    let (mut model, val) = open(&a.load, &a.data, a.image_size, &a.devices, a.batch_size)?;
+    if a.data.starts_with(IMAGES) {
+        bail!(Config, "evaluate needs labelled data; '{}' has no labels (convoy predict reads it)", a.data);
+    }
+    let (mut model, val, _) = open(&a.load, &a.data, a.image_size, &a.devices, a.batch_size)?;
     let logs = model.evaluate(val, a.batch_size)?;
     let get = |k: &str| logs.get(k).copied().unwrap_or(f64::NAN);
     if a.json {
@@ -71,8 +88,9 @@ pub fn run_evaluate(a: EvaluateArgs) -> Result<()> {
     Ok(())
 }
 
+/// Prints a line per sample: its file (`images:DIR`) or index, the class and its probability.
 pub fn run_predict(a: PredictArgs) -> Result<()> {
-    let (mut model, val) = open(&a.load, &a.data, a.image_size, &a.devices, a.batch_size)?;
+    let (mut model, val, files) = open(&a.load, &a.data, a.image_size, &a.devices, a.batch_size)?;
     let names = val.class_names();
     let probs = model.predict(val, a.batch_size)?;
     // A row with a NaN probability (NaN weights) predicts no class: NaN compares false, so
@@ -87,21 +105,29 @@ pub fn run_predict(a: PredictArgs) -> Result<()> {
         })
         .collect();
     let label = |c: usize| names.get(c).cloned().unwrap_or_else(|| c.to_string());
+    let name = |i: usize| files.as_ref().map_or_else(|| i.to_string(), |f| f[i].display().to_string());
     if a.json {
         let preds: Vec<_> = rows
             .iter()
             .enumerate()
-            .map(|(i, r)| match r {
-                Some((c, p)) => json!({ "index": i, "class": c, "label": label(*c), "probability": p }),
-                None => json!({ "index": i, "class": null, "label": null, "probability": null }),
+            .map(|(i, r)| {
+                let mut row = match r {
+                    Some((c, p)) => json!({ "class": c, "label": label(*c), "probability": p }),
+                    None => json!({ "class": null, "label": null, "probability": null }),
+                };
+                match &files {
+                    Some(f) => row["file"] = json!(f[i].display().to_string()),
+                    None => row["index"] = json!(i),
+                }
+                row
             })
             .collect();
         println!("{}", json!({ "samples": rows.len(), "predictions": preds }));
     } else {
         for (i, r) in rows.iter().enumerate() {
             match r {
-                Some((c, p)) => println!("{i}\t{}\t{p:.4}", label(*c)),
-                None => println!("{i}\t-\tNaN"),
+                Some((c, p)) => println!("{}\t{}\t{p:.4}", name(i), label(*c)),
+                None => println!("{}\t-\tNaN", name(i)),
             }
         }
     }

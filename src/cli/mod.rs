@@ -5,6 +5,7 @@ mod bench;
 mod check;
 mod devices;
 mod evaluate;
+mod summary;
 mod train;
 
 use std::path::PathBuf;
@@ -39,6 +40,8 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Check a few training steps of the zoo models on these devices against an f64 reference.
     Check(check::CheckArgs),
+    /// Print a zoo model's Keras-style summary: layers, output shapes, parameters, FLOPs.
+    Summary(summary::SummaryArgs),
 }
 
 /// Runs the subcommand; `Ok` carries the exit code (`train` ends with
@@ -52,6 +55,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Predict(a) => done(evaluate::run_predict(a)),
         Command::Bench(a) => done(bench::run(a)),
         Command::Check(a) => done(check::run(a)),
+        Command::Summary(a) => done(summary::run(a)),
     }
 }
 

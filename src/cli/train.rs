@@ -36,7 +36,8 @@ pub struct TrainArgs {
     pub batch_size: usize,
     #[arg(long)]
     pub lr: Option<f32>,
-    /// sgd (momentum 0.9, Nesterov, weight decay 5e-4), adam or adamw.
+    /// sgd (momentum 0.9, Nesterov, L2 5e-4 in the gradient: PyTorch's SGD weight_decay, as
+    /// the benchmarks), adam or adamw (decoupled weight decay 0.004, Keras' default).
     #[arg(long, default_value = "sgd")]
     pub optimizer: String,
     #[arg(long, default_value_t = 0)]
@@ -114,6 +115,12 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
             m
         }
     };
+    // --epochs is where the run ends, so a resumed one starts at the epochs trained.
+    let initial_epoch = model.compiled_epoch();
+    if initial_epoch >= a.epochs {
+        let from = checkpoint.as_ref().map_or(String::new(), |c| c.display().to_string());
+        bail!(Config, "--resume: {from} has trained {initial_epoch} epochs already and --epochs {} (where the run ends) asks for no more", a.epochs);
+    }
     if !a.json {
         eprint!("{}", model.summary()?);
         let names: Vec<String> = devices.iter().map(|d| format!("{} ({})", d.name(), d.backend())).collect();
@@ -128,6 +135,7 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
         train,
         FitOptions {
             epochs: a.epochs,
+            initial_epoch,
             batch_size: a.batch_size,
             seed: a.seed,
             validation_data: Some(val),

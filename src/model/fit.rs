@@ -1,10 +1,10 @@
-//! `fit`, `evaluate` and `predict`.
+//! `fit`, `train_on_batch`, `evaluate` and `predict`.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::callbacks::{Callback, Context, History, Logs, ProgressBar, Saver};
+use crate::callbacks::{Callback, Context, History, Logs, ProgressBar, Saver, Weights};
 use crate::data::{batch_count, channel_stats, epoch_indices, Augment, Dataset, Loader};
 use crate::model::losses::Metric;
 use crate::model::Sequential;
@@ -24,7 +24,11 @@ pub struct FitOptions {
     /// Drop a last batch smaller than `batch_size`. Default false (Keras' behaviour): the
     /// short batch is trained on, with its own compiled step.
     pub drop_remainder: bool,
-    /// Continue epoch numbering from here (resume).
+    /// The epoch to start at: `fit` trains epochs `initial_epoch..epochs`, as Keras does, so
+    /// `fit(epochs: N)` trains N epochs every time it is called (each call continues from the
+    /// weights the last one left), and a resumed run passes the epochs already trained
+    /// (`compiled_epoch()`) to end at epoch `epochs`. An `initial_epoch` at or past `epochs`
+    /// is an error (Keras silently trains nothing).
     pub initial_epoch: usize,
     /// 0: silent, 1: a progress bar.
     pub verbose: u8,
@@ -133,11 +137,34 @@ impl Shares {
     }
 }
 
+/// What `on_batch_end` receives: the running means of the epoch so far, the batch's size,
+/// images/s and the shares of the time.
+fn batch_logs(tally: &Tally, metrics: &[Metric], batch_size: usize, shares: &Shares, t_epoch: Instant) -> Logs {
+    let mut logs = tally.logs(metrics, "");
+    logs.insert("batch_size".into(), batch_size as f64);
+    shares.insert(&mut logs, tally.samples, t_epoch.elapsed().as_secs_f64());
+    logs
+}
+
 struct ModelSaver<'a>(&'a Sequential);
 
 impl Saver for ModelSaver<'_> {
     fn save(&self, path: &Path) -> Result<()> {
         self.0.save(path)
+    }
+    fn get_weights(&self) -> Result<Weights> {
+        let (params, states, _) = self.0.get_weights()?;
+        Ok((params, states))
+    }
+    // Callbacks run between steps, with every exchange finished: writing each replica is
+    // all it takes.
+    fn set_weights(&self, (params, states): &Weights) -> Result<()> {
+        let c = self.0.compiled.as_ref().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
+        for r in &c.replicas.replicas {
+            r.write_params(params)?;
+            r.write_states(states)?;
+        }
+        Ok(())
     }
 }
 
@@ -151,20 +178,26 @@ impl Sequential {
         if opts.batch_size == 0 {
             bail!(Config, "batch_size must be positive");
         }
+        self.compiled()?.check_batch("fit: batch_size", opts.batch_size)?;
         if data.is_empty() || (opts.drop_remainder && data.len() < opts.batch_size) {
             bail!(Config, "{}: {} samples give no batch of {}", data.source(), data.len(), opts.batch_size);
         }
         // Normalisation statistics come from the first data a fresh model is trained on.
-        if self.compiled.as_ref().is_some_and(|c| c.step == 0) && self.pending_weights.is_none() && !self.normalization_fixed {
+        if self.compiled.is_some() && !self.normalization_fixed {
             let (mean, std) = channel_stats(data.as_ref(), 2048)?;
             self.set_normalization(mean, std)?;
-            self.normalization_fixed = true;
         }
+        // The outputs of steps run before, never collected, are not this fit's.
+        let c = self.compiled()?;
+        c.replicas.settle()?;
+        c.replicas.forget_finished();
         let mut history = History::new();
         let mut progress = ProgressBar::new().verbose(opts.verbose);
         let steps = batch_count(data.len(), opts.batch_size, opts.drop_remainder);
         let samples = if opts.drop_remainder { steps * opts.batch_size } else { data.len() };
-        let start_epoch = opts.initial_epoch.max(self.compiled()?.epoch);
+        if opts.initial_epoch >= opts.epochs {
+            bail!(Config, "fit: initial_epoch {} is not below epochs {}: nothing to train (fit trains epochs initial_epoch..epochs)", opts.initial_epoch, opts.epochs);
+        }
         let base_lr = self.compiled()?.learning_rate;
         let mut lr = base_lr;
         let mut cbs: Vec<&mut dyn Callback> = vec![&mut history as &mut dyn Callback, &mut progress];
@@ -188,17 +221,25 @@ impl Sequential {
         let mut stop = hook!(on_train_begin());
         let mut last_logs = Logs::new();
         let mut divergence = Divergence::default();
-        let mut epoch = start_epoch;
+        let mut epoch = opts.initial_epoch;
         while epoch < opts.epochs && !stop {
             stop |= hook!(on_epoch_begin(epoch));
-            let indices = epoch_indices(data.len(), opts.shuffle, opts.seed, epoch);
-            let loader = Loader::new(data.clone(), indices, opts.batch_size, opts.drop_remainder, opts.augment, opts.seed ^ (epoch as u64) << 32, 4)?;
+            // The data order and augmentation follow the epochs trained, not the index this
+            // call gives the epoch: two calls of one epoch then train as one call of two,
+            // and a resumed run replays the order of an uninterrupted one.
+            let trained = self.compiled()?.epoch;
+            let indices = epoch_indices(data.len(), opts.shuffle, opts.seed, trained);
+            let loader = Loader::new(data.clone(), indices, opts.batch_size, opts.drop_remainder, opts.augment, opts.seed ^ (trained as u64) << 32, 4)?;
             let mut tally = Tally::default();
             let t_epoch = Instant::now();
             let mut shares = Shares::default();
             let mut t_wait = Instant::now();
             let mut batches = loader.enumerate();
             let epoch_start_step = self.compiled()?.step;
+            // The step in flight: its batch index, size and learning rate. Its loss is read
+            // while the next step runs, and its `on_batch_end` comes then, with logs that
+            // include it.
+            let mut in_flight: Option<(usize, usize, f32)> = None;
             loop {
                 let next = {
                     let _s = crate::trace::span("wait for input", 0);
@@ -207,24 +248,24 @@ impl Sequential {
                 let Some((b, batch)) = next else { break };
                 let batch = batch?;
                 shares.wait += t_wait.elapsed().as_secs_f64();
+                stop |= hook!(on_batch_begin(b));
                 self.compiled()?.learning_rate = lr;
-                let timing = self.train_on_batch(&batch.images, &batch.labels)?;
+                let timing = self.train_on_batch_async(&batch.images, &batch.labels)?;
                 // The slowest replica sets the pace of each phase.
                 shares.compute += timing.iter().map(|t| t.upload).fold(0.0, f64::max);
                 shares.compute += timing.iter().map(|t| t.compute).fold(0.0, f64::max);
                 shares.exchange += timing.iter().map(|t| t.exchange).fold(0.0, f64::max);
-                // Read step k-1's loss while step k runs.
+                // Read step b-1's loss while step b runs.
                 let (outs, waited) = self.collect(1)?;
                 shares.compute += waited;
                 let c = self.compiled()?;
                 tally.add(&c.metrics, &outs);
-                // the outputs are those of the step before the one still in flight
                 let done = c.step - c.replicas.pending() as u64;
-                divergence.check(&outs, done, epoch + 1, done - epoch_start_step, lr);
-                let mut logs = tally.logs(&c.metrics, "");
-                logs.insert("batch_size".into(), batch.labels.len() as f64);
-                shares.insert(&mut logs, tally.samples, t_epoch.elapsed().as_secs_f64());
-                stop |= hook!(on_batch_end(b, &logs));
+                if let Some((done_batch, size, done_lr)) = in_flight.replace((b, batch.labels.len(), lr)) {
+                    divergence.check(&outs, done, epoch + 1, done - epoch_start_step, done_lr);
+                    let logs = batch_logs(&tally, &c.metrics, size, &shares, t_epoch);
+                    stop |= hook!(on_batch_end(done_batch, &logs));
+                }
                 if stop {
                     break;
                 }
@@ -233,10 +274,18 @@ impl Sequential {
             let (outs, _) = self.collect(0)?;
             let c = self.compiled()?;
             tally.add(&c.metrics, &outs);
-            divergence.check(&outs, c.step, epoch + 1, c.step - epoch_start_step, lr);
+            if let Some((done_batch, size, done_lr)) = in_flight {
+                divergence.check(&outs, c.step, epoch + 1, c.step - epoch_start_step, done_lr);
+                // After a stop, as in Keras, no batch hook comes (the step ran: it was in flight).
+                if !stop {
+                    let logs = batch_logs(&tally, &c.metrics, size, &shares, t_epoch);
+                    stop |= hook!(on_batch_end(done_batch, &logs));
+                }
+            }
+            let c = self.compiled()?;
             // `collect(0)` finished the last exchange, so every replica holds the same weights.
             c.replicas.sync_states()?;
-            c.epoch = epoch + 1;
+            c.epoch += 1;
             let elapsed = t_epoch.elapsed().as_secs_f64();
             let mut logs = tally.logs(&c.metrics, "");
             logs.insert("seconds".into(), elapsed);
@@ -263,15 +312,33 @@ impl Sequential {
         Ok(history)
     }
 
-    /// Loss and metrics over `data` (`loss`, `accuracy`, ..., `samples`).
+    /// One training step on a global batch of u8 images `[n, h, w, c]` and labels, split
+    /// across the replicas, as Keras' `train_on_batch`: it waits for the step and returns the
+    /// batch's `loss` and metrics (`accuracy`, ...); every replica then holds the updated
+    /// weights. Its per-sample outputs stay for one [`Sequential::collect`] until the next
+    /// step. [`Sequential::train_on_batch_async`] overlaps steps instead.
+    pub fn train_on_batch(&mut self, images: &[u8], labels: &[u32]) -> Result<Logs> {
+        let hyper = self.next_step("train_on_batch", images, labels)?;
+        let def = &self.def;
+        let c = self.compiled.as_mut().expect("next_step checked it");
+        let outs = c.replicas.train_step_sync(def, images, labels, hyper, c.step as u32)?;
+        c.step += 1;
+        let mut tally = Tally::default();
+        tally.add(&c.metrics, &outs);
+        Ok(tally.logs(&c.metrics, ""))
+    }
+
+    /// Loss and metrics over `data` (`loss`, `accuracy`, ..., `samples`), in batches of
+    /// `batch_size` (at most the compiled `max_batch`).
     pub fn evaluate(&mut self, data: Arc<dyn Dataset>, batch_size: usize) -> Result<Logs> {
         self.check_data(data.as_ref())?;
         let def = &self.def;
         let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
-        c.replicas.flush()?;
+        c.replicas.settle()?;
         c.replicas.sync_states()?;
         let indices: Vec<usize> = (0..data.len()).collect();
-        let loader = Loader::new(data.clone(), indices, batch_size.max(1), false, None, 0, 4)?;
+        // Inference does not depend on the batch: a larger one runs in pieces that fit.
+        let loader = Loader::new(data.clone(), indices, batch_size.clamp(1, c.max_batch), false, None, 0, 4)?;
         let mut tally = Tally::default();
         let n = c.replicas.len();
         for batch in loader {
@@ -301,15 +368,16 @@ impl Sequential {
         Ok(logs)
     }
 
-    /// Class probabilities (softmax of the logits) for every sample of `data`, in order.
+    /// Class probabilities (softmax of the logits) for every sample of `data`, in order, in
+    /// batches of `batch_size` (at most the compiled `max_batch`).
     pub fn predict(&mut self, data: Arc<dyn Dataset>, batch_size: usize) -> Result<Vec<Vec<f32>>> {
         self.check_data(data.as_ref())?;
         let def = &self.def;
         let classes = def.classes;
         let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
-        c.replicas.flush()?;
+        c.replicas.settle()?;
         c.replicas.sync_states()?;
-        let loader = Loader::new(data.clone(), (0..data.len()).collect(), batch_size.max(1), false, None, 0, 4)?;
+        let loader = Loader::new(data.clone(), (0..data.len()).collect(), batch_size.clamp(1, c.max_batch), false, None, 0, 4)?;
         let mut out = Vec::with_capacity(data.len());
         for batch in loader {
             let batch = batch?;

@@ -1,4 +1,5 @@
-//! Sequential models: layout, compiled plans, fit/evaluate/predict, summary, save/load, zoo.
+//! Sequential models: layout, compiled plans, fit/evaluate/predict (on data sets, raw images
+//! and unlabelled folders), summary, save/load, zoo.
 pub mod config;
 mod finite;
 mod fit;
@@ -9,6 +10,7 @@ pub mod profile;
 pub mod saving;
 mod sequential;
 mod summary;
+mod unlabelled;
 pub mod zoo;
 
 pub use finite::non_finite_warning;
@@ -17,4 +19,5 @@ pub use losses::{Loss, Metric};
 pub use profile::{KernelTime, Peak, Profile};
 pub use saving::{write_atomic, TrainingState};
 pub use sequential::{CompileOptions, Compiled, HostWeights, Sequential};
-pub use summary::group;
+pub use summary::{group, LayerSummary, Summary};
+pub use unlabelled::UnlabelledFolder;

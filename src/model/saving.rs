@@ -146,8 +146,9 @@ impl Sequential {
             let mean: Vec<f32> = serde_json::from_value(n["mean"].clone()).map_err(|e| bad(format!("normalization: {e}")))?;
             let std: Vec<f32> = serde_json::from_value(n["std"].clone()).map_err(|e| bad(format!("normalization: {e}")))?;
             model.set_normalization(mean, std).map_err(|e| bad(e.to_string()))?;
-            model.normalization_fixed = true;
         }
+        // The weights were trained on this normalisation (a file without one: the defaults).
+        model.normalization_fixed = true;
         let training = match meta.get("training") {
             None => None,
             Some(t) => {

@@ -22,12 +22,28 @@ pub struct Compiled {
     pub optimizer: Optimizer,
     pub metrics: Vec<Metric>,
     pub replicas: ReplicaSet,
-    /// Optimizer steps taken so far (Adam's bias correction and dropout masks use it).
+    /// Optimizer steps taken since `compile` (Keras' `optimizer.iterations`: Adam's bias
+    /// correction and dropout masks use it).
     pub step: u64,
-    /// Epochs completed (for `--resume` and `initial_epoch`).
+    /// Epochs trained, over every `fit` call and across save and load: a resumed run's
+    /// `initial_epoch`; it also seeds each epoch's data order.
     pub epoch: usize,
     pub learning_rate: f32,
     pub seed: u64,
+    /// The largest batch a training step takes: the staging buffers hold that many samples.
+    pub max_batch: usize,
+}
+
+impl Compiled {
+    /// Refuses a training batch of `n` samples above `max_batch` before anything is staged,
+    /// naming both (a staging buffer would otherwise refuse it mid-step).
+    /// `what` names the batch in the message: "fit: batch_size".
+    pub(crate) fn check_batch(&self, what: &str, n: usize) -> Result<()> {
+        if n > self.max_batch {
+            bail!(Config, "{what} {n} is above the max_batch {} the model was compiled with (its staging buffers hold that many samples); compile with max_batch: {n} or more", self.max_batch);
+        }
+        Ok(())
+    }
 }
 
 pub struct Sequential {
@@ -35,7 +51,8 @@ pub struct Sequential {
     pub(crate) compiled: Option<Compiled>,
     /// Saved state waiting for `compile` (a loaded model): params, states, optimizer state.
     pub(crate) pending_weights: Option<HostWeights>,
-    /// Set once the normalisation has been chosen (from data, or loaded from a file).
+    /// Set once the normalisation has been chosen: by the user, from data, loaded from a
+    /// file, or by training with the defaults.
     pub(crate) normalization_fixed: bool,
 }
 
@@ -48,7 +65,8 @@ pub struct CompileOptions {
     pub devices: Vec<Arc<Device>>,
     /// Seeds the initial weights.
     pub seed: u64,
-    /// The largest batch `fit` will use (staging buffers are sized for it).
+    /// The largest batch `fit` and `train_on_batch` will use (staging buffers are sized for
+    /// it); `evaluate` and `predict` take larger batches in pieces of this size.
     pub max_batch: usize,
 }
 
@@ -98,14 +116,23 @@ impl Sequential {
     }
 
     /// Sets the per-channel normalisation applied on the GPU to u8 input:
-    /// `(x / 255 - mean) / std`.
+    /// `(x / 255 - mean) / std`. It is the model's from then on: `fit` computes statistics
+    /// from the data only for a model whose normalisation was never set (nor loaded, nor
+    /// trained with). Steps recorded before (an `evaluate`, a `predict`) are recorded again.
     pub fn set_normalization(&mut self, mean: Vec<f32>, std: Vec<f32>) -> Result<()> {
         let c = *self.def.input_shape.last().unwrap_or(&0);
         if mean.len() != c || std.len() != c || std.iter().any(|s| *s <= 0.0 || !s.is_finite()) {
             bail!(Config, "normalization needs {c} means and {c} positive stds, got {mean:?} and {std:?}");
         }
+        if let Some(compiled) = self.compiled.as_mut() {
+            compiled.replicas.settle()?;
+            for r in &mut compiled.replicas.replicas {
+                r.drop_plans();
+            }
+        }
         self.def.mean = mean;
         self.def.std = std;
+        self.normalization_fixed = true;
         Ok(())
     }
     pub fn normalization(&self) -> (&[f32], &[f32]) {
@@ -114,6 +141,11 @@ impl Sequential {
 
     /// Builds the layout, fuses ReLUs into the layers before them, allocates the weights on
     /// every device and prepares the optimizer. Plans are recorded on first use per batch size.
+    ///
+    /// Compiling a compiled model again keeps its weights and moving statistics, as Keras
+    /// keeps a built model's: only the optimizer (which starts from zero state and step 0),
+    /// the loss, the metrics and the devices change, so lowering the learning rate to
+    /// fine-tune continues from the trained weights. The count of epochs trained is kept.
     pub fn compile(&mut self, opts: CompileOptions) -> Result<()> {
         opts.optimizer.validate()?;
         if opts.devices.is_empty() {
@@ -140,7 +172,16 @@ impl Sequential {
         }
         self.def.layout = layout;
         let seed = opts.seed;
-        let (params, states, opt_state) = match self.pending_weights.take() {
+        let trained = match self.compiled.as_mut() {
+            Some(c) => {
+                c.replicas.settle()?;
+                c.replicas.sync_states()?;
+                let r = &c.replicas.replicas[0];
+                Some((r.read_params()?, r.read_states()?, Vec::new()))
+            }
+            None => None,
+        };
+        let (params, states, opt_state) = match trained.or_else(|| self.pending_weights.take()) {
             Some(w) => w,
             None => {
                 let (p, s) = self.def.layout.initial_values(seed);
@@ -155,15 +196,16 @@ impl Sequential {
             }
             replicas.push(r);
         }
-        let (step, epoch) = self.compiled.as_ref().map(|c| (c.step, c.epoch)).unwrap_or((0, 0));
+        let epoch = self.compiled.as_ref().map_or(0, |c| c.epoch);
         self.compiled = Some(Compiled {
             learning_rate: opts.optimizer.learning_rate(),
             optimizer: opts.optimizer,
             metrics: opts.metrics,
             replicas: ReplicaSet::new(replicas),
-            step,
+            step: 0,
             epoch,
             seed,
+            max_batch: opts.max_batch.max(1),
         });
         Ok(())
     }
@@ -172,23 +214,36 @@ impl Sequential {
         self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))
     }
 
-    /// One training step on a global batch of u8 images `[n, h, w, c]` and labels, split
-    /// across the replicas. Asynchronous: the step's loss and ranks come from
-    /// [`Sequential::collect`]. Returns the host timing per replica.
-    pub fn train_on_batch(&mut self, images: &[u8], labels: &[u32]) -> Result<Vec<StepTiming>> {
+    /// [`Sequential::train_on_batch`] without waiting: the step is submitted and this
+    /// returns the host timing per replica, while the devices run it; its loss and ranks
+    /// come from [`Sequential::collect`]. Any number of calls in a row is fine: past two
+    /// steps in flight a call waits for the oldest (its outputs wait for `collect`). With
+    /// several devices the weights are exchanged at the next step or `collect(0)`, so
+    /// `get_weights` sees this step's update after `collect(0)`.
+    pub fn train_on_batch_async(&mut self, images: &[u8], labels: &[u32]) -> Result<Vec<StepTiming>> {
+        let hyper = self.next_step("train_on_batch_async", images, labels)?;
+        let def = &self.def;
+        let c = self.compiled.as_mut().expect("next_step checked it");
+        let timing = c.replicas.train_step(def, images, labels, hyper, c.step as u32)?;
+        c.step += 1;
+        Ok(timing)
+    }
+
+    /// Checks a training batch (sizes, labels, a compiled model, `max_batch`) and returns
+    /// the optimizer inputs of the step it will be.
+    pub(crate) fn next_step(&mut self, who: &str, images: &[u8], labels: &[u32]) -> Result<Hyper> {
         let sample: usize = self.def.input_shape.iter().product();
         if labels.is_empty() || images.len() != labels.len() * sample {
-            bail!(Shape, "train_on_batch: {} image bytes for {} labels of {:?}", images.len(), labels.len(), self.def.input_shape);
+            bail!(Shape, "{who}: {} image bytes for {} labels of {:?}", images.len(), labels.len(), self.def.input_shape);
         }
         if let Some(bad) = labels.iter().position(|&l| l as usize >= self.def.classes) {
             bail!(Shape, "label {} at index {bad} is out of range for {} classes", labels[bad], self.def.classes);
         }
-        let def = &self.def;
-        let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
-        let hyper = Hyper::for_step(c.learning_rate, &c.optimizer.kind(), c.step + 1)?;
-        let timing = c.replicas.train_step(def, images, labels, hyper, c.step as u32)?;
-        c.step += 1;
-        Ok(timing)
+        // Weights trained on the current normalisation belong to it.
+        self.normalization_fixed = true;
+        let c = self.compiled()?;
+        c.check_batch(&format!("{who}: a batch of"), labels.len())?;
+        Hyper::for_step(c.learning_rate, &c.optimizer.kind(), c.step + 1)
     }
 
     /// The mean loss over a batch and the gradient of it with respect to every parameter
@@ -197,7 +252,8 @@ impl Sequential {
     pub fn compute_gradients(&mut self, images: &[u8], labels: &[u32]) -> Result<(f64, Vec<f32>)> {
         let def = &self.def;
         let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
-        c.replicas.flush()?;
+        c.check_batch("compute_gradients: a batch of", labels.len())?;
+        c.replicas.settle()?;
         let r = &mut c.replicas.replicas[0];
         let batch = crate::parallel::HostBatch { images, labels };
         r.run_step(def, &batch, true, crate::parallel::NO_UPDATE, c.step as u32, 1.0 / labels.len() as f32, true)?;
@@ -213,7 +269,8 @@ impl Sequential {
     pub fn profile(&mut self, images: &[u8], labels: &[u32], steps: usize) -> Result<Profile> {
         let def = &self.def;
         let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
-        c.replicas.flush()?;
+        c.check_batch("profile: a batch of", labels.len())?;
+        c.replicas.settle()?;
         let r = &mut c.replicas.replicas[0];
         let mut timer = Timestamps::new(&r.device, 2048)
             .ok_or_else(|| crate::Error::Device(format!("{} cannot time kernels: it has no timestamp queries", r.device.name())))?;
@@ -239,8 +296,10 @@ impl Sequential {
         Ok(())
     }
 
-    /// Collects finished steps until at most `keep` remain in flight; returns their outputs
-    /// and the time spent waiting for them.
+    /// Collects the outputs of training steps until at most `keep` remain uncollected,
+    /// waiting for those still in flight (`keep` 0 also finishes the last weight exchange);
+    /// returns the outputs (one per replica that ran, per step) and the time waited. After
+    /// [`Sequential::train_on_batch`] it hands out that step's per-sample outputs, once.
     pub fn collect(&mut self, keep: usize) -> Result<(Vec<StepOutput>, f64)> {
         let c = self.compiled()?;
         if keep == 0 {
@@ -271,7 +330,7 @@ impl Sequential {
         self.compiled.as_ref().map(|c| c.replicas.shares(n)).unwrap_or_default()
     }
 
-    /// Epochs completed.
+    /// Epochs trained, over every `fit` call (and before a save, for a loaded model).
     pub fn compiled_epoch(&self) -> usize {
         self.compiled.as_ref().map(|c| c.epoch).unwrap_or(0)
     }

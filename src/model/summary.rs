@@ -1,38 +1,109 @@
-//! Keras' `model.summary()` table.
+//! Keras' `model.summary()`: one row per layer (name, output shape, parameters) and the
+//! totals, as a table or as JSON (`convoy summary`).
+//!
+//! FLOPs are counted once, by the layers ([`crate::layers::Layer::flops`]): a convolution
+//! asks the same geometry its kernels report to the profile, so the summary and `convoy bench
+//! --profile` agree (tests/models.rs holds them equal). They are 2 x the multiply-adds of the
+//! convolutions and dense layers of one sample's forward pass; BatchNorm, ReLU, pooling and
+//! additions are not counted (under 1% on a ResNet). fvcore and ptflops report multiply-adds,
+//! half this figure, and torchvision's documented "GFLOPS" (1.81 for resnet18) are the same
+//! multiply-adds.
+
+use serde::Serialize;
+use serde_json::{json, Value};
 
 use crate::model::layout::Layout;
 use crate::model::Sequential;
 use crate::Result;
 
-impl Sequential {
-    /// The summary table: layer (type), output shape, parameter count, and the totals.
-    pub fn summary(&self) -> Result<String> {
-        let layout = Layout::new(&self.def.input_shape, &self.def.layers)?;
-        let mut rows = vec![("Layer (type)".to_string(), "Output Shape".to_string(), "Param #".to_string())];
-        let mut shape = self.def.input_shape.clone();
-        let mut flops = 0u64;
-        for (i, layer) in self.def.layers.iter().enumerate() {
-            let count: usize = layer.params(&shape).iter().map(|p| p.len()).sum();
-            // Saturating: a file may declare layers whose counts sum past 64 bits.
-        flops = flops.saturating_add(layer.flops(&shape));
-            let out = &layout.shapes[i];
-            let dims: Vec<String> = std::iter::once("None".to_string()).chain(out.iter().map(|d| d.to_string())).collect();
-            rows.push((format!("{} ({})", layout.layer_names[i], layer.class_name()), format!("({})", dims.join(", ")), group(count)));
-            shape = out.clone();
+/// One top-level layer of a [`Summary`].
+#[derive(Clone, Debug, Serialize)]
+pub struct LayerSummary {
+    /// Keras-style name: `conv2d_3`.
+    pub name: String,
+    pub class_name: String,
+    /// Per-sample output shape (the batch dimension left out).
+    pub output_shape: Vec<usize>,
+    /// Trainable and non-trainable (moving statistics) values, as Keras' `Param #`.
+    pub params: usize,
+    pub trainable_params: usize,
+    /// Forward FLOPs of one sample (2 per multiply-add).
+    pub flops: u64,
+}
+
+/// What `summary` shows: every layer and the totals.
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub input_shape: Vec<usize>,
+    pub layers: Vec<LayerSummary>,
+    /// Keras' "Total params": trainable plus non-trainable.
+    pub params: usize,
+    /// What PyTorch's `sum(p.numel() for p in model.parameters())` counts.
+    pub trainable_params: usize,
+    /// BatchNorm's moving statistics (PyTorch's `running_mean` / `running_var` buffers).
+    pub non_trainable_params: usize,
+    /// Forward FLOPs of one sample, 2 per multiply-add.
+    pub flops: u64,
+}
+
+impl Summary {
+    /// The Keras-style table.
+    pub fn table(&self) -> String {
+        let mut rows = vec![["Layer (type)".to_string(), "Output Shape".to_string(), "Param #".to_string()]];
+        for l in &self.layers {
+            let dims: Vec<String> = std::iter::once("None".to_string()).chain(l.output_shape.iter().map(|d| d.to_string())).collect();
+            rows.push([format!("{} ({})", l.name, l.class_name), format!("({})", dims.join(", ")), group(l.params)]);
         }
-        let w = [0, 1, 2].map(|c| rows.iter().map(|r| [&r.0, &r.1, &r.2][c].len()).max().unwrap_or(0) + 2);
-        let width = w.iter().sum::<usize>();
-        let mut s = String::from("Model: \"sequential\"\n");
-        let rule = |ch: char| ch.to_string().repeat(width) + "\n";
-        s += &rule('━');
+        let w = [0, 1, 2].map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0) + 2);
+        let rule = |ch: char| ch.to_string().repeat(w.iter().sum::<usize>()) + "\n";
+        let mut s = String::from("Model: \"sequential\"\n") + &rule('━');
         for (i, r) in rows.iter().enumerate() {
-            s += &format!("{:<a$}{:<b$}{:>c$}\n", r.0, r.1, r.2, a = w[0], b = w[1], c = w[2]);
+            s += &format!("{:<a$}{:<b$}{:>c$}\n", r[0], r[1], r[2], a = w[0], b = w[1], c = w[2]);
             s += &rule(if i == 0 { '━' } else { '─' });
         }
-        let trainable = layout.trainable_count();
-        s += &format!(" Total params: {} ({} trainable, {} non-trainable)\n", group(trainable + layout.state_count()), group(trainable), group(layout.state_count()));
-        s += &format!(" Forward FLOPs per sample: {}\n", group(flops as usize));
-        Ok(s)
+        s += &format!(" Total params: {}\n", group(self.params));
+        s += &format!(" Trainable params: {}\n", group(self.trainable_params));
+        s += &format!(" Non-trainable params: {}\n", group(self.non_trainable_params));
+        s += &format!(" Forward FLOPs per sample: {} (2 per multiply-add)\n", group(self.flops as usize));
+        s
+    }
+
+    /// The summary as one JSON object: `params`, `trainable_params`, `non_trainable_params`,
+    /// `flops`, `input_shape` and `layers` (one object per row, with the same keys).
+    pub fn to_json(&self) -> Value {
+        json!(self)
+    }
+}
+
+impl Sequential {
+    /// Every layer's output shape, parameters and FLOPs, and the totals, checking each layer
+    /// against its input.
+    pub fn summarize(&self) -> Result<Summary> {
+        let layout = Layout::new(&self.def.input_shape, &self.def.layers)?;
+        let mut shape = self.def.input_shape.clone();
+        let mut layers = Vec::with_capacity(self.def.layers.len());
+        for (i, layer) in self.def.layers.iter().enumerate() {
+            let count = |specs: Vec<crate::layers::ParamSpec>| specs.iter().map(|p| p.len()).sum::<usize>();
+            let trainable = count(layer.params(&shape));
+            layers.push(LayerSummary {
+                name: layout.layer_names[i].clone(),
+                class_name: layer.class_name().to_string(),
+                output_shape: layout.shapes[i].clone(),
+                params: trainable + count(layer.states(&shape)),
+                trainable_params: trainable,
+                flops: layer.flops(&shape),
+            });
+            shape = layout.shapes[i].clone();
+        }
+        let (trainable, states) = (layout.trainable_count(), layout.state_count());
+        // Saturating: a file may declare layers whose counts sum past 64 bits.
+        let flops = layers.iter().fold(0u64, |a, l| a.saturating_add(l.flops));
+        Ok(Summary { input_shape: self.def.input_shape.clone(), layers, params: trainable + states, trainable_params: trainable, non_trainable_params: states, flops })
+    }
+
+    /// The summary table (see [`Summary::table`]).
+    pub fn summary(&self) -> Result<String> {
+        Ok(self.summarize()?.table())
     }
 }
 

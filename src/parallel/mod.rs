@@ -39,6 +39,9 @@ use crate::kernels::optimizer::Hyper;
 use crate::model::plan::Definition;
 use crate::Result;
 
+/// Training steps a replica set keeps in flight at most (see `ReplicaSet::train_step`).
+const MAX_IN_FLIGHT: usize = 2;
+
 /// Where one step's time went on the host, per replica (seconds).
 #[derive(Clone, Debug, Default)]
 pub struct StepTiming {
@@ -65,6 +68,11 @@ pub struct ReplicaSet {
     pending_exchange: Option<(Vec<usize>, Vec<usize>, Hyper)>,
     /// Replicas that ran each step in flight, oldest first.
     in_flight: std::collections::VecDeque<Vec<usize>>,
+    /// Steps waited for whose outputs `collect` has not handed out yet, oldest first.
+    finished: std::collections::VecDeque<(Vec<StepOutput>, Duration)>,
+    /// The newest entry of `finished` is a synchronous step's, which the next one replaces:
+    /// a loop of synchronous steps that never collects keeps one step's outputs, not all.
+    sync_last: bool,
     /// Training samples each replica has processed.
     pub samples: Vec<usize>,
     /// Accumulated host-side timing per replica since the last `take_timing`.
@@ -74,7 +82,7 @@ pub struct ReplicaSet {
 impl ReplicaSet {
     pub fn new(replicas: Vec<Replica>) -> Self {
         let n = replicas.len();
-        ReplicaSet { replicas, speed: vec![1.0; n], measured: vec![0.0; n], steps_since_resplit: 0, fixed_split: false, pending_exchange: None, in_flight: Default::default(), samples: vec![0; n], timing: vec![StepTiming::default(); n] }
+        ReplicaSet { replicas, speed: vec![1.0; n], measured: vec![0.0; n], steps_since_resplit: 0, fixed_split: false, pending_exchange: None, in_flight: Default::default(), finished: Default::default(), sync_last: false, samples: vec![0; n], timing: vec![StepTiming::default(); n] }
     }
 
     pub fn len(&self) -> usize {
@@ -105,6 +113,13 @@ impl ReplicaSet {
     /// then k is submitted behind them; k's own exchange finishes in the next call (or in
     /// `flush`). Outputs (loss and ranks) come later from `collect`.
     pub fn train_step(&mut self, def: &Definition, images: &[u8], labels: &[u32], hyper: Hyper, step: u32) -> Result<Vec<StepTiming>> {
+        // Each plan reads its loss back through two buffers, alternately: a third step in
+        // flight would take the buffer of the first before it was read. So the oldest step
+        // is waited for first (`fit` keeps one in flight, so it never waits here).
+        while self.in_flight.len() >= MAX_IN_FLIGHT {
+            let done = self.wait_oldest()?.expect("steps are in flight");
+            self.push_finished(done, false);
+        }
         let n = labels.len();
         let counts = self.shares(n);
         let sample = images.len() / n.max(1);
@@ -301,13 +316,60 @@ impl ReplicaSet {
         std::mem::replace(&mut self.timing, vec![StepTiming::default(); self.replicas.len()])
     }
 
-    /// Steps submitted and not yet collected.
+    /// Steps submitted whose outputs `collect` has not handed out.
     pub fn pending(&self) -> usize {
-        self.in_flight.len()
+        self.finished.len() + self.in_flight.len()
+    }
+
+    /// The outputs of the oldest step not collected yet (every participating replica's),
+    /// waiting for it if it is still in flight, and the time waited.
+    pub fn collect(&mut self) -> Result<Option<(Vec<StepOutput>, Duration)>> {
+        match self.finished.pop_front() {
+            Some(done) => {
+                self.sync_last &= !self.finished.is_empty();
+                Ok(Some(done))
+            }
+            None => self.wait_oldest(),
+        }
+    }
+
+    /// Finishes the last exchange and waits for every step in flight, keeping their outputs
+    /// for `collect`: afterwards the replicas run nothing, so a step that is not a training
+    /// step (evaluation, gradients, a profile) can use them and read its own output.
+    pub fn settle(&mut self) -> Result<()> {
+        self.flush()?;
+        while let Some(done) = self.wait_oldest()? {
+            self.push_finished(done, false);
+        }
+        Ok(())
+    }
+
+    /// Runs a training step and waits for it (Keras' synchronous `train_on_batch`): returns
+    /// its outputs, which also stay for `collect` until the next synchronous step.
+    pub fn train_step_sync(&mut self, def: &Definition, images: &[u8], labels: &[u32], hyper: Hyper, step: u32) -> Result<Vec<StepOutput>> {
+        self.settle()?;
+        if self.sync_last {
+            self.finished.pop_back();
+        }
+        self.train_step(def, images, labels, hyper, step)?;
+        self.settle()?;
+        self.sync_last = true;
+        Ok(self.finished.back().map(|(outs, _)| outs.clone()).unwrap_or_default())
+    }
+
+    /// Drops the outputs no one collected (a `fit` starts from its own steps).
+    pub fn forget_finished(&mut self) {
+        self.finished.clear();
+        self.sync_last = false;
+    }
+
+    fn push_finished(&mut self, done: (Vec<StepOutput>, Duration), sync: bool) {
+        self.finished.push_back(done);
+        self.sync_last = sync;
     }
 
     /// Waits for the oldest step in flight and returns every participating replica's output.
-    pub fn collect(&mut self) -> Result<Option<(Vec<StepOutput>, Duration)>> {
+    fn wait_oldest(&mut self) -> Result<Option<(Vec<StepOutput>, Duration)>> {
         let Some(ran) = self.in_flight.pop_front() else { return Ok(None) };
         let _s = crate::trace::span("wait for step", 0);
         let t0 = Instant::now();

@@ -46,6 +46,7 @@ pub struct Recorded {
 }
 
 /// Per-sample loss and label rank of one finished step.
+#[derive(Clone, Debug)]
 pub struct StepOutput {
     pub loss: Vec<f32>,
     pub rank: Vec<u32>,
@@ -440,9 +441,16 @@ impl Replica {
     pub fn keep_records(&mut self, keep: bool) {
         if self.keep_records != keep {
             self.keep_records = keep;
-            let in_flight: Vec<PlanKey> = self.in_flight.iter().map(|f| f.0).collect();
-            self.plans.retain(|k, _| in_flight.contains(k));
+            self.drop_plans();
         }
+    }
+
+    /// Drops the compiled plans with no step in flight, so the next steps record new ones:
+    /// plans bake in what the model held when they were built (the normalisation, whether
+    /// records are kept).
+    pub fn drop_plans(&mut self) {
+        let in_flight: Vec<PlanKey> = self.in_flight.iter().map(|f| f.0).collect();
+        self.plans.retain(|k, _| in_flight.contains(k));
     }
 
     /// The forward records of the last training step of `n` samples whose loss gradient was

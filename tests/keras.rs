@@ -1,0 +1,350 @@
+//! The training loop as a Keras 3 user relies on it (issue 14, B1-B10): each test says what
+//! Keras does and holds convoy to it, or to a documented difference. Software adapter.
+
+use std::sync::{Arc, Mutex};
+
+use convoy::callbacks::{Callback, Context, EarlyStopping, LearningRateScheduler, Logs, Mode};
+use convoy::data::{synthetic_split, Dataset};
+use convoy::layers::*;
+use convoy::model::{CompileOptions, FitOptions, Loss, Metric, Sequential};
+use convoy::optim::{Optimizer, Schedule};
+
+fn devices(selection: &str) -> Vec<Arc<convoy::Device>> {
+    convoy::device::open(selection).unwrap()
+}
+
+/// Synthetic 8x8 images of 10 classes.
+fn data(train: usize, val: usize) -> (Arc<dyn Dataset>, Arc<dyn Dataset>) {
+    let (t, v) = synthetic_split(train, val, 8, 5).unwrap();
+    (Arc::new(t), Arc::new(v))
+}
+
+fn model() -> Sequential {
+    let mut m = Sequential::new(&[8, 8, 3]);
+    m.add(Conv2D::new(6, 3).padding(Padding::Same));
+    m.add(BatchNormalization::new());
+    m.add(ReLU::new());
+    m.add(MaxPool2D::new(2));
+    m.add(Flatten::new());
+    m.add(Dense::new(10));
+    m
+}
+
+fn compile_on(m: &mut Sequential, optimizer: Optimizer, selection: &str) {
+    m.compile(CompileOptions {
+        optimizer,
+        loss: Loss::SparseCategoricalCrossentropy,
+        metrics: vec![Metric::Accuracy],
+        devices: devices(selection),
+        seed: 1,
+        max_batch: 32,
+    })
+    .unwrap();
+}
+
+/// The first `n` samples of `data`: images back to back, and labels.
+fn batch(data: &dyn Dataset, n: usize) -> (Vec<u8>, Vec<u32>) {
+    let sample = data.sample_bytes();
+    let mut images = vec![0u8; n * sample];
+    let labels = images.chunks_mut(sample).enumerate().map(|(i, x)| data.load(i, x).unwrap()).collect();
+    (images, labels)
+}
+
+fn compiled(optimizer: Optimizer) -> Sequential {
+    let mut m = model();
+    compile_on(&mut m, optimizer, "software");
+    m
+}
+
+fn quiet(epochs: usize) -> FitOptions {
+    FitOptions { epochs, batch_size: 32, verbose: 0, ..Default::default() }
+}
+
+#[test]
+fn b1_a_second_compile_keeps_the_weights() {
+    let (train, val) = data(128, 32);
+    let mut m = compiled(Optimizer::sgd(0.1).momentum(0.9));
+    m.fit(train, quiet(1)).unwrap();
+    let before = m.evaluate(val.clone(), 32).unwrap();
+    let (params, states, _) = m.get_weights().unwrap();
+    // Keras: compiling a built model again keeps its weights; only the optimizer, loss and
+    // metrics change (the new optimizer starts from zero state).
+    compile_on(&mut m, Optimizer::adam(1e-4), "software");
+    let (p, s, opt) = m.get_weights().unwrap();
+    assert!(p == params && s == states, "a second compile re-initialised the weights");
+    assert_eq!(opt.len(), 2);
+    assert!(opt.iter().flatten().all(|&v| v == 0.0), "the new optimizer's state is not zero");
+    assert_eq!(m.evaluate(val, 32).unwrap()["loss"], before["loss"]);
+    assert_eq!(m.compiled_epoch(), 1, "the epochs trained are kept");
+}
+
+#[test]
+fn b2_a_second_fit_trains_again() {
+    let (train, _) = data(96, 8);
+    let mut once = compiled(Optimizer::sgd(0.05).momentum(0.9));
+    once.fit(train.clone(), quiet(2)).unwrap();
+    // Keras trains epochs initial_epoch..epochs, and initial_epoch defaults to 0: a second
+    // fit(epochs: 1) trains one more epoch.
+    let mut twice = compiled(Optimizer::sgd(0.05).momentum(0.9));
+    twice.fit(train.clone(), quiet(1)).unwrap();
+    let h = twice.fit(train.clone(), quiet(1)).unwrap();
+    assert_eq!(h.epochs(), &[0], "the second fit trained nothing: {:?}", h.history());
+    assert_eq!(twice.compiled_epoch(), 2);
+    // The data order follows the epochs trained, so two fits of one epoch are one of two.
+    assert_eq!(twice.get_weights().unwrap().0, once.get_weights().unwrap().0);
+    // initial_epoch numbers the epochs on; at or past `epochs` nothing is left to train.
+    let h = twice.fit(train.clone(), FitOptions { initial_epoch: 4, ..quiet(5) }).unwrap();
+    assert_eq!((h.epochs(), twice.compiled_epoch()), (&[4][..], 3));
+    let e = twice.fit(train, FitOptions { initial_epoch: 2, ..quiet(2) }).unwrap_err().to_string();
+    assert!(e.contains("initial_epoch 2") && e.contains("epochs 2"), "{e}");
+}
+
+#[test]
+fn b3_explicit_normalization_survives_fit() {
+    let (train, _) = data(64, 8);
+    let mut m = model();
+    m.set_normalization(vec![0.4; 3], vec![0.2; 3]).unwrap();
+    compile_on(&mut m, Optimizer::sgd(0.05), "software");
+    m.fit(train, quiet(1)).unwrap();
+    assert_eq!(m.normalization(), (&[0.4f32; 3][..], &[0.2f32; 3][..]), "fit replaced the normalisation the user set");
+}
+
+#[test]
+fn b3_a_plan_built_before_a_normalization_change_sees_it() {
+    let (_, val) = data(8, 32);
+    let mut a = compiled(Optimizer::sgd(0.05));
+    let first = a.evaluate(val.clone(), 16).unwrap()["loss"];
+    a.set_normalization(vec![0.1, 0.5, 0.9], vec![0.3, 0.2, 0.1]).unwrap();
+    let changed = a.evaluate(val.clone(), 16).unwrap()["loss"];
+    let mut b = model();
+    b.set_normalization(vec![0.1, 0.5, 0.9], vec![0.3, 0.2, 0.1]).unwrap();
+    compile_on(&mut b, Optimizer::sgd(0.05), "software");
+    let fresh = b.evaluate(val, 16).unwrap()["loss"];
+    assert_ne!(first, fresh);
+    assert_eq!(changed, fresh, "evaluate kept the normalisation of the plan it built first");
+}
+
+#[test]
+fn b3_statistics_from_the_first_fit_reach_plans_built_before_it() {
+    let (train, val) = data(64, 16);
+    let mut m = compiled(Optimizer::sgd(0.05));
+    m.predict(val.clone(), 16).unwrap();
+    m.fit(train, quiet(1)).unwrap();
+    let after = m.predict(val.clone(), 16).unwrap();
+    let path = std::env::temp_dir().join(format!("convoy-keras-b3-{}.safetensors", std::process::id()));
+    m.save(&path).unwrap();
+    let mut loaded = Sequential::load_compiled(&path, devices("software"), 32).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(after, loaded.predict(val, 16).unwrap(), "predict used the normalisation from before fit");
+}
+
+/// Records the learning rate of every step as `fit` hands it over (placed after the
+/// scheduler, it sees the rate the step runs at).
+struct Rates(Arc<Mutex<Vec<f32>>>);
+
+impl Callback for Rates {
+    fn on_batch_begin(&mut self, _batch: usize, ctx: &mut Context) -> convoy::Result<()> {
+        self.0.lock().unwrap().push(ctx.learning_rate);
+        Ok(())
+    }
+}
+
+#[test]
+fn b4_warm_up_ramps_linearly_per_step() {
+    let (train, _) = data(128, 8);
+    let mut m = compiled(Optimizer::sgd(0.1));
+    let rates = Arc::new(Mutex::new(Vec::new()));
+    let schedule = Schedule::Warmup { warmup_epochs: 1.0, then: Box::new(Schedule::Constant) };
+    let callbacks: Vec<Box<dyn Callback>> =
+        vec![Box::new(LearningRateScheduler::from_schedule(0.1, schedule)), Box::new(Rates(rates.clone()))];
+    m.fit(train, FitOptions { callbacks, ..quiet(2) }).unwrap();
+    // Four steps an epoch: 0.025, 0.05, 0.075, 0.1, then 0.1.
+    let want = [0.025, 0.05, 0.075, 0.1, 0.1, 0.1, 0.1, 0.1];
+    let got = rates.lock().unwrap().clone();
+    assert!(got.len() == 8 && got.iter().zip(want).all(|(g, w)| (g - w).abs() < 1e-6), "rates per step {got:?}, want {want:?}");
+    // The rate reaches the optimizer: a step at rate 0 leaves the weights as they were.
+    let mut m = compiled(Optimizer::sgd(0.1));
+    let before = m.get_weights().unwrap().0;
+    let callbacks: Vec<Box<dyn Callback>> = vec![Box::new(LearningRateScheduler::from_schedule(0.1, Schedule::Step { step_size: 1, gamma: 0.0 }))];
+    m.fit(data(32, 8).0, FitOptions { callbacks, initial_epoch: 1, ..quiet(2) }).unwrap();
+    assert_eq!(m.get_weights().unwrap().0, before);
+}
+
+/// Records the weights at the end of every epoch, through the model's callback access.
+struct EpochWeights(Arc<Mutex<Vec<Vec<f32>>>>);
+
+impl Callback for EpochWeights {
+    fn on_epoch_end(&mut self, _epoch: usize, _logs: &Logs, ctx: &mut Context) -> convoy::Result<()> {
+        self.0.lock().unwrap().push(ctx.saver.get_weights()?.0);
+        Ok(())
+    }
+}
+
+#[test]
+fn b5_early_stopping_is_readable_after_fit_and_restores_the_best_weights() {
+    let (train, _) = data(96, 8);
+    let mut m = compiled(Optimizer::sgd(0.05).momentum(0.9));
+    // The loss falls every epoch, so with a larger loss counted as better the first epoch
+    // is the best one and the second stops training.
+    let stop = Arc::new(Mutex::new(EarlyStopping::new("loss").mode(Mode::Max).patience(1).restore_best_weights(true)));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let callbacks: Vec<Box<dyn Callback>> = vec![Box::new(EpochWeights(seen.clone())), Box::new(stop.clone())];
+    let h = m.fit(train, FitOptions { callbacks, ..quiet(5) }).unwrap();
+    assert_eq!(h.epochs(), &[0, 1]);
+    let stop = stop.lock().unwrap();
+    assert_eq!((stop.stopped_epoch(), stop.best_epoch()), (Some(1), Some(0)));
+    assert_eq!(stop.best(), Some(h.history()["loss"][0]));
+    let seen = seen.lock().unwrap();
+    assert_ne!(seen[0], seen[1]);
+    assert_eq!(m.get_weights().unwrap().0, seen[0], "the weights of the best epoch were not restored");
+}
+
+/// Records every batch's logs.
+struct BatchLogs(Arc<Mutex<Vec<(usize, Logs)>>>);
+
+impl Callback for BatchLogs {
+    fn on_batch_end(&mut self, batch: usize, logs: &Logs, _ctx: &mut Context) -> convoy::Result<()> {
+        self.0.lock().unwrap().push((batch, logs.clone()));
+        Ok(())
+    }
+}
+
+#[test]
+fn b6_batch_logs_include_their_batch() {
+    let (train, _) = data(100, 8);
+    let mut m = compiled(Optimizer::sgd(0.05));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let h = m.fit(train.clone(), FitOptions { callbacks: vec![Box::new(BatchLogs(seen.clone()))], shuffle: false, ..quiet(1) }).unwrap();
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.iter().map(|s| s.0).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    // Batch 0's loss is that of the untrained model on the first 32 samples.
+    let (images, labels) = batch(train.as_ref(), 32);
+    let mut twin = model();
+    let (mean, std) = m.normalization();
+    twin.set_normalization(mean.to_vec(), std.to_vec()).unwrap();
+    compile_on(&mut twin, Optimizer::sgd(0.05), "software");
+    let (want, _) = twin.compute_gradients(&images, &labels).unwrap();
+    let first = seen[0].1["loss"];
+    assert!((first - want).abs() < 1e-6, "batch 0 reports loss {first}, the model's loss on it is {want}");
+    assert_eq!(seen[3].1["batch_size"], 4.0, "the last batch holds 100 - 3 x 32 samples");
+    // The running mean after the last batch is the epoch's loss.
+    assert!((seen[3].1["loss"] - h.history()["loss"][0]).abs() < 1e-9, "{:?} vs {:?}", seen[3].1, h.history());
+}
+
+#[test]
+fn b7_a_batch_above_max_batch_is_named() {
+    let (train, val) = data(128, 70);
+    let mut m = compiled(Optimizer::sgd(0.05));
+    let e = m.fit(train, FitOptions { batch_size: 64, ..quiet(1) }).unwrap_err().to_string();
+    assert!(e.contains("batch_size 64") && e.contains("max_batch 32"), "{e}");
+    let e = m.train_on_batch(&vec![0u8; 40 * 192], &[0; 40]).unwrap_err().to_string();
+    assert!(e.contains("batch of 40") && e.contains("max_batch 32"), "{e}");
+    // Inference runs any batch size in pieces the staging buffers hold.
+    assert_eq!(m.evaluate(val.clone(), 64).unwrap()["samples"], 70.0);
+    assert_eq!(m.predict(val, 64).unwrap().len(), 70);
+}
+
+#[test]
+fn b8_weight_decay_is_decoupled_and_l2_is_in_the_gradient() {
+    // Keras 3 applies every optimizer's weight_decay to the weights, p -= lr * wd * p, before
+    // the update: Adam's is AdamW's. PyTorch's L2 form is `l2`.
+    assert_eq!(Optimizer::adam(1e-3).weight_decay(0.1), Optimizer::adamw(1e-3).weight_decay(0.1));
+    assert!(matches!(Optimizer::adamw(1e-3).l2(0.1), Optimizer::Adam { weight_decay: 0.1, .. }));
+    // One Adam step from the same weights on the same batch, with and without decay: the
+    // decoupled decay moves every kernel weight by exactly -lr * wd * p and nothing else,
+    // whatever the gradient; in the gradient (L2) it changes Adam's normalised step instead.
+    let (train, _) = data(16, 8);
+    let (images, labels) = batch(train.as_ref(), 16);
+    let step = |optimizer: Optimizer| {
+        let mut m = compiled(optimizer);
+        m.set_normalization(vec![0.5; 3], vec![0.25; 3]).unwrap();
+        let before = m.get_weights().unwrap().0;
+        m.train_on_batch(&images, &labels).unwrap();
+        m.collect(0).unwrap();
+        (before, m.get_weights().unwrap().0)
+    };
+    let (lr, wd) = (1e-2f32, 0.5f32);
+    let (p0, plain) = step(Optimizer::adam(lr));
+    let (_, decoupled) = step(Optimizer::adam(lr).weight_decay(wd));
+    let (_, l2) = step(Optimizer::adam(lr).l2(wd));
+    let m = model();
+    let layout = convoy::model::layout::Layout::new(m.input_shape(), m.layers()).unwrap();
+    let (mut worst, mut l2_moved) = (0.0f32, 0.0f32);
+    for e in &layout.params {
+        for i in e.range() {
+            let shift = if e.spec.decay { -lr * wd * p0[i] } else { 0.0 };
+            worst = worst.max((decoupled[i] - plain[i] - shift).abs());
+            l2_moved = l2_moved.max((l2[i] - plain[i] - shift).abs());
+        }
+    }
+    assert!(worst < 1e-6, "decoupled decay is off by {worst}");
+    assert!(l2_moved > 1e-3, "L2 decay acted like the decoupled one ({l2_moved})");
+    // SGD's weight_decay stays in the gradient until convoy check's reference learns the
+    // decoupled form (documented in convoy::optim); the recipes say `l2` already.
+    assert_eq!(Optimizer::sgd(0.1).weight_decay(5e-4), Optimizer::sgd(0.1).l2(5e-4));
+    assert_eq!(Optimizer::from_name("sgd", 0.05).unwrap(), Optimizer::sgd(0.05).momentum(0.9).nesterov(true).l2(5e-4));
+}
+
+#[test]
+fn b9_predict_takes_raw_images_and_unlabelled_folders() {
+    let (train, val) = data(64, 6);
+    let mut m = compiled(Optimizer::sgd(0.05));
+    m.fit(train, quiet(1)).unwrap();
+    // Raw u8 images at the model's input shape, as Keras' predict takes an array.
+    let (images, _) = batch(val.as_ref(), 6);
+    let from_data = m.predict(val.clone(), 4).unwrap();
+    assert_eq!(m.predict_images(&images, 4).unwrap(), from_data);
+    let e = m.predict_images(&images[..100], 4).unwrap_err().to_string();
+    assert!(e.contains("100 bytes") && e.contains("192"), "{e}");
+    // The same images as PNG files of the model's size in a flat folder, in name order.
+    let dir = std::env::temp_dir().join(format!("convoy-keras-b9-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, img) in images.chunks(192).enumerate() {
+        image::RgbImage::from_raw(8, 8, img.to_vec()).unwrap().save(dir.join(format!("photo{i}.png"))).unwrap();
+    }
+    let folder = convoy::model::UnlabelledFolder::open(&dir, 8).unwrap();
+    assert_eq!((folder.len(), folder.file(2)), (6, dir.join("photo2.png")));
+    assert_eq!(m.predict(Arc::new(folder), 4).unwrap(), from_data);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn b10_train_on_batch_in_a_loop_on_one_two_and_three_replicas() {
+    let (train, _) = data(16, 8);
+    let (images, labels) = batch(train.as_ref(), 16);
+    for selection in ["software", "software:2", "software:3"] {
+        // Keras' train_on_batch: synchronous, returning the batch's loss and metrics.
+        let mut m = model();
+        compile_on(&mut m, Optimizer::sgd(0.05).momentum(0.9), selection);
+        let mut losses = Vec::new();
+        let mut weights = m.get_weights().unwrap().0;
+        for i in 0..10 {
+            let logs = m.train_on_batch(&images, &labels).unwrap_or_else(|e| panic!("{selection}: call {i}: {e}"));
+            assert!((0.0..=1.0).contains(&logs["accuracy"]), "{selection}: {logs:?}");
+            losses.push(logs["loss"]);
+            // Every call has updated the weights every replica holds when it returns.
+            let now = m.get_weights().unwrap().0;
+            assert_ne!(now, weights, "{selection}: call {i} left the weights as they were");
+            weights = now;
+        }
+        assert!(losses[9] < losses[0], "{selection}: ten steps on one batch did not lower its loss: {losses:?}");
+        // Its per-sample outputs wait for one collect, and do not pile up.
+        let (outs, _) = m.collect(0).unwrap();
+        assert_eq!(outs.iter().map(|o| o.loss.len()).sum::<usize>(), 16, "{selection}");
+        assert!(m.collect(0).unwrap().0.is_empty());
+        // The asynchronous variant, never collected in between, neither fails nor hangs.
+        for i in 0..10 {
+            m.train_on_batch_async(&images, &labels).unwrap_or_else(|e| panic!("{selection}: async call {i}: {e}"));
+        }
+        let (outs, _) = m.collect(0).unwrap();
+        assert_eq!(outs.iter().map(|o| o.loss.len()).sum::<usize>(), 160, "{selection}");
+        // Nor do the calls that run steps of their own in between.
+        m.train_on_batch_async(&images, &labels).unwrap();
+        m.train_on_batch_async(&images, &labels).unwrap();
+        let (loss, _) = m.compute_gradients(&images, &labels).unwrap();
+        assert!(loss.is_finite(), "{selection}");
+        assert_eq!(m.evaluate(train.clone(), 16).unwrap()["samples"], 16.0, "{selection}");
+        assert_eq!(m.collect(0).unwrap().0.iter().map(|o| o.loss.len()).sum::<usize>(), 32, "{selection}");
+    }
+}
