@@ -5,6 +5,7 @@ mod bench;
 mod check;
 mod devices;
 mod evaluate;
+mod pack;
 mod train;
 
 use std::path::PathBuf;
@@ -39,6 +40,8 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Check a few training steps of the zoo models on these devices against an f64 reference.
     Check(check::CheckArgs),
+    /// Decode an image folder once into a packed file for --data packed:FILE.
+    Pack(pack::PackArgs),
 }
 
 /// Runs the subcommand; `Ok` carries the exit code (`train` ends with
@@ -52,6 +55,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Predict(a) => done(evaluate::run_predict(a)),
         Command::Bench(a) => done(bench::run(a)),
         Command::Check(a) => done(check::run(a)),
+        Command::Pack(a) => done(pack::run(a)),
     }
 }
 

@@ -1,5 +1,9 @@
 //! Background prefetching: a thread decodes and augments the next batches (the samples of one batch
-//! in parallel with rayon) while the GPUs work on the current one.
+//! in parallel on rayon's pool, so on every core) while the GPUs work on the current one.
+//!
+//! Memory stays bounded whatever the data set's size: at most `depth` finished batches wait in
+//! the queue, one is being filled, and each of rayon's threads holds one decoded image while it
+//! resamples it (a JPEG decoded at a reduced DCT scale where the crop allows; see `decode.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -88,6 +92,9 @@ impl Loader {
         crate::limits::product(&format!("batch bytes (batch size, sample bytes) of {source}:"), &[batch_size, sample], MAX_BATCH_BYTES)?;
         let batches = batch_count(indices.len(), batch_size, drop_remainder);
         let augment = augment.filter(|a| !a.is_identity());
+        if let Some(crop) = augment.and_then(|a| a.random_resized_crop) {
+            crop.validate()?;
+        }
         let (tx, rx) = sync_channel(depth);
         let stop = Arc::new(AtomicBool::new(false));
         let job = Job { dataset, indices, batch_size, batches, augment, seed, stop: stop.clone() };
@@ -178,11 +185,16 @@ impl Job {
                 if self.stop.load(Ordering::Relaxed) {
                     return Ok(());
                 }
-                *label = ds.load(i, image)?;
-                match &self.augment {
-                    Some(a) => a.apply(image, shape, &mut StdRng::seed_from_u64(mix(self.seed, (first + k) as u64))),
-                    None => Ok(()),
-                }
+                let Some(a) = &self.augment else {
+                    *label = ds.load(i, image)?;
+                    return Ok(());
+                };
+                let mut rng = StdRng::seed_from_u64(mix(self.seed, (first + k) as u64));
+                *label = match &a.random_resized_crop {
+                    Some(crop) => ds.load_random_crop(i, image, crop, &mut rng)?,
+                    None => ds.load(i, image)?,
+                };
+                a.apply(image, shape, &mut rng)
             })?;
         Ok(batch)
     }
