@@ -220,6 +220,19 @@ mod tests {
     }
 
     #[test]
+    fn a_grey_jpeg_decodes_to_rgb() {
+        let path = std::env::temp_dir().join(format!("convoy-decode-{}-grey.jpg", std::process::id()));
+        image::GrayImage::from_fn(64, 48, |x, _| image::Luma([(x * 4) as u8])).save(&path).unwrap();
+        let bytes = read_file(&path).unwrap();
+        let image = decode(&bytes, &path, dct_scale(48.0, 24)).unwrap();
+        let expected = if cfg!(feature = "turbojpeg") { (32, 24) } else { (64, 48) };
+        assert_eq!((image.width, image.height), expected);
+        let px = &image.pixels[(10 * image.width + image.width / 2) * 3..][..3];
+        assert!(px[0] == px[1] && px[1] == px[2] && (px[0] as i32 - 128).abs() <= 6, "{px:?}");
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
     fn a_corrupt_jpeg_names_the_file() {
         let path = jpeg("corrupt");
         let mut bytes = read_file(&path).unwrap();
