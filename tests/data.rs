@@ -905,3 +905,35 @@ fn bad_packed_files_are_one_error_naming_the_file_and_the_cause() {
     let (_, text) = err_text(from_spec("packed:", None, 0));
     assert!(text.contains("packed:FILE"), "{text}");
 }
+
+#[test]
+fn packed_reader_survives_every_truncation_and_seeded_bit_flips() {
+    use rand::RngExt;
+    let tmp = TempDir::new("pack-flips");
+    let (good, path) = packed_bytes(&tmp);
+    // Whatever the bytes, the reader answers Ok or Err; when Ok, every sample loads.
+    let check = |bytes: Vec<u8>| {
+        if let Ok((train, val)) = packed_from_bytes(bytes, &path, Some(4)) {
+            let mut out = vec![0u8; 4 * 4 * 3];
+            let mut rng = StdRng::seed_from_u64(0);
+            for ds in [&train, &val] {
+                for i in 0..ds.len() {
+                    ds.load(i, &mut out).unwrap();
+                    ds.load_random_crop(i, &mut out, &RandomResizedCrop::default(), &mut rng).unwrap();
+                }
+            }
+        }
+    };
+    for len in 0..good.len() {
+        assert!(packed_from_bytes(good[..len].to_vec(), &path, None).is_err(), "truncated to {len} bytes");
+    }
+    let mut rng = StdRng::seed_from_u64(12);
+    for _ in 0..3000 {
+        let mut bytes = good.clone();
+        for _ in 0..rng.random_range(1..4) {
+            let at = rng.random_range(0..bytes.len());
+            bytes[at] ^= 1 << rng.random_range(0..8);
+        }
+        check(bytes);
+    }
+}

@@ -7,6 +7,7 @@ use rayon::prelude::*;
 
 use super::{Entry, Layout};
 use crate::data::decode::decode_resized;
+use crate::data::loader::decode_pool;
 use crate::data::{Dataset, ImageFolder};
 use crate::model::write_atomic_with;
 use crate::{Error, Result};
@@ -38,9 +39,10 @@ pub fn pack_folder(dir: impl AsRef<Path>, image_size: usize, out: impl AsRef<Pat
         // The index is known only once every image is resized: room for it now, filled in last.
         file.write_all(&vec![0; data_start]).map_err(io)?;
         let mut offset = 0u64;
-        for chunk in images.chunks(4 * rayon::current_num_threads()) {
+        let pool = decode_pool()?;
+        for chunk in images.chunks(4 * pool.current_num_threads()) {
             let decoded: Vec<(Vec<u8>, usize, usize)> =
-                chunk.par_iter().map(|&(path, _)| decode_resized(path, image_size)).collect::<Result<_>>()?;
+                pool.install(|| chunk.par_iter().map(|&(path, _)| decode_resized(path, image_size)).collect::<Result<_>>())?;
             for ((pixels, w, h), &(_, label)) in decoded.iter().zip(chunk) {
                 file.write_all(pixels).map_err(io)?;
                 entries.push(Entry { offset, width: *w as u32, height: *h as u32, label });
