@@ -49,7 +49,7 @@ fn run() -> convoy::Result<()> {
             batch_size: 256,
             validation_data: Some(val),
             callbacks,
-            augment: Some(Augment { random_crop_padding: 4, horizontal_flip: true }),
+            augment: Some(Augment::cifar()),
             ..Default::default()
         },
     )?;

@@ -39,7 +39,7 @@ fn run() -> convoy::Result<()> {
             epochs,
             batch_size: 128,
             validation_data: Some(val),
-            augment: Some(Augment { random_crop_padding: size / 8, horizontal_flip: true }),
+            augment: Some(Augment { random_crop_padding: size / 8, horizontal_flip: true, ..Default::default() }),
             ..Default::default()
         },
     )?;

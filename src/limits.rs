@@ -52,6 +52,20 @@ pub const MAX_MODEL_FILE_BYTES: u64 = 1 << 37;
 /// strip resized to a 1,024 px short side would need 188 GB).
 pub const MAX_RESIZED_BYTES: usize = 1 << 31;
 
+/// Bytes of one image file read for decoding: 2^30 (1 GiB; a 100-megapixel JPEG is about
+/// 50 MB).
+pub const MAX_IMAGE_FILE_BYTES: u64 = 1 << 30;
+
+/// Bytes of one decoded RGB image before it is resized: 2^31 (a 26,000 px square; the
+/// `image` crate's own default allocation limit is 512 MiB).
+pub const MAX_DECODED_BYTES: usize = 1 << 31;
+
+/// Images in a packed data set (train and val together): 2^32 (ImageNet-21k has 14 million).
+pub const MAX_PACKED_IMAGES: usize = 1 << 32;
+
+/// Classes in a packed data set, and bytes of one class name: 2^20 each.
+pub const MAX_PACKED_CLASSES: usize = 1 << 20;
+
 /// `a * b * ...` with every step checked, compared with `cap`; the error names `what`, the
 /// factors and the cap.
 pub fn product(what: &str, factors: &[usize], cap: usize) -> Result<usize> {

@@ -131,6 +131,55 @@ fn bad_input_fails_cleanly() {
 }
 
 #[test]
+fn pack_then_train_and_evaluate_from_the_packed_file() {
+    let dir = tmp("pack");
+    let folder = dir.join("folder");
+    for (split, count) in [("train", 12), ("val", 4)] {
+        for (class, rgb) in [("dark", [30u8, 30, 40]), ("light", [220, 210, 200])] {
+            for k in 0..count {
+                // Sizes and formats vary: the packer resizes each to a short side of 12.
+                let img = image::RgbImage::from_fn(14 + k, 12 + 2 * k, |x, y| image::Rgb(rgb.map(|v| v.wrapping_add((x * y % 7) as u8))));
+                let ext = if k % 2 == 0 { "png" } else { "jpg" };
+                std::fs::create_dir_all(folder.join(split).join(class)).unwrap();
+                img.save(folder.join(split).join(class).join(format!("{k}.{ext}"))).unwrap();
+            }
+        }
+    }
+    let file = dir.join("data.pack");
+    let spec = format!("folder:{}", folder.display());
+    let out = convoy(&["pack", "--data", &spec, "--image-size", "12", "--out", file.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let p = json(&out);
+    assert_eq!((p["train"].as_u64(), p["val"].as_u64(), p["classes"].as_u64()), (Some(24), Some(8), Some(2)), "{p}");
+    assert_eq!(p["bytes"].as_u64(), Some(std::fs::metadata(&file).unwrap().len()));
+
+    let packed = format!("packed:{}", file.display());
+    let model = dir.join("m.safetensors");
+    let args = ["train", "--data", &packed, "--epochs", "1", "--model", "mlp", "--devices", "software", "--batch-size", "8"];
+    let out = convoy(&[&args[..], &["--json", "--save", model.to_str().unwrap()]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = json(&out);
+    assert_eq!((v["epochs"].as_u64(), v["devices"][0]["samples"].as_u64()), (Some(1), Some(24)), "{v}");
+    let out = convoy(&["evaluate", "--load", model.to_str().unwrap(), "--data", &packed, "--devices", "software", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json(&out)["samples"], 8);
+
+    // Bad input: not a folder, a truncated packed file, an output directory that does not exist.
+    fails_with(&convoy(&["pack", "--data", "synthetic", "--image-size", "12", "--out", file.to_str().unwrap()]), &["folder:DIR"]);
+    let cut = dir.join("cut.pack");
+    std::fs::write(&cut, &std::fs::read(&file).unwrap()[..100]).unwrap();
+    fails_with(&convoy(&["train", "--data", &format!("packed:{}", cut.display()), "--model", "mlp"]), &["cut.pack", "truncated"]);
+    let nowhere = dir.join("no-such-dir").join("x.pack");
+    fails_with(&convoy(&["pack", "--data", &spec, "--image-size", "12", "--out", nowhere.to_str().unwrap()]), &["no-such-dir"]);
+    // A folder with a corrupt image leaves no packed file behind, nor a temporary one.
+    write(&folder.join("val/dark/broken.jpg"), b"\xFF\xD8\xFF\xE0 not a jpeg");
+    let partial = dir.join("partial.pack");
+    fails_with(&convoy(&["pack", "--data", &spec, "--image-size", "12", "--out", partial.to_str().unwrap()]), &["broken.jpg"]);
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).filter(|n| n.contains("partial")).collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
 fn a_model_that_does_not_fit_the_data_is_refused() {
     let dir = tmp("mismatch");
     let model = dir.join("m.safetensors");

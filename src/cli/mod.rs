@@ -6,6 +6,7 @@ mod check;
 mod devices;
 mod evaluate;
 mod summary;
+mod pack;
 mod train;
 
 use std::path::PathBuf;
@@ -42,6 +43,8 @@ pub enum Command {
     Check(check::CheckArgs),
     /// Print a zoo model's Keras-style summary: layers, output shapes, parameters, FLOPs.
     Summary(summary::SummaryArgs),
+    /// Decode an image folder once into a packed file for --data packed:FILE.
+    Pack(pack::PackArgs),
 }
 
 /// Runs the subcommand; `Ok` carries the exit code (`train` ends with
@@ -56,6 +59,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Bench(a) => done(bench::run(a)),
         Command::Check(a) => done(check::run(a)),
         Command::Summary(a) => done(summary::run(a)),
+        Command::Pack(a) => done(pack::run(a)),
     }
 }
 

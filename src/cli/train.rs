@@ -9,7 +9,7 @@ use clap::Args;
 use serde_json::json;
 
 use convoy::callbacks::{ModelCheckpoint, TerminateOnNaN};
-use convoy::data::{from_spec, Augment, Dataset};
+use convoy::data::{augment_for, from_spec, Dataset};
 use convoy::model::{non_finite_warning, zoo, CompileOptions, FitOptions, Loss, Metric, Sequential};
 use convoy::optim::Optimizer;
 use convoy::{bail, Result};
@@ -23,7 +23,7 @@ pub struct TrainArgs {
     /// the mlp on a software adapter, which runs about a GFLOP/s.
     #[arg(long, default_value = "auto")]
     pub model: String,
-    /// synthetic, cifar10:DIR, cifar100:DIR or folder:DIR.
+    /// synthetic, cifar10:DIR, cifar100:DIR, folder:DIR or packed:FILE (from convoy pack).
     #[arg(long, default_value = "synthetic")]
     pub data: String,
     /// all, indices like 0,1, software, software:N, an adapter name or PCI bus id.
@@ -42,7 +42,9 @@ pub struct TrainArgs {
     pub optimizer: String,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Image side in pixels (folder data is resized to it); 32 by default.
+    /// Image side in pixels (folder and packed data are resized to it; from 96 px they train
+    /// with random-resized crops and flips, as torchvision's ImageNet recipe); 32 by default,
+    /// the packed size for packed:FILE.
     #[arg(long)]
     pub image_size: Option<usize>,
     /// Write the trained model here (safetensors).
@@ -80,6 +82,7 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
         bail!(Config, "--resume needs --checkpoint-dir");
     }
     let (train, val): (Arc<dyn Dataset>, Arc<dyn Dataset>) = from_spec(&a.data, a.image_size, a.seed)?;
+    let augment = augment_for(&a.data, train.image_shape()[0]);
     let devices = convoy::device::open(&a.devices)?;
     let model_name = match a.model.as_str() {
         "auto" if devices.iter().all(|d| d.is_software()) => "mlp".to_string(),
@@ -140,7 +143,7 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
             seed: a.seed,
             validation_data: Some(val),
             callbacks,
-            augment: Some(Augment { random_crop_padding: 2, horizontal_flip: false }),
+            augment: Some(augment),
             verbose: 1,
             trace: a.trace.clone(),
             ..Default::default()

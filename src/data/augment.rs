@@ -1,13 +1,19 @@
-//! Random training-time augmentation of u8 HWC images: pad-and-crop and horizontal flip.
+//! Random training-time augmentation of u8 HWC images: random-resized crop, pad-and-crop and
+//! horizontal flip.
 
 use rand::{Rng, RngExt};
 
+use super::RandomResizedCrop;
 use crate::Result;
 
 /// What to apply to each training image. The default does nothing; `Augment::cifar()` is the usual
-/// CIFAR recipe (4 pixels of zero padding, random crop back to size, random flip).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// CIFAR recipe (4 pixels of zero padding, random crop back to size, random flip) and
+/// `Augment::imagenet()` torchvision's ImageNet one (random-resized crop, random flip).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Augment {
+    /// Load each image as a random-resized crop of the whole source image (the loader asks the
+    /// data set, through `Dataset::load_random_crop`); the rest applies to the crop.
+    pub random_resized_crop: Option<RandomResizedCrop>,
     /// Pad with zeros by this many pixels on each side, then take a random window of the original size.
     pub random_crop_padding: usize,
     /// Mirror left-right with probability one half.
@@ -15,15 +21,23 @@ pub struct Augment {
 }
 
 impl Augment {
+    /// 4 pixels of zero padding, a random window of the original size, a random flip.
     pub fn cifar() -> Self {
-        Self { random_crop_padding: 4, horizontal_flip: true }
+        Self { random_resized_crop: None, random_crop_padding: 4, horizontal_flip: true }
     }
 
+    /// torchvision's `RandomResizedCrop(size)` (scale 0.08-1, ratio 3/4-4/3) and `RandomHorizontalFlip()`.
+    pub fn imagenet() -> Self {
+        Self { random_resized_crop: Some(RandomResizedCrop::default()), random_crop_padding: 0, horizontal_flip: true }
+    }
+
+    /// Whether it changes nothing (the loader then skips it).
     pub fn is_identity(&self) -> bool {
-        self.random_crop_padding == 0 && !self.horizontal_flip
+        self.random_resized_crop.is_none() && self.random_crop_padding == 0 && !self.horizontal_flip
     }
 
-    /// Augments `image` (u8, `shape` = [height, width, channels]) in place.
+    /// Augments `image` (u8, `shape` = [height, width, channels]) in place: the padded crop and the
+    /// flip (the random-resized crop happens when the image is loaded).
     pub fn apply<R: Rng + ?Sized>(&self, image: &mut [u8], shape: [usize; 3], rng: &mut R) -> Result<()> {
         let [h, w, c] = shape;
         if image.len() != h * w * c {

@@ -3,24 +3,28 @@
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use image::ImageReader;
-use image::imageops::{self, FilterType};
+use rand::Rng;
 
+use super::crop::{RandomResizedCrop, centre_window};
+use super::decode::decode_window;
 use super::{Dataset, check_load};
-use crate::limits::MAX_RESIZED_BYTES;
 use crate::{Error, Result};
 
 const LAYOUT: &str = "expected DIR/train/<class>/*.jpg and DIR/val/<class>/*.jpg, JPEG or PNG";
 
 /// One split of an image folder. Classes are the sub-directories sorted by name (label = position);
 /// images within a class are sorted by file name. Each image is converted to RGB, resized so its
-/// short side is `image_size` (bilinear), then centre-cropped to `image_size` x `image_size`.
+/// short side is the resize size (bilinear; `image_size` unless [`ImageFolder::with_resize_size`]
+/// says otherwise), then centre-cropped to `image_size` x `image_size`; a training load with a
+/// random-resized crop resamples the crop's window of the whole image instead. JPEGs are decoded
+/// at a reduced DCT scale where the window allows (see `decode.rs`).
 #[derive(Clone, Debug)]
 pub struct ImageFolder {
     root: PathBuf,
     classes: Vec<String>,
     samples: Vec<(PathBuf, u32)>,
     image_size: usize,
+    resize_size: usize,
 }
 
 impl ImageFolder {
@@ -59,7 +63,15 @@ impl ImageFolder {
             let msg = format!("no .jpg, .jpeg or .png files in its {} class directories", classes.len());
             return Err(Error::format(&root, msg));
         }
-        Ok(Self { root, classes, samples, image_size })
+        Ok(Self { root, classes, samples, image_size, resize_size: image_size })
+    }
+
+    /// Resize the short side to `resize_size` (at least the image size) before the centre crop,
+    /// as torchvision's `Resize(256)` before `CenterCrop(224)`; see [`super::resize_size`].
+    pub fn with_resize_size(mut self, resize_size: usize) -> Result<Self> {
+        check_resize_size(&self.root, self.image_size, resize_size)?;
+        self.resize_size = resize_size;
+        Ok(self)
     }
 
     /// The `train` and `val` splits of `dir`, which must have the same class names.
@@ -113,32 +125,23 @@ impl Dataset for ImageFolder {
     fn load(&self, i: usize, out: &mut [u8]) -> Result<u32> {
         check_load(self, i, out)?;
         let (path, label) = &self.samples[i];
-        decode_into(path, self.image_size, out)?;
+        decode_window(path, self.image_size, out, |w, h| centre_window(w, h, self.resize_size, self.image_size))?;
+        Ok(*label)
+    }
+    fn load_random_crop(&self, i: usize, out: &mut [u8], crop: &RandomResizedCrop, rng: &mut dyn Rng) -> Result<u32> {
+        check_load(self, i, out)?;
+        let (path, label) = &self.samples[i];
+        decode_window(path, self.image_size, out, |w, h| crop.window(w, h, rng))?;
         Ok(*label)
     }
 }
 
-/// Decodes `path`, resizes its short side to `size` and copies the centre `size` x `size` window.
-fn decode_into(path: &Path, size: usize, out: &mut [u8]) -> Result<()> {
-    let reader = ImageReader::open(path).and_then(|r| r.with_guessed_format()).map_err(|e| Error::io(path, e))?;
-    let image = reader.decode().map_err(|e| Error::format(path, format!("cannot decode image: {e}")))?;
-    let rgb = image.to_rgb8();
-    let (w, h) = (rgb.width() as usize, rgb.height() as usize);
-    if w == 0 || h == 0 {
-        return Err(Error::format(path, format!("image is empty ({w}x{h})")));
-    }
-    let (nw, nh) = if w <= h { (size, (h * size + w / 2) / w) } else { ((w * size + h / 2) / h, size) };
-    let (nw, nh) = (nw.max(size), nh.max(size));
-    // A long thin strip resized to a large short side can need far more than the image itself.
-    crate::limits::product(&format!("image {w}x{h} resized for image size {size} (width, height, channels)"), &[nw, nh, 3], MAX_RESIZED_BYTES)
-        .map_err(|e| Error::format(path, e.to_string()))?;
-    let resized =
-        if (nw, nh) == (w, h) { rgb } else { imageops::resize(&rgb, nw as u32, nh as u32, FilterType::Triangle) };
-    let (x0, y0) = ((nw - size) / 2, (nh - size) / 2);
-    let src = resized.as_raw();
-    for (y, row) in out.chunks_exact_mut(size * 3).enumerate() {
-        let start = ((y0 + y) * nw + x0) * 3;
-        row.copy_from_slice(&src[start..start + size * 3]);
+/// Holds a resize size to the image size (below it the centre crop would not fit) and to
+/// [`crate::limits::MAX_SIDE`]; `source` names the data in the error.
+pub(crate) fn check_resize_size(source: &Path, image_size: usize, resize_size: usize) -> Result<()> {
+    if resize_size < image_size || resize_size > crate::limits::MAX_SIDE {
+        let msg = format!("resize size {resize_size} must be between the image size {image_size} and {}", crate::limits::MAX_SIDE);
+        return Err(Error::Config(format!("{}: {msg}", source.display())));
     }
     Ok(())
 }

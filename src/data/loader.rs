@@ -1,8 +1,12 @@
 //! Background prefetching: a thread decodes and augments the next batches (the samples of one batch
-//! in parallel with rayon) while the GPUs work on the current one.
+//! in parallel on [`decode_pool`], one thread per core) while the GPUs work on the current one.
+//!
+//! Memory stays bounded whatever the data set's size: at most `depth` finished batches wait in
+//! the queue, one is being filled, and each decoding thread holds one decoded image while it
+//! resamples it (a JPEG decoded at a reduced DCT scale where the crop allows; see `decode.rs`).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
@@ -14,6 +18,19 @@ use rayon::prelude::*;
 use super::{Augment, Dataset, mix};
 use crate::limits::MAX_BATCH_BYTES;
 use crate::{Error, Result};
+
+/// The threads that decode and augment samples: a rayon pool of their own, one thread per core.
+/// Not rayon's global pool, because the host all-reduce runs there: a busy rayon thread drains
+/// its own queue (a batch of decode tasks) before it takes injected work, so a gradient sum
+/// queued behind a batch of JPEGs would wait tens of milliseconds. In separate pools the two
+/// only share the cores, as the operating system schedules them.
+pub(crate) fn decode_pool() -> Result<&'static rayon::ThreadPool> {
+    static POOL: OnceLock<std::result::Result<rayon::ThreadPool, String>> = OnceLock::new();
+    let pool = POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new().thread_name(|i| format!("convoy-decode-{i}")).build().map_err(|e| e.to_string())
+    });
+    pool.as_ref().map_err(|e| Error::Config(format!("cannot start the image decoding threads: {e}")))
+}
 
 /// One batch of decoded samples: `labels.len()` u8 HWC images back to back.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -88,6 +105,9 @@ impl Loader {
         crate::limits::product(&format!("batch bytes (batch size, sample bytes) of {source}:"), &[batch_size, sample], MAX_BATCH_BYTES)?;
         let batches = batch_count(indices.len(), batch_size, drop_remainder);
         let augment = augment.filter(|a| !a.is_identity());
+        if let Some(crop) = augment.and_then(|a| a.random_resized_crop) {
+            crop.validate()?;
+        }
         let (tx, rx) = sync_channel(depth);
         let stop = Arc::new(AtomicBool::new(false));
         let job = Job { dataset, indices, batch_size, batches, augment, seed, stop: stop.clone() };
@@ -167,23 +187,30 @@ impl Job {
         // `Loader::new` held batch_size x sample to the cap; a chunk is never longer.
         let bytes = crate::limits::product("batch bytes (samples, sample bytes)", &[chunk.len(), sample], MAX_BATCH_BYTES)?;
         let mut batch = Batch { images: crate::limits::zeroed("a batch of images", bytes)?, labels: vec![0; chunk.len()] };
-        batch
-            .images
-            .par_chunks_mut(sample)
-            .zip(batch.labels.par_iter_mut())
-            .zip(chunk.par_iter())
-            .enumerate()
-            .try_for_each(|(k, ((image, label), &i))| {
-                // Skip the remaining work of an abandoned batch; its result is never sent.
-                if self.stop.load(Ordering::Relaxed) {
-                    return Ok(());
-                }
-                *label = ds.load(i, image)?;
-                match &self.augment {
-                    Some(a) => a.apply(image, shape, &mut StdRng::seed_from_u64(mix(self.seed, (first + k) as u64))),
-                    None => Ok(()),
-                }
-            })?;
+        let (images, labels) = (&mut batch.images, &mut batch.labels);
+        decode_pool()?.install(|| {
+            images
+                .par_chunks_mut(sample)
+                .zip(labels.par_iter_mut())
+                .zip(chunk.par_iter())
+                .enumerate()
+                .try_for_each(|(k, ((image, label), &i))| {
+                    // Skip the remaining work of an abandoned batch; its result is never sent.
+                    if self.stop.load(Ordering::Relaxed) {
+                        return Ok(());
+                    }
+                    let Some(a) = &self.augment else {
+                        *label = ds.load(i, image)?;
+                        return Ok(());
+                    };
+                    let mut rng = StdRng::seed_from_u64(mix(self.seed, (first + k) as u64));
+                    *label = match &a.random_resized_crop {
+                        Some(crop) => ds.load_random_crop(i, image, crop, &mut rng)?,
+                        None => ds.load(i, image)?,
+                    };
+                    a.apply(image, shape, &mut rng)
+                })
+        })?;
         Ok(batch)
     }
 }

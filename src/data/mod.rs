@@ -5,21 +5,30 @@
 
 mod augment;
 mod cifar;
+mod crop;
+mod decode;
 mod folder;
 mod in_memory;
 mod loader;
+mod packed;
+mod resize;
 mod spec;
 mod stats;
 mod synthetic;
 
 pub use augment::Augment;
+pub use crop::{IMAGENET_MIN_SIZE, RandomResizedCrop, Window, centre_window, resize_size, resized_dims};
+pub use decode::dct_scale;
 pub use cifar::{CIFAR10_URL, CIFAR100_URL, cifar10, cifar10_from_bytes, cifar100, cifar100_from_bytes};
 pub use folder::ImageFolder;
 pub use in_memory::InMemory;
 pub use loader::{Batch, Loader, batch_count, epoch_indices};
-pub use spec::{SPEC_FORMS, from_spec};
+pub use packed::{PACKED_MAGIC, PACKED_VERSION, PackReport, Packed, pack_folder, packed, packed_from_bytes};
+pub use spec::{SPEC_FORMS, augment_for, from_spec};
 pub use stats::channel_stats;
 pub use synthetic::{SYNTHETIC_CLASSES, synthetic, synthetic_split};
+
+use rand::Rng;
 
 use crate::Result;
 use crate::limits::MAX_SAMPLE_BYTES;
@@ -39,6 +48,19 @@ pub trait Dataset: Send + Sync {
     /// Decodes sample `i` into `out` (u8 HWC, exactly h*w*c bytes) and returns its label.
     fn load(&self, i: usize, out: &mut [u8]) -> Result<u32>;
 
+    /// Like `load`, but `out` is the window that `crop` draws from `rng`, resampled to the sample's
+    /// shape: a training load. Data sets that hold whole images (folders, packed files) crop
+    /// those; the default crops the fixed-size sample that `load` gives.
+    fn load_random_crop(&self, i: usize, out: &mut [u8], crop: &RandomResizedCrop, rng: &mut dyn Rng) -> Result<u32> {
+        check_load(self, i, out)?;
+        let shape = self.image_shape();
+        let mut whole = crate::limits::zeroed("a sample before its crop", out.len())?;
+        let label = self.load(i, &mut whole)?;
+        let window = crop.window(shape[1], shape[0], rng);
+        resize::resize_window(&whole, shape, window, out, [shape[0], shape[1]])?;
+        Ok(label)
+    }
+
     /// Bytes of one decoded sample (saturating: [`checked_sample_bytes`] reports a shape
     /// whose product overflows or passes the cap).
     fn sample_bytes(&self) -> usize {
@@ -57,7 +79,7 @@ pub fn checked_sample_bytes(ds: &dyn Dataset) -> Result<usize> {
 }
 
 /// Checks the arguments every `Dataset::load` receives, so that implementations cannot index out of bounds.
-pub(crate) fn check_load(ds: &dyn Dataset, i: usize, out: &[u8]) -> Result<()> {
+pub(crate) fn check_load<D: Dataset + ?Sized>(ds: &D, i: usize, out: &[u8]) -> Result<()> {
     if i >= ds.len() {
         crate::bail!(Config, "sample index {i} out of range for {} ({} samples)", ds.source(), ds.len());
     }

@@ -2,18 +2,22 @@
 
 use std::sync::Arc;
 
-use super::{Dataset, ImageFolder, cifar10, cifar100, synthetic_split};
+use super::{Augment, Dataset, IMAGENET_MIN_SIZE, ImageFolder, cifar10, cifar100, packed, resize_size, synthetic_split};
 use crate::Result;
 
 /// The forms `from_spec` accepts, for help texts and error messages.
-pub const SPEC_FORMS: &str = "synthetic, synthetic:TRAIN[,VAL] (sample counts), cifar10:DIR, cifar100:DIR, folder:DIR";
+pub const SPEC_FORMS: &str =
+    "synthetic, synthetic:TRAIN[,VAL] (sample counts), cifar10:DIR, cifar100:DIR, folder:DIR, packed:FILE (from convoy pack)";
 
 const SYNTHETIC_TRAIN: usize = 20_000;
 const SYNTHETIC_VAL: usize = 2_000;
 const DEFAULT_IMAGE_SIZE: usize = 32;
 
-/// Opens the (training, validation) pair that `spec` names. `image_size` applies to `synthetic`
-/// and `folder` (default 32); CIFAR images are 32x32 only. `seed` draws the synthetic images.
+/// Opens the (training, validation) pair that `spec` names. `image_size` applies to `synthetic`,
+/// `folder` (default 32) and `packed` (default: the size it was packed at); CIFAR images are 32x32
+/// only. Folder and packed images are resized to [`resize_size`] of the image size, then
+/// centre-cropped (the random-resized crop of training is the loader's: see [`augment_for`]).
+/// `seed` draws the synthetic images.
 pub fn from_spec(spec: &str, image_size: Option<usize>, seed: u64) -> Result<(Arc<dyn Dataset>, Arc<dyn Dataset>)> {
     if image_size == Some(0) {
         crate::bail!(Config, "image size must be positive, got 0");
@@ -53,9 +57,33 @@ pub fn from_spec(spec: &str, image_size: Option<usize>, seed: u64) -> Result<(Ar
         }
         "folder" => {
             let (train, val) = ImageFolder::open_splits(dir(arg)?, size)?;
+            let resize = resize_size(size);
+            Ok((Arc::new(train.with_resize_size(resize)?), Arc::new(val.with_resize_size(resize)?)))
+        }
+        "packed" => {
+            let file = arg.filter(|f| !f.is_empty()).ok_or_else(|| {
+                crate::Error::Config(format!("data spec '{spec}' needs a file: packed:FILE (written by convoy pack)"))
+            })?;
+            let (train, val) = packed(file, image_size)?;
             Ok((Arc::new(train), Arc::new(val)))
         }
         _ => crate::bail!(Config, "unknown data spec '{spec}'; expected one of: {SPEC_FORMS}"),
+    }
+}
+
+/// The training augmentation `convoy train` uses for `spec` at `image_size`: torchvision's ImageNet
+/// recipe ([`Augment::imagenet`]) for image files (`folder`, `packed`) from [`IMAGENET_MIN_SIZE`]
+/// px, where validation is resized to [`resize_size`] too; otherwise the light augmentation
+/// `convoy train` has always used (a 2-pixel padded crop, no flip), which at 32 px keeps more of
+/// each image than a random-resized crop would.
+/// By size rather than by model, so that `evaluate` and `predict`, which may not know how a
+/// model was trained, resize validation images the same way.
+pub fn augment_for(spec: &str, image_size: usize) -> Augment {
+    let files = matches!(spec.split_once(':'), Some(("folder" | "packed", _)));
+    if files && image_size >= IMAGENET_MIN_SIZE {
+        Augment::imagenet()
+    } else {
+        Augment { random_crop_padding: 2, ..Default::default() }
     }
 }
 

@@ -17,7 +17,7 @@ pub use finite::non_finite_warning;
 pub use fit::FitOptions;
 pub use losses::{Loss, Metric};
 pub use profile::{KernelTime, Peak, Profile};
-pub use saving::{write_atomic, TrainingState};
+pub use saving::{write_atomic, write_atomic_with, TrainingState};
 pub use sequential::{CompileOptions, Compiled, HostWeights, Sequential};
 pub use summary::{group, LayerSummary, Summary};
 pub use unlabelled::UnlabelledFolder;

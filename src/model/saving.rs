@@ -225,22 +225,29 @@ impl Sequential {
 /// directory entry) of a save that has already returned. Temporary files that killed saves
 /// left in the directory are removed first.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic_with(path, |f| f.write_all(bytes).map_err(|e| Error::io(path, e)))
+}
+
+/// [`write_atomic`] for output too large to hold in memory (a packed data set): `write` streams
+/// it into the temporary file, which becomes `path` only once `write` has returned `Ok` and the
+/// data is synced; on an error the temporary file is removed and `path` left as it was.
+pub fn write_atomic_with(path: &Path, write: impl FnOnce(&mut std::fs::File) -> Result<()>) -> Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().ok_or_else(|| Error::Config(format!("{} is not a file path", path.display())))?;
     remove_stale_temporaries(dir, &name.to_string_lossy());
     let tmp = dir.join(format!(".{}{TMP_MARK}{}", name.to_string_lossy(), std::process::id()));
+    let io = |e: std::io::Error| Error::io(path, e);
     let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        sync_dir(dir)
+        let mut f = std::fs::File::create(&tmp).map_err(io)?;
+        write(&mut f)?;
+        f.sync_all().map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)?;
+        sync_dir(dir).map_err(io)
     })();
-    if let Err(e) = result {
+    if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
-        return Err(Error::io(path, e));
     }
-    Ok(())
+    result
 }
 
 /// What separates the target's name from the writer's process id in a temporary file's name:
