@@ -187,6 +187,10 @@ impl Sequential {
             let (mean, std) = channel_stats(data.as_ref(), 2048)?;
             self.set_normalization(mean, std)?;
         }
+        // A model names its classes after the data it first learns them from.
+        if self.class_names.is_empty() && data.class_names().len() == self.def.classes {
+            self.class_names = data.class_names();
+        }
         // The outputs of steps run before, never collected, are not this fit's.
         let c = self.compiled()?;
         c.replicas.settle()?;
