@@ -359,6 +359,8 @@ fn predict_names_each_file_of_an_unlabelled_folder() {
     assert_eq!(files, want);
     for p in preds {
         assert!(p["class"].as_u64().unwrap() < 10 && (0.1..=1.0).contains(&p["probability"].as_f64().unwrap()), "{p}");
+        // The model names its classes after the data it was trained on.
+        assert_eq!(p["label"], convoy::data::SYNTHETIC_CLASSES[p["class"].as_u64().unwrap() as usize], "{p}");
     }
     let out = convoy(&["predict", "--load", model.to_str().unwrap(), "--data", &spec, "--devices", "software"]);
     let text = String::from_utf8_lossy(&out.stdout);

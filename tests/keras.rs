@@ -348,3 +348,28 @@ fn b10_train_on_batch_in_a_loop_on_one_two_and_three_replicas() {
         assert_eq!(m.collect(0).unwrap().0.iter().map(|o| o.loss.len()).sum::<usize>(), 32, "{selection}");
     }
 }
+
+#[test]
+fn b9_a_saved_model_names_its_classes_after_its_training_data() {
+    let (train, _) = data(32, 8);
+    let mut m = compiled(Optimizer::sgd(0.05));
+    m.fit(train.clone(), quiet(1)).unwrap();
+    assert_eq!(m.class_names(), train.class_names());
+    let path = std::env::temp_dir().join(format!("convoy-keras-names-{}.safetensors", std::process::id()));
+    m.save(&path).unwrap();
+    let (loaded, _) = Sequential::load(&path).unwrap();
+    assert_eq!(loaded.class_names(), train.class_names());
+    // A file whose names do not match its classes is refused, naming the file.
+    let bytes = std::fs::read(&path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    header["__metadata__"]["class_names"] = serde_json::json!(r#"["cat","dog"]"#);
+    let header = header.to_string();
+    let mut edited = (header.len() as u64).to_le_bytes().to_vec();
+    edited.extend(header.as_bytes());
+    edited.extend(&bytes[8 + n..]);
+    std::fs::write(&path, edited).unwrap();
+    let e = Sequential::load(&path).err().expect("two names for ten classes").to_string();
+    let _ = std::fs::remove_file(&path);
+    assert!(e.contains(&path.display().to_string()) && e.contains("2 class names") && e.contains("10 classes"), "{e}");
+}

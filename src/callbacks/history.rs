@@ -7,9 +7,9 @@ use serde::Serialize;
 use super::{Callback, Context, Logs};
 use crate::Result;
 
-/// Records the logs of each epoch. It keeps accumulating across `fit` calls, so training in
-/// several calls gives one continuous record; [`History::epochs`] says which epoch each
-/// entry belongs to.
+/// Records the logs of each epoch; `fit` returns the one of its call, as Keras does.
+/// [`History::epochs`] says which epoch each entry belongs to (from `initial_epoch` on); a
+/// `History` passed to several calls as a callback keeps accumulating their epochs.
 ///
 /// Serialises as `{"epoch": [0, 1, ...], "history": {"loss": [...], ...}}`.
 #[derive(Clone, Debug, Default, Serialize)]

@@ -111,6 +111,7 @@ pub trait Callback: Send {
     fn on_epoch_end(&mut self, _epoch: usize, _logs: &Logs, _ctx: &mut Context) -> Result<()> {
         Ok(())
     }
+    /// `logs` are the last epoch's (EarlyStopping restores the best weights here).
     fn on_train_end(&mut self, _logs: &Logs, _ctx: &mut Context) -> Result<()> {
         Ok(())
     }

@@ -91,7 +91,8 @@ pub fn run_evaluate(a: EvaluateArgs) -> Result<()> {
 /// Prints a line per sample: its file (`images:DIR`) or index, the class and its probability.
 pub fn run_predict(a: PredictArgs) -> Result<()> {
     let (mut model, val, files) = open(&a.load, &a.data, a.image_size, &a.devices, a.batch_size)?;
-    let names = val.class_names();
+    // The model's own names (saved from its training data), else the data's.
+    let names = if model.class_names().is_empty() { val.class_names() } else { model.class_names().to_vec() };
     let probs = model.predict(val, a.batch_size)?;
     // A row with a NaN probability (NaN weights) predicts no class: NaN compares false, so
     // the arg-max alone would name class 0.

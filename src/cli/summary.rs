@@ -12,6 +12,7 @@ use convoy::Result;
 multiply-adds (MACs), half this figure; torchvision's documented GFLOPS (1.81 for resnet18) are multiply-adds too. \
 `params` counts as Keras' Total params (trainable + BatchNorm's moving statistics); `trainable_params` is what \
 PyTorch's model.parameters() counts.")]
+/// `convoy summary`'s arguments.
 pub struct SummaryArgs {
     /// A zoo model: resnet20, resnet18_cifar, convnet7 (CIFAR forms), resnet18, resnet34,
     /// resnet50 (torchvision's ImageNet forms) or mlp.
@@ -27,6 +28,7 @@ pub struct SummaryArgs {
     pub json: bool,
 }
 
+/// Builds the model on the host only (no device is opened) and prints its summary.
 pub fn run(a: SummaryArgs) -> Result<()> {
     let imagenet = !zoo::CIFAR_FORMS.contains(&a.model.as_str()) && a.model != "mlp";
     let classes = a.classes.unwrap_or(if imagenet { 1000 } else { 10 });

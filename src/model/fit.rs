@@ -179,13 +179,20 @@ impl Sequential {
             bail!(Config, "batch_size must be positive");
         }
         self.compiled()?.check_batch("fit: batch_size", opts.batch_size)?;
+        if opts.initial_epoch >= opts.epochs {
+            bail!(Config, "fit: initial_epoch {} is not below epochs {}: nothing to train (fit trains epochs initial_epoch..epochs)", opts.initial_epoch, opts.epochs);
+        }
         if data.is_empty() || (opts.drop_remainder && data.len() < opts.batch_size) {
             bail!(Config, "{}: {} samples give no batch of {}", data.source(), data.len(), opts.batch_size);
         }
         // Normalisation statistics come from the first data a fresh model is trained on.
-        if self.compiled.is_some() && !self.normalization_fixed {
+        if !self.normalization_fixed {
             let (mean, std) = channel_stats(data.as_ref(), 2048)?;
             self.set_normalization(mean, std)?;
+        }
+        // A model names its classes after the data it first learns them from.
+        if self.class_names.is_empty() && data.class_names().len() == self.def.classes {
+            self.class_names = data.class_names();
         }
         // The outputs of steps run before, never collected, are not this fit's.
         let c = self.compiled()?;
@@ -195,9 +202,6 @@ impl Sequential {
         let mut progress = ProgressBar::new().verbose(opts.verbose);
         let steps = batch_count(data.len(), opts.batch_size, opts.drop_remainder);
         let samples = if opts.drop_remainder { steps * opts.batch_size } else { data.len() };
-        if opts.initial_epoch >= opts.epochs {
-            bail!(Config, "fit: initial_epoch {} is not below epochs {}: nothing to train (fit trains epochs initial_epoch..epochs)", opts.initial_epoch, opts.epochs);
-        }
         let base_lr = self.compiled()?.learning_rate;
         let mut lr = base_lr;
         let mut cbs: Vec<&mut dyn Callback> = vec![&mut history as &mut dyn Callback, &mut progress];

@@ -1,6 +1,6 @@
 //! Saving and loading in safetensors: every parameter as a named tensor (`conv2d/kernel`),
 //! the moving statistics and the optimizer state beside them, and the architecture,
-//! optimizer, normalisation and training position in the metadata.
+//! optimizer, normalisation, class names and training position in the metadata.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -58,6 +58,9 @@ impl Sequential {
         meta.insert("format".to_string(), FORMAT.to_string());
         meta.insert("architecture".to_string(), self.architecture().to_string());
         meta.insert("normalization".to_string(), json!({ "mean": self.def.mean, "std": self.def.std }).to_string());
+        if !self.class_names.is_empty() {
+            meta.insert("class_names".to_string(), json!(self.class_names).to_string());
+        }
         if let Some(c) = &self.compiled {
             let training = json!({
                 "optimizer": c.optimizer,
@@ -149,6 +152,14 @@ impl Sequential {
         }
         // The weights were trained on this normalisation (a file without one: the defaults).
         model.normalization_fixed = true;
+        if let Some(names) = meta.get("class_names") {
+            let names: Vec<String> = serde_json::from_str(names).map_err(|e| bad(format!("class_names: {e}")))?;
+            let classes = layout.shapes.last().and_then(|s| s.first()).copied().unwrap_or(0);
+            if names.len() != classes {
+                return Err(bad(format!("{} class names for a model of {classes} classes", names.len())));
+            }
+            model.class_names = names;
+        }
         let training = match meta.get("training") {
             None => None,
             Some(t) => {

@@ -54,6 +54,9 @@ pub struct Sequential {
     /// Set once the normalisation has been chosen: by the user, from data, loaded from a
     /// file, or by training with the defaults.
     pub(crate) normalization_fixed: bool,
+    /// The name of each output class, from the data of the first `fit` (saved with the
+    /// model, so `predict` can name what it sees); empty when unknown.
+    pub(crate) class_names: Vec<String>,
 }
 
 /// `compile`'s arguments, with Keras' names.
@@ -87,6 +90,7 @@ impl Sequential {
             compiled: None,
             pending_weights: None,
             normalization_fixed: false,
+            class_names: Vec::new(),
         }
     }
 
@@ -135,8 +139,15 @@ impl Sequential {
         self.normalization_fixed = true;
         Ok(())
     }
+    /// The per-channel mean and std of the input normalisation.
     pub fn normalization(&self) -> (&[f32], &[f32]) {
         (&self.def.mean, &self.def.std)
+    }
+
+    /// The name of each output class, in label order: those of the data the model was first
+    /// trained on (saved with it), or empty.
+    pub fn class_names(&self) -> &[String] {
+        &self.class_names
     }
 
     /// Builds the layout, fuses ReLUs into the layers before them, allocates the weights on

@@ -21,11 +21,13 @@ use crate::Result;
 pub struct LayerSummary {
     /// Keras-style name: `conv2d_3`.
     pub name: String,
+    /// Keras' class name: `Conv2D`.
     pub class_name: String,
     /// Per-sample output shape (the batch dimension left out).
     pub output_shape: Vec<usize>,
     /// Trainable and non-trainable (moving statistics) values, as Keras' `Param #`.
     pub params: usize,
+    /// The trainable part of `params`.
     pub trainable_params: usize,
     /// Forward FLOPs of one sample (2 per multiply-add).
     pub flops: u64,
@@ -34,7 +36,9 @@ pub struct LayerSummary {
 /// What `summary` shows: every layer and the totals.
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
+    /// `(height, width, channels)`.
     pub input_shape: Vec<usize>,
+    /// One row per top-level layer (a residual block is one row).
     pub layers: Vec<LayerSummary>,
     /// Keras' "Total params": trainable plus non-trainable.
     pub params: usize,
