@@ -48,8 +48,10 @@ pub const MAX_CIFAR_FILE_BYTES: u64 = 1 << 31;
 /// is 24 GiB).
 pub const MAX_MODEL_FILE_BYTES: u64 = 1 << 37;
 
-/// Bytes of an image while it is resized before the centre crop: 2^31 (a 1 x 60,000 px
-/// strip resized to a 1,024 px short side would need 188 GB).
+/// Bytes of an image resized whole to a short side (what `convoy pack` stores, and so the
+/// largest image a packed file may declare): 2^31 (a 1 x 60,000 px strip resized to a 1,024 px
+/// short side would need 188 GB). Samples resample only their crop's window and need no such
+/// image.
 pub const MAX_RESIZED_BYTES: usize = 1 << 31;
 
 /// Bytes of one image file read for decoding: 2^30 (1 GiB; a 100-megapixel JPEG is about

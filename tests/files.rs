@@ -569,11 +569,20 @@ fn readers_refuse_sizes_past_their_caps() {
     }
     let e = convoy::data::ImageFolder::open(&dir, "train", 30000).unwrap_err().to_string();
     assert!(e.contains("sample shape [30000, 30000, 3] is 2700000000, above the cap of 2147483648"), "{e}");
-    // A 1 x 300 strip at a 20,000 px sample: the pipeline crops before it resizes, so no
-    // 20,000 x 6,000,000 intermediate is ever allocated and the sample loads.
-    let folder = convoy::data::ImageFolder::open(&dir, "train", 20000).unwrap();
+    // A 1 x 300 strip at a 2,000 px short side would be resized to 2,000 x 600,000 (3.6 GB). A
+    // sample resamples only the window its crop keeps (here one pixel of the strip): it loads
+    // with nothing allocated past the sample.
+    let folder = convoy::data::ImageFolder::open(&dir, "train", 2000).unwrap();
     let mut out = vec![0u8; folder.sample_bytes()];
     folder.load(0, &mut out).unwrap();
+    assert!(out.chunks_exact(3).all(|p| p == [1, 2, 3]));
+    // Packing stores the whole resized image: it is refused before anything is allocated, and
+    // no file is left.
+    let packed = dir.join("strip.pack");
+    let e = convoy::data::pack_folder(&dir, 20000, &packed).unwrap_err().to_string();
+    assert!(e.contains("strip.png") && e.contains("image 1x300 resized to a short side of 20000") && e.contains("2147483648"), "{e}");
+    assert!(!packed.exists());
+    let folder = convoy::data::ImageFolder::open(&dir, "train", 20000).unwrap();
     // 20,000 px samples are 1.2 GB: a batch of 16 passes the 16 GiB cap, the loader refuses it.
     let e = Loader::new(Arc::new(folder), vec![0], 16, false, None, 0, 1).err().unwrap().to_string();
     assert!(e.contains("batch bytes") && e.contains("17179869184"), "{e}");

@@ -23,6 +23,7 @@ pub struct PackArgs {
     /// The packed file to write (atomically); train from it with --data packed:FILE.
     #[arg(long)]
     pub out: PathBuf,
+    /// End standard output with one JSON object: out, train, val, classes, image_size, bytes, seconds.
     #[arg(long)]
     pub json: bool,
 }

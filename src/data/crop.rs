@@ -15,9 +15,13 @@ pub const IMAGENET_MIN_SIZE: usize = 96;
 /// from a resized image.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Window {
+    /// Column of the left edge.
     pub left: f64,
+    /// Row of the top edge.
     pub top: f64,
+    /// Columns covered.
     pub width: f64,
+    /// Rows covered.
     pub height: f64,
 }
 
@@ -92,7 +96,7 @@ impl RandomResizedCrop {
     /// Refuses bounds that torchvision would (an empty or inverted range, a non-positive ratio).
     pub fn validate(&self) -> crate::Result<()> {
         let (s, r) = (self.scale, self.ratio);
-        if !(0.0 < s.0 && s.0 <= s.1 && s.1 <= 1.0) || !(0.0 < r.0 && r.0 <= r.1 && r.1.is_finite()) {
+        if !(0.0 < s.0 && s.0 <= s.1 && s.1 <= 1.0 && 0.0 < r.0 && r.0 <= r.1 && r.1.is_finite()) {
             crate::bail!(Config, "random-resized crop needs 0 < scale.0 <= scale.1 <= 1 and 0 < ratio.0 <= ratio.1, got scale {s:?}, ratio {r:?}");
         }
         Ok(())

@@ -19,6 +19,7 @@ use crate::{Error, Result};
 
 /// An RGB image decoded from a file, possibly at a reduced scale.
 pub struct Decoded {
+    /// u8 RGB, row after row.
     pub pixels: Vec<u8>,
     pub width: usize,
     pub height: usize,
@@ -213,7 +214,7 @@ mod tests {
         }
         // The window then gives the requested size whatever the scale.
         let mut out = vec![0u8; 64 * 64 * 3];
-        decode_window(&path, 64, &mut out, |w, h| Window::full(w, h)).unwrap();
+        decode_window(&path, 64, &mut out, Window::full).unwrap();
         let (img, w, h) = decode_resized(&path, 60).unwrap();
         assert_eq!((w, h, img.len()), (80, 60, 80 * 60 * 3));
         let _ = std::fs::remove_file(path);

@@ -15,8 +15,11 @@ use crate::{Error, Result};
 /// What [`pack_folder`] wrote.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PackReport {
+    /// Images of the training split.
     pub train: usize,
+    /// Images of the validation split.
     pub val: usize,
+    /// Class names stored (label order).
     pub classes: usize,
     /// Bytes of the packed file.
     pub bytes: u64,
