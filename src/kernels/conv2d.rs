@@ -10,7 +10,7 @@
 //! 1x1 kernels at stride 1 without padding skip the image arithmetic: x is already the
 //! `[N*H*W, C]` matrix.
 
-use super::gemm::{self, ALoad, BLoad, Gemm, GemmOptions};
+use super::gemm::{self, ALoad, BLoad, Gemm, GemmOptions, Phase};
 use super::{expect_shape, Dispatch};
 use crate::{bail, Device, Result, Tensor};
 
@@ -156,7 +156,7 @@ pub fn forward_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tens
         a_load,
         b_load: BLoad::Rows,
         conv: Some(geom),
-        phases: false,
+        phase: None,
         a: x,
         b: w,
         bias: None,
@@ -170,10 +170,12 @@ pub fn forward_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tens
 /// every `(oh, ow, i, j)` with `oh*sh - pt + i = ih` and `ow*sw - pl + j = iw`. `dx` is
 /// overwritten; pixels no output reads get zero.
 ///
-/// At stride s only about 1/s² of the KH*KW taps of an input pixel line up with an output.
-/// Where the sizes divide by the stride and the tile is small, the GEMM orders its rows by
-/// phase (ih % s, iw % s) so that each tile's K holds only the taps its phase meets;
-/// elsewhere it multiplies those zeros (three quarters of the work at stride 2).
+/// At stride s only about 1/s² of the KH*KW taps of an input pixel line up with an output,
+/// and which ones depends only on the pixel's phase (ih % s, iw % s). So the gradient is
+/// s_h * s_w GEMMs, one per phase, each a unit-stride convolution of dy with only the taps
+/// its phase meets (a phase that meets none is written as zeros): no multiply-add is with
+/// a zero of a stuffed dy. Paddings above the kernel, which would put a phase's first tap
+/// before its pixel, multiply the stuffed zeros in one GEMM instead.
 ///
 /// # Shapes
 /// dy `[batch, out_h, out_w, filters]`, w `[kh, kw, in_c, filters]`, dx `[batch, in_h, in_w, in_c]`.
@@ -187,6 +189,32 @@ pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w
     expect_shape(K, "dy", dy, &geom.output_shape())?;
     expect_shape(K, "kernel", w, &geom.kernel_shape())?;
     expect_shape(K, "dx", dx, &geom.input_shape())?;
+    if let Some(phases) = phase_products(geom) {
+        let work = |(sub, _, taps): &(Conv2dGeometry, Phase, usize)| (sub.out_pixels() * taps) as f64;
+        let total: f64 = phases.iter().map(work).sum();
+        let mut dispatches = Vec::new();
+        for product in &phases {
+            let (sub, phase, taps) = product;
+            let g = Gemm {
+                label: K,
+                m: sub.out_pixels(),
+                n: geom.in_c,
+                k: taps * geom.filters,
+                a_load: ALoad::Im2col,
+                b_load: BLoad::BlockedT(geom.filters),
+                conv: Some(sub),
+                phase: Some(*phase),
+                a: dy,
+                b: w,
+                bias: None,
+                c: dx,
+                // The forward's useful count, shared out by each phase's multiply-adds.
+                flops: if total > 0.0 { geom.flops() as f64 * work(product) / total } else { 0.0 },
+            };
+            dispatches.extend(gemm::launch(device, &g, opts)?);
+        }
+        return Ok(dispatches);
+    }
     let a_load = if geom.is_pointwise() { ALoad::Rows } else { ALoad::DyStuffed };
     let g = Gemm {
         label: K,
@@ -197,7 +225,7 @@ pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w
         // w[i, j] is a [C, F] block: B[(i, j, f), c] reads it transposed.
         b_load: BLoad::BlockedT(geom.filters),
         conv: Some(geom),
-        phases: a_load == ALoad::DyStuffed,
+        phase: None,
         a: dy,
         b: w,
         bias: None,
@@ -205,6 +233,79 @@ pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w
         flops: geom.flops() as f64,
     };
     gemm::launch(device, &g, opts)
+}
+
+/// The phase products of a strided input gradient: for each phase (ph, pw), the
+/// unit-stride convolution of dy (as the image, F channels) that gives dx's pixels
+/// (n, qh * s_h + ph, qw * s_w + pw), where its taps and rows lie, and its number of taps
+/// (0 for a phase no tap meets: its geometry keeps a 1x1 window so the shader never divides
+/// by zero, and its K is empty). None at stride 1, or where a padding larger than the
+/// kernel makes a phase's window start past its pixel.
+fn phase_products(g: &Conv2dGeometry) -> Option<Vec<(Conv2dGeometry, Phase, usize)>> {
+    if g.stride_h == 1 && g.stride_w == 1 {
+        return None;
+    }
+    let mut out = Vec::new();
+    for ph in 0..g.stride_h {
+        let rows = phase_axis(g.in_h, g.kh, g.stride_h, g.pad_top, ph)?;
+        for pw in 0..g.stride_w {
+            let cols = phase_axis(g.in_w, g.kw, g.stride_w, g.pad_left, pw)?;
+            let sub = Conv2dGeometry {
+                batch: g.batch,
+                in_h: g.out_h,
+                in_w: g.out_w,
+                in_c: g.filters,
+                filters: g.in_c,
+                kh: rows.taps.max(1),
+                kw: cols.taps.max(1),
+                stride_h: 1,
+                stride_w: 1,
+                pad_top: rows.pad,
+                pad_left: cols.pad,
+                out_h: rows.pixels,
+                out_w: cols.pixels,
+            };
+            let phase = Phase {
+                tap_i0: rows.first_tap,
+                tap_j0: cols.first_tap,
+                tap_kw: g.kw,
+                step_h: g.stride_h,
+                step_w: g.stride_w,
+                dst_h: g.in_h,
+                dst_w: g.in_w,
+                dst_ph: ph,
+                dst_pw: pw,
+            };
+            out.push((sub, phase, rows.taps * cols.taps));
+        }
+    }
+    Some(out)
+}
+
+/// One axis of a phase product.
+struct PhaseAxis {
+    /// dx pixels of the phase (ih = phase + s * q < input).
+    pixels: usize,
+    /// Kernel taps that meet them: first_tap, first_tap + s, ... below k.
+    taps: usize,
+    first_tap: usize,
+    /// The sub-convolution's leading padding over dy.
+    pad: usize,
+}
+
+/// Pixel ih = phase + s*q meets tap i = first + s*t at output oh = q + shift - t, where
+/// first = (phase + pad) % s and shift = (phase + pad) / s. With the taps flipped
+/// (i' = taps - 1 - t) that is a unit-stride window at q - (taps - 1 - shift) + i'.
+fn phase_axis(input: usize, k: usize, s: usize, pad: usize, phase: usize) -> Option<PhaseAxis> {
+    let pixels = input.saturating_sub(phase).div_ceil(s);
+    let first_tap = (phase + pad) % s;
+    let taps = if first_tap < k { (k - first_tap).div_ceil(s) } else { 0 };
+    let shift = (phase + pad) / s;
+    let pad = match taps {
+        0 => 0,
+        _ => (taps - 1).checked_sub(shift)?,
+    };
+    Some(PhaseAxis { pixels, taps, first_tap, pad })
 }
 
 /// The kernel gradient: `dw[i, j, c, f] = sum_{n, oh, ow} x[n, oh*sh - pt + i, ow*sw - pl + j, c]
@@ -234,7 +335,7 @@ pub fn backward_weights_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor,
         a_load,
         b_load: BLoad::Rows,
         conv: Some(geom),
-        phases: false,
+        phase: None,
         a: x,
         b: dy,
         bias: None,

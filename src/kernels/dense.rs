@@ -56,7 +56,7 @@ fn product(
         a_load: if trans_a { ALoad::Cols } else { ALoad::Rows },
         b_load: if trans_b { BLoad::BlockedT(k) } else { BLoad::Rows },
         conv: None,
-        phases: false,
+        phase: None,
         a,
         b,
         bias,

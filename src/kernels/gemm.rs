@@ -147,9 +147,8 @@ pub(crate) struct Gemm<'a> {
     pub a_load: ALoad,
     pub b_load: BLoad,
     pub conv: Option<&'a Conv2dGeometry>,
-    /// The input gradient at stride > 1: order rows by phase where the shape allows (see
-    /// `PHASED` in the shader), leaving the taps a phase never meets out of K.
-    pub phases: bool,
+    /// One phase of the input gradient at stride > 1 (see [`Phase`]).
+    pub phase: Option<Phase>,
     pub a: &'a Tensor,
     pub b: &'a Tensor,
     pub bias: Option<&'a Tensor>,
@@ -158,6 +157,26 @@ pub(crate) struct Gemm<'a> {
     /// product, the forward's count for each convolution pass (the stride > 1 input
     /// gradient's K holds taps that never meet an output, which are not useful work).
     pub flops: f64,
+}
+
+/// A phase product: the input gradient of a stride-s convolution restricted to the dx
+/// pixels of one phase `(ih % s_h, iw % s_w)`, a unit-stride convolution of dy with the
+/// phase's taps of the kernel, flipped. The [`Gemm`] carries the sub-convolution's
+/// geometry; this says where its kernel blocks and output rows are in w and dx.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Phase {
+    /// The first tap the phase meets, and the full kernel's width.
+    pub tap_i0: usize,
+    pub tap_j0: usize,
+    pub tap_kw: usize,
+    /// The convolution's strides: taps and dx pixels of one phase are this far apart.
+    pub step_h: usize,
+    pub step_w: usize,
+    /// dx's height and width, and the phase.
+    pub dst_h: usize,
+    pub dst_w: usize,
+    pub dst_ph: usize,
+    pub dst_pw: usize,
 }
 
 #[repr(C)]
@@ -184,13 +203,24 @@ struct Params {
     pad_top: u32,
     pad_left: u32,
     kb: u32,
-    _pad: [u32; 3],
+    tap_i0: u32,
+    tap_j0: u32,
+    tap_kw: u32,
+    step_h: u32,
+    step_w: u32,
+    dst_h: u32,
+    dst_w: u32,
+    dst_ph: u32,
+    dst_pw: u32,
+    _pad: [u32; 2],
 }
 
 const QUAD_A: u32 = 1;
 const QUAD_B: u32 = 2;
 const QUAD_C: u32 = 4;
 const BIAS: u32 = 8;
+const PHASE_TAPS: u32 = 16;
+const PHASE_ROWS: u32 = 32;
 
 /// Workspace above this many bytes is not worth the extra traffic of splitting K.
 const MAX_WORKSPACE: usize = 64 << 20;
@@ -328,20 +358,15 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         p.kb = u32_of(kernel, "kb", kb)?;
     }
     p.flags |= if a_quads(g) { QUAD_A } else { 0 } | if b_quads(g) { QUAD_B } else { 0 };
-    let mut constants = tile.constants(g.a_load, g.b_load);
-    let mut phased = "";
-    if let (true, Some(c)) = (g.phases, g.conv) {
-        let (sh, sw) = (c.stride_h, c.stride_w);
-        let whole = c.in_h % sh == 0 && c.in_w % sw == 0 && (g.m / (sh * sw)).is_multiple_of(tile.bm());
-        // Measured on an H200: with the 64-invocation tiles the phase order cut resnet20's
-        // stride-2 input gradient from 0.234 to 0.088 ms; with the 128- and 256-invocation
-        // tiles the phased pipeline ran 2.5-3x slower than the plain one (the driver appears
-        // to spill their larger register blocks), so those keep the plain order.
-        let small_tile = tile.threads() <= 64;
-        if sh * sw > 1 && whole && small_tile && splits == 1 && c.filters.is_multiple_of(bk) && a_quads(g) && g.a_load == ALoad::DyStuffed {
-            constants.push(("PHASED", 1.0));
-            phased = "phased";
-        }
+    let constants = tile.constants(g.a_load, g.b_load);
+    let mut phase_token = String::new();
+    if let Some(ph) = &g.phase {
+        let u = |what, v| u32_of(kernel, what, v);
+        (p.tap_i0, p.tap_j0, p.tap_kw) = (u("tap_i0", ph.tap_i0)?, u("tap_j0", ph.tap_j0)?, u("tap_kw", ph.tap_kw)?);
+        (p.step_h, p.step_w) = (u("step_h", ph.step_h)?, u("step_w", ph.step_w)?);
+        (p.dst_h, p.dst_w, p.dst_ph, p.dst_pw) = (u("dst_h", ph.dst_h)?, u("dst_w", ph.dst_w)?, u("dst_ph", ph.dst_ph)?, u("dst_pw", ph.dst_pw)?);
+        p.flags |= PHASE_TAPS;
+        phase_token = if g.k == 0 { "phase taps=none".into() } else { "phase".into() };
     }
     p.flags |= if g.n.is_multiple_of(4) { QUAD_C } else { 0 };
 
@@ -349,9 +374,11 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     let flops = g.flops;
     let groups = grid(device, (tiles_m * tiles_n * splits) as u64)?;
     let bias_token = if g.bias.is_some() { "bias" } else { "" };
-    let gemm_path = format!("tile={tile:?} a={:?} {b_token} {split_token} {} {phased}", g.a_load, quad_tokens(p.flags));
+    let gemm_path = format!("tile={tile:?} a={:?} {b_token} {split_token} {} {phase_token}", g.a_load, quad_tokens(p.flags));
+    // Whichever dispatch writes c stores a phase product's rows at their dx pixels.
+    let rows = if g.phase.is_some() { PHASE_ROWS } else { 0 };
     if splits == 1 {
-        p.flags |= if g.bias.is_some() { BIAS } else { 0 };
+        p.flags |= if g.bias.is_some() { BIAS } else { 0 } | rows;
         let bindings = [
             (1, quad_binding(kernel, g.a)?),
             (2, quad_binding(kernel, g.b)?),
@@ -379,7 +406,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         (4, partials.clone()),
     ];
     let gemm = with_uniform(device, "gemm", &constants, &p, &bindings, groups).named(kernel, flops).tagged(&gemm_path);
-    p.flags |= if g.bias.is_some() { BIAS } else { 0 };
+    p.flags |= if g.bias.is_some() { BIAS } else { 0 } | rows;
     let reduce = reduce_dispatch(device, kernel, &p, partials, bias, g.c)?.named(kernel, 0.0).tagged(bias_token);
     Ok(vec![gemm, reduce])
 }

@@ -76,7 +76,7 @@ pub struct Dispatch {
     /// Bytes of the bound tensors: what the kernel must move at least once.
     pub bytes: f64,
     /// The code path the launch takes, as space-separated tokens after the entry point
-    /// (`gemm tile=M64N16 a=DyStuffed split=none quad_a quad_b quad_c phased grid=1d`).
+    /// (`gemm tile=M64N16 a=Im2col b=BlockedT split=none quad_a quad_b quad_c phase grid=1d`).
     /// Each wrapper writes its tokens from the very values that pick its branches, so the
     /// kernel tests can count which paths their shapes reached; `grid=2d` marks a grid with
     /// more than one row of workgroups (a folded linear grid, or chunks of a reduction).

@@ -49,7 +49,8 @@ fn random_conv(r: &mut StdRng) -> Conv2dGeometry {
 
 /// Every path of the GEMM engine: each tile (chosen by the engine, not only forced), K
 /// split by the automatic rule for short and long K and by force, every A and B gather,
-/// vec4 and scalar operands, the phased stride-2 input gradient, bias, the split-K reduce
+/// vec4 and scalar operands, the stride-2 input gradient's phase products (and a phase no
+/// tap meets), bias, the split-K reduce
 /// and the column sums in one and in several chunks, and a folded grid.
 #[test]
 fn gemm_takes_every_path() {
@@ -64,11 +65,12 @@ fn gemm_takes_every_path() {
             let opts = GemmOptions { tile: Some(pick(&mut r, &Tile::ALL)), splits: Some(r.random_range(1..5)) };
             check(&g, &opts, &format!("{case} {opts:?}"), SEED + i);
         }
-        // The stride-2 input gradient in phase order (batch 4: a phase is whole 64-row
-        // tiles), and at batch 250, where it is not.
-        for batch in [4, 250] {
-            let g = Conv2dGeometry::new(&[batch, 8, 8, 8], 16, (3, 3), (2, 2), Padding::Same).unwrap();
-            check(&g, &GemmOptions::default(), &format!("{variant} seed {SEED:#x} phased? {g:?}"), SEED + batch as u64);
+        // The stride-2 input gradient's phase products on large row counts (batch 250: the
+        // big tiles), odd sizes (phases of unequal rows), a 1x1 downsample (three phases meet
+        // no tap) and a 7x7 stem with padding 3 (each phase a 3- or 4-tap window).
+        for (batch, size, c, f, k, pad) in [(250, 8, 8, 16, 3, 1), (3, 9, 12, 64, 3, 1), (250, 8, 64, 128, 1, 0), (2, 15, 4, 8, 7, 3)] {
+            let g = Conv2dGeometry::new(&[batch, size, size, c], f, (k, k), (2, 2), Padding::Explicit(pad, pad)).unwrap();
+            check(&g, &GemmOptions::default(), &format!("{variant} seed {SEED:#x} phases {g:?}"), SEED + batch as u64);
         }
         // (m, k, n, trans_a, trans_b) that make the engine pick each tile and split rule:
         // M128N64 and M128N32 over a long K (auto_long_k), M64N64 over many rows, M32N32
@@ -86,7 +88,7 @@ fn gemm_takes_every_path() {
     let mut expected: Vec<(&str, String)> = Tile::ALL.iter().map(|t| ("gemm", format!("tile={t:?}"))).collect();
     expected.extend(want("gemm", &["a=Rows", "a=Cols", "a=Im2col", "a=Im2colT", "a=DyStuffed", "b=Rows", "b=BlockedT"]));
     expected.extend(want("gemm", &["split=none", "split=forced", "split=auto", "split=auto_long_k"]));
-    expected.extend(want("gemm", &["quad_a", "scalar_a", "quad_b", "scalar_b", "quad_c", "scalar_c", "phased", "bias", "grid=1d"]));
+    expected.extend(want("gemm", &["quad_a", "scalar_a", "quad_b", "scalar_b", "quad_c", "scalar_c", "phase", "taps=none", "bias", "grid=1d"]));
     expected.extend(want("reduce_splits", &["quad_c", "scalar_c", "bias"]));
     expected.extend(want("column_sums", &["chunks=single", "chunks=multi"]));
     // The GPU sweep: a split-K reduce over more than 65,535 * 256 quads of output (268 MB,
