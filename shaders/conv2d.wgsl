@@ -11,7 +11,7 @@
 // tile, A read once for both column quads, ran at 25 TFLOP/s on an H200 where this
 // 8 x 4 one on 128 x 64 runs at 29.5.)
 //
-// Phase products (flag bit 4): the input gradient at stride s is s_h * s_w convolutions,
+// Phase products (PHASE_TAPS, PHASE_ROWS): the input gradient at stride s is s_h * s_w convolutions,
 // one per phase (ih % s_h, iw % s_w) of dx, each over only the taps that phase meets (see
 // `phase_tap_block` and `c_index`); the host gives each the geometry of its sub-convolution.
 //
@@ -84,6 +84,13 @@ const B_BLOCKED_T: u32 = 1u;  // b[K / kb, N, kb]: k contiguous within blocks of
 
 override A_KIND: u32 = 0u;
 override B_KIND: u32 = 0u;
+// A's quad flag (bit 0 of flags) as a pipeline constant, for the convolution gathers: a
+// runtime branch to their one-float-at-a-time forms slowed the vec4 pipelines by 10-25%.
+override A_QUADS: bool = false;
+// A phase product's B gather (PHASE_TAPS) and, in whichever dispatch writes C, its rows
+// (PHASE_ROWS); pipeline constants so that no other product carries their arithmetic.
+override PHASE_TAPS: bool = false;
+override PHASE_ROWS: bool = false;
 // rows per invocation: 4 or 8 (the accumulator holds 8)
 override TM: u32 = 4u;
 // invocations along M and along N (each owns 4 columns)
@@ -183,7 +190,7 @@ fn b_index(k: u32, n: u32) -> u32 {
         return k * p.n + n;
     }
     var block = k / p.kb;
-    if (flag(4u)) {
+    if (PHASE_TAPS) {
         block = phase_tap_block(block);
     }
     return (block * p.n + n) * p.kb + k % p.kb;
@@ -342,13 +349,15 @@ fn store_b(lid: u32) {
 var<private> rows: array<vec4<i32>, MAX_SLOTS>;
 // IM2COL_T: (n, oh, ow) of each slot's k, advanced by BK per step.
 var<private> cols: array<vec3<u32>, MAX_SLOTS>;
-// IM2COL_T: (c, i, j, valid) of the invocation's quad of rows.
-var<private> taps: vec4<u32>;
+// IM2COL_T: (c, i, j, valid) of each of the invocation's four rows (with aligned quads
+// only the first is read).
+var<private> taps: array<vec4<u32>, 4>;
 
-// Quads along A's contiguous direction (channels, or filters for DY_STUFFED) and a kind
-// with a geometric gather: the host's quad flag guarantees in_c (filters) % 4 == 0.
+// A kind with a geometric gather: the image gathers at any channel count (without the quad
+// flag one float at a time, e.g. a 3-channel stem), the stuffed gradient only where the
+// host's quad flag guarantees filters % 4 == 0.
 fn conv_fast() -> bool {
-    return flag(0u) && (A_KIND == A_IM2COL || A_KIND == A_DY_STUFFED || A_KIND == A_IM2COL_T);
+    return A_KIND == A_IM2COL || A_KIND == A_IM2COL_T || (A_QUADS && A_KIND == A_DY_STUFFED);
 }
 
 fn init_conv_loads(m0: u32, k_begin: u32, lid: u32) {
@@ -374,9 +383,48 @@ fn init_conv_loads(m0: u32, k_begin: u32, lid: u32) {
         }
     }
     if (A_KIND == A_IM2COL_T) {
-        let m = m0 + (lid % (BM / 4u)) * 4u;
-        let ij = m / p.in_c;
-        taps = vec4<u32>(m % p.in_c, ij / p.kw, ij % p.kw, select(0u, 1u, m < p.m));
+        for (var e = 0u; e < select(4u, 1u, A_QUADS); e++) {
+            let m = m0 + (lid % (BM / 4u)) * 4u + e;
+            let ij = m / p.in_c;
+            taps[e] = vec4<u32>(m % p.in_c, ij / p.kw, ij % p.kw, select(0u, 1u, m < p.m));
+        }
+    }
+}
+
+// x[n, oh * sh - pt + i, ow * sw - pl + j, c] for IM2COL_T's (n, oh, ow) and tap
+// (c, i, j, valid); zero in the padding.
+fn x_at_tap(nc: vec3<u32>, tap: vec4<u32>) -> f32 {
+    let ih = i32(nc.y * p.stride_h + tap.y) - i32(p.pad_top);
+    let iw = i32(nc.z * p.stride_w + tap.z) - i32(p.pad_left);
+    if (tap.w == 0u || ih < 0 || ih >= i32(p.in_h) || iw < 0 || iw >= i32(p.in_w)) {
+        return 0.0;
+    }
+    let i = ((nc.x * p.in_h + u32(ih)) * p.in_w + u32(iw)) * p.in_c + tap.x;
+    return a[i / 4u][i % 4u];
+}
+
+// IM2COL without aligned quads: the quad's four k each have their own tap (i, j, c), found
+// once per K step for all of the invocation's rows.
+fn fetch_im2col_scalar(k: u32) {
+    var tap: array<vec3<i32>, 4>; // (i, j, c), c = -1 past K
+    for (var e = 0u; e < 4u; e++) {
+        let ke = k + e;
+        let ij = ke / p.in_c;
+        tap[e] = vec3<i32>(i32(ij / p.kw), i32(ij % p.kw), select(-1, i32(ke % p.in_c), ke < p.k));
+    }
+    for (var s = 0u; s < A_SLOTS; s++) {
+        let r = rows[s];
+        var v = vec4<f32>(0.0);
+        for (var e = 0u; e < 4u; e++) {
+            let t = tap[e];
+            let ih = r.y + t.x;
+            let iw = r.z + t.y;
+            if (r.w != 0 && t.z >= 0 && ih >= 0 && ih < i32(p.in_h) && iw >= 0 && iw < i32(p.in_w)) {
+                let i = (u32(r.x + ih) * p.in_w + u32(iw)) * p.in_c + u32(t.z);
+                v[e] = a[i / 4u][i % 4u];
+            }
+        }
+        a_reg[s] = v;
     }
 }
 
@@ -386,11 +434,16 @@ fn fetch_a_conv(k0: u32, lid: u32) {
             let kk = lid / (BM / 4u) + s * (THREADS / (BM / 4u));
             let nc = cols[s];
             var v = vec4<f32>(0.0);
-            if (taps.w != 0u && k0 + kk < p.k) {
-                let ih = i32(nc.y * p.stride_h + taps.y) - i32(p.pad_top);
-                let iw = i32(nc.z * p.stride_w + taps.z) - i32(p.pad_left);
-                if (ih >= 0 && ih < i32(p.in_h) && iw >= 0 && iw < i32(p.in_w)) {
-                    v = a[(((nc.x * p.in_h + u32(ih)) * p.in_w + u32(iw)) * p.in_c + taps.x) / 4u];
+            if (k0 + kk < p.k) {
+                if (A_QUADS) {
+                    let t = taps[0];
+                    let ih = i32(nc.y * p.stride_h + t.y) - i32(p.pad_top);
+                    let iw = i32(nc.z * p.stride_w + t.z) - i32(p.pad_left);
+                    if (t.w != 0u && ih >= 0 && ih < i32(p.in_h) && iw >= 0 && iw < i32(p.in_w)) {
+                        v = a[(((nc.x * p.in_h + u32(ih)) * p.in_w + u32(iw)) * p.in_c + t.x) / 4u];
+                    }
+                } else {
+                    v = vec4<f32>(x_at_tap(nc, taps[0]), x_at_tap(nc, taps[1]), x_at_tap(nc, taps[2]), x_at_tap(nc, taps[3]));
                 }
             }
             a_reg[s] = v;
@@ -412,6 +465,10 @@ fn fetch_a_conv(k0: u32, lid: u32) {
     // The k part is the same for all of the invocation's rows.
     let kq = lid % (BK / 4u);
     let k = k0 + kq * 4u;
+    if (A_KIND == A_IM2COL && !A_QUADS) {
+        fetch_im2col_scalar(k);
+        return;
+    }
     let depth = select(p.filters, p.in_c, A_KIND == A_IM2COL);
     let ch = k % depth;
     let ij = k / depth;
@@ -460,7 +517,7 @@ fn bias_at(n: u32) -> f32 {
 
 // Where C[m, n] is stored: row-major, or in a phase product at its pixel of dx.
 fn c_index(m: u32, n: u32) -> u32 {
-    if (!flag(5u)) {
+    if (!PHASE_ROWS) {
         return m * p.n + n;
     }
     let qw = m % p.out_w;
@@ -553,33 +610,19 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         workgroupBarrier();
     }
 
-    // Constant indices only: a loop over the rows, not unrolled once `store` grew the phase
-    // products' row mapping, put the accumulator in local memory (2 TFLOP/s on an H200).
+    // The row loop must unroll (acc indexed by constants) or acc lives in local memory: with
+    // the phase products' row mapping behind a runtime flag in `store` it did not, 2 TFLOP/s
+    // on an H200. Spelt out as four-row calls instead of the loop it ran 10-15% slower.
     let base = split * p.m * p.n;
-    let m = m0 + ty * TM;
     let n = n0 + tx * 4u;
-    store_rows(base, m, n, acc[0], acc[1], acc[2], acc[3]);
-    if (TM == 8u) {
-        store_rows(base, m + 4u, n, acc[4], acc[5], acc[6], acc[7]);
-    }
-}
-
-// Rows m..m + 3 of C at columns n..n + 3, those inside C.
-fn store_rows(base: u32, m: u32, n: u32, r0: vec4<f32>, r1: vec4<f32>, r2: vec4<f32>, r3: vec4<f32>) {
     if (n >= p.n) {
         return;
     }
-    if (m < p.m) {
-        store(base, m, n, r0);
-    }
-    if (m + 1u < p.m) {
-        store(base, m + 1u, n, r1);
-    }
-    if (m + 2u < p.m) {
-        store(base, m + 2u, n, r2);
-    }
-    if (m + 3u < p.m) {
-        store(base, m + 3u, n, r3);
+    for (var i = 0u; i < TM; i++) {
+        let m = m0 + ty * TM + i;
+        if (m < p.m) {
+            store(base, m, n, acc[i]);
+        }
     }
 }
 

@@ -219,8 +219,6 @@ const QUAD_A: u32 = 1;
 const QUAD_B: u32 = 2;
 const QUAD_C: u32 = 4;
 const BIAS: u32 = 8;
-const PHASE_TAPS: u32 = 16;
-const PHASE_ROWS: u32 = 32;
 
 /// Workspace above this many bytes is not worth the extra traffic of splitting K.
 const MAX_WORKSPACE: usize = 64 << 20;
@@ -358,14 +356,15 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         p.kb = u32_of(kernel, "kb", kb)?;
     }
     p.flags |= if a_quads(g) { QUAD_A } else { 0 } | if b_quads(g) { QUAD_B } else { 0 };
-    let constants = tile.constants(g.a_load, g.b_load);
+    let mut constants = tile.constants(g.a_load, g.b_load);
+    constants.push(("A_QUADS", if a_quads(g) { 1.0 } else { 0.0 }));
     let mut phase_token = String::new();
     if let Some(ph) = &g.phase {
         let u = |what, v| u32_of(kernel, what, v);
         (p.tap_i0, p.tap_j0, p.tap_kw) = (u("tap_i0", ph.tap_i0)?, u("tap_j0", ph.tap_j0)?, u("tap_kw", ph.tap_kw)?);
         (p.step_h, p.step_w) = (u("step_h", ph.step_h)?, u("step_w", ph.step_w)?);
         (p.dst_h, p.dst_w, p.dst_ph, p.dst_pw) = (u("dst_h", ph.dst_h)?, u("dst_w", ph.dst_w)?, u("dst_ph", ph.dst_ph)?, u("dst_pw", ph.dst_pw)?);
-        p.flags |= PHASE_TAPS;
+        constants.push(("PHASE_TAPS", 1.0));
         phase_token = if g.k == 0 { "phase taps=none".into() } else { "phase".into() };
     }
     p.flags |= if g.n.is_multiple_of(4) { QUAD_C } else { 0 };
@@ -376,9 +375,12 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     let bias_token = if g.bias.is_some() { "bias" } else { "" };
     let gemm_path = format!("tile={tile:?} a={:?} {b_token} {split_token} {} {phase_token}", g.a_load, quad_tokens(p.flags));
     // Whichever dispatch writes c stores a phase product's rows at their dx pixels.
-    let rows = if g.phase.is_some() { PHASE_ROWS } else { 0 };
+    let rows = g.phase.is_some();
     if splits == 1 {
-        p.flags |= if g.bias.is_some() { BIAS } else { 0 } | rows;
+        p.flags |= if g.bias.is_some() { BIAS } else { 0 };
+        if rows {
+            constants.push(("PHASE_ROWS", 1.0));
+        }
         let bindings = [
             (1, quad_binding(kernel, g.a)?),
             (2, quad_binding(kernel, g.b)?),
@@ -406,8 +408,8 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         (4, partials.clone()),
     ];
     let gemm = with_uniform(device, "gemm", &constants, &p, &bindings, groups).named(kernel, flops).tagged(&gemm_path);
-    p.flags |= if g.bias.is_some() { BIAS } else { 0 } | rows;
-    let reduce = reduce_dispatch(device, kernel, &p, partials, bias, g.c)?.named(kernel, 0.0).tagged(bias_token);
+    p.flags |= if g.bias.is_some() { BIAS } else { 0 };
+    let reduce = reduce_dispatch(device, kernel, &p, rows, partials, bias, g.c)?.named(kernel, 0.0).tagged(bias_token);
     Ok(vec![gemm, reduce])
 }
 
@@ -430,6 +432,7 @@ fn reduce_dispatch(
     device: &Device,
     kernel: &str,
     p: &Params,
+    phase_rows: bool,
     partials: wgpu::BufferBinding<'_>,
     bias: &Tensor,
     c: &Tensor,
@@ -438,7 +441,8 @@ fn reduce_dispatch(
     let groups = grid(device, quads.div_ceil(WG as usize) as u64)?;
     let bindings = [(1, partials), (3, quad_binding(kernel, bias)?), (4, quad_binding(kernel, c)?)];
     let quads = if p.flags & QUAD_C != 0 { "quad_c" } else { "scalar_c" };
-    Ok(with_uniform(device, "reduce_splits", &[WG_CONST], p, &bindings, groups).tagged(format!("{quads} splits={}", p.splits)))
+    let constants: &[(&str, f64)] = if phase_rows { &[WG_CONST, ("PHASE_ROWS", 1.0)] } else { &[WG_CONST] };
+    Ok(with_uniform(device, "reduce_splits", constants, p, &bindings, groups).tagged(format!("{quads} splits={}", p.splits)))
 }
 
 /// Rows per chunk of the column sums: long enough to amortise the second pass, short
@@ -484,6 +488,6 @@ pub(crate) fn column_sums(device: &Device, kernel: &str, a: &Tensor, rows: usize
     // The reduction sees the partials as [chunks, 1, cols]; `a` fills the unread bias slot.
     p.m = 1;
     p.flags = if cols.is_multiple_of(4) { QUAD_C } else { 0 };
-    let reduce = reduce_dispatch(device, kernel, &p, partials, a, out)?;
+    let reduce = reduce_dispatch(device, kernel, &p, false, partials, a, out)?;
     Ok(vec![sums, reduce])
 }
