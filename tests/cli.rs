@@ -30,6 +30,9 @@ fn train_json_save_evaluate_and_predict() {
         assert!(v[key].is_number(), "train JSON lacks {key}: {v}");
     }
     assert_eq!(v["epochs"], 2);
+    // The step-time shares of the last epoch, as fractions that sum to one.
+    let shares: Vec<f64> = ["input_wait", "compute", "exchange"].iter().map(|k| v[k].as_f64().unwrap_or_else(|| panic!("train JSON lacks {k}: {v}"))).collect();
+    assert!(shares.iter().all(|s| (0.0..=1.0).contains(s)) && (shares.iter().sum::<f64>() - 1.0).abs() < 1e-6, "{v}");
     let d = &v["devices"][0];
     assert!(d["name"].is_string() && d["backend"].is_string() && d["samples"] == 600, "{v}");
 

@@ -189,6 +189,11 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
         "val_loss": n.num("val_loss", last("val_loss")),
         "val_accuracy": n.num("val_accuracy", last("val_accuracy")),
         "images_per_sec": n.num("images_per_sec", ips),
+        // Where the last epoch's host time went (fractions summing to 1): a loader that
+        // cannot keep up shows as input_wait.
+        "input_wait": n.num("input_wait", last("input_wait")),
+        "compute": n.num("compute", last("compute")),
+        "exchange": n.num("exchange", last("exchange")),
         "seconds": n.num("seconds", started.elapsed().as_secs_f64()),
         "devices": devs,
     });
