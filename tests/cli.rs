@@ -35,6 +35,8 @@ fn train_json_save_evaluate_and_predict() {
     assert!(shares.iter().all(|s| (0.0..=1.0).contains(s)) && (shares.iter().sum::<f64>() - 1.0).abs() < 1e-6, "{v}");
     let d = &v["devices"][0];
     assert!(d["name"].is_string() && d["backend"].is_string() && d["samples"] == 600, "{v}");
+    // Raw results carry what produced them.
+    assert!(v["commit"].as_str().is_some_and(|c| !c.is_empty()) && v["command"].as_str().is_some_and(|c| c.contains("train")), "{v}");
 
     let out = convoy(&["evaluate", "--load", model.to_str().unwrap(), "--data", "synthetic:300,60", "--json", "--devices", "software"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -196,6 +196,10 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
         "exchange": n.num("exchange", last("exchange")),
         "seconds": n.num("seconds", started.elapsed().as_secs_f64()),
         "devices": devs,
+        "batch_size": a.batch_size,
+        "image_size": a.image_size,
+        "commit": env!("CONVOY_COMMIT"),
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
     });
     let out = n.finish(out);
     if a.json {
