@@ -230,6 +230,11 @@ const TARGET_THREADS: usize = 128 * 1024;
 /// K at or above which a product is a weight gradient over a batch of pixels.
 const LONG_K: usize = 16 * 1024;
 
+/// Workgroup waves a grid of full tiles should hold before its long K is left unsplit, and
+/// the least K per split then.
+const BALANCE_WAVES: usize = 4;
+const BALANCE_K: usize = 2048;
+
 /// K splits for a grid of `tiles`: enough workgroups to fill a large GPU, at least 512 k
 /// per split so the partials stay few. A long K with a small output (a weight gradient)
 /// splits further, down to 256 k, until the GPU holds `TARGET_THREADS` invocations: on
@@ -237,6 +242,16 @@ const LONG_K: usize = 16 * 1024;
 /// 2.3 TFLOP/s. Returns the count and the rule that chose it, for the path label.
 fn choose_splits(tile: Tile, tiles: usize, m: usize, n: usize, k: usize) -> (usize, &'static str) {
     if tiles >= TARGET_WORKGROUPS {
+        // A grid of one or two waves leaves the last partly idle: resnet18's last-stage weight
+        // gradient (288 tiles of 256 invocations, K = 12,544) ran at 18-20 TFLOP/s. A long K
+        // splits until the grid holds several waves, at least BALANCE_K k per split.
+        if k >= 2 * BALANCE_K && tiles < BALANCE_WAVES * TARGET_WORKGROUPS {
+            let by_space = (MAX_WORKSPACE / (4 * m * n).max(1)).max(1);
+            let splits = (BALANCE_WAVES * TARGET_WORKGROUPS).div_ceil(tiles).min(k / BALANCE_K).min(by_space);
+            if splits > 1 {
+                return (splits, "split=balance");
+            }
+        }
         return (1, "split=auto");
     }
     let (want, per_split, rule) = if k >= LONG_K {

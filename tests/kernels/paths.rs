@@ -78,6 +78,8 @@ fn gemm_takes_every_path() {
         for (mkn, ta, tb) in [((4, 65536, 64), true, false), ((4, 65536, 32), true, true), ((16384, 8, 64), false, false), ((64, 2048, 64), false, true), ((33, 70, 10), false, false)] {
             check_matmul(mkn, ta, tb, &GemmOptions::default(), SEED);
         }
+        // A full grid (256 tiles of 32 x 32) over a long K splits to fill more waves.
+        check_matmul((512, 4096, 512), false, false, &GemmOptions { tile: Some(Tile::M32N32), splits: None }, SEED);
         // Bias in the tile and through the split-K reduce; column sums in one and many chunks.
         dense_with_bias(&mut r, (5, 17, 10), variant);
         dense_with_bias(&mut r, (6, 2048, 12), variant);
@@ -87,7 +89,7 @@ fn gemm_takes_every_path() {
 
     let mut expected: Vec<(&str, String)> = Tile::ALL.iter().map(|t| ("gemm", format!("tile={t:?}"))).collect();
     expected.extend(want("gemm", &["a=Rows", "a=Cols", "a=Im2col", "a=Im2colT", "a=DyStuffed", "b=Rows", "b=BlockedT"]));
-    expected.extend(want("gemm", &["split=none", "split=forced", "split=auto", "split=auto_long_k"]));
+    expected.extend(want("gemm", &["split=none", "split=forced", "split=auto", "split=auto_long_k", "split=balance"]));
     expected.extend(want("gemm", &["quad_a", "scalar_a", "quad_b", "scalar_b", "quad_c", "scalar_c", "phase", "taps=none", "bias", "grid=1d"]));
     expected.extend(want("reduce_splits", &["quad_c", "scalar_c", "bias"]));
     expected.extend(want("column_sums", &["chunks=single", "chunks=multi"]));
