@@ -5,8 +5,8 @@
 for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig >/dev/null 2>&1
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_RUNTIME_DIR=/tmp
 nvidia-smi -L
-.gpu/convoy bench --model resnet50 --image-size 224 --batch-size 128 --devices 0 --steps 20 --profile --json > "$OUT"/convoy_resnet50_224.json 2>/dev/null; echo "resnet50 rc=$?"
-.gpu/convoy bench --model resnet18 --image-size 224 --batch-size 256 --devices 0 --steps 20 --profile --json > "$OUT"/convoy_resnet18_224.json 2>/dev/null; echo "resnet18 rc=$?"
+.gpu/convoy bench --model resnet50 --image-size 224 --batch-size 128 --classes 1000 --devices 0 --steps 20 --profile --json > "$OUT"/convoy_resnet50_224.json 2>/dev/null; echo "resnet50 rc=$?"
+.gpu/convoy bench --model resnet18 --image-size 224 --batch-size 256 --classes 1000 --devices 0 --steps 20 --profile --json > "$OUT"/convoy_resnet18_224.json 2>/dev/null; echo "resnet18 rc=$?"
 python3 -c "
 import json
 for m in ['resnet50','resnet18']:

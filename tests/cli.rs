@@ -197,7 +197,7 @@ fn a_model_that_does_not_fit_the_data_is_refused() {
 
 #[test]
 fn bench_reports_scaling_and_a_kernel_profile() {
-    let out = convoy(&["bench", "--model", "mlp", "--devices", "software:2", "--batch-size", "8", "--image-size", "8", "--steps", "2", "--profile", "--json"]);
+    let out = convoy(&["bench", "--model", "mlp", "--devices", "software:2", "--batch-size", "8", "--image-size", "8", "--classes", "20", "--steps", "2", "--profile", "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let j = json(&out);
     let scaling = j["scaling"].as_array().unwrap();
@@ -216,7 +216,7 @@ fn bench_reports_scaling_and_a_kernel_profile() {
     assert_eq!(j["global_batch"], 16);
     // Every result names what produced it.
     assert_eq!(j["steps"], 2);
-    assert!(j["command"].as_str().unwrap().ends_with("bench --model mlp --devices software:2 --batch-size 8 --image-size 8 --steps 2 --profile --json"), "{}", j["command"]);
+    assert!(j["command"].as_str().unwrap().ends_with("bench --model mlp --devices software:2 --batch-size 8 --image-size 8 --classes 20 --steps 2 --profile --json"), "{}", j["command"]);
     assert!(j["commit"].as_str().is_some_and(|c| !c.is_empty()), "{}", j["commit"]);
     assert_eq!(f(&j, "images_per_sec"), f(&scaling[1], "images_per_sec"));
     let devices = j["devices"].as_array().unwrap();
@@ -229,8 +229,8 @@ fn bench_reports_scaling_and_a_kernel_profile() {
     let kernels = j["profile"]["by_kernel"].as_array().unwrap();
     let dense = kernels.iter().find(|k| k["kernel"] == "dense_forward").expect("dense_forward timed");
     assert!(f(dense, "ms") > 0.0 && f(dense, "tflops") > 0.0, "{dense}");
-    // The MLP's forward: 8 x (192 -> 256 -> 128 -> 10) multiply-adds, two flops each.
-    let per_sample = 2.0 * (192.0 * 256.0 + 256.0 * 128.0 + 128.0 * 10.0);
+    // The MLP's forward with --classes 20: 8 x (192 -> 256 -> 128 -> 20) multiply-adds, two flops each.
+    let per_sample = 2.0 * (192.0 * 256.0 + 256.0 * 128.0 + 128.0 * 20.0);
     assert_eq!(f(dense, "flops"), 8.0 * per_sample, "{dense}");
     assert!(kernels.iter().any(|k| k["kernel"] == "optimizer"));
     assert_eq!(j["profile"]["batch"], 8);

@@ -27,6 +27,9 @@ pub struct BenchArgs {
     pub steps: usize,
     #[arg(long, default_value_t = 32)]
     pub image_size: usize,
+    /// The model's classes (at least the synthetic data's 10; torch_imagenet.py uses 1000).
+    #[arg(long)]
+    pub classes: Option<usize>,
     /// Only measure on all selected devices, not on 1..N.
     #[arg(long)]
     pub no_scaling: bool,
@@ -53,7 +56,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let counts: Vec<usize> = if a.no_scaling { vec![n] } else { (1..=n).filter(|k| k.is_power_of_two() || *k == n).collect() };
     let mut runs = Vec::new();
     for &k in &counts {
-        let cfg = BenchConfig { model: a.model.clone(), batch_size: a.batch_size, image_size: a.image_size, steps: a.steps, profile: a.profile && k == counts[0] };
+        let cfg = BenchConfig { model: a.model.clone(), batch_size: a.batch_size, image_size: a.image_size, classes: a.classes, steps: a.steps, profile: a.profile && k == counts[0] };
         let m = measure(&cfg, &devices[..k])?;
         if !a.json {
             eprintln!("{} on {k} device(s), batch {}x{}: {:.0} images/s, {:.2} ms/step", a.model, k, a.batch_size, m.images_per_sec, m.step_ms);
@@ -89,6 +92,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "steps": a.steps,
         "image_size": a.image_size,
+        "classes": a.classes,
         "shaders": if devices[0].is_checked() { "checked" } else { "unchecked" },
         "model": a.model,
         "batch_size": a.batch_size,
