@@ -3,7 +3,8 @@
 //! Forward, input gradient and kernel gradient are three GEMMs over the same image:
 //! - forward: `y[M = N*OH*OW, F] = im2col(x)[M, K = KH*KW*C] · w[K, F]`
 //! - input gradient: `dx[N*H*W, C] = stuffed(dy)[N*H*W, KH*KW*F] · wᵀ` (w read per (i, j)
-//!   block as `[C, F]` transposed)
+//!   block as `[C, F]` transposed); at stride > 1 one such product per phase of dx, over
+//!   only the taps the phase meets (see [`backward_data`])
 //! - kernel gradient: `dw[KH*KW*C, F] = im2col(x)ᵀ · dy[N*OH*OW, F]`, its long K split
 //!   across workgroups and reduced by a second dispatch.
 //!

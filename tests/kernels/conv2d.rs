@@ -139,8 +139,8 @@ fn forward_and_gradients_match_direct_loops() {
 fn every_tile_and_k_split_gives_the_same_result() {
     // One scalar-load and one vec4-load case, each through every tile (all larger than the
     // output in some direction) and with K split into uneven parts.
-    // The last three take the input gradient's phase order (stride 2, sizes that halve,
-    // filters a multiple of 16) wherever a phase is whole tiles and K is not split.
+    // The stride-2 cases take the input gradient's phase products through every tile and
+    // split (the 9 px one with phases of unequal size).
     let cases = [
         Conv2dGeometry::new(&[3, 9, 9, 5], 33, (3, 3), (2, 2), Padding::Same).unwrap(),
         Conv2dGeometry::new(&[1, 9, 9, 8], 12, (3, 3), (1, 1), Padding::Explicit(1, 1)).unwrap(),
