@@ -306,6 +306,16 @@ fn b9_predict_takes_raw_images_and_unlabelled_folders() {
     let folder = convoy::model::UnlabelledFolder::open(&dir, 8).unwrap();
     assert_eq!((folder.len(), folder.file(2)), (6, dir.join("photo2.png")));
     assert_eq!(m.predict(Arc::new(folder), 4).unwrap(), from_data);
+    // A photo that must be resized and cropped decodes as an image folder's validation image.
+    let class = dir.join("val").join("a");
+    std::fs::create_dir_all(&class).unwrap();
+    let photo = image::RgbImage::from_fn(20, 12, |x, y| image::Rgb([(x * 12) as u8, (y * 20) as u8, ((x * y) % 251) as u8]));
+    photo.save(class.join("wide.png")).unwrap();
+    let (mut flat, mut split) = (vec![0u8; 192], vec![0u8; 192]);
+    convoy::model::UnlabelledFolder::open(&class, 8).unwrap().load(0, &mut flat).unwrap();
+    convoy::data::ImageFolder::open(&dir, "val", 8).unwrap().load(0, &mut split).unwrap();
+    assert_eq!(flat, split);
+    assert!(flat.iter().any(|&v| v != flat[0]), "the crop kept the photo's gradient");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -31,13 +31,7 @@ impl ImageFolder {
     /// Lists `dir/<split>` (`split` is "train" or "val"); decodes nothing yet.
     pub fn open(dir: impl AsRef<Path>, split: &str, image_size: usize) -> Result<Self> {
         let dir = dir.as_ref();
-        if image_size == 0 {
-            crate::bail!(Config, "image size must be positive for the image folder {}", dir.display());
-        }
-        // The size often comes from a model file (`evaluate` resizes to the model's input).
-        let at = |e: Error| Error::Config(format!("image folder {}: {e}", dir.display()));
-        crate::limits::at_most("image size", image_size, crate::limits::MAX_SIDE).map_err(at)?;
-        crate::limits::product("sample shape", &[image_size, image_size, 3], crate::limits::MAX_SAMPLE_BYTES).map_err(at)?;
+        check_image_size(dir, image_size)?;
         let root = dir.join(split);
         for d in [dir, root.as_path()] {
             if !d.is_dir() {
@@ -64,6 +58,23 @@ impl ImageFolder {
             return Err(Error::format(&root, msg));
         }
         Ok(Self { root, classes, samples, image_size, resize_size: image_size })
+    }
+
+    /// The JPEG and PNG files directly in `dir` (no class directories; sub-directories and
+    /// hidden files left out), sorted by name, as one class without a name: new photos for
+    /// `predict`, decoded as a split's validation images are.
+    pub fn flat(dir: impl AsRef<Path>, image_size: usize) -> Result<Self> {
+        let dir = dir.as_ref();
+        check_image_size(dir, image_size)?;
+        if !dir.is_dir() {
+            return Err(Error::io(dir, std::io::Error::new(ErrorKind::NotADirectory, "expected a folder of .jpg or .png images")));
+        }
+        let samples: Vec<(PathBuf, u32)> =
+            sorted_entries(dir)?.into_iter().filter(|(p, is_dir)| !is_dir && is_image(p)).map(|(p, _)| (p, 0)).collect();
+        if samples.is_empty() {
+            return Err(Error::format(dir, "no .jpg, .jpeg or .png images in the folder (sub-folders are not read)"));
+        }
+        Ok(Self { root: dir.to_path_buf(), classes: vec![String::new()], samples, image_size, resize_size: image_size })
     }
 
     /// Resize the short side to `resize_size` (at least the image size) before the centre crop,
@@ -134,6 +145,18 @@ impl Dataset for ImageFolder {
         decode_window(path, self.image_size, out, |w, h| crop.window(w, h, rng))?;
         Ok(*label)
     }
+}
+
+/// Refuses an image size of 0 or past the caps; the size often comes from a model file
+/// (`evaluate` resizes to the model's input), so the error names the folder.
+fn check_image_size(dir: &Path, image_size: usize) -> Result<()> {
+    if image_size == 0 {
+        crate::bail!(Config, "image size must be positive for the image folder {}", dir.display());
+    }
+    let at = |e: Error| Error::Config(format!("image folder {}: {e}", dir.display()));
+    crate::limits::at_most("image size", image_size, crate::limits::MAX_SIDE).map_err(at)?;
+    crate::limits::product("sample shape", &[image_size, image_size, 3], crate::limits::MAX_SAMPLE_BYTES).map_err(at)?;
+    Ok(())
 }
 
 /// Holds a resize size to the image size (below it the centre crop would not fit) and to

@@ -2,7 +2,6 @@
 //! (`convoy predict --data images:DIR`) and raw u8 images already in memory.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::data::{Dataset, ImageFolder, InMemory};
@@ -13,80 +12,23 @@ use crate::{Error, Result};
 /// sub-directories left out), sorted by name, each decoded as an image folder's validation
 /// images are: resized so the short side is `image_size`, then centre-cropped, so a model
 /// sees new photos as it saw its validation data. Every sample's label is 0.
-///
-/// The decoding is [`ImageFolder`]'s own, reached through a view: a temporary directory
-/// whose one class is a symbolic link to the folder (unix only), removed when this is
-/// dropped. Error messages name the folder's files, not the view's.
 pub struct UnlabelledFolder {
     dir: PathBuf,
-    view: View,
     images: ImageFolder,
-}
-
-/// The temporary `ROOT/images/DIR-link` that makes a flat folder the one class of an
-/// [`ImageFolder`].
-struct View {
-    root: PathBuf,
-    link: PathBuf,
-}
-
-impl Drop for View {
-    // The link first, on its own: nothing may follow it into the user's folder.
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.link);
-        let _ = std::fs::remove_dir(self.link.parent().unwrap_or(&self.root));
-        let _ = std::fs::remove_dir(&self.root);
-    }
 }
 
 impl UnlabelledFolder {
     /// Lists the images of `dir` (decoding none yet) for a model taking `image_size` px.
     pub fn open(dir: impl AsRef<Path>, image_size: usize) -> Result<UnlabelledFolder> {
         let dir = dir.as_ref().to_path_buf();
-        let absolute = std::fs::canonicalize(&dir).map_err(|e| Error::io(&dir, e))?;
-        if !absolute.is_dir() {
-            return Err(Error::io(&dir, std::io::Error::new(std::io::ErrorKind::NotADirectory, "expected a folder of .jpg or .png images")));
-        }
-        static VIEWS: AtomicUsize = AtomicUsize::new(0);
-        let root = std::env::temp_dir().join(format!("convoy-images-{}-{}", std::process::id(), VIEWS.fetch_add(1, Ordering::Relaxed)));
-        let view = View { link: root.join("images").join("unlabelled"), root };
-        std::fs::create_dir_all(view.link.parent().unwrap_or(&view.root)).map_err(|e| Error::io(&view.root, e))?;
-        link(&absolute, &view.link).map_err(|e| Error::io(&dir, e))?;
-        let images = match ImageFolder::open(&view.root, "images", image_size) {
-            Ok(images) => images,
-            // The view's one class holds nothing: say so of the folder.
-            Err(Error::Format { path, .. }) if path == view.root.join("images") => {
-                return Err(Error::format(&dir, "no .jpg, .jpeg or .png images in the folder (sub-folders are not read)"));
-            }
-            Err(e) => return Err(unview(e, &view.link, &dir)),
-        };
-        Ok(UnlabelledFolder { dir, view, images })
+        let images = ImageFolder::flat(&dir, image_size)?;
+        Ok(UnlabelledFolder { dir, images })
     }
 
-    /// The file of sample `i`, under the folder as it was given.
+    /// The file of sample `i`.
     pub fn file(&self, i: usize) -> PathBuf {
-        self.dir.join(self.images.path(i).file_name().unwrap_or_default())
+        self.images.path(i).to_path_buf()
     }
-}
-
-/// `e` with the view's paths turned back into the folder's.
-fn unview(e: Error, link: &Path, dir: &Path) -> Error {
-    let mapped = |p: &Path| p.strip_prefix(link).map(|rest| dir.join(rest)).unwrap_or_else(|_| p.to_path_buf());
-    match e {
-        Error::Io { path, source } => Error::Io { path: mapped(&path), source },
-        Error::Format { path, msg } => Error::Format { path: mapped(&path), msg },
-        other => other,
-    }
-}
-
-#[cfg(unix)]
-fn link(target: &Path, at: &Path) -> std::io::Result<()> {
-    std::os::unix::fs::symlink(target, at)
-}
-
-#[cfg(not(unix))]
-fn link(_: &Path, _: &Path) -> std::io::Result<()> {
-    Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "a folder of unlabelled images is read through a symbolic link, which needs unix"))
 }
 
 impl Dataset for UnlabelledFolder {
@@ -106,7 +48,7 @@ impl Dataset for UnlabelledFolder {
         self.dir.display().to_string()
     }
     fn load(&self, i: usize, out: &mut [u8]) -> Result<u32> {
-        self.images.load(i, out).map_err(|e| unview(e, &self.view.link, &self.dir))?;
+        self.images.load(i, out)?;
         Ok(0)
     }
 }
