@@ -8,7 +8,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{expect_dtype, expect_separate, expect_shape, grid_for, u32_of, Dispatch, POOL, WG_CONST};
+use super::{expect_dtype, expect_separate, expect_shape, grid_for, u32_of, width_token, Dispatch, POOL, WG_CONST};
 use crate::{bail, DType, Device, Error, Result, Tensor};
 
 /// Keras' `padding` argument of the pooling layers.
@@ -207,6 +207,19 @@ fn launch(device: &Device, entry: &'static str, params: Params, bindings: &[(u32
     Ok(Dispatch::with_params(device, &POOL, entry, &[WG_CONST], &params, bindings, grid_for(device, params.n as usize)?))
 }
 
+/// `entry` four channels per invocation (`entry4`, the operands bound as vec4 arrays at
+/// binding + 4) where the channel count allows it, else one; both count as `entry` in
+/// profiles. Views start 256-byte aligned, so a multiple of four channels keeps every
+/// quad within one aligned vec4.
+fn launch_vec4(device: &Device, entry: &'static str, entry4: &'static str, geom: &Pool2dGeometry, n: usize, bindings: &[(u32, &Tensor)]) -> Result<Dispatch> {
+    let p = geom.params(n)?;
+    if !geom.channels.is_multiple_of(4) {
+        return Ok(launch(device, entry, p, bindings)?.tagged(width_token(false)));
+    }
+    let wide: Vec<(u32, &Tensor)> = bindings.iter().map(|&(i, t)| (i + 4, t)).collect();
+    Ok(launch(device, entry4, Params { n: p.n / 4, ..p }, &wide)?.named(entry, 0.0).tagged(width_token(true)))
+}
+
 /// Max pooling; `argmax` records, per output, the input position `h * in_w + w` that won
 /// (the first maximum in row-major window order on ties), for the backward pass. A window
 /// holding NaN outputs NaN, its first NaN the argmax: a diverged input is never hidden by
@@ -224,7 +237,7 @@ pub fn max_pool_forward(device: &Device, geom: &Pool2dGeometry, x: &Tensor, y: &
     expect_dtype(k, "y", y, DType::F32)?;
     expect_dtype(k, "argmax", argmax, DType::U32)?;
     expect_separate(k, &[("y", y), ("argmax", argmax)], &[("x", x)])?;
-    launch(device, k, geom.params(y.len())?, &[(1, x), (3, y), (4, argmax)])
+    launch_vec4(device, k, "max_pool_forward4", geom, y.len(), &[(1, x), (3, y), (4, argmax)])
 }
 
 /// The gradient of max pooling: each input position receives the sum of `dy` over the
@@ -241,7 +254,7 @@ pub fn max_pool_backward(device: &Device, geom: &Pool2dGeometry, dy: &Tensor, ar
     expect_dtype(k, "argmax", argmax, DType::U32)?;
     expect_dtype(k, "dx", dx, DType::F32)?;
     expect_separate(k, &[("dx", dx)], &[("dy", dy), ("argmax", argmax)])?;
-    launch(device, k, geom.params(dx.len())?, &[(1, dy), (2, argmax), (3, dx)])
+    launch_vec4(device, k, "max_pool_backward4", geom, dx.len(), &[(1, dy), (2, argmax), (3, dx)])
 }
 
 /// Average pooling; the mean is over the input positions of each window (padding is not

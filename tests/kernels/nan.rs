@@ -115,22 +115,33 @@ fn max_pool_window_with_nan_outputs_nan() {
         // one 4x4 map, 2x2 windows: NaN after a larger value, NaN first before larger
         // values, no NaN, and -inf next to NaN
         #[rustfmt::skip]
-        let x = [
+        let map = [
             5.0, f32::NAN,   f32::NAN, 1.0,
             -1.0, 2.0,       7.0, 9.0,
             0.5, 0.25,       -INF, -INF,
             3.0, -2.0,       f32::NAN, -INF,
         ];
-        let g = Pool2dGeometry::new(&[1, 4, 4, 1], [2, 2], None, PoolPadding::Valid).unwrap();
-        let (tx, ty, targ) = (upload(&x, &[1, 4, 4, 1]), d.zeros(&[1, 2, 2, 1]).unwrap(), d.zeros_of(&[1, 2, 2, 1], DType::U32).unwrap());
-        let (tdy, tdx) = (upload(&[1.0, 1.0, 1.0, 1.0], &[1, 2, 2, 1]), d.zeros(&[1, 4, 4, 1]).unwrap());
-        run(&[pool::max_pool_forward(&d, &g, &tx, &ty, &targ).unwrap(), pool::max_pool_backward(&d, &g, &tdy, &targ, &tdx).unwrap()]);
-        assert_same(&format!("{variant} max pool"), &read(&ty), &[f32::NAN, f32::NAN, 3.0, f32::NAN]);
-        // the gradient goes to the first NaN of each window
-        assert_eq!(d.read_u32(&targ).unwrap(), vec![1, 2, 12, 14], "{variant} argmax");
-        let dx = read(&tdx);
-        let hit: Vec<usize> = dx.iter().enumerate().filter(|(_, v)| **v != 0.0).map(|(i, _)| i).collect();
-        assert_eq!(hit, vec![1, 2, 12, 14], "{variant} max pool backward: {dx:?}");
+        // One channel (the scalar kernels) and four (the vec4 ones), where channel 2 has
+        // its NaNs replaced by -5: a NaN in one lane must not leak into its neighbours.
+        for channels in [1usize, 4] {
+            let lane = |v: f32, c: usize| if c == 2 && v.is_nan() { -5.0 } else { v };
+            let x: Vec<f32> = map.iter().flat_map(|&v| (0..channels).map(move |c| lane(v, c))).collect();
+            let g = Pool2dGeometry::new(&[1, 4, 4, channels], [2, 2], None, PoolPadding::Valid).unwrap();
+            let (tx, ty, targ) = (upload(&x, &[1, 4, 4, channels]), d.zeros(&[1, 2, 2, channels]).unwrap(), d.zeros_of(&[1, 2, 2, channels], DType::U32).unwrap());
+            let (tdy, tdx) = (upload(&vec![1.0; 4 * channels], &[1, 2, 2, channels]), d.zeros(&[1, 4, 4, channels]).unwrap());
+            run(&[pool::max_pool_forward(&d, &g, &tx, &ty, &targ).unwrap(), pool::max_pool_backward(&d, &g, &tdy, &targ, &tdx).unwrap()]);
+            let (y, arg, dx) = (read(&ty), d.read_u32(&targ).unwrap(), read(&tdx));
+            for c in 0..channels {
+                let (want_y, want_arg) = if c == 2 { ([5.0, 9.0, 3.0, -5.0], [0, 7, 12, 14]) } else { ([f32::NAN, f32::NAN, 3.0, f32::NAN], [1, 2, 12, 14]) };
+                let of = |v: &[f32]| -> Vec<f32> { v.iter().skip(c).step_by(channels).copied().collect() };
+                assert_same(&format!("{variant} max pool, {channels} channels, channel {c}"), &of(&y), &want_y);
+                // the gradient goes to the first NaN of each window
+                let arg_c: Vec<u32> = arg.iter().skip(c).step_by(channels).copied().collect();
+                assert_eq!(arg_c, want_arg, "{variant} argmax, {channels} channels, channel {c}");
+                let hit: Vec<u32> = of(&dx).iter().enumerate().filter(|(_, v)| **v != 0.0).map(|(i, _)| i as u32).collect();
+                assert_eq!(hit, want_arg, "{variant} max pool backward, {channels} channels, channel {c}: {dx:?}");
+            }
+        }
     });
 }
 

@@ -295,7 +295,7 @@ const FOLD: usize = 65_535 * 256;
 /// three paddings (explicit ones from 0 to half the window on each axis, PyTorch's limit).
 fn random_pool(r: &mut StdRng) -> Pool2dGeometry {
     loop {
-        let shape = [pick(r, &[1, 2, 3]), r.random_range(1..12), r.random_range(1..12), pick(r, &[1, 3, 4, 5, 17])];
+        let shape = [pick(r, &[1, 2, 3]), r.random_range(1..12), r.random_range(1..12), pick(r, &[1, 3, 4, 5, 8, 17])];
         let size = [r.random_range(1..5), r.random_range(1..5)];
         let strides = if r.random_bool(0.25) { None } else { Some([r.random_range(1..4), r.random_range(1..4)]) };
         let explicit = PoolPadding::Explicit(r.random_range(0..=size[0] / 2), r.random_range(0..=size[1] / 2));
@@ -326,14 +326,22 @@ fn pool_takes_every_path() {
     });
     on_device(devices()[1].clone(), || {
         // A two-tap window keeps lavapipe's time down; its last row reaches into the padding.
-        let g = Pool2dGeometry::new(&[2, 1025, 1025, 8], [2, 1], Some([1, 1]), PoolPadding::Same).unwrap();
+        // Nine channels: max pooling's vec4 kernels (channels % 4 == 0) fold only past 67M
+        // elements, so the folded case is the scalar one.
+        let g = Pool2dGeometry::new(&[2, 1025, 1025, 9], [2, 1], Some([1, 1]), PoolPadding::Same).unwrap();
         pool_case(&mut r, &g, &format!("unchecked seed {seed:#x} pool folded: {g:?}"));
         let shape = [FOLD / 3 + 5, 1, 1, 3];
         global_pool_case(&mut r, shape, &format!("unchecked seed {seed:#x} global pool folded: {shape:?}"));
     });
 
     let entries = ["max_pool_forward", "max_pool_backward", "avg_pool_forward", "avg_pool_backward", "global_avg_pool_forward", "global_avg_pool_backward"];
-    let expected: Vec<_> = entries.iter().flat_map(|e| want(e, &["grid=1d", "grid=2d"])).collect();
+    let mut expected: Vec<_> = entries.iter().flat_map(|e| want(e, &["grid=1d", "grid=2d"])).collect();
+    for entry in ["max_pool_forward", "max_pool_backward"] {
+        expected.extend(want(entry, &["scalar"]));
+    }
+    for entry in ["max_pool_forward4", "max_pool_backward4"] {
+        expected.extend(want(entry, &["vec4", "grid=1d"]));
+    }
     assert_paths_cover("pool", &take_paths(), &expected, &[]);
 }
 
@@ -342,7 +350,9 @@ fn pool_takes_every_path() {
 fn pool_case(r: &mut StdRng, g: &Pool2dGeometry, case: &str) {
     let d = device();
     let (xs, ys) = (g.input_shape(), g.output_shape());
-    let (x, dy) = (random(r, xs.iter().product()), random(r, ys.iter().product()));
+    // Nine distinct values, so windows hold ties and the first-maximum rule is tested.
+    let x: Vec<f32> = random(r, xs.iter().product()).iter().map(|v| (v * 4.0).round() / 4.0).collect();
+    let dy = random(r, ys.iter().product());
     let (tx, tdy) = (upload(&x, &xs), upload(&dy, &ys));
     let (ty, targ, tdx) = (garbage(&ys), d.zeros_of(&ys, DType::U32).unwrap(), garbage(&xs));
     run(&[pool::max_pool_forward(&d, g, &tx, &ty, &targ).unwrap(), pool::max_pool_backward(&d, g, &tdy, &targ, &tdx).unwrap()]);
