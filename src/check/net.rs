@@ -139,7 +139,8 @@ fn node_of(class: &str, cfg: &Value, relu: bool) -> Result<Node> {
                 let Some(Value::Array(items)) = cfg.get(key) else {
                     bail!(Config, "Residual config: `{key}` must be a list of layers, got {:?}", cfg.get(key));
                 };
-                // Inside a chain nothing is fused: the block records each sub-layer as it is.
+                // A chain's ReLU stays a node: fused into the BatchNorm before it or not, the
+                // block records it as a sub-layer whose output is the device's ReLU output.
                 items
                     .iter()
                     .map(|item| match (item.get("class_name").and_then(Value::as_str), item.get("config")) {

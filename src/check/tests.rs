@@ -18,12 +18,7 @@ fn prepare(model: &mut Sequential, loss: Loss) -> (Net, Layout) {
     def.layout = Layout::new(&def.input_shape, &def.layers).unwrap();
     def.classes = def.layout.shapes.last().unwrap()[0];
     def.loss = loss;
-    def.fused = vec![false; def.layers.len()];
-    for i in 1..def.layers.len() {
-        if def.layers[i].class_name() == "ReLU" && !def.fused[i - 1] && def.layers[i - 1].fuse_relu() {
-            def.fused[i] = true;
-        }
-    }
+    def.fuse_relus();
     (Net::from_definition(def).unwrap(), def.layout.clone())
 }
 

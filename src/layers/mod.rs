@@ -158,4 +158,7 @@ pub trait Layer: Send + Sync + std::fmt::Debug {
     fn fuse_relu(&mut self) -> bool {
         false
     }
+    /// Called by the model at compile so that a composite layer fuses the ReLUs inside it
+    /// as the model does at the top level.
+    fn fuse_inner(&mut self) {}
 }

@@ -24,6 +24,23 @@ pub struct Definition {
     pub std: Vec<f32>,
 }
 
+impl Definition {
+    /// Fuses each ReLU into the layer before it where that layer can apply it (BatchNorm,
+    /// a residual join), here and inside composite layers: the plan records a fused ReLU as
+    /// nothing.
+    pub fn fuse_relus(&mut self) {
+        self.fused = vec![false; self.layers.len()];
+        for layer in self.layers.iter_mut() {
+            layer.fuse_inner();
+        }
+        for i in 1..self.layers.len() {
+            if self.layers[i].class_name() == "ReLU" && !self.fused[i - 1] && self.layers[i - 1].fuse_relu() {
+                self.fused[i] = true;
+            }
+        }
+    }
+}
+
 /// The tensors of one replica that every plan of it shares.
 pub struct Shared {
     pub params: Vec<Tensor>,

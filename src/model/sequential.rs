@@ -175,12 +175,7 @@ impl Sequential {
         }
         self.def.classes = out[0];
         self.def.loss = opts.loss;
-        self.def.fused = vec![false; self.def.layers.len()];
-        for i in 1..self.def.layers.len() {
-            if self.def.layers[i].class_name() == "ReLU" && !self.def.fused[i - 1] && self.def.layers[i - 1].fuse_relu() {
-                self.def.fused[i] = true;
-            }
-        }
+        self.def.fuse_relus();
         self.def.layout = layout;
         let seed = opts.seed;
         let trained = match self.compiled.as_mut() {
