@@ -26,6 +26,9 @@ pub enum Tile {
     M64N16,
 }
 
+/// How much more of its rows a 64-row tile must use than a 128-row one to be chosen.
+const ROWS_USED_MARGIN: f64 = 0.15;
+
 /// Workgroups that fill a large GPU (~130 compute units, one or two groups each). A tuning
 /// hook: the tile and split choices below are reasoned, not yet measured.
 const TARGET_WORKGROUPS: usize = 256;
@@ -67,7 +70,16 @@ impl Tile {
         if n <= 16 {
             return Tile::M64N16;
         }
-        let big: &[Tile] = if n <= 32 { &[Tile::M128N32] } else { &[Tile::M128N64, Tile::M64N64] };
+        // A short M (the stem's weight gradient: 147 rows) wastes most of a second 128-row
+        // tile; 64-row tiles waste less (H100, resnet18 stem: 4.2 -> 3.1 ms).
+        let rows_used = |t: Tile| m as f64 / (m.div_ceil(t.bm()) * t.bm()) as f64;
+        let big: &[Tile] = if n <= 32 {
+            &[Tile::M128N32]
+        } else if rows_used(Tile::M64N64) > rows_used(Tile::M128N64) + ROWS_USED_MARGIN {
+            &[Tile::M64N64, Tile::M128N64]
+        } else {
+            &[Tile::M128N64, Tile::M64N64]
+        };
         for &t in big {
             let tiles = t.tiles(m, n);
             if tiles * choose_splits(t, tiles, m, n, k).0 >= TARGET_WORKGROUPS {
@@ -241,18 +253,19 @@ const BALANCE_K: usize = 2048;
 /// resnet20's first stage (M = 144, N = 16, K = 262,144) 86 splits of 64 invocations ran at
 /// 2.3 TFLOP/s. Returns the count and the rule that chose it, for the path label.
 fn choose_splits(tile: Tile, tiles: usize, m: usize, n: usize, k: usize) -> (usize, &'static str) {
+    let by_space = (MAX_WORKSPACE / (4 * m * n).max(1)).max(1);
+    // A grid of a few waves leaves the last partly idle: resnet18's last-stage weight
+    // gradient (288 tiles of 256 invocations, K = 12,544) ran at 18-20 TFLOP/s, its
+    // third-stage ones (72 tiles split 8 ways: 576 workgroups, 2.2 waves of two a compute
+    // unit on an H100) at 28 where the second stage's 522 ran at 38. A long K splits until
+    // the grid holds several waves, at least BALANCE_K k per split, small grids too.
+    let balance = if k >= 2 * BALANCE_K && tiles < BALANCE_WAVES * TARGET_WORKGROUPS {
+        (BALANCE_WAVES * TARGET_WORKGROUPS).div_ceil(tiles).min(k / BALANCE_K).min(by_space)
+    } else {
+        1
+    };
     if tiles >= TARGET_WORKGROUPS {
-        // A grid of one or two waves leaves the last partly idle: resnet18's last-stage weight
-        // gradient (288 tiles of 256 invocations, K = 12,544) ran at 18-20 TFLOP/s. A long K
-        // splits until the grid holds several waves, at least BALANCE_K k per split.
-        if k >= 2 * BALANCE_K && tiles < BALANCE_WAVES * TARGET_WORKGROUPS {
-            let by_space = (MAX_WORKSPACE / (4 * m * n).max(1)).max(1);
-            let splits = (BALANCE_WAVES * TARGET_WORKGROUPS).div_ceil(tiles).min(k / BALANCE_K).min(by_space);
-            if splits > 1 {
-                return (splits, "split=balance");
-            }
-        }
-        return (1, "split=auto");
+        return if balance > 1 { (balance, "split=balance") } else { (1, "split=auto") };
     }
     let (want, per_split, rule) = if k >= LONG_K {
         (TARGET_WORKGROUPS.div_ceil(tiles).max(TARGET_THREADS.div_ceil(tiles * tile.threads())), 256, "split=auto_long_k")
@@ -260,8 +273,11 @@ fn choose_splits(tile: Tile, tiles: usize, m: usize, n: usize, k: usize) -> (usi
         (TARGET_WORKGROUPS.div_ceil(tiles), 512, "split=auto")
     };
     let by_k = (k / per_split).max(1);
-    let by_space = (MAX_WORKSPACE / (4 * m * n).max(1)).max(1);
-    (want.min(by_k).min(by_space), rule)
+    let splits = want.min(by_k).min(by_space);
+    if balance > splits {
+        return (balance, "split=balance");
+    }
+    (splits, rule)
 }
 
 /// The path tokens of a GEMM's operand widths: each operand read (or written) as vec4s or
