@@ -13,6 +13,10 @@ use super::tensor::{DType, Lease, Tensor};
 use crate::kernels::{Dispatch, Shader};
 use crate::{bail, Error, Result};
 
+/// What the tensor-core GEMM's module needs of the device.
+const COOP16_FEATURES: wgpu::Features =
+    wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX.union(wgpu::Features::SHADER_F16).union(wgpu::Features::SUBGROUP);
+
 type PipelineKey = (&'static str, &'static str, Vec<(&'static str, u64)>);
 
 pub struct Device {
@@ -28,6 +32,8 @@ pub struct Device {
     pool: Arc<Pool>,
     /// The first error wgpu reported outside an error scope; surfaced by `check`.
     lost: Arc<Mutex<Option<String>>>,
+    /// Whether the tensor-core GEMM can run here (see [`Device::has_coop16`]).
+    coop16: bool,
 }
 
 impl std::fmt::Debug for Device {
@@ -57,6 +63,14 @@ impl Device {
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,
         };
+        let coop16 = features.contains(COOP16_FEATURES)
+            && entry.info.subgroup_min_size == 32
+            && entry.info.subgroup_max_size == 32
+            && adapter.cooperative_matrix_properties().iter().any(|c| {
+                (c.m_size, c.n_size, c.k_size) == (16, 16, 16)
+                    && c.ab_type == wgpu::CooperativeScalarType::F16
+                    && c.cr_type == wgpu::CooperativeScalarType::F32
+            });
         let (device, queue) = pollster::block_on(adapter.request_device(&desc))
             .map_err(|e| Error::Device(format!("cannot open adapter {} ({}): {e}", entry.index, entry.info.name)))?;
         let lost = Arc::new(Mutex::new(None));
@@ -77,6 +91,7 @@ impl Device {
             pipelines: Mutex::default(),
             pool: Arc::new(Pool::default()),
             lost,
+            coop16,
         })
     }
 
@@ -91,6 +106,12 @@ impl Device {
     }
     pub fn vendor(&self) -> &'static str {
         vendor_name(self.info.vendor)
+    }
+    /// Whether products can run on 16x16x16 cooperative matrices (f16 operands, f32
+    /// accumulation) with 32-invocation subgroups, as `shaders/conv2d_coop.wgsl` needs:
+    /// NVIDIA's tensor cores through Vulkan; not lavapipe.
+    pub fn has_coop16(&self) -> bool {
+        self.coop16
     }
     pub fn features(&self) -> wgpu::Features {
         self.device.features()

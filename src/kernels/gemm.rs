@@ -8,7 +8,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::conv2d::Conv2dGeometry;
-use super::{grid, u32_of, Dispatch, CONV2D, WG, WG_CONST};
+use super::{grid, u32_of, Dispatch, Shader, CONV2D, CONV2D_COOP, WG, WG_CONST};
 use crate::{bail, DType, Device, Result, Tensor};
 
 /// An output tile: `bm x bn` outputs per workgroup, K staged `bk` at a time.
@@ -109,6 +109,10 @@ pub struct GemmOptions {
     pub tile: Option<Tile>,
     /// Workgroups along K (1 = no split); rounded down so every split gets work.
     pub splits: Option<usize>,
+    /// Multiply on cooperative matrices (f16 operands rounded from the f32 inputs, f32
+    /// accumulation) where the device has them ([`Device::has_coop16`]) and the output is
+    /// wider than 16 columns; elsewhere the f32 product runs.
+    pub mixed: bool,
 }
 
 /// How `A[m, k]` is gathered; values match `A_*` in the shader.
@@ -351,9 +355,20 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     if g.m == 0 || g.n == 0 {
         return Ok(Vec::new());
     }
-    let tile = opts.tile.unwrap_or_else(|| Tile::choose(g.m, g.n, g.k));
+    // The cooperative kernel gives each 32-invocation subgroup a 32x32 region: the 128-row
+    // tiles have one subgroup per region.
+    let coop = opts.mixed && device.has_coop16() && g.n > 16;
+    let tile = match opts.tile {
+        Some(t) => t,
+        None if coop => if g.n > 32 { Tile::M128N64 } else { Tile::M128N32 },
+        None => Tile::choose(g.m, g.n, g.k),
+    };
+    let coop = coop && matches!(tile, Tile::M128N64 | Tile::M128N32);
+    let (shader, entry): (&Shader, &'static str) = if coop { (&CONV2D_COOP, "gemm_coop") } else { (&CONV2D, "gemm") };
     let (tiles_m, tiles_n) = (g.m.div_ceil(tile.bm()), g.n.div_ceil(tile.bn()));
-    let bk = tile.bk();
+    // The cooperative kernel's wide tile takes K 32 at a time: two 16-deep products per
+    // barrier.
+    let bk = if coop && tile == Tile::M128N64 { 32 } else { tile.bk() };
     let k_steps = g.k.div_ceil(bk).max(1);
     let (want, rule) = match opts.splits {
         Some(s) => (s, "split=forced"),
@@ -388,6 +403,10 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     }
     p.flags |= if a_quads(g) { QUAD_A } else { 0 } | if b_quads(g) { QUAD_B } else { 0 };
     let mut constants = tile.constants(g.a_load, g.b_load);
+    if bk != tile.bk() {
+        constants.retain(|(name, _)| *name != "BK");
+        constants.push(("BK", bk as f64));
+    }
     constants.push(("A_QUADS", if a_quads(g) { 1.0 } else { 0.0 }));
     let mut phase_token = String::new();
     if let Some(ph) = &g.phase {
@@ -404,7 +423,8 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     let flops = g.flops;
     let groups = grid(device, (tiles_m * tiles_n * splits) as u64)?;
     let bias_token = if g.bias.is_some() { "bias" } else { "" };
-    let gemm_path = format!("tile={tile:?} a={:?} {b_token} {split_token} {} {phase_token}", g.a_load, quad_tokens(p.flags));
+    let coop_token = if coop { "coop" } else { "" };
+    let gemm_path = format!("tile={tile:?} a={:?} {b_token} {split_token} {} {phase_token} {coop_token}", g.a_load, quad_tokens(p.flags));
     // Whichever dispatch writes c stores a phase product's rows at their dx pixels.
     let rows = g.phase.is_some();
     if splits == 1 {
@@ -418,7 +438,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
             (3, quad_binding(kernel, bias)?),
             (4, quad_binding(kernel, g.c)?),
         ];
-        let gemm = with_uniform(device, "gemm", &constants, &p, &bindings, groups).named(kernel, flops);
+        let gemm = with_uniform(device, shader, entry, &constants, &p, &bindings, groups).named(kernel, flops);
         return Ok(vec![gemm.tagged(format!("{gemm_path} {bias_token}"))]);
     }
 
@@ -438,7 +458,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         (3, quad_binding(kernel, bias)?),
         (4, partials.clone()),
     ];
-    let gemm = with_uniform(device, "gemm", &constants, &p, &bindings, groups).named(kernel, flops).tagged(&gemm_path);
+    let gemm = with_uniform(device, shader, entry, &constants, &p, &bindings, groups).named(kernel, flops).tagged(&gemm_path);
     p.flags |= if g.bias.is_some() { BIAS } else { 0 };
     let reduce = reduce_dispatch(device, kernel, &p, rows, partials, bias, g.c)?.named(kernel, 0.0).tagged(bias_token);
     Ok(vec![gemm, reduce])
@@ -446,6 +466,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
 
 fn with_uniform(
     device: &Device,
+    shader: &Shader,
     entry: &'static str,
     constants: &[(&'static str, f64)],
     p: &Params,
@@ -455,7 +476,7 @@ fn with_uniform(
     let uniform = device.uniform(p);
     let mut all = vec![(0, uniform.as_entire_buffer_binding())];
     all.extend(bindings.iter().cloned());
-    Dispatch::new(device, &CONV2D, entry, constants, &all, groups)
+    Dispatch::new(device, shader, entry, constants, &all, groups)
 }
 
 /// `c = sum over p.splits partials of M * N` (+ bias when flagged).
@@ -473,7 +494,7 @@ fn reduce_dispatch(
     let bindings = [(1, partials), (3, quad_binding(kernel, bias)?), (4, quad_binding(kernel, c)?)];
     let quads = if p.flags & QUAD_C != 0 { "quad_c" } else { "scalar_c" };
     let constants: &[(&str, f64)] = if phase_rows { &[WG_CONST, ("PHASE_ROWS", 1.0)] } else { &[WG_CONST] };
-    Ok(with_uniform(device, "reduce_splits", constants, p, &bindings, groups).tagged(format!("{quads} splits={}", p.splits)))
+    Ok(with_uniform(device, &CONV2D, "reduce_splits", constants, p, &bindings, groups).tagged(format!("{quads} splits={}", p.splits)))
 }
 
 /// Rows per chunk of the column sums: long enough to amortise the second pass, short
@@ -506,7 +527,7 @@ pub(crate) fn column_sums(device: &Device, kernel: &str, a: &Tensor, rows: usize
     let groups = grid(device, (tiles_n * chunks) as u64)?;
     if chunks == 1 {
         let bindings = [(1, quad_binding(kernel, a)?), (4, quad_binding(kernel, out)?)];
-        return Ok(vec![with_uniform(device, "column_sums", &[], &p, &bindings, groups).tagged("chunks=single")]);
+        return Ok(vec![with_uniform(device, &CONV2D, "column_sums", &[], &p, &bindings, groups).tagged("chunks=single")]);
     }
     let workspace = device.wgpu().create_buffer(&wgpu::BufferDescriptor {
         label: Some("column-sum partials"),
@@ -515,7 +536,7 @@ pub(crate) fn column_sums(device: &Device, kernel: &str, a: &Tensor, rows: usize
         mapped_at_creation: false,
     });
     let partials = workspace.as_entire_buffer_binding();
-    let sums = with_uniform(device, "column_sums", &[], &p, &[(1, quad_binding(kernel, a)?), (4, partials.clone())], groups).tagged("chunks=multi");
+    let sums = with_uniform(device, &CONV2D, "column_sums", &[], &p, &[(1, quad_binding(kernel, a)?), (4, partials.clone())], groups).tagged("chunks=multi");
     // The reduction sees the partials as [chunks, 1, cols]; `a` fills the unread bias slot.
     p.m = 1;
     p.flags = if cols.is_multiple_of(4) { QUAD_C } else { 0 };

@@ -47,6 +47,17 @@ macro_rules! shader {
             Shader { name: $file, source: concat!(include_str!("../../shaders/lib/relu.wgsl"), include_str!(concat!("../../shaders/", $file))) };
     };
 }
+/// The tensor-core GEMM: conv2d.wgsl's gathers and stores with cooperative-matrix products,
+/// a module of its own because its `enable` directives fail to compile where the adapter
+/// lacks f16 or cooperative matrices.
+pub const CONV2D_COOP: Shader = Shader {
+    name: "conv2d_coop.wgsl",
+    source: concat!(
+        "enable f16;\nenable wgpu_cooperative_matrix;\n",
+        include_str!("../../shaders/conv2d.wgsl"),
+        include_str!("../../shaders/conv2d_coop.wgsl")
+    ),
+};
 shader!(ELEMENTWISE, "elementwise.wgsl", relu);
 shader!(CONV2D, "conv2d.wgsl");
 shader!(REDUCE, "reduce.wgsl");
@@ -57,7 +68,7 @@ shader!(IMAGE, "image.wgsl");
 shader!(OPTIMIZER, "optimizer.wgsl");
 
 /// Every shader file, for validation tests.
-pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &REDUCE, &BATCHNORM, &POOL, &LOSS, &IMAGE, &OPTIMIZER];
+pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &CONV2D_COOP, &REDUCE, &BATCHNORM, &POOL, &LOSS, &IMAGE, &OPTIMIZER];
 
 /// One recorded kernel launch: pipeline, bindings and grid, ready to replay.
 #[derive(Clone, Debug)]

@@ -38,7 +38,7 @@ impl Idx<'_> {
     }
 }
 
-fn forward_ref(g: &Conv2dGeometry, x: &[f32], w: &[f32]) -> Vec<f64> {
+pub(crate) fn forward_ref(g: &Conv2dGeometry, x: &[f32], w: &[f32]) -> Vec<f64> {
     let ix = Idx(g);
     let mut y = vec![0.0f64; g.output_shape().iter().product()];
     taps(g, |n, oh, ow, i, j, ih, iw| {
@@ -51,7 +51,7 @@ fn forward_ref(g: &Conv2dGeometry, x: &[f32], w: &[f32]) -> Vec<f64> {
     y
 }
 
-fn backward_data_ref(g: &Conv2dGeometry, dy: &[f32], w: &[f32]) -> Vec<f64> {
+pub(crate) fn backward_data_ref(g: &Conv2dGeometry, dy: &[f32], w: &[f32]) -> Vec<f64> {
     let ix = Idx(g);
     let mut dx = vec![0.0f64; g.input_shape().iter().product()];
     taps(g, |n, oh, ow, i, j, ih, iw| {
@@ -64,7 +64,7 @@ fn backward_data_ref(g: &Conv2dGeometry, dy: &[f32], w: &[f32]) -> Vec<f64> {
     dx
 }
 
-fn backward_weights_ref(g: &Conv2dGeometry, x: &[f32], dy: &[f32]) -> Vec<f64> {
+pub(crate) fn backward_weights_ref(g: &Conv2dGeometry, x: &[f32], dy: &[f32]) -> Vec<f64> {
     let ix = Idx(g);
     let mut dw = vec![0.0f64; g.kernel_shape().iter().product()];
     taps(g, |n, oh, ow, i, j, ih, iw| {
@@ -151,7 +151,7 @@ fn every_tile_and_k_split_gives_the_same_result() {
     for (c, geom) in cases.iter().enumerate() {
         for tile in Tile::ALL {
             for splits in [1, 3] {
-                let opts = GemmOptions { tile: Some(tile), splits: Some(splits) };
+                let opts = GemmOptions { tile: Some(tile), splits: Some(splits), ..Default::default() };
                 check(geom, &opts, &format!("case {c} {tile:?} splits {splits}"), 200 + c as u64);
             }
         }
@@ -211,7 +211,7 @@ fn every_pass_counts_the_forward_useful_flops() {
     assert_eq!(total(conv2d::backward_data(&d, &g, &y, &w, &dx).unwrap()), useful, "backward_data");
     assert_eq!(total(conv2d::backward_weights(&d, &g, &x, &y, &dw).unwrap()), useful, "backward_weights");
     // With K split, the reduce that sums the partials counts nothing.
-    let split = conv2d::backward_weights_with(&d, &g, &x, &y, &dw, &GemmOptions { tile: None, splits: Some(2) }).unwrap();
+    let split = conv2d::backward_weights_with(&d, &g, &x, &y, &dw, &GemmOptions { tile: None, splits: Some(2), ..Default::default() }).unwrap();
     assert_eq!(split.len(), 2);
     assert_eq!((split[0].flops, split[1].flops), (useful, 0.0));
 }

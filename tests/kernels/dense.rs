@@ -19,7 +19,7 @@ pub(crate) fn matmul_ref(a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize),
     c
 }
 
-fn shapes(m: usize, k: usize, n: usize, ta: bool, tb: bool) -> (Vec<usize>, Vec<usize>) {
+pub(crate) fn shapes(m: usize, k: usize, n: usize, ta: bool, tb: bool) -> (Vec<usize>, Vec<usize>) {
     (if ta { vec![k, m] } else { vec![m, k] }, if tb { vec![n, k] } else { vec![k, n] })
 }
 
@@ -53,7 +53,7 @@ fn matmul_in_every_transpose_combination() {
 fn matmul_through_every_tile_and_k_split() {
     for tile in Tile::ALL {
         for splits in [1, 2, 5] {
-            let opts = GemmOptions { tile: Some(tile), splits: Some(splits) };
+            let opts = GemmOptions { tile: Some(tile), splits: Some(splits), ..Default::default() };
             for (ta, tb) in [(false, false), (true, true)] {
                 check_matmul((65, 70, 67), ta, tb, &opts, 30);
                 check_matmul((132, 48, 68), ta, tb, &opts, 31);

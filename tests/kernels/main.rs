@@ -3,6 +3,7 @@
 mod batchnorm;
 mod common;
 mod conv2d;
+mod coop;
 mod dense;
 mod elementwise;
 mod reduce;

@@ -62,7 +62,7 @@ fn gemm_takes_every_path() {
             let g = random_conv(&mut r);
             let case = format!("{variant} seed {SEED:#x} conv {i}: {g:?}");
             check(&g, &GemmOptions::default(), &case, SEED + i);
-            let opts = GemmOptions { tile: Some(pick(&mut r, &Tile::ALL)), splits: Some(r.random_range(1..5)) };
+            let opts = GemmOptions { tile: Some(pick(&mut r, &Tile::ALL)), splits: Some(r.random_range(1..5)), ..Default::default() };
             check(&g, &opts, &format!("{case} {opts:?}"), SEED + i);
         }
         // The stride-2 input gradient's phase products on large row counts (batch 250: the
@@ -79,7 +79,7 @@ fn gemm_takes_every_path() {
             check_matmul(mkn, ta, tb, &GemmOptions::default(), SEED);
         }
         // A full grid (256 tiles of 32 x 32) over a long K splits to fill more waves.
-        check_matmul((512, 4096, 512), false, false, &GemmOptions { tile: Some(Tile::M32N32), splits: None }, SEED);
+        check_matmul((512, 4096, 512), false, false, &GemmOptions { tile: Some(Tile::M32N32), splits: None, ..Default::default() }, SEED);
         // Bias in the tile and through the split-K reduce; column sums in one and many chunks.
         dense_with_bias(&mut r, (5, 17, 10), variant);
         dense_with_bias(&mut r, (6, 2048, 12), variant);
@@ -97,7 +97,7 @@ fn gemm_takes_every_path() {
     // past the software adapter's 128 MiB bindings) folds its grid.
     if test_selection().is_some() {
         on_device(devices()[1].clone(), || {
-            check_matmul((65_535 * 64 + 64, 32, 16), false, false, &GemmOptions { tile: Some(Tile::M64N16), splits: Some(2) }, SEED);
+            check_matmul((65_535 * 64 + 64, 32, 16), false, false, &GemmOptions { tile: Some(Tile::M64N16), splits: Some(2), ..Default::default() }, SEED);
         });
     }
     // A reduce over more than 65,535 * 256 quads binds more than 128 MiB of output. The
@@ -115,7 +115,7 @@ fn gemm_takes_every_path() {
 #[test]
 fn gemm_on_a_folded_grid_matches_f64() {
     take_paths();
-    let folded = GemmOptions { tile: Some(Tile::M64N16), splits: Some(1) };
+    let folded = GemmOptions { tile: Some(Tile::M64N16), splits: Some(1), ..Default::default() };
     on_device(devices()[1].clone(), || {
         check_matmul((64 * 65_536 + 1, 4, 4), false, false, &folded, SEED);
     });

@@ -1,0 +1,163 @@
+// `gemm` on tensor cores: the same tiles, gathers, K split and stores as conv2d.wgsl (this
+// file is appended to it, after `enable f16; enable wgpu_cooperative_matrix;`), with the
+// product done by 16x16x16 cooperative matrices: f16 operands, f32 accumulation.
+//
+// Each K step's quads are fetched in f32 by the gathers of conv2d.wgsl and rounded to f16 on
+// their way into workgroup memory (a value past f16's range becomes infinite: the mixed
+// precision policy's loss scaling keeps gradients inside it). The tiles keep conv2d.wgsl's
+// k-major order, which is a column-major A (element (m, k) at k * AS + m) and a row-major B
+// (element (k, n) at k * BS + n), so each 16x16 block loads with the tile row as its stride.
+// The rows are padded by 8 halves (16 bytes) so that a block's 16 rows start in different
+// banks.
+//
+// Subgroup s (the host runs this only where subgroups have 32 invocations, so a tile of
+// THREADS invocations has THREADS / 32 of them, one per 32x32 region) owns rows
+// (s / (BN / 32)) * 32 and columns (s % (BN / 32)) * 32 of the tile: 2 x 2 accumulators.
+// At the end the accumulators go through workgroup memory, one 16x16 block of each subgroup
+// at a time, so that every invocation stores quads with conv2d.wgsl's `store` (bias, phase
+// rows, partial splits, edges).
+
+override AS: u32 = BM + 8u;
+override BS: u32 = BN + 8u;
+var<workgroup> a16: array<f16, 2u * BK * AS>;
+var<workgroup> b16: array<f16, 2u * BK * BS>;
+var<workgroup> c_stage: array<f32, THREADS * 8u>;
+
+// `store_a` of conv2d.wgsl into the f16 tile; `base` counts elements.
+fn store_a16(lid: u32, base: u32) {
+    for (var s = 0u; s < A_SLOTS; s++) {
+        let l = lid + s * THREADS;
+        let v = vec4<f16>(a_reg[s]);
+        var at: u32;
+        var along: u32; // distance between the quad's four elements
+        if (a_is_m_contiguous()) {
+            at = base + (l / (BM / 4u)) * AS + (l % (BM / 4u)) * 4u;
+            along = 1u;
+        } else {
+            at = base + (l % (BK / 4u)) * 4u * AS + l / (BK / 4u);
+            along = AS;
+        }
+        a16[at] = v.x;
+        a16[at + along] = v.y;
+        a16[at + 2u * along] = v.z;
+        a16[at + 3u * along] = v.w;
+    }
+}
+
+fn store_b16(lid: u32, base: u32) {
+    for (var s = 0u; s < B_SLOTS; s++) {
+        let l = lid + s * THREADS;
+        let v = vec4<f16>(b_reg[s]);
+        var at: u32;
+        var along: u32;
+        if (B_KIND == B_ROWS) {
+            at = base + (l / (BN / 4u)) * BS + (l % (BN / 4u)) * 4u;
+            along = 1u;
+        } else {
+            at = base + (l % (BK / 4u)) * 4u * BS + l / (BK / 4u);
+            along = BS;
+        }
+        b16[at] = v.x;
+        b16[at + along] = v.y;
+        b16[at + 2u * along] = v.z;
+        b16[at + 3u * along] = v.w;
+    }
+}
+
+@compute @workgroup_size(THREADS)
+fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32, @builtin(subgroup_id) sg: u32) {
+    let tile = wid.x + wid.y * nwg.x;
+    if (tile >= p.tiles_m * p.tiles_n * p.splits) {
+        return; // uniform: the whole workgroup leaves
+    }
+    let tn = tile % p.tiles_n;
+    let rest = tile / p.tiles_n;
+    let tm = rest % p.tiles_m;
+    let split = rest / p.tiles_m;
+    let m0 = tm * BM;
+    let n0 = tn * BN;
+    let k_begin = split * p.k_chunk;
+    let k_end = min(k_begin + p.k_chunk, p.k);
+
+    let fast = conv_fast();
+    if (fast) {
+        init_conv_loads(m0, k_begin, lid);
+        fetch_a_conv(k_begin, lid);
+    } else {
+        fetch_a(m0, k_begin, lid);
+    }
+    fetch_b(n0, k_begin, lid);
+    store_a16(lid, 0u);
+    store_b16(lid, 0u);
+    workgroupBarrier();
+
+    let rm = (sg / (BN / 32u)) * 32u;
+    let rn = (sg % (BN / 32u)) * 32u;
+    var c00 = coop_mat16x16<f32, C>();
+    var c01 = coop_mat16x16<f32, C>();
+    var c10 = coop_mat16x16<f32, C>();
+    var c11 = coop_mat16x16<f32, C>();
+    var buf = 0u;
+    for (var k0 = k_begin; k0 < k_end; k0 += BK) {
+        let more = k0 + BK < k_end;
+        if (more) {
+            if (fast) {
+                fetch_a_conv(k0 + BK, lid);
+            } else {
+                fetch_a(m0, k0 + BK, lid);
+            }
+            fetch_b(n0, k0 + BK, lid);
+        }
+        for (var kk = 0u; kk < BK; kk += 16u) {
+            // Indices bound to lets first: naga 30's SPIR-V writer fails on an index written
+            // inside the load's pointer argument (../shared/gpu-facts.md).
+            let ia0 = buf * BK * AS + kk * AS + rm;
+            let ia1 = ia0 + 16u;
+            let ib0 = buf * BK * BS + kk * BS + rn;
+            let ib1 = ib0 + 16u;
+            let a0 = coopLoad<coop_mat16x16<f16, A>>(&a16[ia0], AS);
+            let a1 = coopLoad<coop_mat16x16<f16, A>>(&a16[ia1], AS);
+            let b0 = coopLoadT<coop_mat16x16<f16, B>>(&b16[ib0], BS);
+            let b1 = coopLoadT<coop_mat16x16<f16, B>>(&b16[ib1], BS);
+            c00 = coopMultiplyAdd(a0, b0, c00);
+            c01 = coopMultiplyAdd(a0, b1, c01);
+            c10 = coopMultiplyAdd(a1, b0, c10);
+            c11 = coopMultiplyAdd(a1, b1, c11);
+        }
+        if (more) {
+            store_a16(lid, (1u - buf) * BK * AS);
+            store_b16(lid, (1u - buf) * BK * BS);
+        }
+        workgroupBarrier();
+        buf = 1u - buf;
+    }
+
+    // Four rounds, one accumulator of every subgroup each: its 16x16 block row-major at
+    // c_stage[sg * 256], then two quads per invocation out through `store`.
+    let base = split * p.m * p.n;
+    let stage = sg * 256u;
+    for (var round = 0u; round < 4u; round++) {
+        switch round {
+            case 0u: { coopStoreT(c00, &c_stage[stage], 16u); }
+            case 1u: { coopStoreT(c01, &c_stage[stage], 16u); }
+            case 2u: { coopStoreT(c10, &c_stage[stage], 16u); }
+            default: { coopStoreT(c11, &c_stage[stage], 16u); }
+        }
+        workgroupBarrier();
+        for (var j = 0u; j < 2u; j++) {
+            let v = lid + j * THREADS;
+            let owner = v / 64u;
+            let within = v % 64u;
+            let row = (owner / (BN / 32u)) * 32u + (round / 2u) * 16u + within / 4u;
+            let col = (owner % (BN / 32u)) * 32u + (round % 2u) * 16u + (within % 4u) * 4u;
+            let m = m0 + row;
+            let n = n0 + col;
+            if (m < p.m && n < p.n) {
+                let at = owner * 256u + within * 4u;
+                store(base, m, n, vec4<f32>(c_stage[at], c_stage[at + 1u], c_stage[at + 2u], c_stage[at + 3u]));
+            }
+        }
+        workgroupBarrier();
+    }
+}
