@@ -134,3 +134,82 @@ fn three_replicas_match_one_device_with_uneven_and_idle_shares() {
     let d = rel_diff(&single, &parallel);
     assert!(d < 1e-4, "relative difference {d:.2e}");
 }
+
+/// Trains `m` with `fit` on `data` (one epoch, batch 16, no shuffling) and returns its
+/// parameters and moving statistics.
+fn fit_one(m: &mut Sequential, data: &[(Vec<u8>, Vec<u32>)]) -> (Vec<f32>, Vec<f32>) {
+    for (images, labels) in data {
+        m.train_on_batch(images, labels).unwrap();
+    }
+    m.collect(0).unwrap();
+    let (params, states, _) = m.get_weights().unwrap();
+    (params, states)
+}
+
+#[test]
+fn a_replica_left_out_gets_nothing_and_keeps_the_weights_and_statistics_of_one_device() {
+    // A device with speed 0 is set aside (no samples, no exchange: the other trains alone),
+    // and one 1000x slower gets no more than a group's worth; either way the replicas end
+    // with one device's weights, and the moving statistics (weighted by the samples each
+    // replica saw) are the single device's, not diluted by the idle replica's.
+    let data = batches(6, &[16, 16, 16, 16, 16]);
+    let (single, single_states) = fit_one(&mut compiled(true, one()), &data);
+    for speeds in [[1.0, 0.0], [0.0, 1.0]] {
+        let mut m = compiled(true, two());
+        m.set_device_speeds(&speeds).unwrap();
+        let shares = m.device_shares(16);
+        assert_eq!(shares, if speeds[0] == 1.0 { vec![16, 0] } else { vec![0, 16] });
+        let (params, states) = fit_one(&mut m, &data);
+        let samples = m.replica_samples();
+        assert_eq!(samples.iter().sum::<usize>(), 80);
+        assert_eq!(samples.iter().filter(|&&s| s == 0).count(), 1, "{samples:?}");
+        let (dp, ds) = (rel_diff(&single, &params), rel_diff(&single_states, &states));
+        eprintln!("speeds {speeds:?}: weights {dp:.2e}, moving statistics {ds:.2e} from one device");
+        assert!(dp < 1e-5, "weights differ from one device's by {dp:.2e}");
+        assert!(ds < 1e-5, "moving statistics differ from one device's by {ds:.2e}");
+        // Every replica holds the same weights afterwards, the one set aside included.
+        let each = m.replica_weights().unwrap();
+        assert_eq!(each[0].0, each[1].0, "the replica set aside did not take the trained weights");
+        assert_eq!(each[0].1, each[1].1);
+        // It rejoins with them: an even split from here matches one device without BatchNorm.
+    }
+    let data = batches(7, &[16, 16, 16, 16]);
+    let (single, _) = train(&mut compiled(false, one()), &data);
+    let mut m = compiled(false, two());
+    m.set_device_speeds(&[1.0, 0.0]).unwrap();
+    let (_, _) = train(&mut m, &data[..2]);
+    m.set_device_speeds(&[1.0, 1.0]).unwrap();
+    let (parallel, _) = train(&mut m, &data[2..]);
+    assert_eq!(m.replica_samples(), vec![48, 16]);
+    let d = rel_diff(&single, &parallel);
+    assert!(d < 1e-4, "rejoined replica: relative difference {d:.2e}");
+
+    // 1:1000 with the split as it is: the slow replica gets the least a share can be.
+    let mut m = compiled(true, two());
+    m.set_device_speeds(&[1.0, 0.001]).unwrap();
+    assert_eq!(m.device_shares(16), vec![15, 1]);
+    assert_eq!(m.device_shares(128), vec![120, 8]);
+    assert!(m.set_device_speeds(&[0.0, 0.0]).is_err(), "every device left out");
+    assert!(m.set_device_speeds(&[1.0, -1.0]).is_err());
+}
+
+#[test]
+fn fit_decides_the_split_before_training_and_never_runs_slower_than_one_device() {
+    // Two replicas on one lavapipe, unfixed: `fit` measures the adapter before its first
+    // step; replicas sharing an adapter are kept or left out together, split evenly.
+    use convoy::model::FitOptions;
+    let mut m = compiled(true, two());
+    let b = batches(8, &[64]);
+    let data = Arc::new(convoy::data::InMemory::new(b[0].0.clone(), b[0].1.clone(), [6, 6, 3], (0..4).map(|c| c.to_string()).collect(), "test").unwrap());
+    assert!(!m.split_decided());
+    let h = m.fit(data, FitOptions { epochs: 1, batch_size: 16, verbose: 0, ..Default::default() }).unwrap();
+    assert!(m.split_decided());
+    let shares = m.device_shares(16);
+    eprintln!("fit chose {shares:?}, samples {:?}", m.replica_samples());
+    assert_eq!(shares, vec![8, 8]);
+    assert_eq!(m.replica_samples().iter().sum::<usize>(), 64);
+    assert!(h.history().values().all(|v| v.iter().all(|x| x.is_finite())));
+    let each = m.replica_weights().unwrap();
+    assert_eq!(each[0].0, each[1].0);
+    assert_eq!(each[0].1, each[1].1);
+}
