@@ -149,16 +149,17 @@ fn fit_one(m: &mut Sequential, data: &[(Vec<u8>, Vec<u32>)]) -> (Vec<f32>, Vec<f
 #[test]
 fn a_replica_left_out_gets_nothing_and_keeps_the_weights_and_statistics_of_one_device() {
     // A device with speed 0 is set aside (no samples, no exchange: the other trains alone),
-    // and one 1000x slower gets no more than a group's worth; either way the replicas end
+    // and so is one 1000x slower (under 1/64 of the fastest); either way the replicas end
     // with one device's weights, and the moving statistics (weighted by the samples each
     // replica saw) are the single device's, not diluted by the idle replica's.
     let data = batches(6, &[16, 16, 16, 16, 16]);
     let (single, single_states) = fit_one(&mut compiled(true, one()), &data);
-    for speeds in [[1.0, 0.0], [0.0, 1.0]] {
+    for speeds in [[1.0, 0.0], [0.0, 1.0], [1.0, 0.001]] {
         let mut m = compiled(true, two());
         m.set_device_speeds(&speeds).unwrap();
         let shares = m.device_shares(16);
         assert_eq!(shares, if speeds[0] == 1.0 { vec![16, 0] } else { vec![0, 16] });
+        assert_eq!(m.device_shares(128), if speeds[0] == 1.0 { vec![128, 0] } else { vec![0, 128] });
         let (params, states) = fit_one(&mut m, &data);
         let samples = m.replica_samples();
         assert_eq!(samples.iter().sum::<usize>(), 80);
@@ -184,11 +185,10 @@ fn a_replica_left_out_gets_nothing_and_keeps_the_weights_and_statistics_of_one_d
     let d = rel_diff(&single, &parallel);
     assert!(d < 1e-4, "rejoined replica: relative difference {d:.2e}");
 
-    // 1:1000 with the split as it is: the slow replica gets the least a share can be.
+    // 1:20 stays in: only the ratio is known, and it may help.
     let mut m = compiled(true, two());
-    m.set_device_speeds(&[1.0, 0.001]).unwrap();
-    assert_eq!(m.device_shares(16), vec![15, 1]);
-    assert_eq!(m.device_shares(128), vec![120, 8]);
+    m.set_device_speeds(&[1.0, 0.05]).unwrap();
+    assert_eq!(m.device_shares(128), vec![112, 16]);
     assert!(m.set_device_speeds(&[0.0, 0.0]).is_err(), "every device left out");
     assert!(m.set_device_speeds(&[1.0, -1.0]).is_err());
 }

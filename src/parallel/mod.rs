@@ -15,8 +15,16 @@
 //!
 //! BatchNorm's moving statistics are per replica while an epoch runs (each sees its own
 //! share of the batch, as in PyTorch DDP without SyncBatchNorm); they are averaged across
-//! replicas at the end of every epoch and before any evaluation or save, so every replica
-//! and every saved model holds the same values. The price: with BatchNorm, a replica's
+//! the replicas that trained at the end of every epoch and before any evaluation or save
+//! (one that saw no sample weighs nothing), so every replica and every saved model holds
+//! the same values.
+//!
+//! Which replicas take part is decided before training (`ReplicaSet::calibrate`, called by
+//! `fit` on its first batch): a device whose share cannot make the step faster, counting
+//! its fixed cost and the exchange, is set aside for the run (`split::choose`). A replica
+//! set aside runs nothing and takes no part in the exchange (with one replica left there is
+//! none); it takes the trained weights and optimizer state at the next sync or when it
+//! rejoins. The price: with BatchNorm, a replica's
 //! gradients use its share's batch statistics, so two replicas do not reproduce one device
 //! (3.9e-2 relative weight difference after 5 steps of batch 16 split 8 + 8). What they do
 //! is checked exactly: the f64 reference of `crate::check` computes each share with its own
@@ -33,7 +41,7 @@ use std::time::{Duration, Instant};
 use rayon::prelude::*;
 
 pub use replica::{HostBatch, Replica, StepOutput, NO_UPDATE};
-pub use split::{choose, split, StepCost};
+pub use split::{choose, drop_negligible, split, StepCost};
 
 use crate::kernels::optimizer::Hyper;
 use crate::model::plan::Definition;
@@ -101,14 +109,14 @@ impl ReplicaSet {
     }
 
     /// Fixes the batch split to these relative speeds (one per replica) instead of measuring.
-    /// A speed of 0 sets the replica aside: it gets no samples and takes no part in the
+    /// A speed of 0, or one under 1/64 of the fastest ([`drop_negligible`]), sets the replica aside: it gets no samples and takes no part in the
     /// exchange (with one replica left, there is none), and its weights are brought up to
     /// date when the statistics are synced or when it gets samples again.
     pub fn set_speeds(&mut self, speeds: &[f64]) -> Result<()> {
         if speeds.len() != self.replicas.len() || speeds.iter().any(|s| !(s.is_finite() && *s >= 0.0)) || !speeds.iter().any(|&s| s > 0.0) {
             crate::bail!(Config, "need {} speeds, each positive or 0 (left out), at least one positive, got {speeds:?}", self.replicas.len());
         }
-        self.speed = speeds.to_vec();
+        self.speed = drop_negligible(speeds);
         self.fixed_split = true;
         Ok(())
     }
@@ -446,8 +454,15 @@ impl ReplicaSet {
             let s: f64 = parts.iter().map(|&r| v[r]).sum();
             (0..v.len()).map(|r| if parts.contains(&r) { v[r] / s } else { 0.0 }).collect()
         };
-        let (now, want) = (norm(&self.speed), norm(&self.measured));
+        let (now, want) = (norm(&self.speed), drop_negligible(&norm(&self.measured)));
         if parts.iter().any(|&r| (now[r] - want[r]).abs() > 0.1 * now[r]) {
+            let fastest = (0..want.len()).max_by(|&a, &b| want[a].total_cmp(&want[b])).unwrap_or(0);
+            for &r in &parts {
+                if want[r] == 0.0 {
+                    let ratio = want[fastest] / (self.measured[r] / parts.iter().map(|&p| self.measured[p]).sum::<f64>()).max(1e-12);
+                    eprintln!("{}: {} slower than {}, left out (choose with --devices)", self.replicas[r].device.name(), format_ratio(ratio), self.replicas[fastest].device.name());
+                }
+            }
             self.speed = want;
         }
         self.steps_since_resplit = 0;

@@ -57,6 +57,17 @@ fn proportional(n: usize, speed: &[f64]) -> Vec<usize> {
     counts.iter().map(|c| c + 1).collect()
 }
 
+/// Speeds with every replica slower than 1/64 of the fastest set to 0 (aside). Given its
+/// exact proportional share, such a replica would do under 1.6% of the batch, one sample
+/// of a batch of 64 or a group of 8 of 512, while the step still waits for its readback,
+/// the host exchange and its update: it cannot make the step faster. This is the rule for
+/// speeds known only as ratios (fixed by the user, or measured while training); with
+/// measured costs, [`choose`] decides.
+pub fn drop_negligible(speed: &[f64]) -> Vec<f64> {
+    let max = speed.iter().copied().fold(0.0, f64::max);
+    speed.iter().map(|&s| if s * 64.0 < max { 0.0 } else { s }).collect()
+}
+
 /// A replica's measured step time on `n` samples: `fixed + n * per_sample` seconds (the
 /// fixed part is dispatch, staging and submission, which a share of one sample still pays).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -119,7 +130,7 @@ pub fn choose(batch: usize, cost: &[StepCost], exchange: impl Fn(usize) -> f64, 
 
 #[cfg(test)]
 mod tests {
-    use super::{choose, split, StepCost};
+    use super::{choose, drop_negligible, split, StepCost};
 
     #[test]
     fn splits_cover_the_batch_and_follow_speed() {
@@ -150,6 +161,14 @@ mod tests {
             assert!(n < 2 || s[2] >= 1, "{n}: {s:?}");
         }
         assert_eq!(split(128, &[0.0, 0.0]), vec![0, 0]);
+        // Ratios alone: from 1:64 on, the slow replica is left out.
+        for (ratio, kept) in [(1.0, true), (3.0, true), (20.0, true), (63.0, true), (65.0, false), (700.0, false), (1000.0, false)] {
+            let s = drop_negligible(&[1.0, 1.0 / ratio]);
+            assert_eq!(s[1] > 0.0, kept, "1:{ratio}");
+            assert_eq!(s[0], 1.0);
+            assert_eq!(split(128, &s)[1] > 0, kept, "1:{ratio}");
+        }
+        assert_eq!(drop_negligible(&[0.001, 1.0, 0.5]), vec![0.0, 1.0, 0.5]);
     }
 
     /// A fast replica of 1 ms fixed and 0.1 ms a sample, and one `ratio` times slower in
