@@ -213,3 +213,31 @@ fn fit_decides_the_split_before_training_and_never_runs_slower_than_one_device()
     assert_eq!(each[0].0, each[1].0);
     assert_eq!(each[0].1, each[1].1);
 }
+
+#[test]
+fn fit_sets_aside_a_device_too_slow_to_help_and_says_so() {
+    // Replica 1 made an adapter of its own, 0.3 s slower a step when fit times it: it cannot
+    // make a step of a few milliseconds faster, so it gets nothing, there is no exchange, and
+    // the run ends as one device's would, the idle replica holding the same weights.
+    use convoy::model::FitOptions;
+    let b = batches(9, &[64]);
+    let data = || Arc::new(convoy::data::InMemory::new(b[0].0.clone(), b[0].1.clone(), [6, 6, 3], (0..4).map(|c| c.to_string()).collect(), "test").unwrap());
+    let opts = || FitOptions { epochs: 1, batch_size: 16, verbose: 0, shuffle: false, ..Default::default() };
+    let mut single = compiled(true, one());
+    single.fit(data(), opts()).unwrap();
+    let (p1, s1, _) = single.get_weights().unwrap();
+    let mut m = compiled(true, two());
+    m.simulate_slow_device(1, 0.3).unwrap();
+    m.fit(data(), opts()).unwrap();
+    assert_eq!(m.device_shares(16), vec![16, 0]);
+    assert_eq!(m.replica_samples(), vec![64, 0]);
+    let notes = m.devices_left_out();
+    eprintln!("{notes:?}");
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(notes[0].contains("x slower than") && notes[0].ends_with("left out (choose with --devices)"), "{notes:?}");
+    let (p2, s2, _) = m.get_weights().unwrap();
+    assert!(rel_diff(&p1, &p2) < 1e-5, "weights {:.2e} from one device", rel_diff(&p1, &p2));
+    assert!(rel_diff(&s1, &s2) < 1e-5, "moving statistics {:.2e} from one device", rel_diff(&s1, &s2));
+    let each = m.replica_weights().unwrap();
+    assert_eq!(each[0], each[1]);
+}

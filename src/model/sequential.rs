@@ -360,6 +360,24 @@ impl Sequential {
         self.compiled.as_ref().is_some_and(|c| c.replicas.split_decided())
     }
 
+    /// The devices set aside for being too slow to help, each as it was said once on stderr
+    /// (`llvmpipe: 700x slower than NVIDIA H100, left out (choose with --devices)`).
+    pub fn devices_left_out(&self) -> Vec<String> {
+        self.compiled.as_ref().map(|c| c.replicas.left_out.clone()).unwrap_or_default()
+    }
+
+    /// Tests only: adds `seconds` to every timed step of device `replica` when `fit`
+    /// measures the devices, simulating a slow adapter of its own.
+    #[doc(hidden)]
+    pub fn simulate_slow_device(&mut self, replica: usize, seconds: f64) -> Result<()> {
+        let c = self.compiled()?;
+        if replica >= c.replicas.len() {
+            bail!(Config, "no device {replica}");
+        }
+        c.replicas.calibration_delay[replica] = seconds;
+        Ok(())
+    }
+
     /// Training samples each device has processed.
     pub fn replica_samples(&self) -> Vec<usize> {
         self.compiled.as_ref().map(|c| c.replicas.samples.clone()).unwrap_or_default()

@@ -91,6 +91,11 @@ pub struct ReplicaSet {
     book: std::sync::Mutex<(Vec<usize>, Vec<bool>)>,
     /// Whether the split was decided from a measurement (`calibrate`) or fixed by the user.
     calibrated: bool,
+    /// The messages said when replicas were set aside, in order.
+    pub left_out: Vec<String>,
+    /// Seconds added to each timed calibration step per replica: a simulated slow device
+    /// for tests (a replica with a delay counts as an adapter of its own).
+    pub calibration_delay: Vec<f64>,
     /// Accumulated host-side timing per replica since the last `take_timing`.
     timing: Vec<StepTiming>,
 }
@@ -98,7 +103,7 @@ pub struct ReplicaSet {
 impl ReplicaSet {
     pub fn new(replicas: Vec<Replica>) -> Self {
         let n = replicas.len();
-        ReplicaSet { replicas, speed: vec![1.0; n], measured: vec![0.0; n], steps_since_resplit: 0, resplits_due: 6, fixed_split: false, pending_exchange: None, in_flight: Default::default(), finished: Default::default(), sync_last: false, samples: vec![0; n], timing: vec![StepTiming::default(); n], book: std::sync::Mutex::new((vec![0; n], vec![true; n])), calibrated: false }
+        ReplicaSet { replicas, speed: vec![1.0; n], measured: vec![0.0; n], steps_since_resplit: 0, resplits_due: 6, fixed_split: false, pending_exchange: None, in_flight: Default::default(), finished: Default::default(), sync_last: false, samples: vec![0; n], timing: vec![StepTiming::default(); n], book: std::sync::Mutex::new((vec![0; n], vec![true; n])), calibrated: false, left_out: Vec::new(), calibration_delay: vec![0.0; n] }
     }
 
     pub fn len(&self) -> usize {
@@ -153,6 +158,7 @@ impl ReplicaSet {
         let n = labels.len();
         let sample = images.len() / n;
         let small = if n >= 32 { (n / 8).div_ceil(8) * 8 } else { n.div_ceil(2) }.min(n);
+        let delay = self.calibration_delay.clone();
         let time_of = |rep: &mut Replica, k: usize| -> Result<f64> {
             let batch = HostBatch { images: &images[..k * sample], labels: &labels[..k] };
             let mut grads = Vec::new();
@@ -162,6 +168,7 @@ impl ReplicaSet {
                 rep.run_step(def, &batch, true, NO_UPDATE, step, 1.0 / n as f32, true)?;
                 rep.take_gradients(&mut grads)?;
                 while rep.collect()?.is_some() {}
+                std::thread::sleep(Duration::from_secs_f64(delay[rep.device.ordinal.min(delay.len() - 1)]));
                 t = t0.elapsed().as_secs_f64();
             }
             Ok(t)
@@ -172,7 +179,8 @@ impl ReplicaSet {
         // replica, and kept or left out as a whole; its replicas split its share evenly.
         let key = |r: &Replica| {
             let i = r.device.info();
-            (i.name.clone(), i.vendor, i.device, i.device_pci_bus_id.clone(), format!("{:?}", i.backend))
+            let own = if delay.get(r.device.ordinal).is_some_and(|&d| d > 0.0) { Some(r.device.ordinal) } else { None };
+            (i.name.clone(), i.vendor, i.device, i.device_pci_bus_id.clone(), format!("{:?}", i.backend), own)
         };
         let mut groups: Vec<Vec<usize>> = Vec::new();
         for r in 0..self.replicas.len() {
@@ -210,7 +218,9 @@ impl ReplicaSet {
         for (g, members) in groups.iter().enumerate() {
             if group_speed[g] == 0.0 {
                 let ratio = cost[g].time(n) / cost[order[0]].time(n);
-                eprintln!("{}: {} slower than {}, left out (choose with --devices)", self.replicas[members[0]].device.name(), format_ratio(ratio), fastest.device.name());
+                let note = format!("{}: {} slower than {}, left out (choose with --devices)", self.replicas[members[0]].device.name(), format_ratio(ratio), fastest.device.name());
+                eprintln!("{note}");
+                self.left_out.push(note);
             }
             for &r in members {
                 speed[r] = group_speed[g] / members.len() as f64;
@@ -460,7 +470,9 @@ impl ReplicaSet {
             for &r in &parts {
                 if want[r] == 0.0 {
                     let ratio = want[fastest] / (self.measured[r] / parts.iter().map(|&p| self.measured[p]).sum::<f64>()).max(1e-12);
-                    eprintln!("{}: {} slower than {}, left out (choose with --devices)", self.replicas[r].device.name(), format_ratio(ratio), self.replicas[fastest].device.name());
+                    let note = format!("{}: {} slower than {}, left out (choose with --devices)", self.replicas[r].device.name(), format_ratio(ratio), self.replicas[fastest].device.name());
+                    eprintln!("{note}");
+                    self.left_out.push(note);
                 }
             }
             self.speed = want;
