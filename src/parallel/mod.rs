@@ -588,8 +588,14 @@ impl ReplicaSet {
     }
 
     /// Copies the weights and optimizer state of a current replica to every replica that
-    /// missed updates while set aside. The caller has settled the set.
+    /// missed updates while set aside. With a step in flight or an exchange pending (a
+    /// `get_weights` between `train_on_batch_async` and `collect(0)`) it copies nothing and
+    /// the replicas stay marked, so no replica takes weights an update has yet to reach;
+    /// `train_step` settles before a replica rejoins.
     pub fn broadcast_weights(&self) -> Result<()> {
+        if self.pending_exchange.is_some() || !self.in_flight.is_empty() {
+            return Ok(());
+        }
         let (stale, fresh): (Vec<usize>, Vec<usize>) = {
             let book = self.book.lock().unwrap();
             (0..self.replicas.len()).partition(|&r| !book.1[r])
