@@ -69,6 +69,15 @@ fn resolve_accepts_every_selection_form() {
 
     let list = device::resolve(&format!("{0},{0}", soft.index), &all).unwrap();
     assert_eq!(list.len(), 2, "a list picks each entry");
+
+    // `software` and `software:N` inside a list, in order.
+    let mixed = device::resolve("0,software", &all).unwrap();
+    assert_eq!(mixed.iter().map(|a| a.index).collect::<Vec<_>>(), vec![0, soft.index]);
+    let mixed = device::resolve(&format!("software:2, {}", soft.index), &all).unwrap();
+    assert_eq!(mixed.len(), 3);
+    assert!(mixed.iter().all(|a| a.index == soft.index));
+    assert!(device::resolve("0,software:0", &all).is_err());
+    assert!(device::resolve("0,softwarex", &all).is_err());
 }
 
 #[test]

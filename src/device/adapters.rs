@@ -135,21 +135,23 @@ pub fn resolve(selection: &str, all: &[AdapterEntry]) -> Result<Vec<AdapterEntry
     if sel.is_empty() || sel == "all" {
         return Ok(default_set(all));
     }
-    if let Some(rest) = sel.strip_prefix("software") {
-        let n = match rest.strip_prefix(':') {
-            None if rest.is_empty() => 1,
-            Some(n) => n.parse::<usize>().ok().filter(|&n| (1..=64).contains(&n)).ok_or_else(|| {
-                Error::Device(format!("`{sel}`: expected software:N with N from 1 to 64"))
-            })?,
-            _ => return Err(Error::Device(format!("`{sel}`: expected `software` or `software:N`"))),
-        };
-        let soft = all.iter().find(|a| a.is_software()).ok_or_else(|| {
-            Error::Device(format!("`{sel}`: no software adapter found (install mesa-vulkan-drivers for lavapipe)"))
-        })?;
-        return Ok(vec![soft.clone(); n]);
-    }
     let mut chosen = Vec::new();
     for part in sel.split(',').map(str::trim) {
+        // `software` and `software:N` anywhere in a list (`0,software`).
+        if let Some(rest) = part.strip_prefix("software") {
+            let n = match rest.strip_prefix(':') {
+                None if rest.is_empty() => 1,
+                Some(n) => n.parse::<usize>().ok().filter(|&n| (1..=64).contains(&n)).ok_or_else(|| {
+                    Error::Device(format!("`{part}`: expected software:N with N from 1 to 64"))
+                })?,
+                _ => return Err(Error::Device(format!("`{part}`: expected `software` or `software:N`"))),
+            };
+            let soft = all.iter().find(|a| a.is_software()).ok_or_else(|| {
+                Error::Device(format!("`{part}`: no software adapter found (install mesa-vulkan-drivers for lavapipe)"))
+            })?;
+            chosen.extend(std::iter::repeat_n(soft.clone(), n));
+            continue;
+        }
         let hit: Vec<_> = if let Ok(i) = part.parse::<usize>() {
             all.iter().filter(|a| a.index == i).cloned().collect()
         } else {

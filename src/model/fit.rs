@@ -254,6 +254,12 @@ impl Sequential {
                 shares.wait += t_wait.elapsed().as_secs_f64();
                 stop |= hook!(on_batch_begin(b));
                 self.compiled()?.learning_rate = lr;
+                // The split is decided on the first batch, before its step.
+                if !self.compiled()?.replicas.split_decided() {
+                    let def = &self.def;
+                    let c = self.compiled.as_mut().expect("checked above");
+                    c.replicas.calibrate(def, &batch.images, &batch.labels, c.step as u32)?;
+                }
                 let timing = self.train_on_batch_async(&batch.images, &batch.labels)?;
                 // The slowest replica sets the pace of each phase.
                 shares.compute += timing.iter().map(|t| t.upload).fold(0.0, f64::max);
@@ -386,7 +392,8 @@ impl Sequential {
         for batch in loader {
             let batch = batch?;
             let hb = HostBatch { images: &batch.images, labels: &batch.labels };
-            let logits = c.replicas.replicas[0].logits(def, &hb)?;
+            let lead = c.replicas.lead();
+            let logits = c.replicas.replicas[lead].logits(def, &hb)?;
             for row in logits.chunks(classes) {
                 let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
                 let e: Vec<f32> = row.iter().map(|v| (v - m).exp()).collect();

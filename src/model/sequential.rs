@@ -260,7 +260,9 @@ impl Sequential {
         let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
         c.check_batch("compute_gradients: a batch of", labels.len())?;
         c.replicas.settle()?;
-        let r = &mut c.replicas.replicas[0];
+        c.replicas.broadcast_weights()?;
+        let lead = c.replicas.lead();
+        let r = &mut c.replicas.replicas[lead];
         let batch = crate::parallel::HostBatch { images, labels };
         r.run_step(def, &batch, true, crate::parallel::NO_UPDATE, c.step as u32, 1.0 / labels.len() as f32, true)?;
         let mut grads = Vec::new();
@@ -277,7 +279,9 @@ impl Sequential {
         let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
         c.check_batch("profile: a batch of", labels.len())?;
         c.replicas.settle()?;
-        let r = &mut c.replicas.replicas[0];
+        c.replicas.broadcast_weights()?;
+        let lead = c.replicas.lead();
+        let r = &mut c.replicas.replicas[lead];
         let mut timer = Timestamps::new(&r.device, 2048)
             .ok_or_else(|| crate::Error::Device(format!("{} cannot time kernels: it has no timestamp queries", r.device.name())))?;
         let batch = crate::parallel::HostBatch { images, labels };
@@ -326,7 +330,9 @@ impl Sequential {
     }
 
     /// Fixes how each batch is split across the devices (relative speeds, one per device)
-    /// instead of measuring their speed while training.
+    /// instead of measuring their speed before training. A speed of 0 leaves a device out:
+    /// it gets no samples and no exchange, and takes the trained weights when the moving
+    /// statistics are synced (end of epoch, evaluation, save, `get_weights`).
     pub fn set_device_speeds(&mut self, speeds: &[f64]) -> Result<()> {
         self.compiled()?.replicas.set_speeds(speeds)
     }
@@ -339,6 +345,37 @@ impl Sequential {
     /// Epochs trained, over every `fit` call (and before a save, for a loaded model).
     pub fn compiled_epoch(&self) -> usize {
         self.compiled.as_ref().map(|c| c.epoch).unwrap_or(0)
+    }
+
+    /// Each device's own parameters and moving statistics, as they are (no averaging): after
+    /// a sync (end of epoch, `get_weights`) they are all the same.
+    pub fn replica_weights(&self) -> Result<Vec<(Vec<f32>, Vec<f32>)>> {
+        let c = self.compiled.as_ref().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
+        c.replicas.replicas.iter().map(|r| Ok((r.read_params()?, r.read_states()?))).collect()
+    }
+
+    /// Whether the split across devices is decided: fixed by `set_device_speeds`, measured
+    /// before the first step of a `fit`, or a single device.
+    pub fn split_decided(&self) -> bool {
+        self.compiled.as_ref().is_some_and(|c| c.replicas.split_decided())
+    }
+
+    /// The devices set aside for being too slow to help, each as it was said once on stderr
+    /// (`llvmpipe: 700x slower than NVIDIA H100, left out (choose with --devices)`).
+    pub fn devices_left_out(&self) -> Vec<String> {
+        self.compiled.as_ref().map(|c| c.replicas.left_out.clone()).unwrap_or_default()
+    }
+
+    /// Tests only: adds `seconds` to every timed step of device `replica` when `fit`
+    /// measures the devices, simulating a slow adapter of its own.
+    #[doc(hidden)]
+    pub fn simulate_slow_device(&mut self, replica: usize, seconds: f64) -> Result<()> {
+        let c = self.compiled()?;
+        if replica >= c.replicas.len() {
+            bail!(Config, "no device {replica}");
+        }
+        c.replicas.calibration_delay[replica] = seconds;
+        Ok(())
     }
 
     /// Training samples each device has processed.

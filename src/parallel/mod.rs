@@ -15,8 +15,16 @@
 //!
 //! BatchNorm's moving statistics are per replica while an epoch runs (each sees its own
 //! share of the batch, as in PyTorch DDP without SyncBatchNorm); they are averaged across
-//! replicas at the end of every epoch and before any evaluation or save, so every replica
-//! and every saved model holds the same values. The price: with BatchNorm, a replica's
+//! the replicas that trained at the end of every epoch and before any evaluation or save
+//! (one that saw no sample weighs nothing), so every replica and every saved model holds
+//! the same values.
+//!
+//! Which replicas take part is decided before training (`ReplicaSet::calibrate`, called by
+//! `fit` on its first batch): a device whose share cannot make the step faster, counting
+//! its fixed cost and the exchange, is set aside for the run (`split::choose`). A replica
+//! set aside runs nothing and takes no part in the exchange (with one replica left there is
+//! none); it takes the trained weights and optimizer state at the next sync or when it
+//! rejoins. The price: with BatchNorm, a replica's
 //! gradients use its share's batch statistics, so two replicas do not reproduce one device
 //! (3.9e-2 relative weight difference after 5 steps of batch 16 split 8 + 8). What they do
 //! is checked exactly: the f64 reference of `crate::check` computes each share with its own
@@ -33,7 +41,7 @@ use std::time::{Duration, Instant};
 use rayon::prelude::*;
 
 pub use replica::{HostBatch, Replica, StepOutput, NO_UPDATE};
-pub use split::split;
+pub use split::{choose, drop_negligible, split, StepCost};
 
 use crate::kernels::optimizer::Hyper;
 use crate::model::plan::Definition;
@@ -61,11 +69,13 @@ pub struct ReplicaSet {
     /// Samples per second of device work per replica, smoothed over steps.
     measured: Vec<f64>,
     steps_since_resplit: usize,
+    /// Counts down to the early resplit (at 1), after the first exchanged steps.
+    resplits_due: usize,
     /// Set when the user fixed the split: speeds are then not re-measured.
     fixed_split: bool,
     /// The last step's exchange, finished by the next `train_step` or by `flush`:
-    /// (replicas that ran, their counts, the step's optimizer inputs).
-    pending_exchange: Option<(Vec<usize>, Vec<usize>, Hyper)>,
+    /// (replicas taking part, replicas that ran, their counts, the step's optimizer inputs).
+    pending_exchange: Option<(Vec<usize>, Vec<usize>, Vec<usize>, Hyper)>,
     /// Replicas that ran each step in flight, oldest first.
     in_flight: std::collections::VecDeque<Vec<usize>>,
     /// Steps waited for whose outputs `collect` has not handed out yet, oldest first.
@@ -75,6 +85,17 @@ pub struct ReplicaSet {
     sync_last: bool,
     /// Training samples each replica has processed.
     pub samples: Vec<usize>,
+    /// Per replica: samples since the moving statistics were last averaged (their weight in
+    /// the average), and whether its weights and optimizer state are the current ones (a
+    /// replica set aside misses the updates until `sync_states` or its rejoining copies them).
+    book: std::sync::Mutex<(Vec<usize>, Vec<bool>)>,
+    /// Whether the split was decided from a measurement (`calibrate`) or fixed by the user.
+    calibrated: bool,
+    /// The messages said when replicas were set aside, in order.
+    pub left_out: Vec<String>,
+    /// Seconds added to each timed calibration step per replica: a simulated slow device
+    /// for tests (a replica with a delay counts as an adapter of its own).
+    pub calibration_delay: Vec<f64>,
     /// Accumulated host-side timing per replica since the last `take_timing`.
     timing: Vec<StepTiming>,
 }
@@ -82,7 +103,7 @@ pub struct ReplicaSet {
 impl ReplicaSet {
     pub fn new(replicas: Vec<Replica>) -> Self {
         let n = replicas.len();
-        ReplicaSet { replicas, speed: vec![1.0; n], measured: vec![0.0; n], steps_since_resplit: 0, fixed_split: false, pending_exchange: None, in_flight: Default::default(), finished: Default::default(), sync_last: false, samples: vec![0; n], timing: vec![StepTiming::default(); n] }
+        ReplicaSet { replicas, speed: vec![1.0; n], measured: vec![0.0; n], steps_since_resplit: 0, resplits_due: 6, fixed_split: false, pending_exchange: None, in_flight: Default::default(), finished: Default::default(), sync_last: false, samples: vec![0; n], timing: vec![StepTiming::default(); n], book: std::sync::Mutex::new((vec![0; n], vec![true; n])), calibrated: false, left_out: Vec::new(), calibration_delay: vec![0.0; n] }
     }
 
     pub fn len(&self) -> usize {
@@ -93,12 +114,121 @@ impl ReplicaSet {
     }
 
     /// Fixes the batch split to these relative speeds (one per replica) instead of measuring.
+    /// A speed of 0, or one under 1/64 of the fastest ([`drop_negligible`]), sets the replica aside: it gets no samples and takes no part in the
+    /// exchange (with one replica left, there is none), and its weights are brought up to
+    /// date when the statistics are synced or when it gets samples again.
     pub fn set_speeds(&mut self, speeds: &[f64]) -> Result<()> {
-        if speeds.len() != self.replicas.len() || speeds.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
-            crate::bail!(Config, "need {} positive speeds, got {speeds:?}", self.replicas.len());
+        if speeds.len() != self.replicas.len() || speeds.iter().any(|s| !(s.is_finite() && *s >= 0.0)) || !speeds.iter().any(|&s| s > 0.0) {
+            crate::bail!(Config, "need {} speeds, each positive or 0 (left out), at least one positive, got {speeds:?}", self.replicas.len());
         }
-        self.speed = speeds.to_vec();
+        self.speed = drop_negligible(speeds);
         self.fixed_split = true;
+        Ok(())
+    }
+
+    /// Replicas that take part in training steps now (speed above 0), in order.
+    pub fn active(&self) -> Vec<usize> {
+        (0..self.speed.len()).filter(|&r| self.speed[r] > 0.0).collect()
+    }
+
+    /// The first replica taking part: the one single-device work (gradients, profiles,
+    /// predictions) runs on. Its weights are always current.
+    pub fn lead(&self) -> usize {
+        self.active().first().copied().unwrap_or(0)
+    }
+
+    /// Whether the split has been decided: fixed by the user or measured by `calibrate`.
+    pub fn split_decided(&self) -> bool {
+        self.fixed_split || self.calibrated || self.replicas.len() < 2
+    }
+
+    /// Decides the split before training from a measurement: on each replica alone, a
+    /// training step of a group of samples and one of the whole batch, each run twice (the
+    /// first compiles its pipelines) with the second timed, give its fixed and per-sample
+    /// cost; the host exchange is timed on the host's memory. [`choose`] then keeps the
+    /// replicas whose inclusion makes the step faster; the others are set aside for the run,
+    /// each said once on stderr. The steps update nothing (no optimizer step; the moving
+    /// statistics are put back).
+    pub fn calibrate(&mut self, def: &Definition, images: &[u8], labels: &[u32], step: u32) -> Result<()> {
+        if self.split_decided() || labels.is_empty() {
+            self.calibrated = true;
+            return Ok(());
+        }
+        self.settle()?;
+        let n = labels.len();
+        let sample = images.len() / n;
+        let small = if n >= 32 { (n / 8).div_ceil(8) * 8 } else { n.div_ceil(2) }.min(n);
+        let delay = self.calibration_delay.clone();
+        let time_of = |rep: &mut Replica, k: usize| -> Result<f64> {
+            let batch = HostBatch { images: &images[..k * sample], labels: &labels[..k] };
+            let mut grads = Vec::new();
+            let mut t = 0.0;
+            for _ in 0..2 {
+                let t0 = Instant::now();
+                rep.run_step(def, &batch, true, NO_UPDATE, step, 1.0 / n as f32, true)?;
+                rep.take_gradients(&mut grads)?;
+                while rep.collect()?.is_some() {}
+                std::thread::sleep(Duration::from_secs_f64(delay[rep.device.ordinal.min(delay.len() - 1)]));
+                t = t0.elapsed().as_secs_f64();
+            }
+            Ok(t)
+        };
+        let states: Vec<Vec<f32>> = self.replicas.iter().map(|r| r.read_states()).collect::<Result<_>>()?;
+        // Replicas on one adapter (`0,0`, `software:2`) share its hardware: timed alone each
+        // would look as fast as the adapter, so the adapter is timed once, through its first
+        // replica, and kept or left out as a whole; its replicas split its share evenly.
+        let key = |r: &Replica| {
+            let i = r.device.info();
+            let own = if delay.get(r.device.ordinal).is_some_and(|&d| d > 0.0) { Some(r.device.ordinal) } else { None };
+            (i.name.clone(), i.vendor, i.device, i.device_pci_bus_id.clone(), format!("{:?}", i.backend), own)
+        };
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for r in 0..self.replicas.len() {
+            match groups.iter_mut().find(|g| key(&self.replicas[g[0]]) == key(&self.replicas[r])) {
+                Some(g) => g.push(r),
+                None => groups.push(vec![r]),
+            }
+        }
+        let mut small_t = Vec::new();
+        for g in &groups {
+            small_t.push(time_of(&mut self.replicas[g[0]], small)?);
+        }
+        // The whole batch, fastest first; an adapter whose small step already takes longer
+        // than a faster one's whole batch cannot help and is not run on the whole batch.
+        let mut order: Vec<usize> = (0..groups.len()).collect();
+        order.sort_by(|&a, &b| small_t[a].total_cmp(&small_t[b]));
+        let mut cost = vec![StepCost { fixed: 0.0, per_sample: 0.0 }; groups.len()];
+        let mut best = f64::INFINITY;
+        for &g in &order {
+            cost[g] = if groups.len() == 1 || small_t[g] >= best || small == n {
+                StepCost { fixed: 0.0, per_sample: small_t[g] / small as f64 }
+            } else {
+                let t = time_of(&mut self.replicas[groups[g][0]], n)?;
+                best = best.min(t);
+                StepCost::fit((small, small_t[g]), (n, t))
+            };
+        }
+        for (rep, s) in self.replicas.iter().zip(&states) {
+            rep.write_states(s)?;
+        }
+        let exchange = exchange_cost(def.layout.param_len);
+        let group_speed = choose(n, &cost, exchange, 0.05);
+        let fastest = &self.replicas[groups[order[0]][0]];
+        let mut speed = vec![0.0; self.replicas.len()];
+        for (g, members) in groups.iter().enumerate() {
+            if group_speed[g] == 0.0 {
+                let ratio = cost[g].time(n) / cost[order[0]].time(n);
+                let note = format!("{}: {} slower than {}, left out (choose with --devices)", self.replicas[members[0]].device.name(), format_ratio(ratio), fastest.device.name());
+                eprintln!("{note}");
+                self.left_out.push(note);
+            }
+            for &r in members {
+                speed[r] = group_speed[g] / members.len() as f64;
+            }
+        }
+        self.speed = speed;
+        self.calibrated = true;
+        self.steps_since_resplit = 0;
         Ok(())
     }
 
@@ -121,10 +251,16 @@ impl ReplicaSet {
             self.push_finished(done, false);
         }
         let n = labels.len();
+        let parts = self.active();
+        // A replica rejoining after being set aside first takes the current weights.
+        if parts.iter().any(|&r| !self.book.lock().unwrap().1[r]) {
+            self.settle()?;
+            self.broadcast_weights()?;
+        }
         let counts = self.shares(n);
         let sample = images.len() / n.max(1);
         let scale = 1.0 / n as f32;
-        let exchange = self.replicas.len() > 1;
+        let exchange = parts.len() > 1;
         let mut starts = Vec::with_capacity(counts.len());
         let mut at = 0;
         for &c in &counts {
@@ -155,9 +291,18 @@ impl ReplicaSet {
             t.exchange = p.exchange;
         }
         if exchange {
-            self.pending_exchange = Some((ran.clone(), counts.clone(), hyper));
+            self.pending_exchange = Some((parts.clone(), ran.clone(), counts.clone(), hyper));
         }
         self.in_flight.push_back(ran);
+        {
+            let mut book = self.book.lock().unwrap();
+            for r in 0..counts.len() {
+                book.0[r] += counts[r];
+                if !parts.contains(&r) {
+                    book.1[r] = false;
+                }
+            }
+        }
         for (r, t) in timing.iter().enumerate() {
             self.samples[r] += counts[r];
             self.timing[r].upload += t.upload;
@@ -183,7 +328,7 @@ impl ReplicaSet {
     /// replica) on each replica right behind its last update.
     fn flush_timed(&mut self, next: &mut [Option<replica::Recorded>]) -> Result<Vec<StepTiming>> {
         let mut timing = vec![StepTiming::default(); self.replicas.len()];
-        let Some((ran, counts, hyper)) = self.pending_exchange.take() else {
+        let Some((parts, ran, counts, hyper)) = self.pending_exchange.take() else {
             for (rep, rec) in self.replicas.iter_mut().zip(next) {
                 if let Some(rec) = rec.take() {
                     rep.submit_step(rec);
@@ -199,31 +344,42 @@ impl ReplicaSet {
         // no thread waits for another's hand-over), and once all slices are in, each submits
         // its own update. The threads meet through counters they spin on.
         let t_flush = Instant::now();
-        for rep in self.replicas.iter_mut() {
-            rep.begin_apply(hyper)?;
+        // Replicas set aside take no part; a step of theirs (none is expected: they rejoin
+        // after a settle) goes in as it is.
+        let mut next: Vec<Option<replica::Recorded>> = (0..self.replicas.len()).map(|r| next.get_mut(r).and_then(Option::take)).collect();
+        for (r, rep) in self.replicas.iter_mut().enumerate() {
+            if !parts.contains(&r) {
+                if let Some(rec) = next[r].take() {
+                    rep.submit_step(rec);
+                }
+            } else {
+                rep.begin_apply(hyper)?;
+            }
         }
         let buckets = self.replicas[0].bucket_count();
-        let threads = self.replicas.len();
+        let threads = parts.len();
         let io: Vec<BucketIo> = (0..buckets)
             .map(|b| {
                 let (_, lo, hi) = self.replicas[0].bucket(b);
                 BucketIo {
                     readbacks: ran.iter().map(|&r| self.replicas[r].bucket(b).0.clone()).collect(),
-                    stagings: self.replicas.iter().map(|rep| rep.apply_staging(b).clone()).collect(),
+                    stagings: parts.iter().map(|&r| self.replicas[r].apply_staging(b).clone()).collect(),
                     bytes: hi - lo,
                 }
             })
             .collect();
-        let mapped: Vec<AtomicUsize> = self.replicas.iter().map(|_| AtomicUsize::new(0)).collect();
+        let mapped: Vec<AtomicUsize> = parts.iter().map(|_| AtomicUsize::new(0)).collect();
         // Slices summed so far, over all buckets: bucket b is complete at (b + 1) * threads.
         let (summed, failed) = (AtomicUsize::new(0), AtomicBool::new(false));
         let waited: Vec<Result<(f64, f64)>> = std::thread::scope(|s| {
             let handles: Vec<_> = self
                 .replicas
                 .iter_mut()
-                .zip(next.iter_mut().map(Option::take).chain(std::iter::repeat_with(|| None)))
+                .zip(next.iter_mut().map(Option::take))
                 .enumerate()
-                .map(|(r, (rep, mut rec))| {
+                .filter(|(r, _)| parts.contains(r))
+                .enumerate()
+                .map(|(p, (r, (rep, mut rec)))| {
                     let (mapped, summed, failed, ran, io) = (&mapped, &summed, &failed, &ran, &io);
                     s.spawn(move || -> Result<(f64, f64)> {
                         let mut run = || -> Result<(f64, f64)> {
@@ -236,14 +392,14 @@ impl ReplicaSet {
                                     rep.wait_bucket(b)?;
                                     compute = t_flush.elapsed().as_secs_f64();
                                 }
-                                mapped[r].store(b + 1, Ordering::Release);
+                                mapped[p].store(b + 1, Ordering::Release);
                                 if !spin_until(|| mapped.iter().all(|m| m.load(Ordering::Acquire) > b), failed) {
                                     return Ok((compute, summing));
                                 }
                                 {
                                     let _s = crate::trace::span("host all-reduce", 1 + r);
                                     let t0 = Instant::now();
-                                    io.sum_slice(r, threads, &mut acc)?;
+                                    io.sum_slice(p, threads, &mut acc)?;
                                     summing += t0.elapsed().as_secs_f64();
                                 }
                                 summed.fetch_add(1, Ordering::AcqRel);
@@ -276,8 +432,8 @@ impl ReplicaSet {
                 .collect();
             handles.into_iter().map(|t| t.join().expect("replica thread panicked")).collect()
         });
-        for (t, w) in timing.iter_mut().zip(waited) {
-            (t.compute, t.exchange) = w?;
+        for (&r, w) in parts.iter().zip(waited) {
+            (timing[r].compute, timing[r].exchange) = w?;
         }
         for &r in &ran {
             if !self.fixed_split {
@@ -292,20 +448,33 @@ impl ReplicaSet {
         Ok(timing)
     }
 
-    /// Moves the split to the measured speeds when they differ from it by more than 10%,
-    /// at most every 50 steps, so equal devices keep one compiled step per batch size and
-    /// unequal ones converge to shares that finish together.
+    /// Moves the split among the replicas taking part to their measured speeds when these
+    /// differ from it by more than 10%: first after 5 exchanged steps (the first ones
+    /// compile and warm up), then at most every 50, so equal devices keep one compiled step
+    /// per batch size and unequal ones converge to shares that finish together. Replicas
+    /// set aside stay aside.
     fn maybe_resplit(&mut self) {
         self.steps_since_resplit += 1;
-        if self.steps_since_resplit < 50 || self.measured.iter().any(|&m| m <= 0.0) {
+        self.resplits_due = self.resplits_due.saturating_sub(1);
+        let parts = self.active();
+        if (self.steps_since_resplit < 50 && self.resplits_due != 1) || parts.iter().any(|&r| self.measured[r] <= 0.0) {
             return;
         }
         let norm = |v: &[f64]| -> Vec<f64> {
-            let s: f64 = v.iter().sum();
-            v.iter().map(|x| x / s).collect()
+            let s: f64 = parts.iter().map(|&r| v[r]).sum();
+            (0..v.len()).map(|r| if parts.contains(&r) { v[r] / s } else { 0.0 }).collect()
         };
-        let (now, want) = (norm(&self.speed), norm(&self.measured));
-        if now.iter().zip(&want).any(|(a, b)| (a - b).abs() > 0.1 * a) {
+        let (now, want) = (norm(&self.speed), drop_negligible(&norm(&self.measured)));
+        if parts.iter().any(|&r| (now[r] - want[r]).abs() > 0.1 * now[r]) {
+            let fastest = (0..want.len()).max_by(|&a, &b| want[a].total_cmp(&want[b])).unwrap_or(0);
+            for &r in &parts {
+                if want[r] == 0.0 {
+                    let ratio = want[fastest] / (self.measured[r] / parts.iter().map(|&p| self.measured[p]).sum::<f64>()).max(1e-12);
+                    let note = format!("{}: {} slower than {}, left out (choose with --devices)", self.replicas[r].device.name(), format_ratio(ratio), self.replicas[fastest].device.name());
+                    eprintln!("{note}");
+                    self.left_out.push(note);
+                }
+            }
             self.speed = want;
         }
         self.steps_since_resplit = 0;
@@ -382,18 +551,100 @@ impl ReplicaSet {
         Ok(Some((out, t0.elapsed())))
     }
 
-    /// Averages BatchNorm's moving statistics across replicas (see the module docs).
+    /// Averages BatchNorm's moving statistics across the replicas that trained since the
+    /// last average (see the module docs): one that saw no sample, idle or set aside, weighs
+    /// nothing, so its stale statistics do not dilute the others'. The replicas that trained
+    /// weigh the same, as the f64 reference of `crate::check` averages them (weighting them
+    /// by their samples, as issue 20 asks, needs that reference changed with it). Then the
+    /// weights and optimizer state of replicas set aside are brought up to date, so every
+    /// replica holds the same values.
     pub fn sync_states(&self) -> Result<()> {
         if self.replicas.len() < 2 {
             return Ok(());
         }
-        let all: Vec<Vec<f32>> = self.replicas.iter().map(|r| r.read_states()).collect::<Result<_>>()?;
-        let n = all.len() as f32;
-        let mean: Vec<f32> = (0..all[0].len()).map(|i| all.iter().map(|s| s[i]).sum::<f32>() / n).collect();
+        self.broadcast_weights()?;
+        let weights: Vec<usize> = std::mem::replace(&mut self.book.lock().unwrap().0, vec![0; self.replicas.len()]).into_iter().map(|s| usize::from(s > 0)).collect();
+        let total: usize = weights.iter().sum();
+        if total == 0 {
+            return Ok(());
+        }
+        let mut mean: Vec<f64> = Vec::new();
+        for (r, &w) in weights.iter().enumerate() {
+            if w == 0 {
+                continue;
+            }
+            let s = self.replicas[r].read_states()?;
+            mean.resize(s.len(), 0.0);
+            let f = w as f64 / total as f64;
+            for (m, x) in mean.iter_mut().zip(s) {
+                *m += f * x as f64;
+            }
+        }
+        let mean: Vec<f32> = mean.into_iter().map(|x| x as f32).collect();
         for r in &self.replicas {
             r.write_states(&mean)?;
         }
         Ok(())
+    }
+
+    /// Copies the weights and optimizer state of a current replica to every replica that
+    /// missed updates while set aside. With a step in flight or an exchange pending (a
+    /// `get_weights` between `train_on_batch_async` and `collect(0)`) it copies nothing and
+    /// the replicas stay marked, so no replica takes weights an update has yet to reach;
+    /// `train_step` settles before a replica rejoins.
+    pub fn broadcast_weights(&self) -> Result<()> {
+        if self.pending_exchange.is_some() || !self.in_flight.is_empty() {
+            return Ok(());
+        }
+        let (stale, fresh): (Vec<usize>, Vec<usize>) = {
+            let book = self.book.lock().unwrap();
+            (0..self.replicas.len()).partition(|&r| !book.1[r])
+        };
+        if stale.is_empty() || fresh.is_empty() {
+            return Ok(());
+        }
+        let lead = &self.replicas[fresh[0]];
+        let (params, opt) = (lead.read_params()?, lead.read_optimizer_state()?);
+        for &r in &stale {
+            self.replicas[r].write_params(&params)?;
+            self.replicas[r].write_optimizer_state(&opt)?;
+        }
+        let mut book = self.book.lock().unwrap();
+        for r in stale {
+            book.1[r] = true;
+        }
+        Ok(())
+    }
+}
+
+/// Predicted host time of one exchange among `k` replicas of `params` parameters: each
+/// replica's gradients read from mapped memory and the sum written into every replica's
+/// upload slot, timed here on a copy of that size (the host's memory speed), plus a fixed
+/// 0.3 ms a step for mapping, the extra submissions and the threads meeting. The readback
+/// and upload over the bus are not included: this is a lower bound, so a device left in
+/// can still cost a little; the 5% margin of `choose` covers part of it.
+fn exchange_cost(params: usize) -> impl Fn(usize) -> f64 {
+    let a: Vec<f32> = vec![1.0; params.max(1)];
+    let mut b: Vec<f32> = vec![0.0; params.max(1)];
+    let t0 = Instant::now();
+    for _ in 0..2 {
+        for (x, y) in b.iter_mut().zip(&a) {
+            *x += y;
+        }
+        std::hint::black_box(&mut b);
+    }
+    let pass = t0.elapsed().as_secs_f64() / 2.0;
+    move |k| if k < 2 { 0.0 } else { 3e-4 + pass * (2 * k) as f64 }
+}
+
+/// "700x", "3.2x", "1.05x".
+fn format_ratio(r: f64) -> String {
+    if r >= 10.0 {
+        format!("{r:.0}x")
+    } else if r >= 2.0 {
+        format!("{r:.1}x")
+    } else {
+        format!("{r:.2}x")
     }
 }
 
