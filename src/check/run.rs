@@ -273,13 +273,15 @@ fn check_steps(model: &mut Sequential, batches: &[(Vec<u8>, Vec<u32>)], mut edit
         let mut states_sum: Vec<Vec<f64>> = layout.states.iter().map(|e| vec![0.0; e.spec.len()]).collect();
         let mut losses = Vec::with_capacity(n);
         let (mut grads32, mut losses32, mut states_sum32) = (grads.clone(), Vec::with_capacity(n), states_sum.clone());
-        let (device_grads, replicas) = {
+        let device_grads = {
             let c = model.compiled()?;
             let reps = &c.replicas.replicas;
             let mut lo = 0;
             for (r, &count) in reps.iter().zip(&shares) {
+                // Convoy averages the replicas' moving statistics weighted by the samples each
+                // saw (the single-device update for the mean): an idle replica weighs nothing.
+                let weight = count as f64 / n as f64;
                 let (st, st32) = if count == 0 {
-                    // An idle replica keeps its statistics; convoy averages them in too.
                     let kept: Vec<Vec<f64>> = layout.states.iter().map(|e| f64s(&s0[e.range()])).collect();
                     (kept.clone(), kept)
                 } else {
@@ -305,15 +307,15 @@ fn check_steps(model: &mut Sequential, batches: &[(Vec<u8>, Vec<u32>)], mut edit
                     (s.states, s32.states)
                 };
                 for (acc, s) in states_sum.iter_mut().zip(st) {
-                    acc.iter_mut().zip(s).for_each(|(a, b)| *a += b);
+                    acc.iter_mut().zip(s).for_each(|(a, b)| *a += weight * b);
                 }
                 for (acc, s) in states_sum32.iter_mut().zip(st32) {
-                    acc.iter_mut().zip(s).for_each(|(a, b)| *a = (*a + b) as f32 as f64);
+                    acc.iter_mut().zip(s).for_each(|(a, b)| *a = (*a + (weight * b) as f32 as f64) as f32 as f64);
                 }
                 lo += count;
             }
             // After an exchange every replica's gradient tensor holds the sum.
-            (reps[0].device.read(&reps[0].grads)?, reps.len())
+            reps[0].device.read(&reps[0].grads)?
         };
         let at = |name: &str| format!("step {step}: {name}");
         // A tensor whose true gradient vanishes (a convolution's bias before BatchNorm, which
@@ -347,8 +349,7 @@ fn check_steps(model: &mut Sequential, batches: &[(Vec<u8>, Vec<u32>)], mut edit
                 report.optimizer_state.take(rel_err(&got[r.clone()], &want[r.clone()]), || at(&format!("{} (optimizer state {k})", e.name)));
             }
         }
-        let average = |sums: &[Vec<f64>]| -> Vec<Vec<f64>> { sums.iter().map(|sum| sum.iter().map(|v| v / replicas as f64).collect()).collect() };
-        let (expected, plain) = (average(&states_sum), average(&states_sum32));
+        let (expected, plain) = (states_sum, states_sum32);
         for (i, (e, want)) in layout.states.iter().zip(&expected).enumerate() {
             // A moving mean near zero (a convolution of zero-mean weights) is the small
             // difference of large sums: its error is measured against GRAD_FLOOR of the

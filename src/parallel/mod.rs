@@ -552,10 +552,10 @@ impl ReplicaSet {
     }
 
     /// Averages BatchNorm's moving statistics across the replicas that trained since the
-    /// last average (see the module docs): one that saw no sample, idle or set aside, weighs
-    /// nothing, so its stale statistics do not dilute the others'. The replicas that trained
-    /// weigh the same, as the f64 reference of `crate::check` averages them (weighting them
-    /// by their samples, as issue 20 asks, needs that reference changed with it). Then the
+    /// last average (see the module docs): the moving mean of one device trained on the
+    /// whole batch is the samples-weighted mean of the replicas', so one that saw no sample,
+    /// idle or set aside, weighs nothing and its stale statistics do not dilute the others'
+    /// (`crate::check`'s f64 reference weighs them the same way). Then the
     /// weights and optimizer state of replicas set aside are brought up to date, so every
     /// replica holds the same values.
     pub fn sync_states(&self) -> Result<()> {
@@ -563,7 +563,7 @@ impl ReplicaSet {
             return Ok(());
         }
         self.broadcast_weights()?;
-        let weights: Vec<usize> = std::mem::replace(&mut self.book.lock().unwrap().0, vec![0; self.replicas.len()]).into_iter().map(|s| usize::from(s > 0)).collect();
+        let weights: Vec<usize> = std::mem::replace(&mut self.book.lock().unwrap().0, vec![0; self.replicas.len()]);
         let total: usize = weights.iter().sum();
         if total == 0 {
             return Ok(());
