@@ -8,13 +8,14 @@
 //! scaled decoding; jpeg-decoder's `Decoder::scale` 4.2 ms at full size and 2.9 ms at 1/2,
 //! slower at 1/2 than zune-jpeg at full size. On a 2000x1500 photo libjpeg-turbo at 1/4 takes
 //! 60% of zune-jpeg's time. Without the feature JPEGs go through the `image` crate at full
-//! size, which needs no cmake or nasm. PNGs always do.
+//! size, which needs no cmake or nasm. PNGs always do. Without the `image` feature (on by
+//! default) nothing here decodes: every call returns an error naming the feature.
 
 use std::path::Path;
 
 use super::crop::Window;
 use super::resize::{resize_short_side, resize_window};
-use crate::limits::{MAX_DECODED_BYTES, MAX_IMAGE_FILE_BYTES};
+use crate::limits::MAX_IMAGE_FILE_BYTES;
 use crate::{Error, Result};
 
 /// An RGB image decoded from a file, possibly at a reduced scale.
@@ -78,11 +79,7 @@ pub fn dimensions(bytes: &[u8], path: &Path) -> Result<(usize, usize)> {
     {
         return checked_dims(path, header.width, header.height);
     }
-    let reader = image::ImageReader::new(std::io::Cursor::new(bytes))
-        .with_guessed_format()
-        .map_err(|e| Error::io(path, e))?;
-    let (w, h) = reader.into_dimensions().map_err(|e| Error::format(path, format!("cannot decode image: {e}")))?;
-    checked_dims(path, w as usize, h as usize)
+    generic::dimensions(bytes, path)
 }
 
 /// Decodes the image in `bytes` to RGB at 1/`scale` (JPEGs only; anything else, and JPEGs that
@@ -95,25 +92,83 @@ pub fn decode(bytes: &[u8], path: &Path, scale: usize) -> Result<Decoded> {
         return Ok(image);
     }
     let _ = scale;
-    let image = image::load_from_memory(bytes).map_err(|e| Error::format(path, format!("cannot decode image: {e}")))?;
-    let rgb = image.to_rgb8();
-    let (width, height) = (rgb.width() as usize, rgb.height() as usize);
-    checked_dims(path, width, height)?;
-    Ok(Decoded { pixels: rgb.into_raw(), width, height })
+    generic::decode(bytes, path)
+}
+
+/// The error of a reader that would decode JPEG or PNG files (`path`: the file or folder) in a
+/// build without the `image` feature.
+pub fn decoder_missing(path: &Path) -> Error {
+    Error::format(
+        path,
+        "decoding JPEG and PNG images needs convoy's `image` feature, which this build does not have \
+         (it is on by default; enable it with `--features image`)",
+    )
+}
+
+/// Nothing where this build decodes JPEG and PNG files; else [`decoder_missing`]: what the
+/// readers of image files check before they list anything.
+pub fn require_decoder(path: &Path) -> Result<()> {
+    if cfg!(feature = "image") { Ok(()) } else { Err(decoder_missing(path)) }
+}
+
+/// Every format through the `image` crate, at full size.
+#[cfg(feature = "image")]
+mod generic {
+    use std::path::Path;
+
+    use super::{Decoded, checked_dims};
+    use crate::{Error, Result};
+
+    pub fn dimensions(bytes: &[u8], path: &Path) -> Result<(usize, usize)> {
+        let reader = image::ImageReader::new(std::io::Cursor::new(bytes))
+            .with_guessed_format()
+            .map_err(|e| Error::io(path, e))?;
+        let (w, h) = reader.into_dimensions().map_err(|e| Error::format(path, format!("cannot decode image: {e}")))?;
+        checked_dims(path, w as usize, h as usize)
+    }
+
+    pub fn decode(bytes: &[u8], path: &Path) -> Result<Decoded> {
+        let image =
+            image::load_from_memory(bytes).map_err(|e| Error::format(path, format!("cannot decode image: {e}")))?;
+        let rgb = image.to_rgb8();
+        let (width, height) = (rgb.width() as usize, rgb.height() as usize);
+        checked_dims(path, width, height)?;
+        Ok(Decoded { pixels: rgb.into_raw(), width, height })
+    }
+}
+
+/// Built without the `image` feature: every decode is an error naming it.
+#[cfg(not(feature = "image"))]
+mod generic {
+    use std::path::Path;
+
+    use super::{Decoded, decoder_missing};
+    use crate::Result;
+
+    pub fn dimensions(_: &[u8], path: &Path) -> Result<(usize, usize)> {
+        Err(decoder_missing(path))
+    }
+
+    pub fn decode(_: &[u8], path: &Path) -> Result<Decoded> {
+        Err(decoder_missing(path))
+    }
 }
 
 /// A JPEG's start-of-image marker and the first byte of the next marker.
+#[cfg(feature = "turbojpeg")]
 fn is_jpeg(bytes: &[u8]) -> bool {
     bytes.starts_with(&[0xFF, 0xD8, 0xFF])
 }
 
-/// Refuses an empty image and one whose decoded size passes [`MAX_DECODED_BYTES`], before any
-/// pixel buffer is allocated from the header's word.
+/// Refuses an empty image and one whose decoded size passes
+/// [`MAX_DECODED_BYTES`](crate::limits::MAX_DECODED_BYTES), before any pixel buffer is allocated
+/// from the header's word.
+#[cfg(feature = "image")]
 fn checked_dims(path: &Path, w: usize, h: usize) -> Result<(usize, usize)> {
     if w == 0 || h == 0 {
         return Err(Error::format(path, format!("image is empty ({w}x{h})")));
     }
-    crate::limits::product("decoded image (width, height, channels)", &[w, h, 3], MAX_DECODED_BYTES)
+    crate::limits::product("decoded image (width, height, channels)", &[w, h, 3], crate::limits::MAX_DECODED_BYTES)
         .map_err(|e| Error::format(path, e.to_string()))?;
     Ok((w, h))
 }
@@ -177,7 +232,27 @@ mod turbo {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(feature = "image")))]
+mod without_decoder {
+    use super::*;
+
+    #[test]
+    fn decoding_names_the_missing_feature() {
+        let path = Path::new("photo.png");
+        let png = b"\x89PNG";
+        let errors = [
+            dimensions(png, path).unwrap_err(),
+            decode(png, path, 1).map(|_| ()).unwrap_err(),
+            require_decoder(path).unwrap_err(),
+        ];
+        for e in errors {
+            let e = e.to_string();
+            assert!(e.contains("photo.png") && e.contains("`image` feature"), "{e}");
+        }
+    }
+}
+
+#[cfg(all(test, feature = "image"))]
 mod tests {
     use super::*;
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use rand::Rng;
 
 use super::crop::{RandomResizedCrop, centre_window};
-use super::decode::decode_window;
+use super::decode::{decode_window, require_decoder};
 use super::{Dataset, check_load};
 use crate::{Error, Result};
 
@@ -31,6 +31,7 @@ impl ImageFolder {
     /// Lists `dir/<split>` (`split` is "train" or "val"); decodes nothing yet.
     pub fn open(dir: impl AsRef<Path>, split: &str, image_size: usize) -> Result<Self> {
         let dir = dir.as_ref();
+        require_decoder(dir)?;
         check_image_size(dir, image_size)?;
         let root = dir.join(split);
         for d in [dir, root.as_path()] {
@@ -65,6 +66,7 @@ impl ImageFolder {
     /// `predict`, decoded as a split's validation images are.
     pub fn flat(dir: impl AsRef<Path>, image_size: usize) -> Result<Self> {
         let dir = dir.as_ref();
+        require_decoder(dir)?;
         check_image_size(dir, image_size)?;
         if !dir.is_dir() {
             return Err(Error::io(dir, std::io::Error::new(ErrorKind::NotADirectory, "expected a folder of .jpg or .png images")));
