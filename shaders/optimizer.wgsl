@@ -16,7 +16,7 @@ struct Params {
     beta2: f32,
     epsilon: f32,
     // bit 0: Nesterov (SGD) or decoupled weight decay (AdamW); bit 1: `decays` masks the
-    // weight decay per element
+    // weight decay per element; bit 2: decoupled weight decay (SGD)
     flags: u32,
 }
 
@@ -57,15 +57,29 @@ fn index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.x + wid.y * nwg.x) * WG + lid;
 }
 
-// param -= lr * (grad + wd * param)
+// SGD's parameter after its weight decay and the gradient the step uses: decoupled (Keras 3),
+// param -= lr * wd * param and the plain gradient; else (PyTorch's L2) grad + wd * param.
+struct Decayed {
+    w: f32,
+    g: f32,
+}
+
+fn sgd_decay(i: u32) -> Decayed {
+    let w = params[i];
+    if ((p.flags & 4u) != 0u) {
+        return Decayed(w - hyper.lr * decay_at(i) * w, grads[i]);
+    }
+    return Decayed(w, grads[i] + decay_at(i) * w);
+}
+
+// param -= lr * g
 @compute @workgroup_size(WG)
 fn sgd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
        @builtin(local_invocation_index) lid: u32) {
     let i = index(wid, nwg, lid);
     if (i >= p.n) { return; }
-    let w = params[i];
-    let g = grads[i] + decay_at(i) * w;
-    params[i] = w - hyper.lr * g;
+    let d = sgd_decay(i);
+    params[i] = d.w - hyper.lr * d.g;
 }
 
 // v = momentum * v + g; update = Nesterov ? g + momentum * v : v; param -= lr * update
@@ -74,12 +88,11 @@ fn sgd_momentum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
                 @builtin(local_invocation_index) lid: u32) {
     let i = index(wid, nwg, lid);
     if (i >= p.n) { return; }
-    let w = params[i];
-    let g = grads[i] + decay_at(i) * w;
-    let v = p.momentum * state0[i] + g;
+    let d = sgd_decay(i);
+    let v = p.momentum * state0[i] + d.g;
     state0[i] = v;
-    let update = select(v, g + p.momentum * v, (p.flags & 1u) != 0u);
-    params[i] = w - hyper.lr * update;
+    let update = select(v, d.g + p.momentum * v, (p.flags & 1u) != 0u);
+    params[i] = d.w - hyper.lr * update;
 }
 
 // Adam with L2 decay folded into the gradient, or AdamW's decoupled decay applied to the

@@ -279,9 +279,23 @@ fn b8_weight_decay_is_decoupled_and_l2_is_in_the_gradient() {
     }
     assert!(worst < 1e-6, "decoupled decay is off by {worst}");
     assert!(l2_moved > 1e-3, "L2 decay acted like the decoupled one ({l2_moved})");
-    // SGD's weight_decay stays in the gradient until convoy check's reference learns the
-    // decoupled form (documented in convoy::optim); the recipes say `l2` already.
-    assert_eq!(Optimizer::sgd(0.1).weight_decay(5e-4), Optimizer::sgd(0.1).l2(5e-4));
+    // SGD (Nesterov momentum) likewise: decoupled, exactly -lr * wd * p more than the plain
+    // step; as L2 the decay also passes through the momentum (1 + momentum times, step 1).
+    let sgd = || Optimizer::sgd(lr).momentum(0.9).nesterov(true);
+    let (_, plain) = step(sgd());
+    let (_, decoupled) = step(sgd().weight_decay(wd));
+    let (_, l2) = step(sgd().l2(wd));
+    let (mut worst, mut l2_moved) = (0.0f32, 0.0f32);
+    for e in &layout.params {
+        for i in e.range() {
+            let shift = if e.spec.decay { -lr * wd * p0[i] } else { 0.0 };
+            worst = worst.max((decoupled[i] - plain[i] - shift).abs());
+            l2_moved = l2_moved.max((l2[i] - plain[i] - shift).abs());
+        }
+    }
+    assert!(worst < 1e-6, "SGD's decoupled decay is off by {worst}");
+    assert!(l2_moved > 1e-4, "SGD's L2 decay acted like the decoupled one ({l2_moved})");
+    assert_ne!(Optimizer::sgd(0.1).weight_decay(5e-4), Optimizer::sgd(0.1).l2(5e-4));
     assert_eq!(Optimizer::from_name("sgd", 0.05).unwrap(), Optimizer::sgd(0.05).momentum(0.9).nesterov(true).l2(5e-4));
 }
 

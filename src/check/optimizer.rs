@@ -49,10 +49,15 @@ pub fn apply(opt: &Optimizer, step: u64, lr: f64, layout: &Layout, params: &mut 
         let range = e.range();
         let p = &mut params[range.clone()];
         match *opt {
-            Optimizer::Sgd { momentum, nesterov, .. } => {
+            Optimizer::Sgd { momentum, nesterov, decoupled, .. } => {
                 let momentum = momentum as f64;
                 for (k, (w, &grad)) in p.iter_mut().zip(g).enumerate() {
-                    let g = grad + wd * *w;
+                    let mut g = grad;
+                    if decoupled {
+                        *w *= 1.0 - lr * wd;
+                    } else {
+                        g += wd * *w;
+                    }
                     let u = if momentum == 0.0 {
                         g
                     } else {

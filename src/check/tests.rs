@@ -489,10 +489,15 @@ fn optimizer_steps_match_hand_computed_values() {
     let (k, b) = (&layout.params[0], &layout.params[1]);
     assert!(k.spec.decay && !b.spec.decay);
     let lr = 0.5;
-    let cases: [(&str, Optimizer, [f64; 2], [f64; 2]); 7] = [
+    let cases: [(&str, Optimizer, [f64; 2], [f64; 2]); 9] = [
         ("sgd", Optimizer::sgd(0.5), [0.75, 0.625], [2.5, 2.0]),
         // g = 0.5 + 0.5 * 1 = 1 -> 0.5; g = 0.25 + 0.5 * 0.5 = 0.5 -> 0.25
-        ("sgd + decay", Optimizer::sgd(0.5).weight_decay(0.5), [0.5, 0.25], [2.5, 2.0]),
+        ("sgd + decay", Optimizer::sgd(0.5).l2(0.5), [0.5, 0.25], [2.5, 2.0]),
+        // L2 with momentum: g = 1, v = 1 -> 0.5; g = 0.25 + 0.25, v = 0.5 + 0.5 -> 0.0
+        ("momentum + l2", Optimizer::sgd(0.5).momentum(0.5).l2(0.5), [0.5, 0.0], [2.5, 2.25]),
+        // Decoupled (Keras 3): w *= 0.75 -> 0.75, v = 0.5 -> 0.5; w *= 0.75 -> 0.375,
+        // v = 0.25 + 0.25 -> 0.125
+        ("momentum + decoupled decay", Optimizer::sgd(0.5).momentum(0.5).weight_decay(0.5), [0.5, 0.125], [2.5, 2.25]),
         // v = 0.5 -> 0.75; v = 0.25 + 0.25 = 0.5 -> 0.5 | v = -1 -> 2.5; v = -0.5 + 1 -> 2.25
         ("momentum", Optimizer::sgd(0.5).momentum(0.5), [0.75, 0.5], [2.5, 2.25]),
         // u = 0.5 + 0.25 -> 0.625; v = 0.5, u = 0.25 + 0.25 -> 0.375 | u = -1.5 -> 2.75; v = 0.5, u = 1.25 -> 2.125

@@ -15,6 +15,8 @@
 //! `wd` the weight decay, `t` the step counted from 1):
 //! - SGD: `g += wd·p; v = momentum·v + g; u = nesterov ? g + momentum·v : v; p -= lr·u`
 //!   (with momentum 0 there is no velocity and `u = g`). Dampening is not supported (it is 0).
+//!   With `decoupled` (Keras 3's SGD `weight_decay`): `p -= lr·wd·p` first, then the step
+//!   without the L2 term, as AdamW does for Adam.
 //! - Adam: `g += wd·p` (L2 decay in the gradient); `m = β1·m + (1-β1)·g;
 //!   v = β2·v + (1-β2)·g²; p -= lr · (m / (1-β1^t)) / (sqrt(v / (1-β2^t)) + eps)`.
 //! - AdamW (`decoupled`): `p -= lr·wd·p` first, then the Adam step without L2 decay.
@@ -38,15 +40,21 @@ use crate::{bail, DType, Device, Result, Tensor};
 /// Which update rule to run, with its static settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum OptimizerKind {
-    /// Stochastic gradient descent; `momentum` 0 keeps no velocity.
-    Sgd { momentum: f32, nesterov: bool },
+    /// Stochastic gradient descent; `momentum` 0 keeps no velocity; `decoupled` applies the
+    /// weight decay to the parameters before the step instead of adding it to the gradient.
+    Sgd { momentum: f32, nesterov: bool, decoupled: bool },
     /// Adam; `decoupled` makes it AdamW.
     Adam { beta1: f32, beta2: f32, epsilon: f32, decoupled: bool },
 }
 
 impl OptimizerKind {
+    /// SGD with PyTorch's L2 weight decay (added to the gradient).
     pub fn sgd(momentum: f32, nesterov: bool) -> Self {
-        OptimizerKind::Sgd { momentum, nesterov }
+        OptimizerKind::Sgd { momentum, nesterov, decoupled: false }
+    }
+    /// SGD with Keras 3's decoupled weight decay.
+    pub fn sgd_decoupled(momentum: f32, nesterov: bool) -> Self {
+        OptimizerKind::Sgd { momentum, nesterov, decoupled: true }
     }
     /// Adam with PyTorch's defaults (β1 0.9, β2 0.999, eps 1e-8; Keras uses eps 1e-7).
     pub fn adam() -> Self {
@@ -73,7 +81,7 @@ impl OptimizerKind {
             bail!(Config, "weight_decay must be finite and >= 0, got {weight_decay}");
         }
         match *self {
-            OptimizerKind::Sgd { momentum, nesterov } => {
+            OptimizerKind::Sgd { momentum, nesterov, .. } => {
                 if !(momentum >= 0.0 && momentum.is_finite()) {
                     bail!(Config, "SGD momentum must be finite and >= 0, got {momentum}");
                 }
@@ -300,9 +308,12 @@ fn launch(
         flags: 0,
     };
     let entry = match *kind {
-        OptimizerKind::Sgd { momentum: 0.0, .. } => "sgd",
-        OptimizerKind::Sgd { momentum, nesterov } => {
-            (p.momentum, p.flags) = (momentum, nesterov as u32);
+        OptimizerKind::Sgd { momentum: 0.0, decoupled, .. } => {
+            p.flags = (decoupled as u32) << 2;
+            "sgd"
+        }
+        OptimizerKind::Sgd { momentum, nesterov, decoupled } => {
+            (p.momentum, p.flags) = (momentum, nesterov as u32 | (decoupled as u32) << 2);
             "sgd_momentum"
         }
         OptimizerKind::Adam { beta1, beta2, epsilon, decoupled } => {
@@ -313,11 +324,12 @@ fn launch(
     if decay_mask.is_some() {
         p.flags |= 2;
     }
-    // The shader's branches: bit 0 (Nesterov, or AdamW's decoupled decay), bit 1 (the mask).
+    // The shader's branches: bit 0 (Nesterov, or AdamW's decoupled decay), bit 1 (the mask),
+    // bit 2 (SGD's decoupled decay).
     let flag = |bit: u32, name: &str| format!("{name}={}", if p.flags & bit != 0 { "yes" } else { "no" });
     let path = match entry {
-        "sgd" => flag(2, "decay_mask"),
-        "sgd_momentum" => format!("{} {}", flag(1, "nesterov"), flag(2, "decay_mask")),
+        "sgd" => format!("{} {}", flag(4, "decoupled"), flag(2, "decay_mask")),
+        "sgd_momentum" => format!("{} {} {}", flag(1, "nesterov"), flag(4, "decoupled"), flag(2, "decay_mask")),
         _ => format!("{} {}", flag(1, "decoupled"), flag(2, "decay_mask")),
     };
     let uniform = device.uniform(&p);

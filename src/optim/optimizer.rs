@@ -7,11 +7,10 @@
 //! benchmark recipes use. For Adam the two differ; Keras 3's `Adam(weight_decay=wd)` is
 //! AdamW, so `Optimizer::adam(lr).weight_decay(wd)` is `Optimizer::adamw(lr).weight_decay(wd)`.
 //!
-//! SGD is the exception for now: its `weight_decay` is still the L2 form, as `l2` (with
-//! momentum the two differ). The f64 reference of `convoy check` (`src/check`) models SGD's
-//! decay in the gradient only, and its default configuration asks for `weight_decay`; SGD
-//! becomes decoupled together with that reference. Write `l2` where the L2 form is meant,
-//! as the CLI and the examples do, and nothing changes then.
+//! SGD likewise: `Optimizer::sgd(lr).weight_decay(wd)` is Keras 3's `SGD(weight_decay=wd)`
+//! (`p -= lr * wd * p`, then the step), `.l2(wd)` PyTorch's `torch.optim.SGD(weight_decay=wd)`;
+//! with momentum the two differ. A model file saved before SGD had both forms says nothing
+//! of it and loads as the L2 form it was trained with.
 
 use serde::{Deserialize, Serialize};
 
@@ -22,8 +21,16 @@ use crate::{bail, Result};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "name", rename_all = "lowercase")]
 pub enum Optimizer {
-    /// SGD; `weight_decay` is added to the gradient (L2, PyTorch's SGD).
-    Sgd { learning_rate: f32, momentum: f32, nesterov: bool, weight_decay: f32 },
+    /// SGD; `weight_decay` is decoupled (Keras 3's SGD) or, without `decoupled`, added to the
+    /// gradient (L2, PyTorch's SGD): [`Optimizer::weight_decay`], [`Optimizer::l2`].
+    Sgd {
+        learning_rate: f32,
+        momentum: f32,
+        nesterov: bool,
+        weight_decay: f32,
+        #[serde(default)]
+        decoupled: bool,
+    },
     /// Adam; `weight_decay` is added to the gradient (L2, PyTorch's Adam): [`Optimizer::l2`].
     Adam { learning_rate: f32, beta_1: f32, beta_2: f32, epsilon: f32, weight_decay: f32 },
     /// Adam with `weight_decay` decoupled (Keras 3's Adam and AdamW, PyTorch's AdamW).
@@ -33,7 +40,7 @@ pub enum Optimizer {
 impl Optimizer {
     /// Keras' `SGD(learning_rate)`: no momentum, no weight decay.
     pub fn sgd(learning_rate: f32) -> Self {
-        Optimizer::Sgd { learning_rate, momentum: 0.0, nesterov: false, weight_decay: 0.0 }
+        Optimizer::Sgd { learning_rate, momentum: 0.0, nesterov: false, weight_decay: 0.0, decoupled: false }
     }
     /// Keras' `Adam(learning_rate)` with beta_1 0.9, beta_2 0.999, epsilon 1e-7.
     pub fn adam(learning_rate: f32) -> Self {
@@ -58,11 +65,10 @@ impl Optimizer {
         self
     }
     /// Keras 3's weight decay, decoupled from the gradient: `p -= lr * wd * p` before each
-    /// update, on kernels only. Adam becomes AdamW (the rule Keras 3 gives both). SGD keeps
-    /// the L2 form for now (see the module docs).
+    /// update, on kernels only. Adam becomes AdamW (the rule Keras 3 gives both).
     pub fn weight_decay(self, wd: f32) -> Self {
         match self {
-            Optimizer::Sgd { learning_rate, momentum, nesterov, .. } => Optimizer::Sgd { learning_rate, momentum, nesterov, weight_decay: wd },
+            Optimizer::Sgd { learning_rate, momentum, nesterov, .. } => Optimizer::Sgd { learning_rate, momentum, nesterov, weight_decay: wd, decoupled: true },
             Optimizer::Adam { learning_rate, beta_1, beta_2, epsilon, .. } | Optimizer::AdamW { learning_rate, beta_1, beta_2, epsilon, .. } => {
                 Optimizer::AdamW { learning_rate, beta_1, beta_2, epsilon, weight_decay: wd }
             }
@@ -74,7 +80,7 @@ impl Optimizer {
     /// Adam with L2.
     pub fn l2(self, wd: f32) -> Self {
         match self {
-            Optimizer::Sgd { learning_rate, momentum, nesterov, .. } => Optimizer::Sgd { learning_rate, momentum, nesterov, weight_decay: wd },
+            Optimizer::Sgd { learning_rate, momentum, nesterov, .. } => Optimizer::Sgd { learning_rate, momentum, nesterov, weight_decay: wd, decoupled: false },
             Optimizer::Adam { learning_rate, beta_1, beta_2, epsilon, .. } | Optimizer::AdamW { learning_rate, beta_1, beta_2, epsilon, .. } => {
                 Optimizer::Adam { learning_rate, beta_1, beta_2, epsilon, weight_decay: wd }
             }
@@ -128,7 +134,7 @@ impl Optimizer {
     /// The kernel's view: the update rule and how many state tensors it keeps per parameter.
     pub fn kind(&self) -> OptimizerKind {
         match *self {
-            Optimizer::Sgd { momentum, nesterov, .. } => OptimizerKind::Sgd { momentum, nesterov },
+            Optimizer::Sgd { momentum, nesterov, decoupled, .. } => OptimizerKind::Sgd { momentum, nesterov, decoupled },
             Optimizer::Adam { beta_1, beta_2, epsilon, .. } => OptimizerKind::Adam { beta1: beta_1, beta2: beta_2, epsilon, decoupled: false },
             Optimizer::AdamW { beta_1, beta_2, epsilon, .. } => OptimizerKind::Adam { beta1: beta_1, beta2: beta_2, epsilon, decoupled: true },
         }

@@ -29,6 +29,7 @@ pub(crate) struct Model {
 ///
 /// SGD:   g ← g + λθ;  b ← μb + g (b = g at t = 1: the same, as b starts at 0);
 ///        g ← nesterov ? g + μb : b;  θ ← θ − γg
+///        (decoupled, Keras 3: θ ← θ − γλθ first, without the g ← g + λθ line)
 /// Adam:  g ← g + λθ;  m ← β1·m + (1−β1)·g;  v ← β2·v + (1−β2)·g²;
 ///        m̂ ← m / (1−β1^t);  v̂ ← v / (1−β2^t);  θ ← θ − γ·m̂ / (√v̂ + ε)
 /// AdamW: θ ← θ − γλθ, then Adam's moments and update without the g ← g + λθ line.
@@ -37,9 +38,9 @@ pub(crate) fn reference_step(kind: &OptimizerKind, wd: &[f64], m: &mut Model, gr
     for i in 0..m.p.len() {
         let (w, g) = (m.p[i], grads[i] as f64);
         match *kind {
-            OptimizerKind::Sgd { momentum, nesterov } => {
+            OptimizerKind::Sgd { momentum, nesterov, decoupled } => {
                 let mu = momentum as f64;
-                let g = g + wd[i] * w;
+                let (w, g) = if decoupled { (w - lr * wd[i] * w, g) } else { (w, g + wd[i] * w) };
                 let update = if mu == 0.0 {
                     g
                 } else {
@@ -68,6 +69,8 @@ fn cases() -> Vec<(&'static str, OptimizerKind, f32, f32)> {
         ("sgd nesterov", OptimizerKind::sgd(0.9, true), 0.0, 0.1),
         ("sgd weight decay", OptimizerKind::sgd(0.0, false), 0.05, 0.1),
         ("sgd momentum + weight decay", OptimizerKind::sgd(0.9, true), 0.05, 0.1),
+        ("sgd decoupled weight decay", OptimizerKind::sgd_decoupled(0.0, false), 0.05, 0.1),
+        ("sgd momentum + decoupled weight decay", OptimizerKind::sgd_decoupled(0.9, true), 0.05, 0.1),
         ("adam", OptimizerKind::adam(), 0.0, 0.01),
         ("adam l2", OptimizerKind::adam(), 0.1, 0.01),
         ("adamw", OptimizerKind::adamw(), 0.1, 0.01),

@@ -495,7 +495,15 @@ fn optimizer_takes_every_path() {
     let seed = SEED + 7;
     let mut r = rng(seed);
     take_paths();
-    let kinds = [OptimizerKind::sgd(0.0, false), OptimizerKind::sgd(0.9, false), OptimizerKind::sgd(0.9, true), OptimizerKind::adam(), OptimizerKind::adamw()];
+    let kinds = [
+        OptimizerKind::sgd(0.0, false),
+        OptimizerKind::sgd(0.9, false),
+        OptimizerKind::sgd(0.9, true),
+        OptimizerKind::sgd_decoupled(0.0, false),
+        OptimizerKind::sgd_decoupled(0.9, false),
+        OptimizerKind::adam(),
+        OptimizerKind::adamw(),
+    ];
     on_each_variant(|variant| {
         for kind in kinds {
             for masked in [false, true] {
@@ -514,8 +522,8 @@ fn optimizer_takes_every_path() {
         }
     });
 
-    let mut expected = want("sgd", &["decay_mask=no", "decay_mask=yes", "grid=1d", "grid=2d"]);
-    expected.extend(want("sgd_momentum", &["nesterov=no", "nesterov=yes", "decay_mask=no", "decay_mask=yes", "grid=1d", "grid=2d"]));
+    let mut expected = want("sgd", &["decoupled=no", "decoupled=yes", "decay_mask=no", "decay_mask=yes", "grid=1d", "grid=2d"]);
+    expected.extend(want("sgd_momentum", &["nesterov=no", "nesterov=yes", "decoupled=no", "decoupled=yes", "decay_mask=no", "decay_mask=yes", "grid=1d", "grid=2d"]));
     expected.extend(want("adam", &["decoupled=no", "decoupled=yes", "decay_mask=no", "decay_mask=yes", "grid=1d", "grid=2d"]));
     assert_paths_cover("optimizer", &take_paths(), &expected, &[]);
 }
