@@ -594,46 +594,62 @@ fn step(acc: ptr<function, array<vec4<f32>, 8>>, k0: u32, k_end: u32, m0: u32, n
     workgroupBarrier();
 }
 
+// What workgroup `tile` of the grid computes: its output tile's first row and column and
+// its K range. n-tiles vary fastest, so neighbouring workgroups share their rows of A (the
+// large im2col side) in cache.
+struct Origin {
+    m0: u32,
+    n0: u32,
+    split: u32,
+    k_begin: u32,
+    k_end: u32,
+}
+
+fn origin(tile: u32) -> Origin {
+    let tn = tile % p.tiles_n;
+    let rest = tile / p.tiles_n;
+    let split = rest / p.tiles_m;
+    let k_begin = split * p.k_chunk;
+    return Origin((rest % p.tiles_m) * BM, tn * BN, split, k_begin, min(k_begin + p.k_chunk, p.k));
+}
+
+// The first K step's quads into registers (the convolution gathers first decompose what
+// their slots keep for the whole loop).
+fn fetch_first(o: Origin, lid: u32) {
+    if (conv_fast()) {
+        init_conv_loads(o.m0, o.k_begin, lid);
+        fetch_a_conv(o.k_begin, lid);
+    } else {
+        fetch_a(o.m0, o.k_begin, lid);
+    }
+    fetch_b(o.n0, o.k_begin, lid);
+}
+
 @compute @workgroup_size(THREADS)
 fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    // n-tiles vary fastest, so neighbouring workgroups share their rows of A (the large
-    // im2col side) in cache.
     let tile = wid.x + wid.y * nwg.x;
     if (tile >= p.tiles_m * p.tiles_n * p.splits) {
         return; // uniform: the whole workgroup leaves
     }
-    let tn = tile % p.tiles_n;
-    let rest = tile / p.tiles_n;
-    let tm = rest % p.tiles_m;
-    let split = rest / p.tiles_m;
-    let m0 = tm * BM;
-    let n0 = tn * BN;
-    let k_begin = split * p.k_chunk;
-    let k_end = min(k_begin + p.k_chunk, p.k);
+    let o = origin(tile);
+    let m0 = o.m0;
+    let n0 = o.n0;
+    let k_end = o.k_end;
     let tx = lid % WN;
     let ty = lid / WN;
-
     let fast = conv_fast();
-    if (fast) {
-        init_conv_loads(m0, k_begin, lid);
-    }
     // Row i of the invocation's block. It must stay indexed by constants (after the short
     // loops unroll), or the driver keeps it in local memory.
     var acc: array<vec4<f32>, 8>;
-    if (fast) {
-        fetch_a_conv(k_begin, lid);
-    } else {
-        fetch_a(m0, k_begin, lid);
-    }
-    fetch_b(n0, k_begin, lid);
+    fetch_first(o, lid);
     store_a(lid, 0u);
     store_b(lid, 0u);
     workgroupBarrier();
     // Two buffers per tile: a step multiplies one while the quads of the next step,
     // fetched into registers meanwhile, go into the other after it; one barrier per step.
     // The loop body is two steps so that each names its buffer by a constant.
-    var k0 = k_begin;
+    var k0 = o.k_begin;
     while (k0 < k_end) {
         step(&acc, k0, k_end, m0, n0, lid, tx, ty, fast, 0u);
         k0 += BK;
@@ -647,7 +663,7 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     // The row loop must unroll (acc indexed by constants) or acc lives in local memory: with
     // the phase products' row mapping behind a runtime flag in `store` it did not, 2 TFLOP/s
     // on an H200. Spelt out as four-row calls instead of the loop it ran 10-15% slower.
-    let base = split * p.m * p.n;
+    let base = o.split * p.m * p.n;
     let n = n0 + tx * 4u;
     if (n >= p.n) {
         return;

@@ -71,23 +71,13 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     if (tile >= p.tiles_m * p.tiles_n * p.splits) {
         return; // uniform: the whole workgroup leaves
     }
-    let tn = tile % p.tiles_n;
-    let rest = tile / p.tiles_n;
-    let tm = rest % p.tiles_m;
-    let split = rest / p.tiles_m;
-    let m0 = tm * BM;
-    let n0 = tn * BN;
-    let k_begin = split * p.k_chunk;
-    let k_end = min(k_begin + p.k_chunk, p.k);
-
+    let o = origin(tile);
+    let m0 = o.m0;
+    let n0 = o.n0;
+    let split = o.split;
+    let k_end = o.k_end;
     let fast = conv_fast();
-    if (fast) {
-        init_conv_loads(m0, k_begin, lid);
-        fetch_a_conv(k_begin, lid);
-    } else {
-        fetch_a(m0, k_begin, lid);
-    }
-    fetch_b(n0, k_begin, lid);
+    fetch_first(o, lid);
     store_a16(lid, 0u);
     store_b16(lid, 0u);
     workgroupBarrier();
@@ -99,7 +89,7 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     var c10 = coop_mat16x16<f32, C>();
     var c11 = coop_mat16x16<f32, C>();
     var buf = 0u;
-    for (var k0 = k_begin; k0 < k_end; k0 += BK) {
+    for (var k0 = o.k_begin; k0 < k_end; k0 += BK) {
         let more = k0 + BK < k_end;
         if (more) {
             if (fast) {
