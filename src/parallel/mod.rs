@@ -73,9 +73,8 @@ pub struct ReplicaSet {
     resplits_due: usize,
     /// Set when the user fixed the split: speeds are then not re-measured.
     fixed_split: bool,
-    /// The last step's exchange, finished by the next `train_step` or by `flush`:
-    /// (replicas taking part, replicas that ran, their counts, the step's optimizer inputs).
-    pending_exchange: Option<(Vec<usize>, Vec<usize>, Vec<usize>, Hyper)>,
+    /// The last step's exchange, finished by the next `train_step` or by `flush`.
+    pending_exchange: Option<PendingExchange>,
     /// Replicas that ran each step in flight, oldest first.
     in_flight: std::collections::VecDeque<Vec<usize>>,
     /// Steps waited for whose outputs `collect` has not handed out yet, oldest first.
@@ -213,14 +212,11 @@ impl ReplicaSet {
         }
         let exchange = exchange_cost(def.layout.param_len);
         let group_speed = choose(n, &cost, exchange, 0.05);
-        let fastest = &self.replicas[groups[order[0]][0]];
+        let fastest = groups[order[0]][0];
         let mut speed = vec![0.0; self.replicas.len()];
         for (g, members) in groups.iter().enumerate() {
             if group_speed[g] == 0.0 {
-                let ratio = cost[g].time(n) / cost[order[0]].time(n);
-                let note = format!("{}: {} slower than {}, left out (choose with --devices)", self.replicas[members[0]].device.name(), format_ratio(ratio), fastest.device.name());
-                eprintln!("{note}");
-                self.left_out.push(note);
+                self.say_left_out(members[0], cost[g].time(n) / cost[order[0]].time(n), fastest);
             }
             for &r in members {
                 speed[r] = group_speed[g] / members.len() as f64;
@@ -291,15 +287,16 @@ impl ReplicaSet {
             t.exchange = p.exchange;
         }
         if exchange {
-            self.pending_exchange = Some((parts.clone(), ran.clone(), counts.clone(), hyper));
+            self.pending_exchange = Some(PendingExchange { parts: parts.clone(), ran: ran.clone(), counts: counts.clone(), hyper });
         }
         self.in_flight.push_back(ran);
         {
             let mut book = self.book.lock().unwrap();
-            for r in 0..counts.len() {
-                book.0[r] += counts[r];
+            let (seen_since_sync, current) = &mut *book;
+            for (r, (seen, current)) in seen_since_sync.iter_mut().zip(current.iter_mut()).enumerate() {
+                *seen += counts[r];
                 if !parts.contains(&r) {
-                    book.1[r] = false;
+                    *current = false;
                 }
             }
         }
@@ -328,7 +325,7 @@ impl ReplicaSet {
     /// replica) on each replica right behind its last update.
     fn flush_timed(&mut self, next: &mut [Option<replica::Recorded>]) -> Result<Vec<StepTiming>> {
         let mut timing = vec![StepTiming::default(); self.replicas.len()];
-        let Some((parts, ran, counts, hyper)) = self.pending_exchange.take() else {
+        let Some(PendingExchange { parts, ran, counts, hyper }) = self.pending_exchange.take() else {
             for (rep, rec) in self.replicas.iter_mut().zip(next) {
                 if let Some(rec) = rec.take() {
                     rep.submit_step(rec);
@@ -470,9 +467,7 @@ impl ReplicaSet {
             for &r in &parts {
                 if want[r] == 0.0 {
                     let ratio = want[fastest] / (self.measured[r] / parts.iter().map(|&p| self.measured[p]).sum::<f64>()).max(1e-12);
-                    let note = format!("{}: {} slower than {}, left out (choose with --devices)", self.replicas[r].device.name(), format_ratio(ratio), self.replicas[fastest].device.name());
-                    eprintln!("{note}");
-                    self.left_out.push(note);
+                    self.say_left_out(r, ratio, fastest);
                 }
             }
             self.speed = want;
@@ -551,13 +546,13 @@ impl ReplicaSet {
         Ok(Some((out, t0.elapsed())))
     }
 
-    /// Averages BatchNorm's moving statistics across the replicas that trained since the
-    /// last average (see the module docs): the moving mean of one device trained on the
-    /// whole batch is the samples-weighted mean of the replicas', so one that saw no sample,
-    /// idle or set aside, weighs nothing and its stale statistics do not dilute the others'
-    /// (`crate::check`'s f64 reference weighs them the same way). Then the
-    /// weights and optimizer state of replicas set aside are brought up to date, so every
-    /// replica holds the same values.
+    /// Brings the weights and optimizer state of replicas set aside up to date, then averages
+    /// BatchNorm's moving statistics across the replicas that trained since the last average
+    /// (see the module docs): the moving mean of one device trained on the whole batch is
+    /// the samples-weighted mean of the replicas', so one that saw no sample, idle or set
+    /// aside, weighs nothing and its stale statistics do not dilute the others'
+    /// (`crate::check`'s f64 reference weighs them the same way). Every replica then holds
+    /// the same values.
     pub fn sync_states(&self) -> Result<()> {
         if self.replicas.len() < 2 {
             return Ok(());
@@ -615,6 +610,14 @@ impl ReplicaSet {
         }
         Ok(())
     }
+
+    /// Says once, on stderr and in `left_out`, that replica `r`, `ratio` times slower than
+    /// replica `fastest`, takes no part from now on.
+    fn say_left_out(&mut self, r: usize, ratio: f64, fastest: usize) {
+        let note = format!("{}: {} slower than {}, left out (choose with --devices)", self.replicas[r].device.name(), format_ratio(ratio), self.replicas[fastest].device.name());
+        eprintln!("{note}");
+        self.left_out.push(note);
+    }
 }
 
 /// Predicted host time of one exchange among `k` replicas of `params` parameters: each
@@ -635,6 +638,18 @@ fn exchange_cost(params: usize) -> impl Fn(usize) -> f64 {
     }
     let pass = t0.elapsed().as_secs_f64() / 2.0;
     move |k| if k < 2 { 0.0 } else { 3e-4 + pass * (2 * k) as f64 }
+}
+
+/// A step's exchange waiting for the next `train_step` or `flush` to finish it.
+struct PendingExchange {
+    /// Replicas taking part (each receives the sum).
+    parts: Vec<usize>,
+    /// Replicas that ran the step (each contributes gradients).
+    ran: Vec<usize>,
+    /// Samples per replica.
+    counts: Vec<usize>,
+    /// The step's optimizer inputs.
+    hyper: Hyper,
 }
 
 /// "700x", "3.2x", "1.05x".
@@ -708,7 +723,8 @@ fn spin_until(done: impl Fn() -> bool, failed: &AtomicBool) -> bool {
 }
 
 /// Runs `f` on every replica at once, a thread each (a replica's host work blocks on its own
-/// device only), and returns the results in replica order.
+/// device only), or in turn on this thread when at most `busy` = 1 of them has work; returns
+/// the results in replica order.
 fn on_each<T: Send>(replicas: &mut [Replica], busy: usize, f: impl Fn(usize, &mut Replica) -> Result<T> + Sync) -> Result<Vec<T>> {
     // With one replica at work (one device, or the others set aside) a thread would only add
     // its start and join to every step (an MLP step on an H100 is about 0.3 ms).
