@@ -6,17 +6,19 @@
 // specialised per combination, so the driver folds every branch on them away.
 //
 // Tile: BM = WM * TM rows by BN = WN * 4 columns, WM * WN invocations, each holding a TM x 4
-// register block. K advances BK at a time through workgroup memory, stored k-major so the
-// inner loop reads a column of A and a row of B as vec4s. (An 8 x 8 block on a 128 x 128
-// tile, A read once for both column quads, ran at 25 TFLOP/s on an H200 where this
-// 8 x 4 one on 128 x 64 runs at 29.5.)
+// register block. K advances BK at a time through workgroup memory. B is stored k-major, so
+// the inner loop reads four columns of one k as a vec4. A is stored as it is gathered: k-major
+// (a column of four rows per vec4) for the m-contiguous kinds, row-major (four k of one row
+// per vec4, used against four rows of B) for the others, so no gather is transposed on its
+// way in (H100: resnet50 128.3 -> 123.8 ms a step, from its 1x1 products). (An 8 x 8 block
+// on a 128 x 128 tile, A read once for both column quads, ran at 25 TFLOP/s on an H200
+// where this 8 x 4 one on 128 x 64 runs at 29.5.)
 //
 // Double buffering: each tile has two K-step buffers, so a step multiplies one while the
 // next step's quads (loaded into registers meanwhile) are stored into the other, with one
 // barrier a step instead of two (H200, resnet18 224 px: weight gradients 27.7 -> 30.5
 // TFLOP/s). `gemm`'s loop is two steps so each names its buffer by a constant: a runtime
-// buffer offset slowed the forward and input-gradient products by 2-6%. Also tried: an
-// m-major A tile (vec4 along k, XOR-swizzled), 10% slower.
+// buffer offset slowed the forward and input-gradient products by 2-6%.
 //
 // Phase products (PHASE_TAPS, PHASE_ROWS): the input gradient at stride s is s_h * s_w convolutions,
 // one per phase (ih % s_h, iw % s_w) of dx, each over only the taps that phase meets (see
@@ -121,7 +123,8 @@ const MAX_SLOTS: u32 = 4u;
 
 const NONE: u32 = 0xffffffffu;
 
-// k-major tiles: a_tile holds A[m0 + m, k0 + kk] at float kk * BM + m.
+// b_tile holds B[k0 + kk, n0 + n] at float kk * BN + n; a_tile holds A[m0 + m, k0 + kk] at
+// float kk * BM + m (m-contiguous kinds) or m * BK + kk (the others).
 var<workgroup> a_tile: array<vec4<f32>, 2u * BK * BM / 4u>;
 var<workgroup> b_tile: array<vec4<f32>, 2u * BK * BN / 4u>;
 
@@ -271,12 +274,6 @@ fn b_quad(k: u32, n: u32) -> vec4<f32> {
     return vec4<f32>(b_at(k, n), b_at(k + 1u, n), b_at(k + 2u, n), b_at(k + 3u, n));
 }
 
-fn set_a_tile(i: u32, v: f32) {
-    let q = i / 4u;
-    let r = i % 4u;
-    a_tile[q][r] = v;
-}
-
 fn set_b_tile(i: u32, v: f32) {
     let q = i / 4u;
     let r = i % 4u;
@@ -291,15 +288,16 @@ fn set_b_tile(i: u32, v: f32) {
 var<private> a_reg: array<vec4<f32>, MAX_SLOTS>;
 var<private> b_reg: array<vec4<f32>, MAX_SLOTS>;
 
-// Where slot l of A goes: m-contiguous kinds keep quads along m, the others hold four k of
-// one row, transposed into k-major order on the way in.
+// Where slot l of A goes. The m-contiguous kinds (A_COLS, IM2COL_T) fill a k-major tile
+// with quads along m; the others fill a row-major one with quads along k, slot l being row
+// l / (BK / 4), quad l % (BK / 4): either way one aligned 16-byte store, no transposing.
 fn store_a(lid: u32, base: u32) {
     for (var s = 0u; s < A_SLOTS; s++) {
         let l = lid + s * THREADS;
         if (a_is_m_contiguous()) {
             a_tile[base + (l / (BM / 4u)) * (BM / 4u) + l % (BM / 4u)] = a_reg[s];
         } else {
-            store_a_column(base * 4u + (l % (BK / 4u)) * 4u * BM + l / (BK / 4u), a_reg[s]);
+            a_tile[base + l] = a_reg[s];
         }
     }
 }
@@ -314,13 +312,6 @@ fn fetch_a(m0: u32, k0: u32, lid: u32) {
             a_reg[s] = a_quad(m0 + l / (BK / 4u), k0 + (l % (BK / 4u)) * 4u);
         }
     }
-}
-
-fn store_a_column(at: u32, v: vec4<f32>) {
-    set_a_tile(at, v.x);
-    set_a_tile(at + BM, v.y);
-    set_a_tile(at + 2u * BM, v.z);
-    set_a_tile(at + 3u * BM, v.w);
 }
 
 fn fetch_b(n0: u32, k0: u32, lid: u32) {
@@ -362,6 +353,9 @@ var<private> cols: array<vec3<u32>, MAX_SLOTS>;
 // IM2COL_T: (c, i, j, valid) of each of the invocation's four rows (with aligned quads
 // only the first is read).
 var<private> taps: array<vec4<u32>, 4>;
+// IM2COL and DY_STUFFED: (c, i, j) of the invocation's k (the same for all its rows),
+// advanced by BK per step without a division.
+var<private> tap_now: vec3<u32>;
 
 // A kind with a geometric gather: the image gathers at any channel count (without the quad
 // flag one float at a time, e.g. a 3-channel stem), the stuffed gradient only where the
@@ -391,6 +385,12 @@ fn init_conv_loads(m0: u32, k_begin: u32, lid: u32) {
                 rows[s] = vec4<i32>(i32((t / p.in_h) * p.out_h), i32(t % p.in_h + p.pad_top), i32(pix % p.in_w + p.pad_left), valid);
             }
         }
+    }
+    if (A_KIND != A_IM2COL_T) {
+        let depth = select(p.filters, p.in_c, A_KIND == A_IM2COL);
+        let k = k_begin + (lid % (BK / 4u)) * 4u;
+        let ij = k / depth;
+        tap_now = vec3<u32>(k % depth, ij / p.kw, ij % p.kw);
     }
     if (A_KIND == A_IM2COL_T) {
         for (var e = 0u; e < select(4u, 1u, A_QUADS); e++) {
@@ -480,10 +480,22 @@ fn fetch_a_conv(k0: u32, lid: u32) {
         return;
     }
     let depth = select(p.filters, p.in_c, A_KIND == A_IM2COL);
-    let ch = k % depth;
-    let ij = k / depth;
-    let i = i32(ij / p.kw);
-    let j = i32(ij % p.kw);
+    let ch = tap_now.x;
+    let i = i32(tap_now.y);
+    let j = i32(tap_now.z);
+    // Four integer divisions a step cost the forward and input-gradient products 2-3%
+    // (H100, resnet18 224 px).
+    var t = tap_now;
+    t.x += BK;
+    while (t.x >= depth) {
+        t.x -= depth;
+        t.z += 1u;
+        if (t.z == p.kw) {
+            t.z = 0u;
+            t.y += 1u;
+        }
+    }
+    tap_now = t;
     let unit_stride = p.stride_h == 1u && p.stride_w == 1u;
     for (var s = 0u; s < A_SLOTS; s++) {
         let r = rows[s];
@@ -575,16 +587,35 @@ fn step(acc: ptr<function, array<vec4<f32>, 8>>, k0: u32, k_end: u32, m0: u32, n
     // Each operand's row offset is added once, outside the unrolled kk loop, so every kk is a
     // constant offset from one base (with `(kk * BM + ty * TM) / 4` the driver could not
     // distribute the division: weight gradients 2.5% slower on an H100).
-    let ab = buf * A_BUF + ty * (TM / 4u);
     let bb = buf * B_BUF + tx;
-    for (var kk = 0u; kk < BK; kk++) {
-        let bv = b_tile[bb + kk * (BN / 4u)];
-        for (var q = 0u; q < TM / 4u; q++) {
-            let av = a_tile[ab + kk * (BM / 4u) + q];
-            (*acc)[q * 4u] = fma(vec4<f32>(av.x), bv, (*acc)[q * 4u]);
-            (*acc)[q * 4u + 1u] = fma(vec4<f32>(av.y), bv, (*acc)[q * 4u + 1u]);
-            (*acc)[q * 4u + 2u] = fma(vec4<f32>(av.z), bv, (*acc)[q * 4u + 2u]);
-            (*acc)[q * 4u + 3u] = fma(vec4<f32>(av.w), bv, (*acc)[q * 4u + 3u]);
+    if (a_is_m_contiguous()) {
+        let ab = buf * A_BUF + ty * (TM / 4u);
+        for (var kk = 0u; kk < BK; kk++) {
+            let bv = b_tile[bb + kk * (BN / 4u)];
+            for (var q = 0u; q < TM / 4u; q++) {
+                let av = a_tile[ab + kk * (BM / 4u) + q];
+                (*acc)[q * 4u] = fma(vec4<f32>(av.x), bv, (*acc)[q * 4u]);
+                (*acc)[q * 4u + 1u] = fma(vec4<f32>(av.y), bv, (*acc)[q * 4u + 1u]);
+                (*acc)[q * 4u + 2u] = fma(vec4<f32>(av.z), bv, (*acc)[q * 4u + 2u]);
+                (*acc)[q * 4u + 3u] = fma(vec4<f32>(av.w), bv, (*acc)[q * 4u + 3u]);
+            }
+        }
+    } else {
+        // Four k at a time: four rows of B, then each of the invocation's rows of A as one
+        // quad along k.
+        let ar = buf * A_BUF + ty * TM * (BK / 4u);
+        for (var k4 = 0u; k4 < BK / 4u; k4++) {
+            let b0 = b_tile[bb + (k4 * 4u) * (BN / 4u)];
+            let b1 = b_tile[bb + (k4 * 4u + 1u) * (BN / 4u)];
+            let b2 = b_tile[bb + (k4 * 4u + 2u) * (BN / 4u)];
+            let b3 = b_tile[bb + (k4 * 4u + 3u) * (BN / 4u)];
+            for (var r = 0u; r < TM; r++) {
+                let av = a_tile[ar + r * (BK / 4u) + k4];
+                var v = fma(vec4<f32>(av.x), b0, (*acc)[r]);
+                v = fma(vec4<f32>(av.y), b1, v);
+                v = fma(vec4<f32>(av.z), b2, v);
+                (*acc)[r] = fma(vec4<f32>(av.w), b3, v);
+            }
         }
     }
     if (more) {
