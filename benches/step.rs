@@ -26,7 +26,7 @@ fn main() -> convoy::Result<()> {
     println!("device: {} ({})", devices[0].name(), devices[0].backend());
     for model in &models {
         for &batch_size in &batches {
-            let cfg = BenchConfig { model: model.clone(), batch_size, image_size: 32, classes: None, steps, profile: true };
+            let cfg = BenchConfig { model: model.clone(), batch_size, image_size: 32, classes: None, steps, profile: true, precision: Default::default() };
             let m = measure(&cfg, &devices)?;
             let host_ms = m.host_ms();
             println!("\n{model}, batch {batch_size} x {}: {:.0} images/s, step {:.3} ms, host staging + recording {host_ms:.3} ms", devices.len(), m.images_per_sec, m.step_ms);

@@ -71,7 +71,9 @@ struct Params {
     dst_w: u32,
     dst_ph: u32,
     dst_pw: u32,
-    _pad0: u32,
+    // 0x7f800000, f32's infinity: ROUND_F16's overflow, as a runtime value (a constant
+    // infinity is an error in WGSL)
+    inf_bits: u32,
     _pad1: u32,
 }
 
@@ -100,6 +102,10 @@ override A_QUADS: bool = false;
 // (PHASE_ROWS); pipeline constants so that no other product carries their arithmetic.
 override PHASE_TAPS: bool = false;
 override PHASE_ROWS: bool = false;
+// The mixed_float16 policy where the tensor-core kernel cannot run: each operand is rounded
+// to f16 on its way into workgroup memory, so the product sees the numbers the tensor cores
+// would (f16 operands, f32 accumulation), computed on the f32 units.
+override ROUND_F16: bool = false;
 // rows per invocation: 4 or 8 (the accumulator holds 8)
 override TM: u32 = 4u;
 // invocations along M and along N (each owns 4 columns)
@@ -294,12 +300,43 @@ var<private> b_reg: array<vec4<f32>, MAX_SLOTS>;
 fn store_a(lid: u32, base: u32) {
     for (var s = 0u; s < A_SLOTS; s++) {
         let l = lid + s * THREADS;
+        let v = operand(a_reg[s]);
         if (a_is_m_contiguous()) {
-            a_tile[base + (l / (BM / 4u)) * (BM / 4u) + l % (BM / 4u)] = a_reg[s];
+            a_tile[base + (l / (BM / 4u)) * (BM / 4u) + l % (BM / 4u)] = v;
         } else {
-            a_tile[base + l] = a_reg[s];
+            a_tile[base + l] = v;
         }
     }
+}
+
+// A quad as the product uses it: as loaded, or rounded to the nearest f16 (ROUND_F16), kept
+// in f32. The rounding is done on the bits: NVIDIA's compiler folds
+// unpack2x16float(pack2x16float(v)) into v. Past f16's range a value becomes infinite, as
+// the tensor cores' conversion makes it, so that loss scaling sees the same overflows.
+fn operand(v: vec4<f32>) -> vec4<f32> {
+    if (!ROUND_F16) {
+        return v;
+    }
+    return vec4<f32>(round_f16(v.x), round_f16(v.y), round_f16(v.z), round_f16(v.w));
+}
+
+fn round_f16(x: f32) -> f32 {
+    let a = abs(x);
+    if (a >= 65520.0) {
+        // From 65520 round-to-nearest-even reaches f16's infinity.
+        return sign(x) * bitcast<f32>(p.inf_bits);
+    }
+    if (a < 6.103515625e-5) {
+        // f16's subnormals: multiples of 2^-24 (scaling by powers of two is exact; `round`
+        // breaks ties to even).
+        return round(x * 16777216.0) / 16777216.0;
+    }
+    // Normal range: keep 10 of f32's 23 mantissa bits, ties to even; a carry out of the
+    // mantissa moves the exponent up, as it should. NaN fails both tests above and comes
+    // here, where it stays NaN or becomes infinite: non-finite either way.
+    let bits = bitcast<u32>(x);
+    let odd = (bits >> 13u) & 1u;
+    return bitcast<f32>((bits + 0x0fffu + odd) & 0xffffe000u);
 }
 
 // The general gather, which decomposes every index; `fetch_a_conv` is the fast one.
@@ -328,7 +365,7 @@ fn fetch_b(n0: u32, k0: u32, lid: u32) {
 fn store_b(lid: u32, base: u32) {
     for (var s = 0u; s < B_SLOTS; s++) {
         let l = lid + s * THREADS;
-        let v = b_reg[s];
+        let v = operand(b_reg[s]);
         if (B_KIND == B_ROWS) {
             b_tile[base + (l / (BN / 4u)) * (BN / 4u) + l % (BN / 4u)] = v;
         } else {

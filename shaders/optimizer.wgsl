@@ -16,7 +16,8 @@ struct Params {
     beta2: f32,
     epsilon: f32,
     // bit 0: Nesterov (SGD) or decoupled weight decay (AdamW); bit 1: `decays` masks the
-    // weight decay per element; bit 2: decoupled weight decay (SGD)
+    // weight decay per element; bit 2: decoupled weight decay (SGD); bit 3: loss-scaled
+    // gradients
     flags: u32,
 }
 
@@ -41,6 +42,27 @@ struct Hyper {
 // Per element, 1 where weight decay applies and 0 where it does not (flag bit 1; without it
 // the host binds `grads` here and every element decays).
 @group(0) @binding(6) var<storage, read> decays: array<f32>;
+// The mixed_float16 policy's loss-scale state (shaders/loss_scale.wgsl): word 0 the scale
+// the gradients carry, word 2 set when one of them is NaN or infinite. Read only with flag
+// bit 3 (without it the host binds `hyper` here).
+@group(0) @binding(7) var<storage, read> loss_scale: array<u32>;
+
+// Flag bit 3: gradients carry the loss scale. Each is divided by it, and a step with a
+// non-finite one changes nothing (Keras' LossScaleOptimizer).
+fn scaled() -> bool {
+    return (p.flags & 8u) != 0u;
+}
+
+fn skipped() -> bool {
+    return scaled() && loss_scale[2] != 0u;
+}
+
+fn grad(i: u32) -> f32 {
+    if (scaled()) {
+        return grads[i] / bitcast<f32>(loss_scale[0]);
+    }
+    return grads[i];
+}
 
 fn decay_at(i: u32) -> f32 {
     if ((p.flags & 2u) != 0u) {
@@ -67,9 +89,9 @@ struct Decayed {
 fn sgd_decay(i: u32) -> Decayed {
     let w = params[i];
     if ((p.flags & 4u) != 0u) {
-        return Decayed(w - hyper.lr * decay_at(i) * w, grads[i]);
+        return Decayed(w - hyper.lr * decay_at(i) * w, grad(i));
     }
-    return Decayed(w, grads[i] + decay_at(i) * w);
+    return Decayed(w, grad(i) + decay_at(i) * w);
 }
 
 // param -= lr * g
@@ -77,7 +99,7 @@ fn sgd_decay(i: u32) -> Decayed {
 fn sgd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
        @builtin(local_invocation_index) lid: u32) {
     let i = index(wid, nwg, lid);
-    if (i >= p.n) { return; }
+    if (i >= p.n || skipped()) { return; }
     let d = sgd_decay(i);
     params[i] = d.w - hyper.lr * d.g;
 }
@@ -87,7 +109,7 @@ fn sgd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3
 fn sgd_momentum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
     let i = index(wid, nwg, lid);
-    if (i >= p.n) { return; }
+    if (i >= p.n || skipped()) { return; }
     let d = sgd_decay(i);
     let v = p.momentum * state0[i] + d.g;
     state0[i] = v;
@@ -101,10 +123,10 @@ fn sgd_momentum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
 fn adam(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let i = index(wid, nwg, lid);
-    if (i >= p.n) { return; }
+    if (i >= p.n || skipped()) { return; }
     let lr = hyper.lr;
     var w = params[i];
-    var g = grads[i];
+    var g = grad(i);
     let wd = decay_at(i);
     if ((p.flags & 1u) != 0u) {
         w = w * (1.0 - lr * wd);

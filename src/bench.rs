@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::data::{synthetic, Dataset, Loader};
-use crate::model::{zoo, CompileOptions, Loss, Metric, Profile};
+use crate::model::{zoo, CompileOptions, DTypePolicy, Loss, Metric, Profile};
 use crate::optim::Optimizer;
 use crate::parallel::StepTiming;
 use crate::{Device, Result};
@@ -24,6 +24,8 @@ pub struct BenchConfig {
     pub steps: usize,
     /// Also time every kernel on the first device with GPU timestamps.
     pub profile: bool,
+    /// The precision policy the model trains under.
+    pub precision: DTypePolicy,
 }
 
 /// Throughput of one device set.
@@ -68,6 +70,7 @@ pub fn measure(cfg: &BenchConfig, devices: &[Arc<Device>]) -> Result<Measurement
         crate::bail!(Config, "--classes {classes}: the synthetic data has labels up to {}", data.num_classes() - 1);
     }
     let mut model = zoo::by_name(&cfg.model, &data.image_shape(), classes)?;
+    model.set_dtype_policy(cfg.precision);
     model.compile(CompileOptions {
         optimizer: Optimizer::sgd(0.05).momentum(0.9).nesterov(true).l2(5e-4),
         loss: Loss::SparseCategoricalCrossentropy,

@@ -6,7 +6,7 @@ use clap::Args;
 use serde_json::json;
 
 use convoy::bench::{measure, BenchConfig};
-use convoy::model::Peak;
+use convoy::model::{DTypePolicy, Peak};
 use convoy::{bail, Result};
 
 use super::{device_json, JsonNumbers};
@@ -40,6 +40,9 @@ pub struct BenchArgs {
     /// With --profile: list every dispatch, not only the per-kernel sums.
     #[arg(long)]
     pub dispatches: bool,
+    /// float32, or mixed (Keras' mixed_float16: f16 products on tensor cores, loss scaling).
+    #[arg(long, default_value = "float32")]
+    pub precision: String,
     #[arg(long)]
     pub json: bool,
 }
@@ -51,12 +54,13 @@ pub fn run(a: BenchArgs) -> Result<()> {
     if let Some(w) = convoy::model::zoo::cifar_form_warning(&a.model, a.image_size) {
         eprintln!("{w}");
     }
+    let precision = DTypePolicy::from_name(&a.precision)?;
     let devices = convoy::device::open(&a.devices)?;
     let n = devices.len();
     let counts: Vec<usize> = if a.no_scaling { vec![n] } else { (1..=n).filter(|k| k.is_power_of_two() || *k == n).collect() };
     let mut runs = Vec::new();
     for &k in &counts {
-        let cfg = BenchConfig { model: a.model.clone(), batch_size: a.batch_size, image_size: a.image_size, classes: a.classes, steps: a.steps, profile: a.profile && k == counts[0] };
+        let cfg = BenchConfig { model: a.model.clone(), batch_size: a.batch_size, image_size: a.image_size, classes: a.classes, steps: a.steps, profile: a.profile && k == counts[0], precision };
         let m = measure(&cfg, &devices[..k])?;
         if !a.json {
             eprintln!("{} on {k} device(s), batch {}x{}: {:.0} images/s, {:.2} ms/step", a.model, k, a.batch_size, m.images_per_sec, m.step_ms);
@@ -92,6 +96,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "steps": a.steps,
         "image_size": a.image_size,
+        "precision": precision.name(),
         "classes": a.classes,
         "shaders": if devices[0].is_checked() { "checked" } else { "unchecked" },
         "model": a.model,

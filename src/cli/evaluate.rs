@@ -7,7 +7,7 @@ use clap::Args;
 use serde_json::json;
 
 use convoy::data::{from_spec, Dataset};
-use convoy::model::{Sequential, UnlabelledFolder};
+use convoy::model::{DTypePolicy, Sequential, UnlabelledFolder};
 use convoy::{bail, Result};
 
 use super::JsonNumbers;
@@ -26,6 +26,9 @@ pub struct EvaluateArgs {
     pub devices: String,
     #[arg(long, default_value_t = 256)]
     pub batch_size: usize,
+    /// float32, or mixed (f16 products; the file's f32 weights load into either).
+    #[arg(long, default_value = "float32")]
+    pub precision: String,
     #[arg(long)]
     pub json: bool,
 }
@@ -52,9 +55,9 @@ pub struct PredictArgs {
 /// the model's input size unless told otherwise. Loading warns, naming the tensors, when
 /// the file's weights or moving statistics hold NaN or infinity: the results will be NaN.
 /// With `images:DIR` the data is that folder's unlabelled images, with their files.
-fn open(load: &std::path::Path, data: &str, image_size: Option<usize>, devices: &str, batch: usize) -> Result<(Sequential, Arc<dyn Dataset>, Option<Vec<PathBuf>>)> {
+fn open(load: &std::path::Path, data: &str, image_size: Option<usize>, devices: &str, batch: usize, precision: DTypePolicy) -> Result<(Sequential, Arc<dyn Dataset>, Option<Vec<PathBuf>>)> {
     let devices = convoy::device::open(devices)?;
-    let model = Sequential::load_compiled(load, devices, batch)?;
+    let model = Sequential::load_compiled_with(load, devices, batch, precision)?;
     let size = image_size.unwrap_or(model.input_shape()[0]);
     if let Some(dir) = data.strip_prefix(IMAGES) {
         if dir.is_empty() {
@@ -75,7 +78,7 @@ pub fn run_evaluate(a: EvaluateArgs) -> Result<()> {
     if a.data.starts_with(IMAGES) {
         bail!(Config, "evaluate needs labelled data; '{}' has no labels (convoy predict reads it)", a.data);
     }
-    let (mut model, val, _) = open(&a.load, &a.data, a.image_size, &a.devices, a.batch_size)?;
+    let (mut model, val, _) = open(&a.load, &a.data, a.image_size, &a.devices, a.batch_size, DTypePolicy::from_name(&a.precision)?)?;
     let logs = model.evaluate(val, a.batch_size)?;
     let get = |k: &str| logs.get(k).copied().unwrap_or(f64::NAN);
     if a.json {
@@ -90,7 +93,7 @@ pub fn run_evaluate(a: EvaluateArgs) -> Result<()> {
 
 /// Prints a line per sample: its file (`images:DIR`) or index, the class and its probability.
 pub fn run_predict(a: PredictArgs) -> Result<()> {
-    let (mut model, val, files) = open(&a.load, &a.data, a.image_size, &a.devices, a.batch_size)?;
+    let (mut model, val, files) = open(&a.load, &a.data, a.image_size, &a.devices, a.batch_size, DTypePolicy::Float32)?;
     // The model's own names (saved from its training data), else the data's.
     let names = if model.class_names().is_empty() { val.class_names() } else { model.class_names().to_vec() };
     let probs = model.predict(val, a.batch_size)?;

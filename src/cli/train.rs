@@ -10,7 +10,7 @@ use serde_json::json;
 
 use convoy::callbacks::{ModelCheckpoint, TerminateOnNaN};
 use convoy::data::{augment_for, from_spec, Dataset};
-use convoy::model::{non_finite_warning, zoo, CompileOptions, FitOptions, Loss, Metric, Sequential};
+use convoy::model::{non_finite_warning, zoo, CompileOptions, DTypePolicy, FitOptions, Loss, Metric, Sequential};
 use convoy::optim::Optimizer;
 use convoy::{bail, Result};
 
@@ -56,6 +56,11 @@ pub struct TrainArgs {
     /// Continue from `checkpoint.safetensors` in --checkpoint-dir.
     #[arg(long)]
     pub resume: bool,
+    /// float32, or mixed (Keras' mixed_float16: f16 products on tensor cores, f32 weights,
+    /// dynamic loss scaling; where an adapter lacks cooperative matrices, the same f16
+    /// products on its f32 units, with a notice).
+    #[arg(long, default_value = "float32")]
+    pub precision: String,
     /// Write a Chrome trace (open in Perfetto) of the run.
     #[arg(long)]
     pub trace: Option<PathBuf>,
@@ -83,6 +88,7 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
     }
     let (train, val): (Arc<dyn Dataset>, Arc<dyn Dataset>) = from_spec(&a.data, a.image_size, a.seed)?;
     let augment = augment_for(&a.data, train.image_shape()[0]);
+    let precision = DTypePolicy::from_name(&a.precision)?;
     let devices = convoy::device::open(&a.devices)?;
     let model_name = match a.model.as_str() {
         "auto" if devices.iter().all(|d| d.is_software()) => "mlp".to_string(),
@@ -93,7 +99,7 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
         Some(path) if a.resume && path.exists() => {
             // Loading warns when the checkpoint's weights are not finite: resuming from
             // diverged weights would only train NaN.
-            let m = Sequential::load_compiled(path, devices.clone(), a.batch_size)?;
+            let m = Sequential::load_compiled_with(path, devices.clone(), a.batch_size, precision)?;
             if !a.json {
                 eprintln!("resuming from {} at epoch {}", path.display(), m.compiled_epoch());
             }
@@ -107,6 +113,7 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
                 eprintln!("{w}");
             }
             let lr = a.lr.unwrap_or(if a.optimizer == "sgd" { 0.05 } else { 1e-3 });
+            m.set_dtype_policy(precision);
             m.compile(CompileOptions {
                 optimizer: Optimizer::from_name(&a.optimizer, lr)?,
                 loss: Loss::SparseCategoricalCrossentropy,
@@ -180,7 +187,7 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
     // The last epoch: the first one also pays for compiling pipelines.
     let ips = last("images_per_sec");
     let mut n = JsonNumbers::default();
-    let out = json!({
+    let mut out = json!({
         "model": model_name,
         "data": a.data,
         "epochs": model.compiled_epoch(),
@@ -198,9 +205,15 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
         "devices": devs,
         "batch_size": a.batch_size,
         "image_size": a.image_size,
+        "precision": precision.name(),
         "commit": env!("CONVOY_COMMIT"),
         "command": std::env::args().collect::<Vec<_>>().join(" "),
     });
+    if precision.is_mixed() {
+        // The dynamic loss scale at the end, and the steps it skipped for an overflow.
+        out["loss_scale"] = n.num("loss_scale", last("loss_scale"));
+        out["skipped_steps"] = n.num("skipped_steps", last("skipped_steps"));
+    }
     let out = n.finish(out);
     if a.json {
         println!("{out}");

@@ -71,7 +71,12 @@ fn product(
 /// # Shapes
 /// x `[batch, in]`, w `[in, out]`, b `[out]`, y `[batch, out]`.
 pub fn dense_forward(device: &Device, x: &Tensor, w: &Tensor, b: Option<&Tensor>, y: &Tensor) -> Result<Vec<Dispatch>> {
-    product(device, "dense_forward", x, w, b, y, false, false, &GemmOptions::default())
+    dense_forward_with(device, x, w, b, y, &GemmOptions::default())
+}
+
+/// [`dense_forward`] with the engine's choices overridden (the mixed policy's products).
+pub fn dense_forward_with(device: &Device, x: &Tensor, w: &Tensor, b: Option<&Tensor>, y: &Tensor, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
+    product(device, "dense_forward", x, w, b, y, false, false, opts)
 }
 
 /// Gradients of [`dense_forward`]: `dx = dy · wᵀ`, `dw = xᵀ · dy`, `db = sum over the batch
@@ -89,17 +94,31 @@ pub fn dense_backward(
     dw: &Tensor,
     db: Option<&Tensor>,
 ) -> Result<Vec<Dispatch>> {
+    dense_backward_with(device, x, w, dy, dx, dw, db, &GemmOptions::default())
+}
+
+/// [`dense_backward`] with the engine's choices overridden (the mixed policy's products).
+#[allow(clippy::too_many_arguments)]
+pub fn dense_backward_with(
+    device: &Device,
+    x: &Tensor,
+    w: &Tensor,
+    dy: &Tensor,
+    dx: Option<&Tensor>,
+    dw: &Tensor,
+    db: Option<&Tensor>,
+    opts: &GemmOptions,
+) -> Result<Vec<Dispatch>> {
     const K: &str = "dense_backward";
     let (batch, inputs) = matrix(K, "x", x)?;
     let (_, units) = matrix(K, "w", w)?;
     expect_shape(K, "w", w, &[inputs, units])?;
     expect_shape(K, "dy", dy, &[batch, units])?;
-    let opts = GemmOptions::default();
     let mut out = Vec::new();
     if let Some(dx) = dx {
-        out.extend(product(device, "dense_backward_data", dy, w, None, dx, false, true, &opts)?);
+        out.extend(product(device, "dense_backward_data", dy, w, None, dx, false, true, opts)?);
     }
-    out.extend(product(device, "dense_backward_weights", x, dy, None, dw, true, false, &opts)?);
+    out.extend(product(device, "dense_backward_weights", x, dy, None, dw, true, false, opts)?);
     if let Some(db) = db {
         expect_shape(K, "db", db, &[units])?;
         out.extend(gemm::column_sums(device, "dense_backward_bias", dy, batch, units, db)?);

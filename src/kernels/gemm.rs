@@ -109,9 +109,10 @@ pub struct GemmOptions {
     pub tile: Option<Tile>,
     /// Workgroups along K (1 = no split); rounded down so every split gets work.
     pub splits: Option<usize>,
-    /// Multiply on cooperative matrices (f16 operands rounded from the f32 inputs, f32
-    /// accumulation) where the device has them ([`Device::has_coop16`]) and the output is
-    /// wider than 16 columns; elsewhere the f32 product runs.
+    /// The `mixed_float16` product: f16 operands rounded from the f32 inputs, f32
+    /// accumulation. On cooperative matrices where the device has them
+    /// ([`Device::has_coop16`]) and the output is wider than 16 columns; elsewhere the f32
+    /// kernel rounds its operands to f16 first, so the numbers are the same everywhere.
     pub mixed: bool,
 }
 
@@ -228,7 +229,8 @@ struct Params {
     dst_w: u32,
     dst_ph: u32,
     dst_pw: u32,
-    _pad: [u32; 2],
+    inf_bits: u32,
+    _pad: u32,
 }
 
 const QUAD_A: u32 = 1;
@@ -392,6 +394,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         tiles_m: u32_of(kernel, "row tiles", tiles_m)?,
         tiles_n: u32_of(kernel, "column tiles", tiles_n)?,
         splits: splits as u32,
+        inf_bits: f32::INFINITY.to_bits(),
         ..Params::default()
     };
     u32_of(kernel, "M * N * splits", g.m * g.n * splits)?;
@@ -408,6 +411,9 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         constants.push(("BK", bk as f64));
     }
     constants.push(("A_QUADS", if a_quads(g) { 1.0 } else { 0.0 }));
+    if opts.mixed && !coop {
+        constants.push(("ROUND_F16", 1.0));
+    }
     let mut phase_token = String::new();
     if let Some(ph) = &g.phase {
         let u = |what, v| u32_of(kernel, what, v);
@@ -423,7 +429,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     let flops = g.flops;
     let groups = grid(device, (tiles_m * tiles_n * splits) as u64)?;
     let bias_token = if g.bias.is_some() { "bias" } else { "" };
-    let coop_token = if coop { "coop" } else { "" };
+    let coop_token = if coop { "coop" } else if opts.mixed { "round_f16" } else { "" };
     let gemm_path = format!("tile={tile:?} a={:?} {b_token} {split_token} {} {phase_token} {coop_token}", g.a_load, quad_tokens(p.flags));
     // Whichever dispatch writes c stores a phase product's rows at their dx pixels.
     let rows = g.phase.is_some();

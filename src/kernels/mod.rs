@@ -19,6 +19,7 @@ pub mod elementwise;
 pub mod gemm;
 pub mod image;
 pub mod loss;
+pub mod loss_scale;
 pub mod optimizer;
 pub mod pool;
 pub mod reduce;
@@ -66,9 +67,10 @@ shader!(POOL, "pool.wgsl", relu);
 shader!(LOSS, "loss.wgsl");
 shader!(IMAGE, "image.wgsl");
 shader!(OPTIMIZER, "optimizer.wgsl");
+shader!(LOSS_SCALE, "loss_scale.wgsl");
 
 /// Every shader file, for validation tests.
-pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &CONV2D_COOP, &REDUCE, &BATCHNORM, &POOL, &LOSS, &IMAGE, &OPTIMIZER];
+pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &CONV2D_COOP, &REDUCE, &BATCHNORM, &POOL, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE];
 
 /// One recorded kernel launch: pipeline, bindings and grid, ready to replay.
 #[derive(Clone, Debug)]

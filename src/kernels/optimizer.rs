@@ -185,7 +185,7 @@ pub fn update(
     hyper: &Tensor,
 ) -> Result<Dispatch> {
     check(kind, weight_decay, params, grads, state, hyper)?;
-    launch(device, kind, weight_decay, params, grads, state, hyper, None)
+    launch(device, kind, weight_decay, params, grads, state, hyper, None, None)
 }
 
 /// [`update`] over the whole tensors, with weight decay skipped on the element ranges in
@@ -207,10 +207,33 @@ pub fn update_masked(
     hyper: &Tensor,
     no_decay: &[Range<usize>],
 ) -> Result<Dispatch> {
+    update_scaled(device, kind, weight_decay, params, grads, state, hyper, no_decay, None)
+}
+
+/// [`update_masked`] for gradients that carry a loss scale: with `loss_scale` (the state of
+/// [`super::loss_scale`]) each gradient is divided by its scale, and nothing changes on a
+/// step its non-finite flag marks.
+#[allow(clippy::too_many_arguments)]
+pub fn update_scaled(
+    device: &Device,
+    kind: &OptimizerKind,
+    weight_decay: f32,
+    params: &Tensor,
+    grads: &Tensor,
+    state: &[&Tensor],
+    hyper: &Tensor,
+    no_decay: &[Range<usize>],
+    loss_scale: Option<&Tensor>,
+) -> Result<Dispatch> {
     check(kind, weight_decay, params, grads, state, hyper)?;
+    if let Some(t) = loss_scale
+        && (t.dtype() != DType::U32 || t.len() != super::loss_scale::STATE_LEN)
+    {
+        bail!(Shape, "optimizer: loss-scale state is {:?} {:?}, expected u32 [{}]", t.dtype(), t.shape(), super::loss_scale::STATE_LEN);
+    }
     let segments = segments(params.len(), weight_decay, no_decay)?;
     if let [(_, wd)] = segments.as_slice() {
-        return launch(device, kind, *wd, params, grads, state, hyper, None);
+        return launch(device, kind, *wd, params, grads, state, hyper, None, loss_scale);
     }
     let mut mask = vec![0.0f32; params.len()];
     for (range, wd) in &segments {
@@ -222,7 +245,7 @@ pub fn update_masked(
         device.wgpu(),
         &wgpu::util::BufferInitDescriptor { label: Some("weight decay mask"), contents: bytemuck::cast_slice(&mask), usage: wgpu::BufferUsages::STORAGE },
     );
-    launch(device, kind, weight_decay, params, grads, state, hyper, Some(&mask))
+    launch(device, kind, weight_decay, params, grads, state, hyper, Some(&mask), loss_scale)
 }
 
 /// Splits `0..n` into `(range, weight decay)` stretches, merging neighbours of equal decay.
@@ -296,6 +319,7 @@ fn launch(
     state: &[&Tensor],
     hyper: &Tensor,
     decay_mask: Option<&wgpu::Buffer>,
+    loss_scale: Option<&Tensor>,
 ) -> Result<Dispatch> {
     let mut p = Params {
         n: u32_of("optimizer", "elements", params.len())?,
@@ -324,22 +348,30 @@ fn launch(
     if decay_mask.is_some() {
         p.flags |= 2;
     }
+    if loss_scale.is_some() {
+        p.flags |= 8;
+    }
     // The shader's branches: bit 0 (Nesterov, or AdamW's decoupled decay), bit 1 (the mask),
     // bit 2 (SGD's decoupled decay).
     let flag = |bit: u32, name: &str| format!("{name}={}", if p.flags & bit != 0 { "yes" } else { "no" });
     let path = match entry {
-        "sgd" => format!("{} {}", flag(4, "decoupled"), flag(2, "decay_mask")),
-        "sgd_momentum" => format!("{} {} {}", flag(1, "nesterov"), flag(4, "decoupled"), flag(2, "decay_mask")),
-        _ => format!("{} {}", flag(1, "decoupled"), flag(2, "decay_mask")),
+        "sgd" => format!("{} {} {}", flag(4, "decoupled"), flag(2, "decay_mask"), flag(8, "scaled")),
+        "sgd_momentum" => format!("{} {} {} {}", flag(1, "nesterov"), flag(4, "decoupled"), flag(2, "decay_mask"), flag(8, "scaled")),
+        _ => format!("{} {} {}", flag(1, "decoupled"), flag(2, "decay_mask"), flag(8, "scaled")),
     };
     let uniform = device.uniform(&p);
     let mut bindings = vec![(0, uniform.as_entire_buffer_binding()), (1, grads.binding()), (2, hyper.binding()), (3, params.binding())];
     bindings.extend(state.iter().enumerate().map(|(i, t)| (4 + i as u32, t.binding())));
     // Without a mask the kernel never reads binding 6; `grads` fills it.
     bindings.push((6, decay_mask.map_or_else(|| grads.binding(), |m| m.as_entire_buffer_binding())));
+    // Without the loss scale the kernel never reads binding 7; `hyper` fills it.
+    bindings.push((7, loss_scale.unwrap_or(hyper).binding()));
     let mut d = Dispatch::new(device, &OPTIMIZER, entry, &[WG_CONST], &bindings, grid_for(device, params.len())?).tagged(path);
     if decay_mask.is_none() {
         d.bytes -= grads.bytes() as f64; // the stand-in is never read
+    }
+    if loss_scale.is_none() {
+        d.bytes -= hyper.bytes() as f64;
     }
     Ok(d)
 }

@@ -99,7 +99,7 @@ impl Layer for Conv2D {
     fn forward(&self, g: &mut Graph, x: &Tensor, w: &Weights) -> Result<Saved> {
         let geom = self.geometry(g.batch, &x.shape()[1..])?;
         let y = g.device.alloc(&geom.output_shape(), crate::DType::F32)?;
-        g.extend(conv2d::forward(g.device, &geom, x, &w.params[0], &y)?);
+        g.extend(conv2d::forward_with(g.device, &geom, x, &w.params[0], &y, &g.gemm())?);
         if self.use_bias {
             g.push(elementwise::bias_add(g.device, &y, &w.params[1])?);
         }
@@ -107,7 +107,7 @@ impl Layer for Conv2D {
     }
     fn backward(&self, g: &mut Graph, x: &Tensor, _: &Saved, dy: &Tensor, w: &Weights, need_dx: bool) -> Result<Option<Tensor>> {
         let geom = self.geometry(g.batch, &x.shape()[1..])?;
-        g.extend(conv2d::backward_weights(g.device, &geom, x, dy, &w.grads[0])?);
+        g.extend(conv2d::backward_weights_with(g.device, &geom, x, dy, &w.grads[0], &g.gemm())?);
         if self.use_bias {
             let rows = dy.len() / self.filters;
             g.extend(reduce::sum_rows(g.device, &dy.reshape(&[rows, self.filters])?, &w.grads[1])?);
@@ -116,7 +116,7 @@ impl Layer for Conv2D {
             return Ok(None);
         }
         let dx = g.activation(&x.shape()[1..])?;
-        g.extend(conv2d::backward_data(g.device, &geom, dy, &w.params[0], &dx)?);
+        g.extend(conv2d::backward_data_with(g.device, &geom, dy, &w.params[0], &dx, &g.gemm())?);
         Ok(Some(dx))
     }
 }

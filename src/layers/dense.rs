@@ -51,12 +51,12 @@ impl Layer for Dense {
     }
     fn forward(&self, g: &mut Graph, x: &Tensor, w: &Weights) -> Result<Saved> {
         let y = g.activation(&[self.units])?;
-        g.extend(dense::dense_forward(g.device, x, &w.params[0], w.params.get(1), &y)?);
+        g.extend(dense::dense_forward_with(g.device, x, &w.params[0], w.params.get(1), &y, &g.gemm())?);
         Ok(Saved::output(y))
     }
     fn backward(&self, g: &mut Graph, x: &Tensor, _: &Saved, dy: &Tensor, w: &Weights, need_dx: bool) -> Result<Option<Tensor>> {
         let dx = if need_dx { Some(g.activation(&x.shape()[1..])?) } else { None };
-        g.extend(dense::dense_backward(g.device, x, &w.params[0], dy, dx.as_ref(), &w.grads[0], w.grads.get(1))?);
+        g.extend(dense::dense_backward_with(g.device, x, &w.params[0], dy, dx.as_ref(), &w.grads[0], w.grads.get(1), &g.gemm())?);
         Ok(dx)
     }
 }

@@ -108,11 +108,17 @@ pub struct Graph<'d> {
     /// The layer being recorded and the number of layers before it, for names in errors
     /// and per-layer seeds.
     pub layer_index: usize,
+    /// The model's precision policy: how convolutions and dense layers multiply.
+    pub policy: crate::model::DTypePolicy,
 }
 
 impl<'d> Graph<'d> {
     pub fn new(device: &'d Device, batch: usize, training: bool, step: Tensor) -> Self {
-        Graph { device, batch, training, step, dispatches: Vec::new(), layer_index: 0 }
+        Graph { device, batch, training, step, dispatches: Vec::new(), layer_index: 0, policy: Default::default() }
+    }
+    /// How the policy has products computed.
+    pub fn gemm(&self) -> crate::kernels::gemm::GemmOptions {
+        crate::kernels::gemm::GemmOptions { mixed: self.policy.is_mixed(), ..Default::default() }
     }
     /// A batch-sized activation tensor: `[batch, ..shape]`.
     pub fn activation(&self, shape: &[usize]) -> Result<Tensor> {

@@ -301,6 +301,10 @@ impl Sequential {
             logs.insert("seconds".into(), elapsed);
             shares.insert(&mut logs, tally.samples, elapsed);
             logs.insert("learning_rate".into(), lr as f64);
+            if let Some((scale, skipped)) = c.replicas.replicas[0].loss_scale()? {
+                logs.insert("loss_scale".into(), scale as f64);
+                logs.insert("skipped_steps".into(), skipped as f64);
+            }
             if let Some(val) = opts.validation_data.clone() {
                 let _s = crate::trace::span("validation", 0);
                 let v = self.evaluate(val, opts.batch_size)?;

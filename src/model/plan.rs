@@ -8,6 +8,8 @@ use crate::kernels::{image, loss, Dispatch};
 use crate::layers::{Graph, Layer, Saved, Weights};
 use crate::model::layout::Layout;
 use crate::model::losses::Loss;
+use crate::model::{DTypePolicy, LossScale};
+use crate::kernels::loss_scale;
 use crate::{DType, Device, Result, Tensor};
 
 /// What every replica shares about the model: layers, layout, input and loss.
@@ -22,6 +24,9 @@ pub struct Definition {
     /// Per-channel normalisation of the u8 input: `(x / 255 - mean) / std`.
     pub mean: Vec<f32>,
     pub std: Vec<f32>,
+    /// The precision policy and, under `mixed_float16`, its loss scaling.
+    pub policy: DTypePolicy,
+    pub loss_scale: LossScale,
 }
 
 impl Definition {
@@ -48,6 +53,12 @@ pub struct Shared {
     pub states: Vec<Tensor>,
     /// u32 `[4]`: word 0 is the step counter (dropout masks).
     pub step: Tensor,
+    /// Under `mixed_float16`, the loss-scale state (`kernels::loss_scale`): the loss
+    /// gradient is multiplied by its scale.
+    pub loss_scale: Option<Tensor>,
+    /// The policy the replica was compiled with (the definition's may have changed since:
+    /// it takes effect at the next `compile`).
+    pub policy: DTypePolicy,
 }
 
 pub struct Plan {
@@ -137,6 +148,7 @@ impl Plan {
         let images = device.alloc(&[batch, h, w, c], DType::U8)?;
         let labels = device.alloc(&[batch], DType::U32)?;
         let mut g = Graph::new(device, batch, training, shared.step.clone());
+        g.policy = shared.policy;
         let x = g.activation(&def.input_shape)?;
         g.push(image::normalize_u8(device, &images, &def.mean, &def.std, &x)?);
 
@@ -173,6 +185,9 @@ impl Plan {
         }
 
         let mut backward_marks = Vec::new();
+        if training && let Some(state) = &shared.loss_scale {
+            g.push(loss_scale::scale_gradient(device, &dlogits, state)?);
+        }
         if training {
             let first = records.first().map(|r| r.0).unwrap_or(0);
             let mut dy = dlogits;

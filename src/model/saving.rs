@@ -14,7 +14,7 @@ use crate::limits::{self, MAX_MODEL_FILE_BYTES, MAX_SIDE, MAX_UNITS};
 use crate::model::config::layer_from_config;
 use crate::model::losses::{Loss, Metric};
 use crate::model::sequential::CompileOptions;
-use crate::model::Sequential;
+use crate::model::{DTypePolicy, Sequential};
 use crate::optim::Optimizer;
 use crate::{Device, Error, Result};
 
@@ -212,7 +212,14 @@ impl Sequential {
     /// Loads a model and compiles it for `devices` with its saved optimizer, loss, metrics
     /// and training position, ready to `evaluate`, `predict`, or continue `fit`.
     pub fn load_compiled(path: &Path, devices: Vec<Arc<Device>>, max_batch: usize) -> Result<Sequential> {
+        Self::load_compiled_with(path, devices, max_batch, DTypePolicy::Float32)
+    }
+
+    /// [`Sequential::load_compiled`] under a precision policy: files hold f32 weights, which
+    /// load into either policy.
+    pub fn load_compiled_with(path: &Path, devices: Vec<Arc<Device>>, max_batch: usize, policy: DTypePolicy) -> Result<Sequential> {
         let (mut model, training) = Sequential::load(path)?;
+        model.set_dtype_policy(policy);
         let t = training.unwrap_or(TrainingState {
             optimizer: Optimizer::sgd(0.01),
             loss: Loss::SparseCategoricalCrossentropy,

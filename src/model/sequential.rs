@@ -6,6 +6,7 @@ use crate::layers::Layer;
 use crate::model::layout::Layout;
 use crate::model::losses::{Loss, Metric};
 use crate::model::plan::Definition;
+use crate::model::{DTypePolicy, LossScale};
 use crate::model::profile::{KernelTime, Profile};
 use crate::device::Timestamps;
 use crate::optim::Optimizer;
@@ -86,6 +87,8 @@ impl Sequential {
                 classes: 0,
                 mean: vec![0.5; input_shape.last().copied().unwrap_or(1)],
                 std: vec![0.25; input_shape.last().copied().unwrap_or(1)],
+                policy: Default::default(),
+                loss_scale: Default::default(),
             },
             compiled: None,
             pending_weights: None,
@@ -138,6 +141,30 @@ impl Sequential {
         self.def.std = std;
         self.normalization_fixed = true;
         Ok(())
+    }
+    /// Sets the precision policy (Keras' `keras.config.set_dtype_policy`, here per model):
+    /// `compile` builds the model's steps with it, so a change takes effect at the next
+    /// `compile`, which keeps the trained weights. Under `mixed_float16`, an adapter without
+    /// cooperative matrices computes the same f16 products on its f32 units, with a notice.
+    pub fn set_dtype_policy(&mut self, policy: DTypePolicy) {
+        self.def.policy = policy;
+    }
+    /// The precision policy the next `compile` uses.
+    pub fn dtype_policy(&self) -> DTypePolicy {
+        self.def.policy
+    }
+    /// Sets the dynamic loss scaling of the `mixed_float16` policy (Keras'
+    /// `LossScaleOptimizer` arguments); as the policy, it takes effect at the next `compile`.
+    pub fn set_loss_scale(&mut self, loss_scale: LossScale) -> Result<()> {
+        loss_scale.validate()?;
+        self.def.loss_scale = loss_scale;
+        Ok(())
+    }
+    /// The loss scale now and the steps skipped so far (for a non-finite gradient), read from
+    /// the first device; `None` unless the model was compiled under `mixed_float16`.
+    pub fn loss_scale(&self) -> Result<Option<(f32, u64)>> {
+        let Some(c) = self.compiled.as_ref() else { return Ok(None) };
+        c.replicas.replicas[0].loss_scale()
     }
     /// The per-channel mean and std of the input normalisation.
     pub fn normalization(&self) -> (&[f32], &[f32]) {
@@ -201,6 +228,11 @@ impl Sequential {
                 r.write_optimizer_state(&opt_state)?;
             }
             replicas.push(r);
+        }
+        if self.def.policy.is_mixed() {
+            for d in opts.devices.iter().filter(|d| !d.has_coop16()) {
+                eprintln!("notice: {} has no cooperative matrices: mixed_float16 computes its f16 products on the f32 units there (the same numbers, not faster)", d.name());
+            }
         }
         let epoch = self.compiled.as_ref().map_or(0, |c| c.epoch);
         self.compiled = Some(Compiled {
@@ -267,6 +299,10 @@ impl Sequential {
         r.run_step(def, &batch, true, crate::parallel::NO_UPDATE, c.step as u32, 1.0 / labels.len() as f32, true)?;
         let mut grads = Vec::new();
         r.take_gradients(&mut grads)?;
+        // Under mixed_float16 they carry the loss scale (no update has moved it since).
+        if let Some((scale, _)) = r.loss_scale()? {
+            grads.iter_mut().for_each(|g| *g /= scale);
+        }
         let out = r.collect()?.expect("the step just submitted");
         let loss = out.loss.iter().map(|&l| l as f64).sum::<f64>() / labels.len() as f64;
         Ok((loss, grads))

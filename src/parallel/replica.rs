@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::device::{Readback, StagingRing, Timestamps};
 use crate::parallel::gpu_spans::GpuSpans;
 use crate::kernels::optimizer::{self, Hyper};
-use crate::kernels::Dispatch;
+use crate::kernels::{loss_scale, Dispatch};
 use crate::model::plan::{Definition, Plan, Shared};
 use crate::optim::Optimizer;
 use crate::{DType, Device, Result, Tensor};
@@ -64,6 +64,9 @@ pub struct Replica {
     hyper: Tensor,
     shared: Shared,
     update: Dispatch,
+    /// Under `mixed_float16`: the search of the whole gradient for NaN and infinity before
+    /// any update, and the loss-scale update after them (`kernels::loss_scale`).
+    scaling: Option<Scaling>,
     plans: HashMap<PlanKey, Plan>,
     ring: StagingRing,
     /// Plans whose readback is in flight, oldest first.
@@ -96,6 +99,13 @@ impl Replica {
             grads: l.params.iter().map(|e| view(&grads, e)).collect::<Result<_>>()?,
             states: l.states.iter().map(|e| view(&s, e)).collect::<Result<_>>()?,
             step: device.zeros_of(&[4], DType::U32)?,
+            loss_scale: if def.policy.is_mixed() {
+                def.loss_scale.validate()?;
+                Some(device.upload_u32(&[loss_scale::STATE_LEN], &loss_scale::initial_state(def.loss_scale.initial_scale))?)
+            } else {
+                None
+            },
+            policy: def.policy,
         };
         let opt_state = (0..optimizer.state_count()).map(|_| device.zeros(&[l.param_len])).collect::<Result<Vec<_>>>()?;
         let hyper = device.zeros(&[4])?;
@@ -108,7 +118,14 @@ impl Replica {
             let state: Vec<Tensor> = opt_state.iter().map(view).collect::<Result<_>>()?;
             let state_refs: Vec<&Tensor> = state.iter().collect();
             let no_decay: Vec<std::ops::Range<usize>> = kept.iter().filter(|(a, b)| *a < hi && *b > lo).map(|&(a, b)| a.max(lo) - lo..b.min(hi) - lo).collect();
-            optimizer::update_masked(&device, &optimizer.kind(), wd, &view(&p)?, &view(&grads)?, &state_refs, &hyper, &no_decay)
+            optimizer::update_scaled(&device, &optimizer.kind(), wd, &view(&p)?, &view(&grads)?, &state_refs, &hyper, &no_decay, shared.loss_scale.as_ref())
+        };
+        let scaling = match &shared.loss_scale {
+            Some(state) => Some(Scaling {
+                find: loss_scale::find_non_finite(&device, &grads, state)?,
+                update: loss_scale::update_scale(&device, state, def.loss_scale.dynamic_growth_steps)?,
+            }),
+            None => None,
         };
         let update = update_of(0, l.param_len)?;
         let buckets = buckets(device.wgpu(), &def.layout, update_of)?;
@@ -136,6 +153,7 @@ impl Replica {
             hyper,
             shared,
             update,
+            scaling,
             plans: HashMap::new(),
             ring,
             in_flight: Default::default(),
@@ -220,7 +238,11 @@ impl Replica {
             }
             plan.encode_readback(&mut enc, rb);
             if training {
-                self.update.encode(&mut GpuSpans::begin(&mut spans, || "optimizer".to_string(), &mut enc));
+                let mut pass = GpuSpans::begin(&mut spans, || "optimizer".to_string(), &mut enc);
+                match &self.scaling {
+                    Some(scaling) => scaling.encode_around(&self.update, &mut pass),
+                    None => self.update.encode(&mut pass),
+                }
             }
             if let Some((s, i)) = &spans {
                 s.resolve(*i, &mut enc);
@@ -274,7 +296,11 @@ impl Replica {
         let (slot, rb) = self.stage(def, batch, true, hyper, step, scale, &mut enc)?;
         let key = (n, true, scale.to_bits());
         let plan = &self.plans[&key];
-        let all: Vec<Dispatch> = plan.dispatches.iter().chain([&self.update]).filter(|d| !d.groups().contains(&0)).cloned().collect();
+        let update: Vec<&Dispatch> = match &self.scaling {
+            Some(s) => vec![&s.find, &self.update, &s.update],
+            None => vec![&self.update],
+        };
+        let all: Vec<Dispatch> = plan.dispatches.iter().chain(update).filter(|d| !d.groups().contains(&0)).cloned().collect();
         if all.len() > timer.capacity() as usize {
             crate::bail!(Config, "a step of {} dispatches exceeds the {} a profile can time", all.len(), timer.capacity());
         }
@@ -383,8 +409,15 @@ impl Replica {
             let mut enc = dev.wgpu().create_command_encoder(&Default::default());
             bucket.staging.encode(slot, &mut enc, &copies);
             let mut spans = self.spans.as_mut().zip(set);
-            {
-                bucket.update.encode(&mut GpuSpans::begin(&mut spans, || format!("optimizer, bucket {b}"), &mut enc));
+            match &self.scaling {
+                // Every replica skips a step or none does: the search and the update wait for
+                // the last bucket of the summed gradients, which every replica receives alike.
+                Some(scaling) if b + 1 == count => {
+                    let mut pass = GpuSpans::begin(&mut spans, || "optimizer".to_string(), &mut enc);
+                    scaling.encode_around(&self.update, &mut pass);
+                }
+                Some(_) => {}
+                None => bucket.update.encode(&mut GpuSpans::begin(&mut spans, || format!("optimizer, bucket {b}"), &mut enc)),
             }
             if b + 1 == count && let Some((s, i)) = &spans {
                 s.resolve(*i, &mut enc);
@@ -483,6 +516,13 @@ impl Replica {
         self.device.read(&logits)
     }
 
+    /// The loss scale and the steps skipped so far, under `mixed_float16`. Waits for the
+    /// device.
+    pub fn loss_scale(&self) -> Result<Option<(f32, u64)>> {
+        let Some(state) = &self.shared.loss_scale else { return Ok(None) };
+        let words = self.device.read_u32(state)?;
+        Ok(Some((f32::from_bits(words[0]), words[3] as u64)))
+    }
     pub fn read_params(&self) -> Result<Vec<f32>> {
         self.device.read(&self.params)
     }
@@ -536,6 +576,22 @@ fn plan_for<'p>(
 }
 
 /// A contiguous byte range of the flat gradients, written by the backward of `layers`.
+/// The loss-scale dispatches of a replica under `mixed_float16`.
+struct Scaling {
+    find: Dispatch,
+    update: Dispatch,
+}
+
+impl Scaling {
+    /// The search for non-finite gradients, then `optimizer` (which skips a flagged step),
+    /// then the scale's update.
+    fn encode_around(&self, optimizer: &Dispatch, pass: &mut wgpu::ComputePass<'_>) {
+        self.find.encode(pass);
+        optimizer.encode(pass);
+        self.update.encode(pass);
+    }
+}
+
 struct Bucket {
     /// Layer indices, last layer first.
     layers: Vec<usize>,

@@ -1,10 +1,13 @@
-//! The tensor-core GEMM (`GemmOptions::mixed`, shaders/conv2d_coop.wgsl) against the f64
-//! references, with bounds for f16 operands: every element within twice f16's unit
-//! roundoff of the sum of |a| |b| over its K (the rounding of both operands, rigorous), and
-//! the whole output within 1e-3 max-norm relative error (what random rounding gives is near
-//! 1e-4; a dropped K step of a long K is 4e-3). Runs where the device has cooperative
-//! matrices (`CONVOY_TEST_DEVICE` on an NVIDIA GPU); says so and passes elsewhere, where
-//! `mixed` runs the f32 product (tested by the other files).
+//! The mixed_float16 products (`GemmOptions::mixed`) against the f64 references, with bounds
+//! for f16 operands: every element within twice f16's unit roundoff of the sum of |a| |b|
+//! over its K (the rounding of both operands, rigorous), and the whole output within 1e-3
+//! max-norm relative error (what random rounding gives is near 1e-4; a dropped K step of a
+//! long K is 4e-3). Where the device has cooperative matrices (`CONVOY_TEST_DEVICE` on an
+//! NVIDIA GPU) that is the tensor-core kernel (shaders/conv2d_coop.wgsl), plus the f32
+//! kernel's f16-rounding form for outputs of 16 columns or fewer; elsewhere (lavapipe) the
+//! rounding form everywhere. A bound that an f32 product also meets cannot show that the
+//! operands were rounded: `operands_are_rounded_to_f16` shows it (the result matches f64 on
+//! f16-rounded inputs to f32 accuracy, and an operand past f16's range overflows).
 
 use convoy::kernels::conv2d::{self, Conv2dGeometry, Padding};
 use convoy::kernels::dense;
@@ -79,10 +82,7 @@ fn conv_case(g: &Conv2dGeometry, opts: &GemmOptions, seed: u64) -> [f64; 3] {
 /// cooperative path went untested.
 #[test]
 fn mixed_products_match_f64_within_f16_bounds() {
-    if !device().has_coop16() {
-        println!("mixed: {} has no 16x16x16 f16 cooperative matrices; the f32 products stand in (tested elsewhere)", device().name());
-        return;
-    }
+    let coop = device().has_coop16();
     take_paths();
     on_each_variant(|_| {
         let mut worst = 0.0f64;
@@ -109,12 +109,64 @@ fn mixed_products_match_f64_within_f16_bounds() {
         println!("mixed products: worst max-norm relative error {worst:.1e}");
     });
     let taken = take_paths();
+    let entry = if coop { "gemm_coop" } else { "gemm" };
     let mut expected = Vec::new();
     for a in ["a=Rows", "a=Cols", "a=Im2col", "a=Im2colT", "a=DyStuffed"] {
-        expected.push(("gemm_coop", a.to_string()));
+        expected.push((entry, a.to_string()));
     }
-    for t in ["tile=M128N64", "tile=M128N32", "b=Rows", "b=BlockedT", "phase", "taps=none", "split=none", "split=forced", "quad_a", "scalar_a", "quad_c", "scalar_c"] {
-        expected.push(("gemm_coop", t.to_string()));
+    for t in ["b=Rows", "b=BlockedT", "phase", "taps=none", "split=none", "split=forced", "quad_a", "scalar_a", "quad_c", "scalar_c"] {
+        expected.push((entry, t.to_string()));
     }
+    if coop {
+        expected.extend([("gemm_coop", "tile=M128N64".to_string()), ("gemm_coop", "tile=M128N32".to_string())]);
+    }
+    // Narrow outputs on a tensor-core device, every product elsewhere.
+    expected.push(("gemm", "round_f16".to_string()));
     assert_paths_cover("mixed gemm", &taken, &expected, &[]);
+}
+
+/// `x` rounded to the nearest f16 (ties to even), as an f32: infinite from 65520 up.
+fn round_f16(x: f32) -> f32 {
+    let a = x.abs() as f64;
+    if a >= 65520.0 {
+        return f32::INFINITY.copysign(x);
+    }
+    // Spacing of f16 values near a: 2^(e - 10) for normal numbers, 2^-24 below 2^-14.
+    let quantum = if a < 2f64.powi(-14) { 2f64.powi(-24) } else { 2f64.powi(a.log2().floor() as i32 - 10) };
+    ((x as f64 / quantum).round_ties_even() * quantum) as f32
+}
+
+#[test]
+fn operands_are_rounded_to_f16() {
+    // f16's spacing at 1 is 2^-10.
+    assert_eq!(round_f16(1.0 + 3.0 / 4096.0), 1.0 + 1.0 / 1024.0);
+    assert_eq!(round_f16(1.0 + 2.0 / 4096.0), 1.0, "a tie goes to even");
+    assert_eq!(round_f16(1.0 + 6.0 / 4096.0), 1.0 + 2.0 / 1024.0, "a tie goes to even");
+    assert_eq!(round_f16(65519.0), 65504.0);
+    assert_eq!(round_f16(-65520.0), f32::NEG_INFINITY);
+    let d = device();
+    for (mkn, n_wide) in [((65, 70, 67), true), ((33, 40, 12), false)] {
+        let (m, k, n) = mkn;
+        let mut r = rng(70 + n as u64);
+        let (a, b) = (random(&mut r, m * k), random(&mut r, k * n));
+        let (ta, tb, tc) = (upload(&a, &[m, k]), upload(&b, &[k, n]), upload(&vec![0.0; m * n], &[m, n]));
+        run(&dense::matmul_with(&d, &ta, &tb, &tc, false, false, &MIXED).unwrap());
+        let got = read(&tc);
+        let rounded: (Vec<f32>, Vec<f32>) = (a.iter().map(|&x| round_f16(x)).collect(), b.iter().map(|&x| round_f16(x)).collect());
+        let on_rounded = rel_err(&got, &matmul_ref(&rounded.0, &rounded.1, mkn, false, false));
+        let on_exact = rel_err(&got, &matmul_ref(&a, &b, mkn, false, false));
+        let case = format!("mixed matmul {mkn:?} (wide: {n_wide}) on {}", d.name());
+        println!("{case}: {on_rounded:.1e} from f64 on f16-rounded operands, {on_exact:.1e} from f64 on the exact ones");
+        // Products of f16 values are exact in f32: only the f32 sum rounds (2.5e-7 seen).
+        assert!(on_rounded < 1e-5, "{case}: {on_rounded:.1e} from f64 on f16-rounded operands");
+        assert!(on_exact > 10.0 * on_rounded && on_exact > 5e-5, "{case}: {on_exact:.1e} from f64 on the exact operands: were they rounded?");
+        // One operand past f16's range: its row of the output overflows.
+        let mut big = a.clone();
+        big[0] = 70000.0;
+        let tbig = upload(&big, &[m, k]);
+        run(&dense::matmul_with(&d, &tbig, &tb, &tc, false, false, &MIXED).unwrap());
+        let got = read(&tc);
+        assert!(got[..n].iter().all(|v| !v.is_finite()), "{case}: 70000 became {:?} in row 0", &got[..4]);
+        assert!(got[n..].iter().all(|v| v.is_finite()), "{case}: other rows must stay finite");
+    }
 }

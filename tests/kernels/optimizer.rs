@@ -231,3 +231,86 @@ fn hyper_matches_pytorch_bias_corrections() {
     assert_eq!((s.bias_correction1, s.bias_correction2), (1.0, 1.0));
     assert_eq!(std::mem::size_of::<Hyper>(), 4 * Hyper::LEN);
 }
+
+/// The loss-scale state's kernels (shaders/loss_scale.wgsl) and the optimizer's skip: a
+/// flagged step leaves parameters and optimizer state as they were, the scale halves (never
+/// below 1) and counts the skip; `growth_steps` finite steps in a row double it; the search
+/// finds NaN and both infinities and nothing in finite data; the loss gradient is scaled.
+#[test]
+fn loss_scaling_skips_flagged_steps_and_moves_the_scale() {
+    use convoy::kernels::loss_scale;
+    on_each_variant(|_| {
+        let d = device();
+        let state = d.upload_u32(&[4], &loss_scale::initial_state(1024.0)).unwrap();
+        let words = |t: &Tensor| d.read_u32(t).unwrap();
+        let set = |w: [u32; 4]| d.write(&state, &w).unwrap();
+
+        // The search, over sizes on and off the workgroup.
+        for n in [1, 255, 1000] {
+            let data = d.zeros(&[n]).unwrap();
+            let find = loss_scale::find_non_finite(&d, &data, &state).unwrap();
+            for bad in [None, Some(f32::NAN), Some(f32::INFINITY), Some(f32::NEG_INFINITY)] {
+                let mut v = vec![1e30f32; n];
+                if let Some(b) = bad {
+                    v[n - 1] = b;
+                }
+                d.write(&data, &v).unwrap();
+                set(loss_scale::initial_state(1024.0));
+                run(std::slice::from_ref(&find));
+                assert_eq!(words(&state)[2], bad.is_some() as u32, "n={n} {bad:?}");
+            }
+        }
+        // Scaling the loss gradient.
+        let g = upload(&[0.5, -2.0, 3.0], &[3]);
+        set(loss_scale::initial_state(1024.0));
+        run(&[loss_scale::scale_gradient(&d, &g, &state).unwrap()]);
+        assert_eq!(read(&g), vec![512.0, -2048.0, 3072.0]);
+
+        // Growth after three finite steps; halving, counting and the floor at 1.
+        let update = loss_scale::update_scale(&d, &state, 3).unwrap();
+        set(loss_scale::initial_state(1024.0));
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            run(std::slice::from_ref(&update));
+            let w = words(&state);
+            seen.push((f32::from_bits(w[0]), w[1]));
+        }
+        assert_eq!(seen, vec![(1024.0, 1), (1024.0, 2), (2048.0, 0), (2048.0, 1)]);
+        set([2048f32.to_bits(), 2, 1, 5]);
+        run(std::slice::from_ref(&update));
+        assert_eq!(words(&state), [1024f32.to_bits(), 0, 0, 6], "a flagged step halves, restarts the count, clears the flag, counts the skip");
+        set([1f32.to_bits(), 0, 1, 0]);
+        run(std::slice::from_ref(&update));
+        assert_eq!(f32::from_bits(words(&state)[0]), 1.0, "never below 1");
+        assert!(loss_scale::update_scale(&d, &state, 0).is_err());
+
+        // A flagged step changes no parameter and no optimizer state, for every rule.
+        let n = 300;
+        let mut r = rng(21);
+        for kind in [OptimizerKind::sgd(0.0, false), OptimizerKind::sgd(0.9, true), OptimizerKind::adam(), OptimizerKind::adamw()] {
+            let p0 = random(&mut r, n);
+            let (params, grads) = (upload(&p0, &[n]), upload(&random(&mut r, n), &[n]));
+            let st: Vec<Tensor> = zero_state(&kind, n)
+                .into_iter()
+                .map(|t| {
+                    d.write(&t, &vec![0.25f32; n]).unwrap();
+                    t
+                })
+                .collect();
+            let refs: Vec<&Tensor> = st.iter().collect();
+            let hyper = Hyper::for_step(0.1, &kind, 3).unwrap().upload(&d).unwrap();
+            let step = optimizer::update_scaled(&d, &kind, 0.1, &params, &grads, &refs, &hyper, &[0..10], Some(&state)).unwrap();
+            set([1024f32.to_bits(), 0, 1, 0]);
+            run(std::slice::from_ref(&step));
+            assert_eq!(read(&params), p0, "{kind:?}: a skipped step moved the parameters");
+            assert!(st.iter().all(|t| read(t).iter().all(|&v| v == 0.25)), "{kind:?}: a skipped step moved the optimizer state");
+            set([1024f32.to_bits(), 0, 0, 0]);
+            run(std::slice::from_ref(&step));
+            assert_ne!(read(&params), p0, "{kind:?}: an unflagged step must update");
+        }
+        let hyper = Hyper::for_step(0.1, &OptimizerKind::adam(), 1).unwrap().upload(&d).unwrap();
+        let z = d.zeros(&[n]).unwrap();
+        let wrong = d.zeros(&[4]).unwrap();
+        assert!(matches!(optimizer::update_scaled(&d, &OptimizerKind::sgd(0.0, false), 0.0, &z, &z, &[], &hyper, &[], Some(&wrong)), Err(Error::Shape(_))), "an f32 state is refused");
+    });
+}

@@ -510,7 +510,9 @@ fn optimizer_takes_every_path() {
                 let n = pick(&mut r, &[8, 63, 256, 257, 1000, 4097]);
                 let no_decay = if masked { random_ranges(&mut r, n) } else { vec![] };
                 let wd = if masked { 0.1 } else { pick(&mut r, &[0.0, 0.05]) };
-                optimizer_case(&mut r, &kind, wd, n, &no_decay, 3, &format!("{variant} seed {seed:#x} {kind:?} wd={wd} n={n} no_decay={no_decay:?}"));
+                // Loss-scaled gradients (mixed_float16) on one of the two.
+                let scale = if masked { Some(1024.0) } else { None };
+                optimizer_case(&mut r, &kind, wd, n, &no_decay, scale, 3, &format!("{variant} seed {seed:#x} {kind:?} wd={wd} n={n} no_decay={no_decay:?} scale={scale:?}"));
             }
         }
     });
@@ -518,13 +520,13 @@ fn optimizer_takes_every_path() {
         let n = FOLD + 5;
         for kind in [OptimizerKind::sgd(0.0, false), OptimizerKind::sgd(0.9, true), OptimizerKind::adamw()] {
             let no_decay = [7..1000, n - 300..n - 1];
-            optimizer_case(&mut r, &kind, 0.1, n, &no_decay, 1, &format!("unchecked seed {seed:#x} {kind:?} folded n={n} no_decay={no_decay:?}"));
+            optimizer_case(&mut r, &kind, 0.1, n, &no_decay, None, 1, &format!("unchecked seed {seed:#x} {kind:?} folded n={n} no_decay={no_decay:?}"));
         }
     });
 
-    let mut expected = want("sgd", &["decoupled=no", "decoupled=yes", "decay_mask=no", "decay_mask=yes", "grid=1d", "grid=2d"]);
-    expected.extend(want("sgd_momentum", &["nesterov=no", "nesterov=yes", "decoupled=no", "decoupled=yes", "decay_mask=no", "decay_mask=yes", "grid=1d", "grid=2d"]));
-    expected.extend(want("adam", &["decoupled=no", "decoupled=yes", "decay_mask=no", "decay_mask=yes", "grid=1d", "grid=2d"]));
+    let mut expected = want("sgd", &["decoupled=no", "decoupled=yes", "decay_mask=no", "decay_mask=yes", "scaled=no", "scaled=yes", "grid=1d", "grid=2d"]);
+    expected.extend(want("sgd_momentum", &["nesterov=no", "nesterov=yes", "decoupled=no", "decoupled=yes", "decay_mask=no", "decay_mask=yes", "scaled=no", "scaled=yes", "grid=1d", "grid=2d"]));
+    expected.extend(want("adam", &["decoupled=no", "decoupled=yes", "decay_mask=no", "decay_mask=yes", "scaled=no", "scaled=yes", "grid=1d", "grid=2d"]));
     assert_paths_cover("optimizer", &take_paths(), &expected, &[]);
 }
 
@@ -542,8 +544,10 @@ fn random_ranges(r: &mut StdRng, n: usize) -> Vec<Range<usize>> {
 }
 
 /// `steps` updates of one dispatch (built once; gradients and learning rate rewritten before
-/// each), with weight decay `wd` off on `no_decay`, against PyTorch's formulas in f64.
-fn optimizer_case(r: &mut StdRng, kind: &OptimizerKind, wd: f32, n: usize, no_decay: &[Range<usize>], steps: u64, case: &str) {
+/// each), with weight decay `wd` off on `no_decay`, against PyTorch's formulas in f64. With
+/// `scale`, the gradients arrive multiplied by it, as the loss scale leaves them.
+#[allow(clippy::too_many_arguments)]
+fn optimizer_case(r: &mut StdRng, kind: &OptimizerKind, wd: f32, n: usize, no_decay: &[Range<usize>], scale: Option<f32>, steps: u64, case: &str) {
     let d = device();
     let base_lr = if matches!(kind, OptimizerKind::Sgd { .. }) { 0.1 } else { 0.01 };
     let p0 = random(r, n);
@@ -551,7 +555,10 @@ fn optimizer_case(r: &mut StdRng, kind: &OptimizerKind, wd: f32, n: usize, no_de
     let state = crate::optimizer::zero_state(kind, n);
     let state_refs: Vec<&Tensor> = state.iter().collect();
     let hyper = Hyper::for_step(base_lr, kind, 1).unwrap().upload(&d).unwrap();
-    let step = if no_decay.is_empty() {
+    let loss_scale = scale.map(|s| d.upload_u32(&[4], &convoy::kernels::loss_scale::initial_state(s)).unwrap());
+    let step = if loss_scale.is_some() {
+        optimizer::update_scaled(&d, kind, wd, &params, &grads, &state_refs, &hyper, no_decay, loss_scale.as_ref())
+    } else if no_decay.is_empty() {
         optimizer::update(&d, kind, wd, &params, &grads, &state_refs, &hyper)
     } else {
         optimizer::update_masked(&d, kind, wd, &params, &grads, &state_refs, &hyper, no_decay)
@@ -564,7 +571,9 @@ fn optimizer_case(r: &mut StdRng, kind: &OptimizerKind, wd: f32, n: usize, no_de
     let mut model = crate::optimizer::Model { p: p0.iter().map(|&v| v as f64).collect(), s0: vec![0.0; n], s1: vec![0.0; n] };
     for t in 1..=steps {
         let g = random(r, n);
-        d.write(&grads, &g).unwrap();
+        // A power of two: the scaled gradient and its division back are exact.
+        let scaled: Vec<f32> = g.iter().map(|&v| v * scale.unwrap_or(1.0)).collect();
+        d.write(&grads, &scaled).unwrap();
         let lr = crate::optimizer::lr_at(t, base_lr);
         Hyper::for_step(lr, kind, t).unwrap().write(&d, &hyper).unwrap();
         run(std::slice::from_ref(&step));
