@@ -30,5 +30,5 @@ mod tests;
 
 pub use decisions::{check_structure, Decision};
 pub use net::{Net, Node};
-pub use reference::{own_decisions, predict, train_step, train_step_pair, KinkReport, Step, TIE_MARGIN, TIE_THRESHOLD};
+pub use reference::{own_decisions, predict, train_step, train_step_pair, train_step_pair_for, KinkReport, Step, TIE_MARGIN, TIE_THRESHOLD};
 pub use run::{check, check_zoo, decisions, rel_err, CheckConfig, Report, Worst, BOUND, GRAD_FLOOR, MIN_BATCHNORM_ROWS, ROUNDING_SLACK};

@@ -19,6 +19,8 @@ use crate::kernels::conv2d::Conv2dGeometry;
 pub(crate) trait Arith: Copy + Send + Sync + 'static {
     /// Rounds one operation's result.
     fn r(x: f64) -> f64;
+    /// Whether the products of convolutions and dense layers take f16-rounded operands.
+    const F16_OPERANDS: bool = false;
 }
 
 /// No rounding: the f64 reference.
@@ -40,6 +42,46 @@ impl Arith for F32 {
     #[inline(always)]
     fn r(x: f64) -> f64 {
         x as f32 as f64
+    }
+}
+
+/// [`F32`] with the products of convolutions and dense layers on f16-rounded operands: a
+/// plain implementation of the `mixed_float16` policy (f16 operands, f32 sums), whose
+/// distance from f64 is what that policy's rounding alone does to a step.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Mixed;
+
+impl Arith for Mixed {
+    #[inline(always)]
+    fn r(x: f64) -> f64 {
+        x as f32 as f64
+    }
+    const F16_OPERANDS: bool = true;
+}
+
+/// `x` (an f32 value) rounded to the nearest f16, ties to even, infinite from 65520 up: as
+/// the device rounds a product's operands.
+pub(crate) fn round_f16(x: f64) -> f64 {
+    let a = x.abs();
+    if a >= 65520.0 {
+        return f64::INFINITY.copysign(x);
+    }
+    if a < 2f64.powi(-14) {
+        // f16's subnormals: multiples of 2^-24.
+        return (x * 2f64.powi(24)).round_ties_even() / 2f64.powi(24);
+    }
+    // Keep 10 of f32's 23 mantissa bits, ties to even (a carry moves the exponent up). NaN
+    // stays NaN.
+    let bits = (x as f32).to_bits();
+    f32::from_bits(bits.wrapping_add(0x0fff + ((bits >> 13) & 1)) & 0xffff_e000) as f64
+}
+
+/// A product's operand tensor as the product takes it: itself, or rounded to f16.
+fn operands<A: Arith>(v: &[f64]) -> std::borrow::Cow<'_, [f64]> {
+    if A::F16_OPERANDS {
+        std::borrow::Cow::Owned(v.par_iter().map(|&x| round_f16(x)).collect())
+    } else {
+        std::borrow::Cow::Borrowed(v)
     }
 }
 
@@ -98,6 +140,7 @@ fn tapped_by(t: usize, stride: usize, pad: usize, i: usize, out: usize) -> Optio
 /// `y = conv(x, w) + bias`: per output pixel, per tap, per input channel, an axpy over the
 /// filters.
 pub(crate) fn conv_forward<A: Arith>(g: &Conv2dGeometry, x: &[f64], w: &[f64], bias: Option<&[f64]>) -> Vec<f64> {
+    let (x, w) = (&*operands::<A>(x), &*operands::<A>(w));
     let (c, f) = (g.in_c, g.filters);
     let mut y = vec![0.0; g.batch * g.out_h * g.out_w * f];
     y.par_chunks_mut(g.out_w * f).enumerate().for_each(|(row, yrow)| {
@@ -142,6 +185,7 @@ fn transpose_taps(g: &Conv2dGeometry, w: &[f64]) -> Vec<f64> {
 /// `dx` of a convolution, gathered per input pixel (so threads never share an element):
 /// every (tap, output) that read it contributes `dy[o] · w[tap]ᵀ`.
 pub(crate) fn conv_input_grad<A: Arith>(g: &Conv2dGeometry, dy: &[f64], w: &[f64]) -> Vec<f64> {
+    let (dy, w) = (&*operands::<A>(dy), &*operands::<A>(w));
     let (c, f) = (g.in_c, g.filters);
     let wt = transpose_taps(g, w);
     let mut dx = vec![0.0; g.batch * g.in_h * g.in_w * c];
@@ -168,6 +212,7 @@ pub(crate) fn conv_input_grad<A: Arith>(g: &Conv2dGeometry, dy: &[f64], w: &[f64
 /// `dw[tap, ci, :] += x[in pixel, ci] * dy[out pixel, :]`, per chunk of output rows, the
 /// chunks' sums added at the end.
 pub(crate) fn conv_weight_grad<A: Arith>(g: &Conv2dGeometry, x: &[f64], dy: &[f64]) -> Vec<f64> {
+    let (x, dy) = (&*operands::<A>(x), &*operands::<A>(dy));
     let (c, f) = (g.in_c, g.filters);
     let n = g.kh * g.kw * c * f;
     let rows = g.batch * g.out_h;
@@ -200,6 +245,7 @@ pub(crate) fn conv_weight_grad<A: Arith>(g: &Conv2dGeometry, x: &[f64], dy: &[f6
 
 /// `y[n, :] = bias + Σ_i x[n, i] · w[i, :]`.
 pub(crate) fn dense_forward<A: Arith>(x: &[f64], inputs: usize, w: &[f64], units: usize, bias: Option<&[f64]>) -> Vec<f64> {
+    let (x, w) = (&*operands::<A>(x), &*operands::<A>(w));
     let rows = x.len() / inputs;
     let mut y = vec![0.0; rows * units];
     y.par_chunks_mut(units).zip(x.par_chunks(inputs)).for_each(|(out, xs)| {
@@ -215,6 +261,7 @@ pub(crate) fn dense_forward<A: Arith>(x: &[f64], inputs: usize, w: &[f64], units
 
 /// `dx[n, i] = Σ_u dy[n, u] · w[i, u]`, through the transposed kernel (axpys over `i`).
 pub(crate) fn dense_input_grad<A: Arith>(dy: &[f64], w: &[f64], inputs: usize, units: usize) -> Vec<f64> {
+    let (dy, w) = (&*operands::<A>(dy), &*operands::<A>(w));
     let mut wt = vec![0.0; w.len()];
     for i in 0..inputs {
         for u in 0..units {
@@ -233,6 +280,7 @@ pub(crate) fn dense_input_grad<A: Arith>(dy: &[f64], w: &[f64], inputs: usize, u
 
 /// `dw[i, :] = Σ_n x[n, i] · dy[n, :]`, one kernel row per task.
 pub(crate) fn dense_weight_grad<A: Arith>(x: &[f64], dy: &[f64], inputs: usize, units: usize) -> Vec<f64> {
+    let (x, dy) = (&*operands::<A>(x), &*operands::<A>(dy));
     let rows = dy.len() / units;
     let mut dw = vec![0.0; inputs * units];
     dw.par_chunks_mut(units).enumerate().for_each(|(i, out)| {

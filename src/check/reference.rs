@@ -4,11 +4,12 @@ use rayon::prelude::*;
 
 use super::decisions::{check_structure, Decision};
 use super::net::{pool_geometry, spatial, Net, Node};
-use super::ops::{self, Arith, Exact, F32};
+use super::ops::{self, Arith, Exact, Mixed, F32};
 use crate::kernels::conv2d::Conv2dGeometry;
 use crate::kernels::pool::Pool2dGeometry;
 use crate::model::layout::Layout;
 use crate::model::losses::Loss;
+use crate::model::DTypePolicy;
 use crate::{bail, Error, Result};
 
 /// A unit whose f64 pre-activation lies within this fraction of its layer's RMS of the kink
@@ -736,9 +737,30 @@ pub fn train_step_pair<P: Copy + Into<f64>>(
     decisions: &[Decision],
     grad_scale: f64,
 ) -> Result<(Step, Step)> {
+    train_step_pair_for(DTypePolicy::Float32, net, layout, params, states, images, labels, decisions, grad_scale)
+}
+
+/// [`train_step_pair`] for a precision policy: under `mixed_float16` the rounded step also
+/// rounds the operands of every convolution and dense product to f16 (see `ops::Mixed`).
+#[allow(clippy::too_many_arguments)]
+pub fn train_step_pair_for<P: Copy + Into<f64>>(
+    policy: DTypePolicy,
+    net: &Net,
+    layout: &Layout,
+    params: &[P],
+    states: &[P],
+    images: &[u8],
+    labels: &[u32],
+    decisions: &[Decision],
+    grad_scale: f64,
+) -> Result<(Step, Step)> {
     let (exact, kept) = step_as::<Exact, P>(net, layout, params, states, images, labels, decisions, grad_scale, Preacts::Record(Vec::new()))?;
     let Preacts::Record(kept) = kept else { unreachable!("the exact run records") };
-    let (rounded, _) = step_as::<F32, P>(net, layout, params, states, images, labels, decisions, grad_scale, Preacts::Compare { exact: kept, next: 0 })?;
+    let compare = Preacts::Compare { exact: kept, next: 0 };
+    let (rounded, _) = match policy {
+        DTypePolicy::Float32 => step_as::<F32, P>(net, layout, params, states, images, labels, decisions, grad_scale, compare)?,
+        DTypePolicy::MixedFloat16 => step_as::<Mixed, P>(net, layout, params, states, images, labels, decisions, grad_scale, compare)?,
+    };
     Ok((exact, rounded))
 }
 

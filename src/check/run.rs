@@ -9,7 +9,8 @@
 //! before any read), and the optimizer's update of every parameter and state tensor given
 //! convoy's gradient.
 
-use crate::check::{optimizer as ref_optimizer, train_step_pair, Decision, Net, Node};
+use crate::check::{optimizer as ref_optimizer, train_step_pair_for, Decision, Net, Node};
+use crate::model::DTypePolicy;
 use crate::model::layout::Layout;
 use crate::model::plan::Record;
 use crate::model::Sequential;
@@ -263,8 +264,16 @@ fn check_steps(model: &mut Sequential, batches: &[(Vec<u8>, Vec<u32>)], mut edit
             let c = model.compiled()?;
             (c.learning_rate, c.optimizer.clone(), c.step + 1)
         };
+        // Under mixed_float16 the step's gradients carry the loss scale, which a step moves
+        // only when it skips (an overflow, reported) or after its growth steps (thousands).
+        let loss_scale = model.loss_scale()?;
         model.train_on_batch(images, labels)?;
         let (outs, _) = model.collect(0)?;
+        let (policy, loss_scale) = match (loss_scale, model.loss_scale()?) {
+            (None, _) => (DTypePolicy::Float32, 1.0),
+            (Some((s, skipped)), Some((_, now))) if now == skipped => (DTypePolicy::MixedFloat16, s as f64),
+            (Some((s, _)), _) => bail!(Gpu, "check: step {step} overflowed at loss scale {s} and was skipped (mixed_float16): its gradients hold NaN or infinity"),
+        };
         let device_losses: Vec<f32> = outs.iter().flat_map(|o| o.loss.iter().copied()).collect();
 
         // The reference, one replica's share at a time, with that replica's decisions.
@@ -289,7 +298,13 @@ fn check_steps(model: &mut Sequential, batches: &[(Vec<u8>, Vec<u32>)], mut edit
                     let mut dec = decisions(&r.device, &net, records)?;
                     edit(&mut dec);
                     let imgs = &images[lo * sample..(lo + count) * sample];
-                    let (s, s32) = train_step_pair(&net, &layout, &p0, &s0, imgs, &labels[lo..lo + count], &dec, 1.0 / n as f64)?;
+                    // The reference's loss gradient carries the device's loss scale too, so the
+                    // rounded run's f16 operands see the values the device's did; the exact
+                    // run is linear in it (a power of two: removed exactly below).
+                    let (mut s, mut s32) = train_step_pair_for(policy, &net, &layout, &p0, &s0, imgs, &labels[lo..lo + count], &dec, loss_scale / n as f64)?;
+                    for g in s.grads.iter_mut().chain(s32.grads.iter_mut()) {
+                        g.iter_mut().for_each(|v| *v /= loss_scale);
+                    }
                     for (g, sg) in grads.iter_mut().zip(&s.grads) {
                         g.iter_mut().zip(sg).for_each(|(a, b)| *a += b);
                     }
@@ -315,7 +330,9 @@ fn check_steps(model: &mut Sequential, batches: &[(Vec<u8>, Vec<u32>)], mut edit
                 lo += count;
             }
             // After an exchange every replica's gradient tensor holds the sum.
-            reps[0].device.read(&reps[0].grads)?
+            let mut g = reps[0].device.read(&reps[0].grads)?;
+            g.iter_mut().for_each(|v| *v = (*v as f64 / loss_scale) as f32);
+            g
         };
         let at = |name: &str| format!("step {step}: {name}");
         // A tensor whose true gradient vanishes (a convolution's bias before BatchNorm, which
@@ -381,6 +398,9 @@ pub struct CheckConfig {
     /// Relative speed per device, fixing the split (uneven splits); even by default.
     pub speeds: Option<Vec<f64>>,
     pub seed: u64,
+    /// The precision policy the model trains under: under `mixed_float16` the bounds come
+    /// from a plain implementation of that policy (f16 operands in every product).
+    pub precision: DTypePolicy,
 }
 
 impl CheckConfig {
@@ -396,6 +416,7 @@ impl CheckConfig {
             optimizer: crate::optim::Optimizer::sgd(0.05).momentum(0.9).nesterov(true).weight_decay(5e-4),
             speeds: None,
             seed: 0,
+            precision: DTypePolicy::Float32,
         }
     }
 }
@@ -419,6 +440,7 @@ fn zoo_case(cfg: &CheckConfig, devices: Vec<std::sync::Arc<Device>>) -> Result<(
     }
     let shape = [cfg.image_size, cfg.image_size, 3];
     let mut model = crate::model::zoo::by_name(&cfg.model, &shape, cfg.classes)?;
+    model.set_dtype_policy(cfg.precision);
     let n = devices.len();
     model.compile(crate::model::CompileOptions {
         optimizer: cfg.optimizer.clone(),

@@ -557,3 +557,20 @@ fn resnet20_step_time() {
     eprintln!("resnet20 batch 64, 32x32, {} threads: own forward {forward:?}, train_step {full:?}, loss {:.4}, {:?}", rayon::current_num_threads(), step.losses.iter().sum::<f64>() / 64.0, step.kinks);
     assert!(step.kinks.ok());
 }
+
+#[test]
+fn f16_rounding_of_the_mixed_reference() {
+    use crate::check::ops::round_f16;
+    // f16's spacing at 1 is 2^-10; ties go to even.
+    assert_eq!(round_f16(1.0 + 3.0 / 4096.0), 1.0 + 1.0 / 1024.0);
+    assert_eq!(round_f16(1.0 + 2.0 / 4096.0), 1.0);
+    assert_eq!(round_f16(1.0 + 6.0 / 4096.0), 1.0 + 2.0 / 1024.0);
+    assert_eq!(round_f16(-3.14159), -3.140625);
+    assert_eq!(round_f16(65519.0), 65504.0);
+    assert_eq!(round_f16(65520.0), f64::INFINITY);
+    assert_eq!(round_f16(-1e9), f64::NEG_INFINITY);
+    // Subnormals: multiples of 2^-24.
+    assert_eq!(round_f16(3.0 * 2f64.powi(-26)), 2f64.powi(-24));
+    assert_eq!(round_f16(2f64.powi(-26)), 0.0);
+    assert!(round_f16(f64::NAN).is_nan());
+}

@@ -6,7 +6,7 @@ use clap::Args;
 use serde_json::{json, Value};
 
 use convoy::check::{check_zoo, CheckConfig, Report, BOUND, ROUNDING_SLACK};
-use convoy::model::zoo;
+use convoy::model::{zoo, DTypePolicy};
 use convoy::optim::Optimizer;
 use convoy::{bail, Result};
 
@@ -34,6 +34,10 @@ pub struct CheckArgs {
     pub optimizer: String,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// float32, or mixed: the model trains under mixed_float16 and is held to a plain
+    /// implementation of that policy (f16 operands in every product) instead of plain f32.
+    #[arg(long, default_value = "float32")]
+    pub precision: String,
     #[arg(long)]
     pub json: bool,
 }
@@ -72,6 +76,7 @@ fn report_json(model: &str, r: &Report, nums: &mut JsonNumbers, at: &str) -> Val
 }
 
 pub fn run(a: CheckArgs) -> Result<()> {
+    let precision = DTypePolicy::from_name(&a.precision)?;
     let devices = convoy::device::open(&a.devices)?;
     let software = devices.iter().all(|d| d.is_software());
     let batch_size = a.batch_size.unwrap_or(if software { 8 } else { 32 });
@@ -83,14 +88,15 @@ pub fn run(a: CheckArgs) -> Result<()> {
     }
     let mut results = Vec::new();
     for model in &models {
-        let cfg = CheckConfig { steps: a.steps, optimizer: optimizer.clone(), seed: a.seed, ..CheckConfig::new(model, batch_size, image_size) };
+        let cfg = CheckConfig { steps: a.steps, optimizer: optimizer.clone(), seed: a.seed, precision, ..CheckConfig::new(model, batch_size, image_size) };
         let t0 = std::time::Instant::now();
         let r = check_zoo(&cfg, devices.clone())?;
+        let plain = if precision.is_mixed() { "mixed_float16 (f16 operands)" } else { "f32" };
         if !a.json {
             let verdict = if r.ok { "ok" } else { "MISMATCH" };
             eprintln!(
-                "{model} (batch {batch_size}, {image_size} px, {} steps, shares {:?}): {verdict}; gradients {:.1e} (bound {:.1e}, worst {}), losses {:.1e} (bound {:.1e}), updates {:.1e}, moving statistics {:.1e} (bound {:.1e}); forward drift {:.1e} (bound {:.1e}, worst {}); plain f32: gradients {:.1e}, losses {:.1e}, drift {:.1e}, moving statistics {:.1e}; {} ties ({} decided the other way), {} wrong decisions [{:.1} s]",
-                r.steps, r.shares, r.grad.error, r.grad_bound, r.grad.at, r.loss.error, r.loss_bound, r.update.error, r.moving_stats.error, r.moving_stats_bound, r.drift.error, r.drift_bound, r.drift.at, r.f32_grad.error, r.f32_loss.error, r.f32_drift.error, r.f32_moving_stats.error, r.ties, r.flipped, r.mismatch_count, t0.elapsed().as_secs_f64()
+                "{model} (batch {batch_size}, {image_size} px, {} steps, shares {:?}): {verdict}; gradients {:.1e} (bound {:.1e}, worst {}), losses {:.1e} (bound {:.1e}), updates {:.1e}, moving statistics {:.1e} (bound {:.1e}); forward drift {:.1e} (bound {:.1e}, worst {}); plain {}: gradients {:.1e}, losses {:.1e}, drift {:.1e}, moving statistics {:.1e}; {} ties ({} decided the other way), {} wrong decisions [{:.1} s]",
+                r.steps, r.shares, r.grad.error, r.grad_bound, r.grad.at, r.loss.error, r.loss_bound, r.update.error, r.moving_stats.error, r.moving_stats_bound, r.drift.error, r.drift_bound, r.drift.at, plain, r.f32_grad.error, r.f32_loss.error, r.f32_drift.error, r.f32_moving_stats.error, r.ties, r.flipped, r.mismatch_count, t0.elapsed().as_secs_f64()
             );
             for m in r.mismatches.iter().take(10) {
                 eprintln!("  wrong decision: {m}");
@@ -106,6 +112,7 @@ pub fn run(a: CheckArgs) -> Result<()> {
         "commit": env!("CONVOY_COMMIT"),
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "steps": a.steps,
+        "precision": precision.name(),
         "ok": ok,
         "max_grad_error": nums.num("max_grad_error", worst.1.grad.error),
         "worst_tensor": format!("{}: {}", worst.0, worst.1.grad.at),
@@ -122,7 +129,7 @@ pub fn run(a: CheckArgs) -> Result<()> {
     if a.json {
         println!("{out}");
     } else {
-        println!("{}", if ok { format!("check passed: every error under {BOUND:e}, gradients, losses, drift and moving statistics under {ROUNDING_SLACK}x plain f32's where larger") } else { "check FAILED".to_string() });
+        println!("{}", if ok { format!("check passed: every error under {BOUND:e}, gradients, losses, drift and moving statistics under {ROUNDING_SLACK}x plain {}'s where larger", precision.name()) } else { "check FAILED".to_string() });
     }
     if !ok {
         let bad: Vec<&str> = results.iter().filter(|(_, r)| !r.ok).map(|(m, _)| m.as_str()).collect();
