@@ -103,6 +103,8 @@ pub struct Report {
     /// ...and the first few of each layer, described.
     pub mismatches: Vec<String>,
     pub steps: usize,
+    /// Steps the loss scale skipped for an overflow (mixed_float16), each taken again.
+    pub skipped_steps: usize,
     /// Samples per replica in each step.
     pub shares: Vec<usize>,
 }
@@ -259,20 +261,25 @@ fn check_steps(model: &mut Sequential, batches: &[(Vec<u8>, Vec<u32>)], mut edit
                 "check: BatchNorm layer {layer} normalises over only {rows} rows per channel for a share of {smallest} samples (shares {shares:?}); the gradient through a BatchNorm over fewer than {MIN_BATCHNORM_ROWS} rows nearly vanishes and f32 cannot resolve it, so no f32 step can be checked there: use a larger batch or image"
             );
         }
-        let (p0, s0, o0) = model.get_weights()?;
-        let (lr, optimizer, t) = {
-            let c = model.compiled()?;
-            (c.learning_rate, c.optimizer.clone(), c.step + 1)
-        };
         // Under mixed_float16 the step's gradients carry the loss scale, which a step moves
-        // only when it skips (an overflow, reported) or after its growth steps (thousands).
-        let loss_scale = model.loss_scale()?;
-        model.train_on_batch(images, labels)?;
-        let (outs, _) = model.collect(0)?;
-        let (policy, loss_scale) = match (loss_scale, model.loss_scale()?) {
-            (None, _) => (DTypePolicy::Float32, 1.0),
-            (Some((s, skipped)), Some((_, now))) if now == skipped => (DTypePolicy::MixedFloat16, s as f64),
-            (Some((s, _)), _) => bail!(Gpu, "check: step {step} overflowed at loss scale {s} and was skipped (mixed_float16): its gradients hold NaN or infinity"),
+        // when it overflows (skipped: nothing but the moving statistics changed, and the
+        // halved scale takes the same batch again, as training would take the next) or after
+        // its growth steps (thousands).
+        let (p0, s0, o0, lr, optimizer, t, outs, policy, loss_scale) = loop {
+            let (p0, s0, o0) = model.get_weights()?;
+            let (lr, optimizer, t) = {
+                let c = model.compiled()?;
+                (c.learning_rate, c.optimizer.clone(), c.step + 1)
+            };
+            let before = model.loss_scale()?;
+            model.train_on_batch(images, labels)?;
+            let (outs, _) = model.collect(0)?;
+            match (before, model.loss_scale()?) {
+                (None, _) => break (p0, s0, o0, lr, optimizer, t, outs, DTypePolicy::Float32, 1.0),
+                (Some((s, skipped)), Some((_, now))) if now == skipped => break (p0, s0, o0, lr, optimizer, t, outs, DTypePolicy::MixedFloat16, s as f64),
+                (Some((s, _)), _) if s > 1.0 => report.skipped_steps += 1,
+                (Some(_), _) => bail!(Gpu, "check: step {step} overflows even at loss scale 1 (mixed_float16): its gradients hold NaN or infinity"),
+            }
         };
         let device_losses: Vec<f32> = outs.iter().flat_map(|o| o.loss.iter().copied()).collect();
 

@@ -72,6 +72,7 @@ fn report_json(model: &str, r: &Report, nums: &mut JsonNumbers, at: &str) -> Val
         "mismatches": r.mismatches,
         "steps": r.steps,
         "shares": r.shares,
+        "skipped_steps": r.skipped_steps,
     })
 }
 
@@ -95,8 +96,8 @@ pub fn run(a: CheckArgs) -> Result<()> {
         if !a.json {
             let verdict = if r.ok { "ok" } else { "MISMATCH" };
             eprintln!(
-                "{model} (batch {batch_size}, {image_size} px, {} steps, shares {:?}): {verdict}; gradients {:.1e} (bound {:.1e}, worst {}), losses {:.1e} (bound {:.1e}), updates {:.1e}, moving statistics {:.1e} (bound {:.1e}); forward drift {:.1e} (bound {:.1e}, worst {}); plain {}: gradients {:.1e}, losses {:.1e}, drift {:.1e}, moving statistics {:.1e}; {} ties ({} decided the other way), {} wrong decisions [{:.1} s]",
-                r.steps, r.shares, r.grad.error, r.grad_bound, r.grad.at, r.loss.error, r.loss_bound, r.update.error, r.moving_stats.error, r.moving_stats_bound, r.drift.error, r.drift_bound, r.drift.at, plain, r.f32_grad.error, r.f32_loss.error, r.f32_drift.error, r.f32_moving_stats.error, r.ties, r.flipped, r.mismatch_count, t0.elapsed().as_secs_f64()
+                "{model} (batch {batch_size}, {image_size} px, {} steps, shares {:?}): {verdict}; gradients {:.1e} (bound {:.1e}, worst {}), losses {:.1e} (bound {:.1e}), updates {:.1e}, moving statistics {:.1e} (bound {:.1e}); forward drift {:.1e} (bound {:.1e}, worst {}); plain {}: gradients {:.1e}, losses {:.1e}, drift {:.1e}, moving statistics {:.1e}; {} ties ({} decided the other way), {} wrong decisions, {} steps skipped for an overflow [{:.1} s]",
+                r.steps, r.shares, r.grad.error, r.grad_bound, r.grad.at, r.loss.error, r.loss_bound, r.update.error, r.moving_stats.error, r.moving_stats_bound, r.drift.error, r.drift_bound, r.drift.at, plain, r.f32_grad.error, r.f32_loss.error, r.f32_drift.error, r.f32_moving_stats.error, r.ties, r.flipped, r.mismatch_count, r.skipped_steps, t0.elapsed().as_secs_f64()
             );
             for m in r.mismatches.iter().take(10) {
                 eprintln!("  wrong decision: {m}");
