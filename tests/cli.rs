@@ -380,3 +380,24 @@ fn predict_names_each_file_of_an_unlabelled_folder() {
     fails_with(&convoy(&["predict", "--load", model.to_str().unwrap(), "--data", &format!("images:{}", empty.display())]), &["empty", "no .jpg"]);
     fails_with(&convoy(&["evaluate", "--load", model.to_str().unwrap(), "--data", &spec]), &["no labels"]);
 }
+
+#[test]
+fn precision_mixed_trains_checks_and_names_a_bad_policy() {
+    // The software adapter has no tensor cores: one notice, then the f16 products on its f32
+    // units, with the loss scale in the JSON.
+    let out = convoy(&["bench", "--model", "mlp", "--devices", "software", "--batch-size", "16", "--steps", "2", "--no-scaling", "--precision", "mixed", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json(&out)["precision"], "mixed_float16");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("has no cooperative matrices").count(), 1, "{stderr}");
+    let out = convoy(&["check", "--model", "convnet7", "--devices", "software", "--batch-size", "4", "--image-size", "8", "--steps", "2", "--precision", "mixed", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let j = json(&out);
+    assert_eq!((j["ok"].clone(), j["precision"].clone()), (serde_json::json!(true), serde_json::json!("mixed_float16")), "{j}");
+    // f16 operands leave more than f32 rounding, under the plain-mixed bound.
+    assert!(j["max_grad_error"].as_f64().unwrap() > 1e-4 && j["grad_bound"].as_f64().unwrap() > 1e-3, "{j}");
+    for cmd in ["train", "bench", "check"] {
+        let out = convoy(&[cmd, "--devices", "software", "--precision", "bfloat16"]);
+        fails_with(&out, &["unknown precision policy \"bfloat16\"", "mixed_float16"]);
+    }
+}
