@@ -396,3 +396,16 @@ fn b9_a_saved_model_names_its_classes_after_its_training_data() {
     let _ = std::fs::remove_file(&path);
     assert!(e.contains(&path.display().to_string()) && e.contains("2 class names") && e.contains("10 classes"), "{e}");
 }
+
+#[test]
+fn save_and_load_take_any_path_like_value() {
+    // Keras' model.save("file") and load_model("file"): a &str, a String or a PathBuf.
+    let m = compiled(Optimizer::sgd(0.05));
+    let path: String = std::env::temp_dir().join(format!("convoy-keras-paths-{}.safetensors", std::process::id())).to_string_lossy().into_owned();
+    m.save(path.as_str()).unwrap();
+    let (loaded, _) = Sequential::load(&path).unwrap();
+    assert_eq!(loaded.get_weights().unwrap().0, m.get_weights().unwrap().0);
+    let again = Sequential::load_compiled(std::path::PathBuf::from(&path), devices("software"), 8).unwrap();
+    assert_eq!(again.get_weights().unwrap().0, m.get_weights().unwrap().0);
+    let _ = std::fs::remove_file(&path);
+}

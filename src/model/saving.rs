@@ -34,7 +34,9 @@ pub struct TrainingState {
 impl Sequential {
     /// Writes the model to `path` atomically: a temporary file in the same directory,
     /// renamed over `path` once complete, so a crash never leaves a half-written file.
-    pub fn save(&self, path: &Path) -> Result<()> {
+    /// `path` is anything path-like (`"model.safetensors"`, a `PathBuf`), as in Keras.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
         let (params, states, opt) = self.get_weights()?;
         let layout = &self.def.layout;
         let mut tensors: Vec<(String, Vec<usize>, &[f32])> = Vec::new();
@@ -84,7 +86,8 @@ impl Sequential {
 
     /// Reads a saved model: architecture, weights, normalisation and (when present) the
     /// training state. The model still needs `compile` (or use [`Sequential::load_compiled`]).
-    pub fn load(path: &Path) -> Result<(Sequential, Option<TrainingState>)> {
+    pub fn load(path: impl AsRef<Path>) -> Result<(Sequential, Option<TrainingState>)> {
+        let path = path.as_ref();
         let len = std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
         if len > MAX_MODEL_FILE_BYTES {
             return Err(Error::format(path, format!("file size {len} bytes is above the cap of {MAX_MODEL_FILE_BYTES} for a model")));
@@ -211,13 +214,13 @@ impl Sequential {
 
     /// Loads a model and compiles it for `devices` with its saved optimizer, loss, metrics
     /// and training position, ready to `evaluate`, `predict`, or continue `fit`.
-    pub fn load_compiled(path: &Path, devices: Vec<Arc<Device>>, max_batch: usize) -> Result<Sequential> {
+    pub fn load_compiled(path: impl AsRef<Path>, devices: Vec<Arc<Device>>, max_batch: usize) -> Result<Sequential> {
         Self::load_compiled_with(path, devices, max_batch, DTypePolicy::Float32)
     }
 
     /// [`Sequential::load_compiled`] under a precision policy: files hold f32 weights, which
     /// load into either policy.
-    pub fn load_compiled_with(path: &Path, devices: Vec<Arc<Device>>, max_batch: usize, policy: DTypePolicy) -> Result<Sequential> {
+    pub fn load_compiled_with(path: impl AsRef<Path>, devices: Vec<Arc<Device>>, max_batch: usize, policy: DTypePolicy) -> Result<Sequential> {
         let (mut model, training) = Sequential::load(path)?;
         model.set_dtype_policy(policy);
         let t = training.unwrap_or(TrainingState {
