@@ -239,9 +239,8 @@ impl Replica {
             plan.encode_readback(&mut enc, rb);
             if training {
                 let mut pass = GpuSpans::begin(&mut spans, || "optimizer".to_string(), &mut enc);
-                match &self.scaling {
-                    Some(scaling) => scaling.encode_around(&self.update, &mut pass),
-                    None => self.update.encode(&mut pass),
+                for d in whole_update(&self.update, &self.scaling) {
+                    d.encode(&mut pass);
                 }
             }
             if let Some((s, i)) = &spans {
@@ -296,11 +295,7 @@ impl Replica {
         let (slot, rb) = self.stage(def, batch, true, hyper, step, scale, &mut enc)?;
         let key = (n, true, scale.to_bits());
         let plan = &self.plans[&key];
-        let update: Vec<&Dispatch> = match &self.scaling {
-            Some(s) => vec![&s.find, &self.update, &s.update],
-            None => vec![&self.update],
-        };
-        let all: Vec<Dispatch> = plan.dispatches.iter().chain(update).filter(|d| !d.groups().contains(&0)).cloned().collect();
+        let all: Vec<Dispatch> = plan.dispatches.iter().chain(whole_update(&self.update, &self.scaling)).filter(|d| !d.groups().contains(&0)).cloned().collect();
         if all.len() > timer.capacity() as usize {
             crate::bail!(Config, "a step of {} dispatches exceeds the {} a profile can time", all.len(), timer.capacity());
         }
@@ -409,15 +404,15 @@ impl Replica {
             let mut enc = dev.wgpu().create_command_encoder(&Default::default());
             bucket.staging.encode(slot, &mut enc, &copies);
             let mut spans = self.spans.as_mut().zip(set);
-            match &self.scaling {
+            if self.scaling.is_none() {
+                bucket.update.encode(&mut GpuSpans::begin(&mut spans, || format!("optimizer, bucket {b}"), &mut enc));
+            } else if b + 1 == count {
                 // Every replica skips a step or none does: the search and the update wait for
                 // the last bucket of the summed gradients, which every replica receives alike.
-                Some(scaling) if b + 1 == count => {
-                    let mut pass = GpuSpans::begin(&mut spans, || "optimizer".to_string(), &mut enc);
-                    scaling.encode_around(&self.update, &mut pass);
+                let mut pass = GpuSpans::begin(&mut spans, || "optimizer".to_string(), &mut enc);
+                for d in whole_update(&self.update, &self.scaling) {
+                    d.encode(&mut pass);
                 }
-                Some(_) => {}
-                None => bucket.update.encode(&mut GpuSpans::begin(&mut spans, || format!("optimizer, bucket {b}"), &mut enc)),
             }
             if b + 1 == count && let Some((s, i)) = &spans {
                 s.resolve(*i, &mut enc);
@@ -575,23 +570,23 @@ fn plan_for<'p>(
     Ok(plans.get_mut(&key).unwrap())
 }
 
-/// A contiguous byte range of the flat gradients, written by the backward of `layers`.
 /// The loss-scale dispatches of a replica under `mixed_float16`.
 struct Scaling {
     find: Dispatch,
     update: Dispatch,
 }
 
-impl Scaling {
-    /// The search for non-finite gradients, then `optimizer` (which skips a flagged step),
-    /// then the scale's update.
-    fn encode_around(&self, optimizer: &Dispatch, pass: &mut wgpu::ComputePass<'_>) {
-        self.find.encode(pass);
-        optimizer.encode(pass);
-        self.update.encode(pass);
+/// The whole-model update in order: under `mixed_float16` the search for non-finite
+/// gradients, the optimizer (which skips a flagged step) and the scale's update; else the
+/// optimizer alone.
+fn whole_update<'a>(optimizer: &'a Dispatch, scaling: &'a Option<Scaling>) -> Vec<&'a Dispatch> {
+    match scaling {
+        Some(s) => vec![&s.find, optimizer, &s.update],
+        None => vec![optimizer],
     }
 }
 
+/// A contiguous byte range of the flat gradients, written by the backward of `layers`.
 struct Bucket {
     /// Layer indices, last layer first.
     layers: Vec<usize>,
