@@ -401,3 +401,23 @@ fn precision_mixed_trains_checks_and_names_a_bad_policy() {
         fails_with(&out, &["unknown precision policy \"bfloat16\"", "mixed_float16"]);
     }
 }
+
+#[test]
+fn a_cosine_schedule_ends_near_zero_and_a_bad_one_is_named() {
+    let run = |schedule: &str| {
+        let mut args = vec!["train", "--epochs", "2", "--json", "--devices", "software", "--schedule", schedule];
+        args.extend_from_slice(TINY);
+        let out = convoy(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        json(&out)
+    };
+    let constant = run("constant");
+    assert_eq!((constant["learning_rate"].as_f64(), constant["schedule"].as_str()), (Some(0.05f32 as f64), Some("constant")), "{constant}");
+    // 300 samples in batches of 32 are 10 steps an epoch: the last of 20 runs at
+    // 0.05 * (1 + cos(pi * 19 / 20)) / 2.
+    let cosine = run("cosine");
+    let want = 0.05 * (1.0 + (std::f64::consts::PI * 19.0 / 20.0).cos()) / 2.0;
+    let got = cosine["learning_rate"].as_f64().unwrap();
+    assert!((got - want).abs() < 1e-6, "{got} vs {want}: {cosine}");
+    fails_with(&convoy(&["train", "--devices", "software", "--schedule", "linear"]), &["--schedule linear", "constant or cosine"]);
+}
