@@ -4,11 +4,14 @@
 //
 // Each K step's quads are fetched in f32 by the gathers of conv2d.wgsl and rounded to f16 on
 // their way into workgroup memory (a value past f16's range becomes infinite: the mixed
-// precision policy's loss scaling keeps gradients inside it). The tiles keep conv2d.wgsl's
-// k-major order, which is a column-major A (element (m, k) at k * AS + m) and a row-major B
-// (element (k, n) at k * BS + n), so each 16x16 block loads with the tile row as its stride.
-// The rows are padded by 8 halves (16 bytes) so that a block's 16 rows start in different
-// banks.
+// precision policy's loss scaling keeps gradients inside it). Each quad is stored along the
+// direction it was gathered, so that its four halves are neighbours rather than a tile row
+// apart: A gathered along m (A_COLS, IM2COL_T) is column-major (element (m, k) at k * AS + m),
+// A gathered along k (the others) row-major ((m, k) at m * AKS + k); B gathered along n
+// (B_ROWS) is row-major ((k, n) at k * BS + n), B gathered along k (B_BLOCKED_T)
+// column-major ((k, n) at n * BKS + k). coopLoad reads the column-major tiles and coopLoadT
+// the row-major ones, each 16x16 block with the tile's row as its stride. Every row is padded
+// by 8 halves (16 bytes) so that a block's rows start in different banks.
 //
 // Subgroup s (the host runs this only where subgroups have 32 invocations, so a tile of
 // THREADS invocations has THREADS / 32 of them, one per 32x32 region) owns rows
@@ -19,8 +22,13 @@
 
 override AS: u32 = BM + 8u;
 override BS: u32 = BN + 8u;
-var<workgroup> a16: array<f16, 2u * BK * AS>;
-var<workgroup> b16: array<f16, 2u * BK * BS>;
+override AKS: u32 = BK + 8u;
+override BKS: u32 = BK + 8u;
+// Halves of one of the two buffers of each tile, in either layout.
+override A16: u32 = max(BK * AS, BM * AKS);
+override B16: u32 = max(BK * BS, BN * BKS);
+var<workgroup> a16: array<f16, 2u * A16>;
+var<workgroup> b16: array<f16, 2u * B16>;
 var<workgroup> c_stage: array<f32, THREADS * 8u>;
 
 // `store_a` of conv2d.wgsl into the f16 tile; `base` counts elements.
@@ -29,18 +37,15 @@ fn store_a16(lid: u32, base: u32) {
         let l = lid + s * THREADS;
         let v = vec4<f16>(a_reg[s]);
         var at: u32;
-        var along: u32; // distance between the quad's four elements
         if (a_is_m_contiguous()) {
             at = base + (l / (BM / 4u)) * AS + (l % (BM / 4u)) * 4u;
-            along = 1u;
         } else {
-            at = base + (l % (BK / 4u)) * 4u * AS + l / (BK / 4u);
-            along = AS;
+            at = base + (l / (BK / 4u)) * AKS + (l % (BK / 4u)) * 4u;
         }
         a16[at] = v.x;
-        a16[at + along] = v.y;
-        a16[at + 2u * along] = v.z;
-        a16[at + 3u * along] = v.w;
+        a16[at + 1u] = v.y;
+        a16[at + 2u] = v.z;
+        a16[at + 3u] = v.w;
     }
 }
 
@@ -49,18 +54,15 @@ fn store_b16(lid: u32, base: u32) {
         let l = lid + s * THREADS;
         let v = vec4<f16>(b_reg[s]);
         var at: u32;
-        var along: u32;
         if (B_KIND == B_ROWS) {
             at = base + (l / (BN / 4u)) * BS + (l % (BN / 4u)) * 4u;
-            along = 1u;
         } else {
-            at = base + (l % (BK / 4u)) * 4u * BS + l / (BK / 4u);
-            along = BS;
+            at = base + (l / (BK / 4u)) * BKS + (l % (BK / 4u)) * 4u;
         }
         b16[at] = v.x;
-        b16[at + along] = v.y;
-        b16[at + 2u * along] = v.z;
-        b16[at + 3u * along] = v.w;
+        b16[at + 1u] = v.y;
+        b16[at + 2u] = v.z;
+        b16[at + 3u] = v.w;
     }
 }
 
@@ -102,22 +104,43 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
         for (var kk = 0u; kk < BK; kk += 16u) {
             // Indices bound to lets first: naga 30's SPIR-V writer fails on an index written
             // inside the load's pointer argument (../shared/gpu-facts.md).
-            let ia0 = buf * BK * AS + kk * AS + rm;
-            let ia1 = ia0 + 16u;
-            let ib0 = buf * BK * BS + kk * BS + rn;
-            let ib1 = ib0 + 16u;
-            let a0 = coopLoad<coop_mat16x16<f16, A>>(&a16[ia0], AS);
-            let a1 = coopLoad<coop_mat16x16<f16, A>>(&a16[ia1], AS);
-            let b0 = coopLoadT<coop_mat16x16<f16, B>>(&b16[ib0], BS);
-            let b1 = coopLoadT<coop_mat16x16<f16, B>>(&b16[ib1], BS);
+            var a0: coop_mat16x16<f16, A>;
+            var a1: coop_mat16x16<f16, A>;
+            // The kinds spelt out, with a non-short-circuit `|`: naga's uniformity analysis
+            // takes a function's result and a `||` (lowered to a branch) as non-uniform, and
+            // cooperative loads need uniform control flow.
+            if ((A_KIND == A_COLS) | (A_KIND == A_IM2COL_T)) {
+                let ia0 = buf * A16 + kk * AS + rm;
+                let ia1 = ia0 + 16u;
+                a0 = coopLoad<coop_mat16x16<f16, A>>(&a16[ia0], AS);
+                a1 = coopLoad<coop_mat16x16<f16, A>>(&a16[ia1], AS);
+            } else {
+                let ia0 = buf * A16 + rm * AKS + kk;
+                let ia1 = ia0 + 16u * AKS;
+                a0 = coopLoadT<coop_mat16x16<f16, A>>(&a16[ia0], AKS);
+                a1 = coopLoadT<coop_mat16x16<f16, A>>(&a16[ia1], AKS);
+            }
+            var b0: coop_mat16x16<f16, B>;
+            var b1: coop_mat16x16<f16, B>;
+            if (B_KIND == B_ROWS) {
+                let ib0 = buf * B16 + kk * BS + rn;
+                let ib1 = ib0 + 16u;
+                b0 = coopLoadT<coop_mat16x16<f16, B>>(&b16[ib0], BS);
+                b1 = coopLoadT<coop_mat16x16<f16, B>>(&b16[ib1], BS);
+            } else {
+                let ib0 = buf * B16 + rn * BKS + kk;
+                let ib1 = ib0 + 16u * BKS;
+                b0 = coopLoad<coop_mat16x16<f16, B>>(&b16[ib0], BKS);
+                b1 = coopLoad<coop_mat16x16<f16, B>>(&b16[ib1], BKS);
+            }
             c00 = coopMultiplyAdd(a0, b0, c00);
             c01 = coopMultiplyAdd(a0, b1, c01);
             c10 = coopMultiplyAdd(a1, b0, c10);
             c11 = coopMultiplyAdd(a1, b1, c11);
         }
         if (more) {
-            store_a16(lid, (1u - buf) * BK * AS);
-            store_b16(lid, (1u - buf) * BK * BS);
+            store_a16(lid, (1u - buf) * A16);
+            store_b16(lid, (1u - buf) * B16);
         }
         workgroupBarrier();
         buf = 1u - buf;
