@@ -40,6 +40,6 @@ pub mod prelude {
     pub use crate::callbacks::{Callback, Context, Logs};
     pub use crate::data::Dataset;
     pub use crate::layers::*;
-    pub use crate::model::{CompileOptions, DTypePolicy, FitOptions, Loss, LossScale, Metric, Sequential};
+    pub use crate::model::{input, Call, CompileOptions, DTypePolicy, FitOptions, Loss, LossScale, Metric, Model, Sequential, SymbolicTensor};
     pub use crate::optim::{Optimizer, Schedule};
 }

@@ -24,7 +24,7 @@ impl Decision {
     /// What kind of decision `node` takes, for error messages.
     fn expected(node: &Node) -> &'static str {
         match node {
-            Node::BatchNorm { relu: true, .. } | Node::ReLU => "Relu",
+            Node::BatchNorm { relu: true, .. } | Node::ReLU | Node::Add { relu: true } => "Relu",
             Node::MaxPool { .. } => "MaxPool",
             Node::Residual { .. } => "Residual",
             _ => "None",

@@ -8,6 +8,7 @@ use crate::kernels::conv2d::{Conv2dGeometry, Padding};
 use crate::kernels::pool::{Pool2dGeometry, PoolPadding};
 use crate::layers::padding_from_config;
 use crate::model::losses::Loss;
+use crate::model::layout::inbound_of;
 use crate::model::plan::Definition;
 use crate::{bail, Result};
 
@@ -37,6 +38,11 @@ pub enum Node {
     Identity,
     /// `main(x) + shortcut(x)` (an empty chain is the identity), then the fused ReLU if `relu`.
     Residual { main: Vec<Node>, shortcut: Vec<Node>, relu: bool },
+    /// The sum of a functional model's branches (left to right, as the device adds them),
+    /// then the fused ReLU if `relu`.
+    Add { relu: bool },
+    /// The branches side by side along the last axis.
+    Concatenate,
 }
 
 /// A whole model as the reference sees it.
@@ -58,6 +64,9 @@ pub struct Net {
     pub std: Vec<f64>,
     /// Per node, the layout's name of its layer (`batch_normalization_3`), for reports.
     pub names: Vec<String>,
+    /// Per node, the nodes it reads: 0 the input, `k + 1` node `k`'s output (a stack reads
+    /// its predecessor; a functional model's merges read several).
+    pub inbound: Vec<Vec<usize>>,
 }
 
 /// A required non-negative integer field of a layer's config.
@@ -126,6 +135,8 @@ fn node_of(class: &str, cfg: &Value, relu: bool) -> Result<Node> {
             Node::AvgPool { pool: pair_of(class, cfg, "pool_size")?, strides: pair_of(class, cfg, "strides")?, padding: pool_padding(class, cfg)? }
         }
         "GlobalAveragePooling2D" => Node::GlobalAvgPool,
+        "Add" => Node::Add { relu },
+        "Concatenate" => Node::Concatenate,
         "Flatten" => Node::Flatten,
         "Dropout" => {
             let rate = f64_of(class, cfg, "rate")?;
@@ -153,8 +164,8 @@ fn node_of(class: &str, cfg: &Value, relu: bool) -> Result<Node> {
         }
         other => bail!(Config, "the f64 check does not know layer class `{other}` (config {cfg})"),
     };
-    if relu && !matches!(node, Node::BatchNorm { .. } | Node::Residual { .. }) {
-        bail!(Config, "a ReLU is marked fused into a {class}, but only BatchNormalization and Residual fuse one");
+    if relu && !matches!(node, Node::BatchNorm { .. } | Node::Residual { .. } | Node::Add { .. }) {
+        bail!(Config, "a ReLU is marked fused into a {class}, but only BatchNormalization, Residual and Add fuse one");
     }
     Ok(node)
 }
@@ -178,6 +189,7 @@ pub(crate) fn output_shape(node: &Node, input: &[usize]) -> Result<Vec<usize>> {
         Node::GlobalAvgPool => vec![spatial("GlobalAveragePooling2D", input)?[2]],
         Node::Flatten => vec![input.iter().product()],
         Node::BatchNorm { .. } | Node::ReLU | Node::Identity => input.to_vec(),
+        Node::Add { .. } | Node::Concatenate => bail!(Shape, "a merge node has several inputs: its shape comes from Net::shapes"),
         Node::Residual { main, shortcut, .. } => {
             let (m, s) = (chain_shape(main, input)?, chain_shape(shortcut, input)?);
             if m != s {
@@ -249,19 +261,28 @@ impl Net {
         if def.input_shape.len() != 3 {
             bail!(Shape, "the f64 check needs a (height, width, channels) input, got {:?}", def.input_shape);
         }
+        let n = def.layers.len();
+        let from: Vec<Vec<usize>> = (0..n).map(|i| inbound_of(&def.inbound, i)).collect();
+        // The node whose output each model node (0: the input, i + 1: layer i) stands for: a
+        // fused ReLU's is the layer that applied it.
+        let mut slot = vec![0usize; n + 1];
         let mut nodes = Vec::new();
         let mut names = Vec::new();
+        let mut inbound = Vec::new();
         for (i, layer) in def.layers.iter().enumerate() {
             if def.fused[i] {
-                if i == 0 || def.layers[i].class_name() != "ReLU" {
-                    bail!(Config, "layer {i} ({}) is marked fused, but only a ReLU after another layer can be", def.layers[i].class_name());
+                match from[i][..] {
+                    [j] if j > 0 && def.layers[i].class_name() == "ReLU" => slot[i + 1] = slot[j],
+                    _ => bail!(Config, "layer {i} ({}) is marked fused, but only a ReLU reading another layer can be", def.layers[i].class_name()),
                 }
                 continue;
             }
-            let relu = def.fused.get(i + 1).copied().unwrap_or(false);
+            let relu = (0..n).any(|k| def.fused[k] && from[k] == [i + 1]);
             let node = node_of(layer.class_name(), &layer.config(), relu).map_err(|e| crate::Error::Config(format!("layer {i}: {e}")))?;
             nodes.push(node);
             names.push(def.layout.layer_names.get(i).cloned().unwrap_or_else(|| format!("{}_{i}", layer.class_name())));
+            inbound.push(from[i].iter().map(|&j| slot[j]).collect());
+            slot[i + 1] = nodes.len();
         }
         let channels = def.input_shape[2];
         if def.mean.len() != channels || def.std.len() != channels {
@@ -275,6 +296,7 @@ impl Net {
             mean: def.mean.iter().map(|&v| v as f64).collect(),
             std: def.std.iter().map(|&v| v as f64).collect(),
             names,
+            inbound,
         };
         let out = net.output_shape()?;
         if out != [def.classes] {
@@ -285,7 +307,37 @@ impl Net {
 
     /// The per-sample output shape (the logits'), checking every node against its input.
     pub fn output_shape(&self) -> Result<Vec<usize>> {
-        chain_shape(&self.nodes, &self.input_shape)
+        Ok(self.node_shapes()?.pop().unwrap_or_default())
+    }
+
+    /// The nodes node `k` reads (0: the input, `j + 1`: node `j`); a node the inbound lists
+    /// do not cover reads the one before it, as in a stack.
+    pub fn inputs_of(&self, k: usize) -> Vec<usize> {
+        inbound_of(&self.inbound, k)
+    }
+
+    /// The per-sample shape of the input (first) and of every node's output.
+    pub(crate) fn node_shapes(&self) -> Result<Vec<Vec<usize>>> {
+        let mut shapes = vec![self.input_shape.clone()];
+        for (k, n) in self.nodes.iter().enumerate() {
+            let ins: Vec<&Vec<usize>> = self.inputs_of(k).iter().map(|&j| &shapes[j]).collect();
+            let out = match n {
+                Node::Add { .. } => {
+                    if ins.iter().any(|s| *s != ins[0]) {
+                        bail!(Shape, "{}: Add of shapes {ins:?}", self.names[k]);
+                    }
+                    ins[0].clone()
+                }
+                Node::Concatenate => {
+                    let mut out = ins[0].clone();
+                    *out.last_mut().unwrap_or(&mut 0) = ins.iter().map(|s| s.last().copied().unwrap_or(0)).sum();
+                    out
+                }
+                _ => output_shape(n, ins[0])?,
+            };
+            shapes.push(out);
+        }
+        Ok(shapes)
     }
 
     /// The shapes of every parameter the reference expects, in the layout's order: what
@@ -301,10 +353,9 @@ impl Net {
 
     fn shapes(&self, params: bool) -> Result<Vec<Vec<usize>>> {
         let mut out = Vec::new();
-        let mut shape = self.input_shape.clone();
-        for n in &self.nodes {
-            tensor_shapes(n, &shape, params, &mut out)?;
-            shape = output_shape(n, &shape)?;
+        let shapes = self.node_shapes()?;
+        for (k, n) in self.nodes.iter().enumerate() {
+            tensor_shapes(n, &shapes[self.inputs_of(k)[0]], params, &mut out)?;
         }
         Ok(out)
     }

@@ -102,6 +102,7 @@ impl KinkReport {
 }
 
 /// A batch-major f64 activation: `shape[0]` is the batch.
+#[derive(Clone)]
 struct T {
     shape: Vec<usize>,
     data: Vec<f64>,
@@ -120,6 +121,10 @@ enum Rec {
     /// Flatten and Identity: the gradient is dy unchanged.
     Pass,
     Residual { main: Vec<Rec>, shortcut: Vec<Rec>, join: Option<Vec<bool>> },
+    /// A sum of `inputs` branches, masked by its fused ReLU if any.
+    Add { inputs: usize, join: Option<Vec<bool>> },
+    /// Per input, its width along the last axis.
+    Concatenate { widths: Vec<usize> },
 }
 
 /// The forward pass's mutable context: the moving statistics it updates and the report
@@ -224,8 +229,121 @@ fn run_forward<A: Arith, P: Copy + Into<f64>>(
     }
     let x = input::<A>(net, images)?;
     let mut cx = Cx { states, training, next_param: 0, next_state: 0, kinks: KinkReport::default(), drift: 0.0, preacts };
-    let (logits, recs, own) = forward_chain::<A>(&params, &mut cx, &net.nodes, &net.names, decisions, x)?;
+    let (logits, recs, own) = forward_graph::<A>(&params, &mut cx, net, decisions, x)?;
     Ok(Forward { logits, recs, params, cx, own })
+}
+
+/// Runs the model's nodes in order, each on the outputs it reads ([`Net::inputs_of`]); a
+/// stack is the graph where each node reads the one before.
+fn forward_graph<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, net: &Net, decisions: Option<&[Decision]>, x: T) -> Result<(T, Vec<Rec>, Option<Vec<Decision>>)> {
+    let mut slots: Vec<Option<T>> = vec![None; net.nodes.len() + 1];
+    slots[0] = Some(x);
+    let mut recs = Vec::with_capacity(net.nodes.len());
+    let mut own = decisions.is_none().then(Vec::new);
+    for (k, node) in net.nodes.iter().enumerate() {
+        let from = net.inputs_of(k);
+        let mut xs: Vec<T> = Vec::with_capacity(from.len());
+        for &j in &from {
+            match &slots[j] {
+                Some(t) if j < k + 1 => xs.push(t.clone()),
+                _ => bail!(Config, "{}: node {k} reads node {j}, which is not before it", net.names[k]),
+            }
+        }
+        let dec = decisions.map(|d| &d[k]);
+        let (y, rec, taken) = match node {
+            Node::Add { relu } => {
+                let mut y = xs[0].clone();
+                for b in &xs[1..] {
+                    if b.shape != y.shape {
+                        bail!(Shape, "{}: Add of shapes {:?} and {:?}", net.names[k], y.shape, b.shape);
+                    }
+                    y.data.par_iter_mut().zip(&b.data).for_each(|(a, b)| *a = A::r(*a + b));
+                }
+                let (join, taken) = if *relu {
+                    let device = match dec {
+                        Some(Decision::Relu(v)) => Some(&v[..]),
+                        None => None,
+                        Some(other) => bail!(Config, "{}: an Add with a fused ReLU needs its output, got {other:?}", net.names[k]),
+                    };
+                    let (mask, taken) = rectify(cx, &net.names[k], &mut y.data, device)?;
+                    (Some(mask), taken)
+                } else {
+                    (None, decisions.is_none().then_some(Decision::None))
+                };
+                (y, Rec::Add { inputs: xs.len(), join }, taken)
+            }
+            Node::Concatenate => {
+                let rows = xs[0].data.len() / xs[0].shape.last().copied().unwrap_or(1).max(1);
+                let widths: Vec<usize> = xs.iter().map(|t| t.shape.last().copied().unwrap_or(0)).collect();
+                let mut shape = xs[0].shape.clone();
+                *shape.last_mut().unwrap_or(&mut 0) = widths.iter().sum();
+                let mut data = Vec::with_capacity(rows * widths.iter().sum::<usize>());
+                for r in 0..rows {
+                    for (t, &wd) in xs.iter().zip(&widths) {
+                        data.extend_from_slice(&t.data[r * wd..(r + 1) * wd]);
+                    }
+                }
+                (T { shape, data }, Rec::Concatenate { widths }, decisions.is_none().then_some(Decision::None))
+            }
+            _ => {
+                let x = xs.pop().expect("a node reads one input");
+                forward_node::<A>(w, cx, node, &net.names[k], dec, x)?
+            }
+        };
+        if let (Some(own), Some(taken)) = (own.as_mut(), taken) {
+            own.push(taken);
+        }
+        recs.push(rec);
+        slots[k + 1] = Some(y);
+    }
+    let logits = slots.pop().flatten().ok_or_else(|| Error::Config("the net has no nodes".into()))?;
+    Ok((logits, recs, own))
+}
+
+/// The graph's records backwards from the logits' gradient: each node's input gradients are
+/// summed into the nodes it read (left to right, as the device sums them); the input's is
+/// never formed.
+fn backward_graph<A: Arith>(w: &[Vec<f64>], net: &Net, recs: &[Rec], dlogits: Vec<f64>, grads: &mut [Vec<f64>]) {
+    let n = recs.len();
+    let mut dys: Vec<Option<Vec<f64>>> = vec![None; n + 1];
+    dys[n] = Some(dlogits);
+    for k in (0..n).rev() {
+        let Some(mut dy) = dys[k + 1].take() else { continue };
+        let from = net.inputs_of(k);
+        let need_dx = from.iter().any(|&j| j != 0);
+        let dxs: Vec<Option<Vec<f64>>> = match &recs[k] {
+            Rec::Add { inputs, join } => {
+                if let Some(mask) = join {
+                    dy.par_iter_mut().zip(mask).for_each(|(g, &m)| *g = if m { *g } else { 0.0 });
+                }
+                vec![Some(dy); *inputs]
+            }
+            Rec::Concatenate { widths } => {
+                let total: usize = widths.iter().sum();
+                let rows = dy.len() / total.max(1);
+                let mut offset = 0;
+                widths
+                    .iter()
+                    .map(|&wd| {
+                        let part = (0..rows).flat_map(|r| dy[r * total + offset..r * total + offset + wd].iter().copied()).collect();
+                        offset += wd;
+                        Some(part)
+                    })
+                    .collect()
+            }
+            rec => vec![backward_node::<A>(w, rec, dy, need_dx, grads)],
+        };
+        for (&j, dx) in from.iter().zip(dxs) {
+            let (true, Some(dx)) = (j != 0, dx) else { continue };
+            dys[j] = Some(match dys[j].take() {
+                None => dx,
+                Some(mut prev) => {
+                    prev.par_iter_mut().zip(&dx).for_each(|(a, b)| *a = A::r(*a + b));
+                    prev
+                }
+            });
+        }
+    }
 }
 
 /// Runs `nodes` in order on `x`; `names` label them in reports.
@@ -346,6 +464,7 @@ fn forward_node<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, 
             (T { shape: vec![batch, n], data: x.data }, Rec::Pass, none())
         }
         Node::Identity => (x, Rec::Pass, none()),
+        Node::Add { .. } | Node::Concatenate => bail!(Config, "{name}: a merge layer inside a residual chain (merges join a functional model's branches)"),
         Node::Residual { main, shortcut, relu } => {
             let names = |chain: &str, n: usize| (0..n).map(|i| format!("{name}/{chain}[{i}]")).collect::<Vec<_>>();
             let short_in = T { shape: x.shape.clone(), data: x.data.clone() };
@@ -680,6 +799,7 @@ fn backward_node<A: Arith>(w: &[Vec<f64>], rec: &Rec, mut dy: Vec<f64>, need_dx:
             need_dx.then(|| dx.collect())
         }
         Rec::Pass => need_dx.then_some(dy),
+        Rec::Add { .. } | Rec::Concatenate { .. } => unreachable!("merges are run by backward_graph"),
         Rec::Residual { main, shortcut, join } => {
             if let Some(mask) = join {
                 dy.par_iter_mut().zip(mask).for_each(|(g, &m)| *g = if m { *g } else { 0.0 });
@@ -783,7 +903,7 @@ fn step_as<A: Arith, P: Copy + Into<f64>>(
     let (losses, dlogits) = loss::<A>(net, &f.logits.data, labels, grad_scale)?;
     let mut grads: Vec<Vec<f64>> = layout.params.iter().map(|e| vec![0.0; e.spec.len()]).collect();
     // The first layer's input gradient is the image's, which nothing uses.
-    backward_chain::<A>(&f.params, &f.recs, dlogits, false, &mut grads);
+    backward_graph::<A>(&f.params, net, &f.recs, dlogits, &mut grads);
     if f.cx.next_param != layout.params.len() {
         return Err(Error::Config(format!("the net used {} parameters of the layout's {}", f.cx.next_param, layout.params.len())));
     }

@@ -161,7 +161,7 @@ fn update_err(after: &[f32], before: &[f32], want: &[f64]) -> f64 {
 /// and max-pool choices, nested for residual blocks.
 fn decision(device: &Device, node: &Node, saved: &crate::layers::Saved) -> Result<Decision> {
     Ok(match node {
-        Node::ReLU | Node::BatchNorm { relu: true, .. } => Decision::Relu(device.read(&saved.output)?),
+        Node::ReLU | Node::BatchNorm { relu: true, .. } | Node::Add { relu: true } => Decision::Relu(device.read(&saved.output)?),
         Node::MaxPool { .. } => {
             let arg = saved.extra.first().ok_or_else(|| crate::Error::Config("max pool record without its argmax".into()))?;
             Decision::MaxPool(device.read_u32(arg)?)

@@ -13,6 +13,7 @@
 //!   allocating.
 
 pub mod batchnorm;
+pub mod concat;
 pub mod conv2d;
 pub mod dense;
 pub mod elementwise;
@@ -68,9 +69,10 @@ shader!(LOSS, "loss.wgsl");
 shader!(IMAGE, "image.wgsl");
 shader!(OPTIMIZER, "optimizer.wgsl");
 shader!(LOSS_SCALE, "loss_scale.wgsl");
+shader!(CONCAT, "concat.wgsl");
 
 /// Every shader file, for validation tests.
-pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &CONV2D_COOP, &REDUCE, &BATCHNORM, &POOL, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE];
+pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &CONV2D_COOP, &REDUCE, &BATCHNORM, &POOL, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE, &CONCAT];
 
 /// One recorded kernel launch: pipeline, bindings and grid, ready to replay.
 #[derive(Clone, Debug)]

@@ -10,6 +10,7 @@ mod conv2d;
 mod dense;
 mod dropout;
 mod flatten;
+mod merge;
 mod pooling;
 mod residual;
 
@@ -19,6 +20,7 @@ pub use conv2d::{padding_from_config, padding_to_config, Conv2D};
 pub use dense::Dense;
 pub use dropout::Dropout;
 pub use flatten::Flatten;
+pub use merge::{Add, Concatenate};
 pub use pooling::{AveragePooling2D, GlobalAveragePooling2D, MaxPool2D};
 pub use residual::Residual;
 
@@ -167,4 +169,33 @@ pub trait Layer: Send + Sync + std::fmt::Debug {
     /// Called by the model at compile so that a composite layer fuses the ReLUs inside it
     /// as the model does at the top level.
     fn fuse_inner(&mut self) {}
+
+    /// Whether the layer joins several inputs (`Add`, `Concatenate`): a functional model
+    /// calls it on two or more tensors, and the `*_of` / `*_all` methods below take them
+    /// all. Every other layer takes one input, which those methods default to.
+    fn is_merge(&self) -> bool {
+        false
+    }
+    /// [`Layer::output_shape`] for the per-sample shapes of all the layer's inputs.
+    fn output_shape_of(&self, inputs: &[Vec<usize>]) -> Result<Vec<usize>> {
+        match inputs {
+            [one] => self.output_shape(one),
+            _ => crate::bail!(Shape, "{} takes one input, got {} ({inputs:?})", self.class_name(), inputs.len()),
+        }
+    }
+    /// [`Layer::forward`] on all the layer's inputs, in the order they were given.
+    fn forward_all(&self, g: &mut Graph, xs: &[Tensor], w: &Weights) -> Result<Saved> {
+        match xs {
+            [x] => self.forward(g, x, w),
+            _ => crate::bail!(Shape, "{} takes one input, got {}", self.class_name(), xs.len()),
+        }
+    }
+    /// [`Layer::backward`] on all the layer's inputs: the gradient with respect to each
+    /// (`None` for all when `need_dx` is false).
+    fn backward_all(&self, g: &mut Graph, xs: &[Tensor], saved: &Saved, dy: &Tensor, w: &Weights, need_dx: bool) -> Result<Vec<Option<Tensor>>> {
+        match xs {
+            [x] => Ok(vec![self.backward(g, x, saved, dy, w, need_dx)?]),
+            _ => crate::bail!(Shape, "{} takes one input, got {}", self.class_name(), xs.len()),
+        }
+    }
 }

@@ -79,6 +79,12 @@ fn layer_at(v: &Value, depth: usize) -> Result<Box<dyn Layer>> {
         "Dense" => Box::new(Dense::new(size(class, &c, "units", MAX_UNITS)?).use_bias(c.get("use_bias").and_then(Value::as_bool).unwrap_or(true))),
         "BatchNormalization" => Box::new(BatchNormalization::new().momentum(num(&c, "momentum")? as f32).epsilon(num(&c, "epsilon")? as f32)),
         "ReLU" => Box::new(ReLU::new()),
+        "Add" => Box::new(Add::new()),
+        "Concatenate" => match c.get("axis") {
+            None => Box::new(Concatenate::new()),
+            Some(a) if a.as_i64() == Some(-1) => Box::new(Concatenate::new()),
+            Some(a) => bail!(Config, "Concatenate joins along the last axis only (axis -1), got axis {a}"),
+        },
         "Flatten" => Box::new(Flatten::new()),
         "Dropout" => Box::new(Dropout::new(num(&c, "rate")? as f32).seed(num(&c, "seed").unwrap_or(0.0) as u32)),
         "GlobalAveragePooling2D" => Box::new(GlobalAveragePooling2D::new()),

@@ -3,7 +3,6 @@
 
 use std::path::Path;
 
-use crate::model::layout::Layout;
 use crate::model::Sequential;
 use crate::Result;
 
@@ -18,7 +17,7 @@ impl Sequential {
     pub fn non_finite_tensors(&self) -> Result<Vec<(String, usize, usize)>> {
         let (params, states, _) = self.get_weights()?;
         // Computed here: a loaded model gets its layout only when it is compiled.
-        let layout = Layout::new(&self.def.input_shape, &self.def.layers)?;
+        let layout = self.def.build_layout()?;
         let count = |data: &[f32]| data.iter().filter(|v| !v.is_finite()).count();
         let mut out = Vec::new();
         for (entries, data) in [(&layout.params, &params), (&layout.states, &states)] {

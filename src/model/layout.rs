@@ -45,6 +45,17 @@ pub struct Layout {
     pub layer_names: Vec<String>,
     /// Per-sample output shape of each layer.
     pub shapes: Vec<Vec<usize>>,
+    /// Per layer, the nodes it reads: 0 is the model's input, `j > 0` the output of layer
+    /// `j - 1` (see [`inbound_of`]).
+    pub inbound: Vec<Vec<usize>>,
+}
+
+/// The nodes layer `i` reads, from a model's `inbound` lists: node 0 is the model's input and
+/// node `j > 0` the output of layer `j - 1`. A layer past the end of the lists reads the
+/// layer before it, so a `Sequential` keeps them empty and a layer added to a functional
+/// model reads its output.
+pub fn inbound_of(inbound: &[Vec<usize>], i: usize) -> Vec<usize> {
+    inbound.get(i).cloned().unwrap_or_else(|| vec![i])
 }
 
 /// Keras' snake-case naming: `BatchNormalization` -> `batch_normalization`.
@@ -66,11 +77,30 @@ impl Layout {
     /// input's per-sample bytes, each layer's per-sample output, each tensor and the totals,
     /// so that nothing is allocated from a size no real model has.
     pub fn new(input: &[usize], layers: &[Box<dyn Layer>]) -> Result<Layout> {
+        Self::graph(input, layers, &[])
+    }
+
+    /// [`Layout::new`] for a model whose layers read the nodes `inbound` names (a functional
+    /// model; see [`inbound_of`]). Each layer must read only the input or layers before it,
+    /// one node unless it merges several, and every layer but the last must be read by
+    /// another: the last layer's output is the model's.
+    pub fn graph(input: &[usize], layers: &[Box<dyn Layer>], inbound: &[Vec<usize>]) -> Result<Layout> {
         limits::product("input shape", input, MAX_SAMPLE_BYTES)?;
         let mut l = Layout::default();
-        let mut shape = input.to_vec();
         let mut seen = std::collections::HashMap::<String, usize>::new();
+        let mut read = vec![false; layers.len() + 1];
         for (i, layer) in layers.iter().enumerate() {
+            let from = inbound_of(inbound, i);
+            if let Some(&j) = from.iter().find(|&&j| j > i) {
+                crate::bail!(Config, "layer {i} ({}) reads node {j}, which is not the input (0) or a layer before it (1..={i})", layer.class_name());
+            }
+            let arity_ok = if layer.is_merge() { from.len() >= 2 } else { from.len() == 1 };
+            if !arity_ok {
+                crate::bail!(Config, "layer {i} ({}) reads {} nodes {from:?}: {}", layer.class_name(), from.len(), if layer.is_merge() { "a merge layer takes two or more" } else { "it takes one" });
+            }
+            from.iter().for_each(|&j| read[j] = true);
+            let inputs: Vec<Vec<usize>> = from.iter().map(|&j| if j == 0 { input.to_vec() } else { l.shapes[j - 1].clone() }).collect();
+            let shape = inputs[0].clone();
             let base = snake(layer.class_name());
             let n = seen.entry(base.clone()).or_insert(0);
             let name = if *n == 0 { base.clone() } else { format!("{base}_{n}") };
@@ -91,10 +121,14 @@ impl Layout {
                 l.state_len = total("moving statistics", l.state_len, len).map_err(at)?;
             }
             l.per_layer.push((p0, l.params.len() - p0, s0, l.states.len() - s0));
-            shape = layer.output_shape(&shape).map_err(|e| crate::Error::Shape(format!("layer {i} ({name}): {e}")))?;
-            limits::product("output shape", &shape, MAX_ACTIVATION).map_err(at)?;
+            let out = layer.output_shape_of(&inputs).map_err(|e| crate::Error::Shape(format!("layer {i} ({name}): {e}")))?;
+            limits::product("output shape", &out, MAX_ACTIVATION).map_err(at)?;
             l.layer_names.push(name);
-            l.shapes.push(shape.clone());
+            l.shapes.push(out);
+            l.inbound.push(from);
+        }
+        if let Some(i) = (1..layers.len()).find(|&j| !read[j]) {
+            crate::bail!(Config, "the output of layer {} ({}) is read by no layer and is not the model's output (the last layer's)", i - 1, l.layer_names[i - 1]);
         }
         l.param_len = l.param_len.max(ALIGN);
         l.state_len = l.state_len.max(ALIGN);

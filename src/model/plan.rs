@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use crate::device::Readback;
-use crate::kernels::{image, loss, Dispatch};
+use crate::kernels::{elementwise, image, loss, Dispatch};
 use crate::layers::{Graph, Layer, Saved, Weights};
-use crate::model::layout::Layout;
+use crate::model::layout::{inbound_of, Layout};
 use crate::model::losses::Loss;
 use crate::model::{DTypePolicy, LossScale};
 use crate::kernels::loss_scale;
@@ -16,6 +16,9 @@ use crate::{DType, Device, Result, Tensor};
 pub struct Definition {
     pub input_shape: Vec<usize>,
     pub layers: Vec<Box<dyn Layer>>,
+    /// The nodes each layer reads, for a functional model (see
+    /// [`crate::model::layout::inbound_of`]); empty for a `Sequential` stack.
+    pub inbound: Vec<Vec<usize>>,
     /// Layers whose ReLU was fused into the layer before them: recorded as nothing.
     pub fused: Vec<bool>,
     pub layout: Layout,
@@ -33,16 +36,34 @@ impl Definition {
     /// Fuses each ReLU into the layer before it where that layer can apply it (BatchNorm,
     /// a residual join), here and inside composite layers: the plan records a fused ReLU as
     /// nothing.
+    ///
+    /// In a graph, a ReLU fuses only into a layer whose output nothing else reads: the fused
+    /// layer no longer exposes the value before the ReLU.
     pub fn fuse_relus(&mut self) {
-        self.fused = vec![false; self.layers.len()];
+        let n = self.layers.len();
+        self.fused = vec![false; n];
         for layer in self.layers.iter_mut() {
             layer.fuse_inner();
         }
-        for i in 1..self.layers.len() {
-            if self.layers[i].class_name() == "ReLU" && !self.fused[i - 1] && self.layers[i - 1].fuse_relu() {
+        let inbound: Vec<Vec<usize>> = (0..n).map(|i| inbound_of(&self.inbound, i)).collect();
+        let mut readers = vec![0usize; n + 1];
+        inbound.iter().flatten().for_each(|&j| readers[j] += 1);
+        for i in 0..n {
+            if let [j] = inbound[i][..]
+                && j > 0
+                && readers[j] == 1
+                && self.layers[i].class_name() == "ReLU"
+                && !self.fused[j - 1]
+                && self.layers[j - 1].fuse_relu()
+            {
                 self.fused[i] = true;
             }
         }
+    }
+
+    /// The layout of the model as it stands (layers, input and inbound lists), checked.
+    pub fn build_layout(&self) -> Result<Layout> {
+        Layout::graph(&self.input_shape, &self.layers, &self.inbound)
     }
 }
 
@@ -152,19 +173,27 @@ impl Plan {
         let x = g.activation(&def.input_shape)?;
         g.push(image::normalize_u8(device, &images, &def.mean, &def.std, &x)?);
 
+        // One slot per node (0: the normalised input, i + 1: layer i's output); every layer's
+        // inputs are recorded before it, as the layout's order guarantees.
+        let n = def.layers.len();
+        let mut slots: Vec<Option<Tensor>> = vec![None; n + 1];
+        slots[0] = Some(x);
         let mut records: Vec<Record> = Vec::new();
-        let mut input = x;
+        let mut inputs: Vec<Vec<Tensor>> = Vec::new();
         for (i, layer) in def.layers.iter().enumerate() {
+            let xs: Vec<Tensor> = def.layout.inbound[i].iter().map(|&j| slots[j].clone().expect("the layout orders every input before its reader")).collect();
             if def.fused[i] {
+                // The layer before wrote relu(y) as its output.
+                slots[i + 1] = Some(xs[0].clone());
                 continue;
             }
             g.layer_index = i;
-            let saved = layer.forward(&mut g, &input, &weights(def, shared, i))?;
-            let out = saved.output.clone();
-            records.push((i, input, saved));
-            input = out;
+            let saved = layer.forward_all(&mut g, &xs, &weights(def, shared, i))?;
+            slots[i + 1] = Some(saved.output.clone());
+            records.push((i, xs[0].clone(), saved));
+            inputs.push(xs);
         }
-        let logits = input;
+        let logits = slots[n].clone().expect("the last layer was recorded");
         let loss = device.alloc(&[batch], DType::F32)?;
         let rank = device.alloc(&[batch], DType::U32)?;
         let dlogits = device.alloc(logits.shape(), DType::F32)?;
@@ -189,14 +218,35 @@ impl Plan {
             g.push(loss_scale::scale_gradient(device, &dlogits, state)?);
         }
         if training {
-            let first = records.first().map(|r| r.0).unwrap_or(0);
-            let mut dy = dlogits;
-            for (i, input, saved) in records.iter().rev() {
-                backward_marks.push((*i, g.dispatches.len()));
-                g.layer_index = *i;
-                match def.layers[*i].backward(&mut g, input, saved, &dy, &weights(def, shared, *i), *i != first)? {
-                    Some(dx) => dy = dx,
-                    None => break,
+            // The gradient of each node, summed over its readers as they are recorded (last
+            // layer first); a fused ReLU hands its gradient to the layer that applied it.
+            let mut grads: Vec<Option<Tensor>> = vec![None; n + 1];
+            grads[n] = Some(dlogits);
+            let mut recorded = records.iter().zip(&inputs).rev().peekable();
+            for i in (0..n).rev() {
+                let from = &def.layout.inbound[i];
+                if def.fused[i] {
+                    grads[from[0]] = grads[i + 1].take();
+                    continue;
+                }
+                let Some(((_, _, saved), xs)) = recorded.next_if(|((r, _, _), _)| *r == i) else { continue };
+                let Some(dy) = grads[i + 1].take() else {
+                    crate::bail!(Config, "layer {i} ({}): its output reaches no loss", def.layout.layer_names[i]);
+                };
+                backward_marks.push((i, g.dispatches.len()));
+                g.layer_index = i;
+                let need_dx = from.iter().any(|&j| j != 0);
+                let dxs = def.layers[i].backward_all(&mut g, xs, saved, &dy, &weights(def, shared, i), need_dx)?;
+                for (&j, dx) in from.iter().zip(dxs) {
+                    let (true, Some(dx)) = (j != 0, dx) else { continue };
+                    grads[j] = Some(match grads[j].take() {
+                        None => dx,
+                        Some(prev) => {
+                            let sum = g.activation(&prev.shape()[1..])?;
+                            g.push(elementwise::add(device, &prev, &dx, &sum)?);
+                            sum
+                        }
+                    });
                 }
             }
         }

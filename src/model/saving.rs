@@ -78,9 +78,20 @@ impl Sequential {
         write_atomic(path, &bytes)
     }
 
-    /// The architecture as Keras-like JSON: input shape and each layer's class and config.
+    /// The architecture as Keras-like JSON: input shape and each layer's class and config,
+    /// and for a functional model each layer's `inbound` nodes (0 the input, `j` the output of
+    /// layer `j - 1`; see [`crate::model::layout::inbound_of`]).
     pub fn architecture(&self) -> Value {
-        let layers: Vec<Value> = self.def.layers.iter().map(|l| json!({ "class_name": l.class_name(), "config": l.config() })).collect();
+        let layers: Vec<Value> = self
+            .def
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(i, l)| match self.def.inbound.get(i) {
+                Some(from) => json!({ "class_name": l.class_name(), "config": l.config(), "inbound": from }),
+                None => json!({ "class_name": l.class_name(), "config": l.config() }),
+            })
+            .collect();
         json!({ "input_shape": self.def.input_shape, "layers": layers })
     }
 
@@ -115,7 +126,7 @@ impl Sequential {
         let arch: Value = serde_json::from_str(meta.get("architecture").ok_or_else(|| bad("no architecture".into()))?)
             .map_err(|e| bad(format!("architecture: {e}")))?;
         let mut model = Sequential::from_architecture(&arch).map_err(|e| bad(e.to_string()))?;
-        let layout = crate::model::layout::Layout::new(&model.def.input_shape, &model.def.layers).map_err(|e| bad(e.to_string()))?;
+        let layout = model.def.build_layout().map_err(|e| bad(e.to_string()))?;
         let find = |name: &str, shape: &[usize]| -> Result<TensorView<'_>> {
             let t = st.tensor(name).map_err(|_| bad(format!("missing tensor {name}")))?;
             if t.dtype() != Dtype::F32 || t.shape() != shape {
@@ -205,10 +216,28 @@ impl Sequential {
         limits::at_most("input_shape width", w, MAX_SIDE)?;
         limits::at_most("input_shape channels", c, MAX_UNITS)?;
         let mut model = Sequential::new(&input);
-        for l in arch["layers"].as_array().ok_or_else(|| Error::Config("architecture has no layer list".into()))? {
+        let list = arch["layers"].as_array().ok_or_else(|| Error::Config("architecture has no layer list".into()))?;
+        limits::at_most("layers in the architecture", list.len(), MAX_UNITS)?;
+        for (i, l) in list.iter().enumerate() {
             model.add_boxed(layer_from_config(l)?);
+            // A functional model's layers each name what they read; a stack's name nothing.
+            match l.get("inbound") {
+                None if model.def.inbound.is_empty() => {}
+                None => return Err(Error::Config(format!("layer {i} has no `inbound` list but the layers before it have"))),
+                Some(v) => {
+                    if model.def.inbound.len() != i {
+                        return Err(Error::Config(format!("layer {i} has an `inbound` list but the layers before it have none")));
+                    }
+                    let from: Vec<usize> = v
+                        .as_array()
+                        .filter(|a| !a.is_empty() && a.len() <= list.len())
+                        .and_then(|a| a.iter().map(|j| j.as_u64().map(|j| j as usize)).collect())
+                        .ok_or_else(|| Error::Config(format!("layer {i}: `inbound` must be a non-empty list of node numbers, got {v}")))?;
+                    model.def.inbound.push(from);
+                }
+            }
         }
-        crate::model::layout::Layout::new(&input, &model.def.layers)?;
+        model.def.build_layout()?;
         Ok(model)
     }
 

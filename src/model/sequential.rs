@@ -81,6 +81,7 @@ impl Sequential {
             def: Definition {
                 input_shape: input_shape.to_vec(),
                 layers: Vec::new(),
+                inbound: Vec::new(),
                 fused: Vec::new(),
                 layout: Layout::default(),
                 loss: Loss::SparseCategoricalCrossentropy,
@@ -119,7 +120,7 @@ impl Sequential {
 
     /// The per-sample output shape, checking every layer against its input.
     pub fn output_shape(&self) -> Result<Vec<usize>> {
-        Ok(Layout::new(&self.def.input_shape, &self.def.layers)?.shapes.last().cloned().unwrap_or_else(|| self.def.input_shape.clone()))
+        Ok(self.def.build_layout()?.shapes.last().cloned().unwrap_or_else(|| self.def.input_shape.clone()))
     }
 
     /// Sets the per-channel normalisation applied on the GPU to u8 input:
@@ -195,7 +196,7 @@ impl Sequential {
         if self.def.layers.is_empty() {
             bail!(Config, "the model has no layers");
         }
-        let layout = Layout::new(&self.def.input_shape, &self.def.layers)?;
+        let layout = self.def.build_layout()?;
         let out = layout.shapes.last().unwrap();
         if out.len() != 1 {
             bail!(Shape, "the last layer must output (classes,) logits, got {out:?}");

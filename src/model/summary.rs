@@ -12,7 +12,6 @@
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::model::layout::Layout;
 use crate::model::Sequential;
 use crate::Result;
 
@@ -31,6 +30,8 @@ pub struct LayerSummary {
     pub trainable_params: usize,
     /// Forward FLOPs of one sample (2 per multiply-add).
     pub flops: u64,
+    /// The layers (or `input`) it reads, Keras' "Connected to".
+    pub connected_to: Vec<String>,
 }
 
 /// What `summary` shows: every layer and the totals.
@@ -53,16 +54,22 @@ pub struct Summary {
 impl Summary {
     /// The Keras-style table.
     pub fn table(&self) -> String {
-        let mut rows = vec![["Layer (type)".to_string(), "Output Shape".to_string(), "Param #".to_string()]];
+        // A stack reads each layer's predecessor; anything else is a graph, whose table has
+        // Keras' "Connected to" column.
+        let graph = self.layers.iter().enumerate().any(|(i, l)| l.connected_to != [if i == 0 { "input".to_string() } else { self.layers[i - 1].name.clone() }]);
+        let mut rows = vec![["Layer (type)".to_string(), "Output Shape".to_string(), "Param #".to_string(), "  Connected to".to_string()]];
         for l in &self.layers {
             let dims: Vec<String> = std::iter::once("None".to_string()).chain(l.output_shape.iter().map(|d| d.to_string())).collect();
-            rows.push([format!("{} ({})", l.name, l.class_name), format!("({})", dims.join(", ")), group(l.params)]);
+            rows.push([format!("{} ({})", l.name, l.class_name), format!("({})", dims.join(", ")), group(l.params), format!("  {}", l.connected_to.join(", "))]);
         }
-        let w = [0, 1, 2].map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0) + 2);
+        let columns = if graph { 4 } else { 3 };
+        let w = [0, 1, 2, 3].map(|c| if c < columns { rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0) + 2 } else { 0 });
         let rule = |ch: char| ch.to_string().repeat(w.iter().sum::<usize>()) + "\n";
-        let mut s = String::from("Model: \"sequential\"\n") + &rule('━');
+        let mut s = format!("Model: \"{}\"\n", if graph { "functional" } else { "sequential" }) + &rule('━');
         for (i, r) in rows.iter().enumerate() {
-            s += &format!("{:<a$}{:<b$}{:>c$}\n", r[0], r[1], r[2], a = w[0], b = w[1], c = w[2]);
+            let last = if graph { r[3].as_str() } else { "" };
+            s += format!("{:<a$}{:<b$}{:>c$}{last}", r[0], r[1], r[2], a = w[0], b = w[1], c = w[2]).trim_end();
+            s += "\n";
             s += &rule(if i == 0 { '━' } else { '─' });
         }
         s += &format!(" Total params: {}\n", group(self.params));
@@ -83,10 +90,13 @@ impl Sequential {
     /// Every layer's output shape, parameters and FLOPs, and the totals, checking each layer
     /// against its input.
     pub fn summarize(&self) -> Result<Summary> {
-        let layout = Layout::new(&self.def.input_shape, &self.def.layers)?;
-        let mut shape = self.def.input_shape.clone();
+        let layout = self.def.build_layout()?;
         let mut layers = Vec::with_capacity(self.def.layers.len());
+        let node_name = |j: usize| if j == 0 { "input".to_string() } else { layout.layer_names[j - 1].clone() };
         for (i, layer) in self.def.layers.iter().enumerate() {
+            // Parameters are sized from a layer's first input, as the layout sizes them.
+            let first = layout.inbound[i][0];
+            let shape = if first == 0 { self.def.input_shape.clone() } else { layout.shapes[first - 1].clone() };
             let count = |specs: Vec<crate::layers::ParamSpec>| specs.iter().map(|p| p.len()).sum::<usize>();
             let trainable = count(layer.params(&shape));
             layers.push(LayerSummary {
@@ -96,8 +106,8 @@ impl Sequential {
                 params: trainable + count(layer.states(&shape)),
                 trainable_params: trainable,
                 flops: layer.flops(&shape),
+                connected_to: layout.inbound[i].iter().map(|&j| node_name(j)).collect(),
             });
-            shape = layout.shapes[i].clone();
         }
         let (trainable, states) = (layout.trainable_count(), layout.state_count());
         // Saturating: a file may declare layers whose counts sum past 64 bits.

@@ -2,6 +2,7 @@
 //! shapes, and every WGSL file through naga.
 mod batchnorm;
 mod common;
+mod concat;
 mod conv2d;
 mod coop;
 mod dense;
