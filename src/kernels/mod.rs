@@ -15,6 +15,7 @@
 pub mod batchnorm;
 pub mod conv2d;
 pub mod dense;
+pub mod depthwise;
 pub mod elementwise;
 pub mod gemm;
 pub mod image;
@@ -64,13 +65,14 @@ shader!(CONV2D, "conv2d.wgsl");
 shader!(REDUCE, "reduce.wgsl");
 shader!(BATCHNORM, "batchnorm.wgsl", relu);
 shader!(POOL, "pool.wgsl", relu);
+shader!(DEPTHWISE, "depthwise.wgsl");
 shader!(LOSS, "loss.wgsl");
 shader!(IMAGE, "image.wgsl");
 shader!(OPTIMIZER, "optimizer.wgsl");
 shader!(LOSS_SCALE, "loss_scale.wgsl");
 
 /// Every shader file, for validation tests.
-pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &CONV2D_COOP, &REDUCE, &BATCHNORM, &POOL, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE];
+pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &CONV2D_COOP, &REDUCE, &BATCHNORM, &POOL, &DEPTHWISE, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE];
 
 /// One recorded kernel launch: pipeline, bindings and grid, ready to replay.
 #[derive(Clone, Debug)]

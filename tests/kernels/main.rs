@@ -5,6 +5,7 @@ mod common;
 mod conv2d;
 mod coop;
 mod dense;
+mod depthwise;
 mod elementwise;
 mod reduce;
 mod image;
