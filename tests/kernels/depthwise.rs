@@ -88,7 +88,7 @@ pub(crate) fn backward_ref(g: &DepthwiseGeometry, x: &[f32], w: &[f32], dy: &[f3
 type Case = (usize, usize, usize, usize, usize, (usize, usize), (usize, usize), (usize, usize), Padding);
 
 /// Odd and even maps, batches 1-3 and 250, channels 1 to 160 on and off multiples of 4,
-/// multipliers 1 and 2, kernels 1x1 to 5x5, strides 1, 2 and (1, 2) / (2, 1), every padding,
+/// multipliers 1 to 4, kernels 1x1 to 5x5, strides 1, 2 and (1, 2) / (2, 1), every padding,
 /// dilation 1 and 2; together they take every path the coverage assertion lists (vec4 and
 /// scalar, one and several row chunks, one and several column tiles, one and several taps).
 const CASES: &[Case] = &[
@@ -102,6 +102,10 @@ const CASES: &[Case] = &[
     // cm = 4 (vec4 forward and kernel gradient, multiplier lanes) but 2 input channels
     // (scalar input gradient)
     (1, 9, 9, 2, 2, (3, 3), (1, 1), (1, 1), Padding::Explicit(2, 0)),
+    // multipliers 3 and 4: a quad of outputs spans input channels unevenly (3) or is one
+    // channel (4); with 2 a lane reading its neighbour's channel would go unnoticed
+    (2, 6, 5, 4, 3, (3, 3), (2, 1), (1, 2), Padding::Same),
+    (1, 5, 5, 1, 4, (2, 2), (1, 1), (1, 1), Padding::Same),
     // a padding wider than the kernel: whole rows of outputs see only padding
     (2, 6, 6, 5, 2, (5, 5), (1, 1), (2, 2), Padding::Explicit(4, 4)),
     (1, 3, 3, 3, 1, (3, 3), (1, 1), (1, 1), Padding::Valid),
