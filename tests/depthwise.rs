@@ -1,7 +1,8 @@
 //! DepthwiseConv2D in a model (issue 14, item 3): a MobileNet-style block trains on the
-//! software adapter, its saved model reloads to the same loss, and its config round-trips
-//! and refuses bad values with errors that name them. Its gradient is checked against
-//! finite differences in tests/gradcheck.rs and its kernels in tests/kernels/depthwise.rs.
+//! software adapter, its steps match the f64 reference of `convoy check`, its saved model
+//! reloads to the same loss, and its config round-trips and refuses bad values with errors
+//! that name them. Finite differences (without ReLUs) are in tests/gradcheck.rs, the
+//! kernels against f64 in tests/kernels/depthwise.rs.
 
 use std::sync::Arc;
 
@@ -115,4 +116,26 @@ fn config_round_trips_and_bad_values_are_named() {
     assert!(e.contains("[8, 8]"), "{e}");
     let e = DepthwiseConv2D::new(3).depthwise_initializer("zeros").output_shape(&[8, 8, 3]).unwrap_err().to_string();
     assert!(e.contains("zeros"), "{e}");
+}
+
+/// The block with its ReLUs, where finite differences cross kinks (tests/gradcheck.rs): the
+/// device's step against the f64 reference of `convoy check`, which takes the device's ReLU
+/// decisions. Two steps, so the second starts from weights the first moved.
+#[test]
+fn the_block_matches_the_f64_reference() {
+    let mut m = mobile_block();
+    m.compile(CompileOptions { optimizer: Optimizer::sgd(0.1), loss: Loss::SparseCategoricalCrossentropy, metrics: vec![Metric::Accuracy], devices: devices(), seed: 6, max_batch: 16 })
+        .unwrap();
+    let (train, _) = synthetic_split(32, 8, 8, 5).unwrap();
+    let sample = train.sample_bytes();
+    let batches: Vec<(Vec<u8>, Vec<u32>)> = (0..2)
+        .map(|k| {
+            let mut images = vec![0u8; 8 * sample];
+            let labels = images.chunks_mut(sample).enumerate().map(|(i, x)| train.load(k * 8 + i, x).unwrap()).collect();
+            (images, labels)
+        })
+        .collect();
+    let r = convoy::check::check(&mut m, &batches).unwrap();
+    println!("grads {:.1e} at {}, loss {:.1e}, update {:.1e}, ties {}", r.grad.error, r.grad.at, r.loss.error, r.update.error, r.ties);
+    assert!(r.ok, "{r:#?}");
 }

@@ -132,7 +132,7 @@ fn average_pool_dropout_free_mlp_with_mse_gradients_match() {
 /// some of the few hundred pre-activations across the kink, and central differences miss
 /// by 1e-2 to 5e-1 whether the middle layer is this one or a Conv2D (measured with each in
 /// turn); the whole block with ReLUs is checked against the f64 reference, which takes the
-/// device's decisions (tests/reference.rs).
+/// device's decisions (tests/depthwise.rs).
 #[test]
 fn depthwise_conv_gradients_match_finite_differences() {
     let mut m = Sequential::new(&[7, 6, 3]);
