@@ -24,23 +24,36 @@ use crate::{bail, DType, Device, Result, Tensor};
 /// Every size of one depthwise convolution, resolved once from the input shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DepthwiseGeometry {
+    /// Samples.
     pub batch: usize,
+    /// Input rows.
     pub in_h: usize,
+    /// Input columns.
     pub in_w: usize,
+    /// Input channels.
     pub channels: usize,
     /// Keras' `depth_multiplier`: kernels per input channel.
     pub multiplier: usize,
+    /// Kernel taps down.
     pub kh: usize,
+    /// Kernel taps across.
     pub kw: usize,
+    /// Rows between the windows of adjacent output rows.
     pub stride_h: usize,
+    /// Columns between the windows of adjacent output columns.
     pub stride_w: usize,
     /// Keras' `dilation_rate`: tap `i` of the kernel reads input row `i * dilation_h` below
     /// the window's first.
     pub dilation_h: usize,
+    /// The same along the width.
     pub dilation_w: usize,
+    /// Padding rows above the image ("same": half the total, the odd one below).
     pub pad_top: usize,
+    /// Padding columns left of the image ("same": half the total, the odd one right).
     pub pad_left: usize,
+    /// Output rows.
     pub out_h: usize,
+    /// Output columns.
     pub out_w: usize,
 }
 
@@ -112,12 +125,15 @@ impl DepthwiseGeometry {
         Ok(g)
     }
 
+    /// `[batch, in_h, in_w, channels]`.
     pub fn input_shape(&self) -> Vec<usize> {
         vec![self.batch, self.in_h, self.in_w, self.channels]
     }
+    /// `[batch, out_h, out_w, channels * multiplier]`.
     pub fn output_shape(&self) -> Vec<usize> {
         vec![self.batch, self.out_h, self.out_w, self.out_channels()]
     }
+    /// Keras' `[kh, kw, channels, multiplier]`.
     pub fn kernel_shape(&self) -> Vec<usize> {
         vec![self.kh, self.kw, self.channels, self.multiplier]
     }
@@ -326,17 +342,18 @@ impl Split {
 /// The kernel gradient: `dw[i, j, c, m] = sum_{n, oh, ow} x[n, oh*sh - pt + i*dh, ow*sw - pl + j*dw, c]
 /// times dy[n, oh, ow, c * multiplier + m]`. Overwrites `dw`.
 ///
-/// Why a split reduction: the sum runs over every output pixel of the batch (802,816 rows
-/// for MobileNetV2's 112 px layers at batch 64) into only `kh * kw * channels * multiplier`
-/// outputs (864 there). One workgroup per kernel element would give 864 workgroups, each
-/// reading one float per 384-byte row of x and dy (a channel column), so every load is a
-/// separate memory transaction, and each looping 800K rows alone. Instead a workgroup owns
-/// one tap, up to 64 adjacent output channels (whole cache lines of each row of x and dy,
-/// as [`super::reduce`]'s column sums) and a chunk of rows; taps, tiles and chunks together
-/// make about [`TARGET_WORKGROUPS`] workgroups (113 chunks of 7,105 rows for that layer),
-/// and a second pass sums each output's chunk partials. Both passes add in a fixed order
-/// (lanes by a tree, chunks in sequence), so the result is the same on every run: no
-/// atomics. Each tap re-reads x and dy, as the forward re-reads x per tap.
+/// Why a split reduction: the sum runs over every output pixel of the batch into only
+/// `kh * kw * channels * multiplier` outputs: MobileNetV2's first depthwise layer at 224 px
+/// and batch 64 sums 802,816 rows (64 x 112 x 112) into 288 (3 x 3 x 32). One workgroup per
+/// kernel element would give 288 workgroups, too few to fill a large GPU, each looping over
+/// 800K rows alone and reading one float per 128-byte row of x and dy (a channel column), a
+/// memory transaction per float. Instead a workgroup owns one tap, up to 64 adjacent output
+/// channels (whole lines of each row of x and dy, as [`super::reduce`]'s column sums) and a
+/// chunk of rows; taps, column tiles and chunks together make about [`TARGET_WORKGROUPS`]
+/// workgroups (there 9 taps x 113 chunks of 7,105 rows, each lane of a workgroup summing 222
+/// rows), and a second pass sums each output's 113 partials. Both passes add in a fixed
+/// order (lanes by a tree, chunks in sequence), so every run gives the same bits: no atomics.
+/// Each tap re-reads x and dy, as the forward re-reads x per tap.
 ///
 /// # Shapes
 /// x `[batch, in_h, in_w, channels]`, dy `[batch, out_h, out_w, channels * multiplier]`,

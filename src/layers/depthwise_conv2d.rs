@@ -20,11 +20,18 @@ use crate::{bail, Result, Tensor};
 /// ```
 #[derive(Debug, Clone)]
 pub struct DepthwiseConv2D {
+    /// `(kh, kw)`.
     pub kernel_size: (usize, usize),
+    /// `(sh, sw)`.
     pub strides: (usize, usize),
+    /// Keras' `"valid"` / `"same"` (TensorFlow's split, on the dilated kernel's extent) or
+    /// PyTorch's explicit `(ph, pw)`, as Conv2D's.
     pub padding: Padding,
+    /// Kernels per input channel.
     pub depth_multiplier: usize,
+    /// `(dh, dw)`: the taps' spacing along height and width.
     pub dilation_rate: (usize, usize),
+    /// Whether a `[channels * depth_multiplier]` bias is added.
     pub use_bias: bool,
     /// `glorot_uniform` (Keras' default) or `he_normal`, as Conv2D's `kernel_initializer`.
     pub depthwise_initializer: &'static str,
@@ -71,6 +78,7 @@ impl DepthwiseConv2D {
         self.strides = (h, w);
         self
     }
+    /// `Padding::Valid` (the default), `Padding::Same` or `Padding::Explicit(ph, pw)`.
     pub fn padding(mut self, p: Padding) -> Self {
         self.padding = p;
         self
@@ -87,6 +95,7 @@ impl DepthwiseConv2D {
         self.dilation_rate = (h, w);
         self
     }
+    /// Whether to add a bias (Keras' default: yes; MobileNet's blocks: no, a BatchNorm follows).
     pub fn use_bias(mut self, b: bool) -> Self {
         self.use_bias = b;
         self
