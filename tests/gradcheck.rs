@@ -124,3 +124,35 @@ fn average_pool_dropout_free_mlp_with_mse_gradients_match() {
     let err = check(&mut m, 3, 3, 3);
     assert!(err < 5e-3, "relative error {err:.3e}");
 }
+
+/// MobileNet's block (depthwise 3x3 at stride 2 between BatchNorms), and a depthwise layer
+/// with every option on (oblong kernel, strides (1, 2), multiplier 2, dilation, explicit
+/// padding, bias): the first on 8 channels (the vec4 kernels), the second on 5 (scalar, 10
+/// outputs). Without the block's ReLUs: with them, a random direction of step 2e-3 moves
+/// some of the few hundred pre-activations across the kink, and central differences miss
+/// by 1e-2 to 5e-1 whether the middle layer is this one or a Conv2D (measured with each in
+/// turn); the whole block with ReLUs is checked against the f64 reference, which takes the
+/// device's decisions (tests/depthwise.rs).
+#[test]
+fn depthwise_conv_gradients_match_finite_differences() {
+    let mut m = Sequential::new(&[7, 6, 3]);
+    m.add(Conv2D::new(8, 3).padding(Padding::Same).use_bias(false));
+    m.add(BatchNormalization::new());
+    m.add(DepthwiseConv2D::new(3).strides(2).padding(Padding::Same).use_bias(false));
+    m.add(BatchNormalization::new());
+    m.add(GlobalAveragePooling2D::new());
+    m.add(Dense::new(4));
+    compile(&mut m, Loss::SparseCategoricalCrossentropy);
+    let err = check(&mut m, 5, 4, 4);
+    assert!(err < 5e-3, "MobileNet block: relative error {err:.3e}");
+
+    let mut m = Sequential::new(&[7, 6, 3]);
+    m.add(Conv2D::new(5, 3).padding(Padding::Same));
+    m.add(BatchNormalization::new());
+    m.add(DepthwiseConv2D::new((2, 3)).strides((1, 2)).padding(Padding::Explicit(1, 1)).depth_multiplier(2).dilation_rate((2, 1)));
+    m.add(Flatten::new());
+    m.add(Dense::new(3));
+    compile(&mut m, Loss::SparseCategoricalCrossentropy);
+    let err = check(&mut m, 4, 3, 5);
+    assert!(err < 5e-3, "depthwise with every option: relative error {err:.3e}");
+}

@@ -5,6 +5,7 @@
 use serde_json::Value;
 
 use crate::kernels::conv2d::{Conv2dGeometry, Padding};
+use crate::kernels::depthwise::DepthwiseGeometry;
 use crate::kernels::pool::{Pool2dGeometry, PoolPadding};
 use crate::layers::padding_from_config;
 use crate::model::losses::Loss;
@@ -17,6 +18,10 @@ use crate::{bail, Result};
 pub enum Node {
     /// A 2-D convolution of NHWC input with a `[kh, kw, in, filters]` kernel.
     Conv2D { filters: usize, kernel: (usize, usize), strides: (usize, usize), padding: Padding, use_bias: bool },
+    /// A depthwise convolution of NHWC input with a `[kh, kw, in, depth_multiplier]` kernel:
+    /// output channel `c * depth_multiplier + m` is input channel `c` convolved with
+    /// `kernel[:, :, c, m]`, taps `dilation` apart.
+    DepthwiseConv2D { kernel: (usize, usize), strides: (usize, usize), padding: Padding, depth_multiplier: usize, dilation: (usize, usize), use_bias: bool },
     /// `y = x · kernel + bias` with an `[in, units]` kernel.
     Dense { units: usize, use_bias: bool },
     /// Training-mode BatchNorm over the last axis; `relu` when the model fused the ReLU that
@@ -123,6 +128,14 @@ fn node_of(class: &str, cfg: &Value, relu: bool) -> Result<Node> {
             padding: padding_from_config(cfg.get("padding").unwrap_or(&Value::Null))?,
             use_bias: bool_of(class, cfg, "use_bias")?,
         },
+        "DepthwiseConv2D" => Node::DepthwiseConv2D {
+            kernel: pair_of(class, cfg, "kernel_size")?,
+            strides: pair_of(class, cfg, "strides")?,
+            padding: padding_from_config(cfg.get("padding").unwrap_or(&Value::Null))?,
+            depth_multiplier: usize_of(class, cfg, "depth_multiplier")?,
+            dilation: pair_of(class, cfg, "dilation_rate")?,
+            use_bias: bool_of(class, cfg, "use_bias")?,
+        },
         "Dense" => Node::Dense { units: usize_of(class, cfg, "units")?, use_bias: bool_of(class, cfg, "use_bias")? },
         "BatchNormalization" => {
             Node::BatchNorm { momentum: f64_of(class, cfg, "momentum")?, epsilon: f64_of(class, cfg, "epsilon")?, relu }
@@ -177,6 +190,7 @@ pub(crate) fn output_shape(node: &Node, input: &[usize]) -> Result<Vec<usize>> {
             let [h, w, c] = spatial("Conv2D", input)?;
             Conv2dGeometry::new(&[1, h, w, c], *filters, *kernel, *strides, *padding)?.output_shape()[1..].to_vec()
         }
+        Node::DepthwiseConv2D { .. } => depthwise_geometry(node, 1, input)?.output_shape()[1..].to_vec(),
         Node::Dense { units, .. } => {
             if input.len() != 1 {
                 bail!(Shape, "Dense expects a flat (features,) input, got {input:?}");
@@ -211,6 +225,15 @@ pub(crate) fn spatial(class: &str, input: &[usize]) -> Result<[usize; 3]> {
     }
 }
 
+/// The geometry of a [`Node::DepthwiseConv2D`] over `batch` samples of the per-sample `input`.
+pub(crate) fn depthwise_geometry(node: &Node, batch: usize, input: &[usize]) -> Result<DepthwiseGeometry> {
+    let Node::DepthwiseConv2D { kernel, strides, padding, depth_multiplier, dilation, .. } = node else {
+        bail!(Config, "depthwise_geometry of a {node:?}");
+    };
+    let [h, w, c] = spatial("DepthwiseConv2D", input)?;
+    DepthwiseGeometry::new(&[batch, h, w, c], *depth_multiplier, *kernel, *strides, *dilation, *padding)
+}
+
 pub(crate) fn pool_geometry(batch: usize, input: &[usize], pool: (usize, usize), strides: (usize, usize), padding: PoolPadding) -> Result<Pool2dGeometry> {
     let [h, w, c] = spatial("pooling", input)?;
     Pool2dGeometry::new(&[batch, h, w, c], [pool.0, pool.1], Some([strides.0, strides.1]), padding)
@@ -226,6 +249,13 @@ pub(crate) fn tensor_shapes(node: &Node, input: &[usize], params: bool, out: &mu
             out.push(vec![kernel.0, kernel.1, c, *filters]);
             if *use_bias {
                 out.push(vec![*filters]);
+            }
+        }
+        Node::DepthwiseConv2D { kernel, depth_multiplier, use_bias, .. } if params => {
+            let c = spatial("DepthwiseConv2D", input)?[2];
+            out.push(vec![kernel.0, kernel.1, c, *depth_multiplier]);
+            if *use_bias {
+                out.push(vec![c * depth_multiplier]);
             }
         }
         Node::Dense { units, use_bias } if params => {

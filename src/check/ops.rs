@@ -10,6 +10,7 @@
 use rayon::prelude::*;
 
 use crate::kernels::conv2d::Conv2dGeometry;
+use crate::kernels::depthwise::DepthwiseGeometry;
 
 /// How the reference rounds. [`Exact`] is the reference itself; [`F32`] rounds every
 /// product, sum and quotient to f32 (a product or sum of two f32 values computed in f64 and
@@ -289,4 +290,96 @@ pub(crate) fn dense_weight_grad<A: Arith>(x: &[f64], dy: &[f64], inputs: usize, 
         }
     });
     dw
+}
+
+/// `y = depthwise(x, w) + bias`: output channel `ci * m + k` of a pixel sums, over the taps,
+/// input channel `ci` times `w[tap, ci, k]`. The device's depthwise kernels take f32 operands
+/// under every policy (no f16 path), so neither does this.
+pub(crate) fn depthwise_forward<A: Arith>(g: &DepthwiseGeometry, x: &[f64], w: &[f64], bias: Option<&[f64]>) -> Vec<f64> {
+    let (c, m) = (g.channels, g.multiplier);
+    let cm = c * m;
+    let mut y = vec![0.0; g.batch * g.out_h * g.out_w * cm];
+    y.par_chunks_mut(g.out_w * cm).enumerate().for_each(|(row, yrow)| {
+        let (b, oh) = (row / g.out_h, row % g.out_h);
+        for ow in 0..g.out_w {
+            let out = &mut yrow[ow * cm..(ow + 1) * cm];
+            for i in 0..g.kh {
+                let Some(ih) = tap(oh, g.stride_h, g.pad_top, i * g.dilation_h, g.in_h) else { continue };
+                for j in 0..g.kw {
+                    let Some(iw) = tap(ow, g.stride_w, g.pad_left, j * g.dilation_w, g.in_w) else { continue };
+                    let xs = &x[((b * g.in_h + ih) * g.in_w + iw) * c..][..c];
+                    let ws = &w[(i * g.kw + j) * cm..][..cm];
+                    for (o, v) in out.iter_mut().enumerate() {
+                        *v = A::r(*v + A::r(xs[o / m] * ws[o]));
+                    }
+                }
+            }
+            if let Some(bias) = bias {
+                for (v, b) in out.iter_mut().zip(bias) {
+                    *v = A::r(*v + b);
+                }
+            }
+        }
+    });
+    y
+}
+
+/// `dx` of a depthwise convolution, gathered per input pixel: every (tap, output) that read
+/// it contributes `Σ_k dy[o, ci * m + k] · w[tap, ci, k]` to channel `ci`.
+pub(crate) fn depthwise_input_grad<A: Arith>(g: &DepthwiseGeometry, dy: &[f64], w: &[f64]) -> Vec<f64> {
+    let (c, m) = (g.channels, g.multiplier);
+    let cm = c * m;
+    let mut dx = vec![0.0; g.batch * g.in_h * g.in_w * c];
+    dx.par_chunks_mut(g.in_w * c).enumerate().for_each(|(row, dxrow)| {
+        let (b, ih) = (row / g.in_h, row % g.in_h);
+        for iw in 0..g.in_w {
+            let out = &mut dxrow[iw * c..(iw + 1) * c];
+            for i in 0..g.kh {
+                let Some(oh) = tapped_by(ih, g.stride_h, g.pad_top, i * g.dilation_h, g.out_h) else { continue };
+                for j in 0..g.kw {
+                    let Some(ow) = tapped_by(iw, g.stride_w, g.pad_left, j * g.dilation_w, g.out_w) else { continue };
+                    let dys = &dy[((b * g.out_h + oh) * g.out_w + ow) * cm..][..cm];
+                    let ws = &w[(i * g.kw + j) * cm..][..cm];
+                    for (o, (&d, &wv)) in dys.iter().zip(ws).enumerate() {
+                        out[o / m] = A::r(out[o / m] + A::r(d * wv));
+                    }
+                }
+            }
+        }
+    });
+    dx
+}
+
+/// `dw[tap, ci * m + k] += x[in pixel, ci] · dy[out pixel, ci * m + k]`, per chunk of output
+/// rows, the chunks' sums added at the end.
+pub(crate) fn depthwise_weight_grad<A: Arith>(g: &DepthwiseGeometry, x: &[f64], dy: &[f64]) -> Vec<f64> {
+    let (c, m) = (g.channels, g.multiplier);
+    let cm = c * m;
+    let n = g.kh * g.kw * cm;
+    let rows = g.batch * g.out_h;
+    let chunk = chunk_len(rows);
+    (0..rows.div_ceil(chunk))
+        .into_par_iter()
+        .map(|k| {
+            let mut dw = vec![0.0; n];
+            for row in k * chunk..((k + 1) * chunk).min(rows) {
+                let (b, oh) = (row / g.out_h, row % g.out_h);
+                for ow in 0..g.out_w {
+                    let dys = &dy[((b * g.out_h + oh) * g.out_w + ow) * cm..][..cm];
+                    for i in 0..g.kh {
+                        let Some(ih) = tap(oh, g.stride_h, g.pad_top, i * g.dilation_h, g.in_h) else { continue };
+                        for j in 0..g.kw {
+                            let Some(iw) = tap(ow, g.stride_w, g.pad_left, j * g.dilation_w, g.in_w) else { continue };
+                            let xs = &x[((b * g.in_h + ih) * g.in_w + iw) * c..][..c];
+                            let dws = &mut dw[(i * g.kw + j) * cm..][..cm];
+                            for (o, (v, &d)) in dws.iter_mut().zip(dys).enumerate() {
+                                *v = A::r(*v + A::r(xs[o / m] * d));
+                            }
+                        }
+                    }
+                }
+            }
+            dw
+        })
+        .reduce(|| vec![0.0; n], add_into::<A>)
 }

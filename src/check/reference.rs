@@ -3,9 +3,10 @@
 use rayon::prelude::*;
 
 use super::decisions::{check_structure, Decision};
-use super::net::{pool_geometry, spatial, Net, Node};
+use super::net::{depthwise_geometry, pool_geometry, spatial, Net, Node};
 use super::ops::{self, Arith, Exact, Mixed, F32};
 use crate::kernels::conv2d::Conv2dGeometry;
+use crate::kernels::depthwise::DepthwiseGeometry;
 use crate::kernels::pool::Pool2dGeometry;
 use crate::model::layout::Layout;
 use crate::model::losses::Loss;
@@ -111,6 +112,7 @@ struct T {
 /// What a node's forward keeps for its backward.
 enum Rec {
     Conv { x: T, geom: Conv2dGeometry, p: usize, bias: bool },
+    Depthwise { x: T, geom: DepthwiseGeometry, p: usize, bias: bool },
     Dense { x: T, p: usize, bias: bool },
     BatchNorm { xhat: Vec<f64>, inv_std: Vec<f64>, mask: Option<Vec<bool>>, p: usize },
     Relu { mask: Vec<bool> },
@@ -381,6 +383,12 @@ fn forward_node<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, 
             let p = cx.take_params(1 + *use_bias as usize);
             let y = ops::conv_forward::<A>(&geom, &x.data, &w[p], use_bias.then(|| &w[p + 1][..]));
             (T { shape: geom.output_shape(), data: y }, Rec::Conv { x, geom, p, bias: *use_bias }, none())
+        }
+        Node::DepthwiseConv2D { use_bias, .. } => {
+            let geom = depthwise_geometry(node, batch, &x.shape[1..])?;
+            let p = cx.take_params(1 + *use_bias as usize);
+            let y = ops::depthwise_forward::<A>(&geom, &x.data, &w[p], use_bias.then(|| &w[p + 1][..]));
+            (T { shape: geom.output_shape(), data: y }, Rec::Depthwise { x, geom, p, bias: *use_bias }, none())
         }
         Node::Dense { units, use_bias } => {
             let inputs = x.shape[1..].iter().product();
@@ -732,6 +740,14 @@ fn backward_node<A: Arith>(w: &[Vec<f64>], rec: &Rec, mut dy: Vec<f64>, need_dx:
                 grads[p + 1] = ops::col_sums::<A>(dy.len() / geom.filters, geom.filters, |i| dy[i]);
             }
             need_dx.then(|| ops::conv_input_grad::<A>(geom, &dy, &w[*p]))
+        }
+        Rec::Depthwise { x, geom, p, bias } => {
+            grads[*p] = ops::depthwise_weight_grad::<A>(geom, &x.data, &dy);
+            if *bias {
+                let cm = geom.out_channels();
+                grads[p + 1] = ops::col_sums::<A>(dy.len() / cm, cm, |i| dy[i]);
+            }
+            need_dx.then(|| ops::depthwise_input_grad::<A>(geom, &dy, &w[*p]))
         }
         Rec::Dense { x, p, bias } => {
             let inputs = x.shape[1..].iter().product();

@@ -574,3 +574,79 @@ fn f16_rounding_of_the_mixed_reference() {
     assert_eq!(round_f16(2f64.powi(-26)), 0.0);
     assert!(round_f16(f64::NAN).is_nan());
 }
+
+/// MobileNet's depthwise block (3x3, stride 2, same, no bias, between BatchNorm + ReLU) and a
+/// depthwise layer with every option (oblong kernel, strides (1, 2), multiplier 2, dilation,
+/// explicit padding, bias).
+fn depthwise_net(loss: Loss) -> (Net, Layout) {
+    let mut m = Sequential::new(&[7, 8, 2]);
+    m.add(Conv2D::new(4, 3).padding(Padding::Same).use_bias(false));
+    m.add(BatchNormalization::new());
+    m.add(ReLU::new());
+    m.add(DepthwiseConv2D::new(3).strides(2).padding(Padding::Same).use_bias(false));
+    m.add(BatchNormalization::new());
+    m.add(ReLU::new());
+    m.add(DepthwiseConv2D::new((2, 3)).strides((1, 2)).padding(Padding::Explicit(1, 1)).depth_multiplier(2).dilation_rate((2, 1)));
+    m.add(GlobalAveragePooling2D::new());
+    m.add(Dense::new(3));
+    prepare(&mut m, loss)
+}
+
+#[test]
+fn depthwise_gradients_match_central_differences() {
+    let (net, layout) = depthwise_net(Loss::SparseCategoricalCrossentropy);
+    assert!(matches!(net.nodes[2], Node::DepthwiseConv2D { kernel: (3, 3), strides: (2, 2), padding: Padding::Same, depth_multiplier: 1, dilation: (1, 1), use_bias: false }));
+    assert!(matches!(net.nodes[4], Node::DepthwiseConv2D { kernel: (2, 3), strides: (1, 2), padding: Padding::Explicit(1, 1), depth_multiplier: 2, dilation: (2, 1), use_bias: true }));
+    assert_eq!(net.param_shapes().unwrap(), layout.params.iter().map(|e| e.spec.shape.clone()).collect::<Vec<_>>());
+    let (params, states) = weights(&layout, 11);
+    let (images, labels) = batch(&net, 3, 12);
+    let decisions = own_decisions(&net, &layout, &params, &states, &images).unwrap();
+    let worst = gradcheck(&net, &layout, &params, &states, &images, &labels, &decisions, 13);
+    eprintln!("depthwise net: worst relative error {worst:e}");
+}
+
+#[test]
+fn depthwise_forward_matches_its_definition() {
+    // (kernel, strides, dilation, padding, multiplier, explicit (top, left) for the definition)
+    let cases = [
+        ((3, 3), (1, 1), (1, 1), Padding::Valid, 1, (0, 0)),
+        ((3, 3), (2, 2), (1, 1), Padding::Same, 2, (1, 1)),
+        ((2, 3), (1, 2), (2, 1), Padding::Same, 3, (1, 1)),
+        ((2, 2), (2, 1), (1, 2), Padding::Explicit(2, 1), 1, (2, 1)),
+    ];
+    for (kernel, strides, dilation, padding, m, (pt, pl)) in cases {
+        let layer = DepthwiseConv2D::new(kernel).strides(strides).dilation_rate(dilation).padding(padding).depth_multiplier(m);
+        let (net, layout, params, states) = probe(layer, &[5, 7, 2]);
+        let (images, _) = batch(&net, 2, 8);
+        let logits = predict(&net, &layout, &params, &states, &images).unwrap();
+        let x = pixels(&net, &images);
+        let (w, bias) = (&params[layout.params[0].offset..], &params[layout.params[1].offset..]);
+        let (out_h, out_w) = (layout.shapes[0][0], layout.shapes[0][1]);
+        let mut expected = Vec::new();
+        for b in 0..2 {
+            for oh in 0..out_h {
+                for ow in 0..out_w {
+                    for c in 0..2 {
+                        for k in 0..m {
+                            let mut s = bias[c * m + k];
+                            for i in 0..kernel.0 {
+                                for j in 0..kernel.1 {
+                                    let h = (oh * strides.0 + i * dilation.0) as isize - pt;
+                                    let wc = (ow * strides.1 + j * dilation.1) as isize - pl;
+                                    if (0..5).contains(&h) && (0..7).contains(&wc) {
+                                        s += x[((b * 5 + h as usize) * 7 + wc as usize) * 2 + c] * w[((i * kernel.1 + j) * 2 + c) * m + k];
+                                    }
+                                }
+                            }
+                            expected.push(s);
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(logits.len(), expected.len(), "{kernel:?} {strides:?} {dilation:?} {padding:?}");
+        for (a, e) in logits.iter().zip(&expected) {
+            assert!((a - e).abs() < 1e-12, "{kernel:?} {strides:?} {dilation:?} {padding:?} x{m}: {a} vs {e}");
+        }
+    }
+}

@@ -45,8 +45,9 @@ pub struct Conv2dGeometry {
     pub out_w: usize,
 }
 
-/// Output length and leading padding along one axis.
-fn axis(what: &str, input: usize, k: usize, s: usize, padding: Padding, pad: usize) -> Result<(usize, usize)> {
+/// Output length and leading padding along one axis (the depthwise convolution's too, with
+/// its dilated kernel's extent as `k`).
+pub(crate) fn axis(what: &str, input: usize, k: usize, s: usize, padding: Padding, pad: usize) -> Result<(usize, usize)> {
     let (out, before) = match padding {
         Padding::Same => {
             let out = input.div_ceil(s);

@@ -296,7 +296,7 @@ fn quad_tokens(flags: u32) -> String {
 /// A binding of `t` as `array<vec4<f32>>`: its size rounded up to whole vec4s. Pool
 /// buffers come in multiples of 256 bytes and views start 256-aligned, so the rounded
 /// range stays inside the buffer; the kernel never touches the padding.
-fn quad_binding<'t>(kernel: &str, t: &'t Tensor) -> Result<wgpu::BufferBinding<'t>> {
+pub(crate) fn quad_binding<'t>(kernel: &str, t: &'t Tensor) -> Result<wgpu::BufferBinding<'t>> {
     let size = t.bytes().div_ceil(16).max(1) * 16;
     if !t.offset().is_multiple_of(16) || t.offset() + size > t.buffer().size() {
         bail!(Shape, "{kernel}: tensor {:?} at byte {} of a {}-byte buffer cannot be bound as vec4s", t.shape(), t.offset(), t.buffer().size());

@@ -16,6 +16,7 @@ pub mod batchnorm;
 pub mod concat;
 pub mod conv2d;
 pub mod dense;
+pub mod depthwise;
 pub mod elementwise;
 pub mod gemm;
 pub mod image;
@@ -65,6 +66,7 @@ shader!(CONV2D, "conv2d.wgsl");
 shader!(REDUCE, "reduce.wgsl");
 shader!(BATCHNORM, "batchnorm.wgsl", relu);
 shader!(POOL, "pool.wgsl", relu);
+shader!(DEPTHWISE, "depthwise.wgsl");
 shader!(LOSS, "loss.wgsl");
 shader!(IMAGE, "image.wgsl");
 shader!(OPTIMIZER, "optimizer.wgsl");
@@ -72,7 +74,7 @@ shader!(LOSS_SCALE, "loss_scale.wgsl");
 shader!(CONCAT, "concat.wgsl");
 
 /// Every shader file, for validation tests.
-pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &CONV2D_COOP, &REDUCE, &BATCHNORM, &POOL, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE, &CONCAT];
+pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &CONV2D_COOP, &REDUCE, &BATCHNORM, &POOL, &DEPTHWISE, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE, &CONCAT];
 
 /// One recorded kernel launch: pipeline, bindings and grid, ready to replay.
 #[derive(Clone, Debug)]

@@ -76,6 +76,24 @@ fn layer_at(v: &Value, depth: usize) -> Result<Box<dyn Layer>> {
             l.kernel_initializer = if c.get("kernel_initializer").and_then(Value::as_str) == Some("he_normal") { "he_normal" } else { "glorot_uniform" };
             Box::new(l)
         }
+        "DepthwiseConv2D" => {
+            let mut l = DepthwiseConv2D::new(pair(class, &c, "kernel_size")?)
+                .strides(pair(class, &c, "strides")?)
+                .padding(padding_from_config(c.get("padding").unwrap_or(&Value::Null))?)
+                .depth_multiplier(size(class, &c, "depth_multiplier", MAX_UNITS)?)
+                .use_bias(c.get("use_bias").and_then(Value::as_bool).unwrap_or(true));
+            // absent: Keras' defaults; present, only what the layer knows
+            if c.get("dilation_rate").is_some() {
+                l = l.dilation_rate(pair(class, &c, "dilation_rate")?);
+            }
+            l.depthwise_initializer = match c.get("depthwise_initializer") {
+                None => "glorot_uniform",
+                Some(Value::String(s)) if s == "glorot_uniform" => "glorot_uniform",
+                Some(Value::String(s)) if s == "he_normal" => "he_normal",
+                Some(other) => bail!(Config, "{class} `depthwise_initializer` must be \"glorot_uniform\" or \"he_normal\", got {other}"),
+            };
+            Box::new(l)
+        }
         "Dense" => Box::new(Dense::new(size(class, &c, "units", MAX_UNITS)?).use_bias(c.get("use_bias").and_then(Value::as_bool).unwrap_or(true))),
         "BatchNormalization" => Box::new(BatchNormalization::new().momentum(num(&c, "momentum")? as f32).epsilon(num(&c, "epsilon")? as f32)),
         "ReLU" => Box::new(ReLU::new()),

@@ -6,6 +6,7 @@ mod concat;
 mod conv2d;
 mod coop;
 mod dense;
+mod depthwise;
 mod elementwise;
 mod reduce;
 mod image;
