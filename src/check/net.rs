@@ -118,7 +118,13 @@ fn node_of(class: &str, cfg: &Value, relu: bool) -> Result<Node> {
         "BatchNormalization" => {
             Node::BatchNorm { momentum: f64_of(class, cfg, "momentum")?, epsilon: f64_of(class, cfg, "epsilon")?, relu }
         }
-        "ReLU" => Node::ReLU,
+        "ReLU" => {
+            let plain = cfg.get("max_value").is_none_or(Value::is_null) && cfg.get("negative_slope").and_then(Value::as_f64).unwrap_or(0.0) == 0.0;
+            if !plain {
+                bail!(Config, "the f64 check supports only a plain ReLU, got config {cfg}");
+            }
+            Node::ReLU
+        }
         "MaxPool2D" => {
             Node::MaxPool { pool: pair_of(class, cfg, "pool_size")?, strides: pair_of(class, cfg, "strides")?, padding: pool_padding(class, cfg)? }
         }
@@ -253,7 +259,7 @@ impl Net {
         let mut names = Vec::new();
         for (i, layer) in def.layers.iter().enumerate() {
             if def.fused[i] {
-                if i == 0 || def.layers[i].class_name() != "ReLU" {
+                if i == 0 || !def.layers[i].is_plain_relu() {
                     bail!(Config, "layer {i} ({}) is marked fused, but only a ReLU after another layer can be", def.layers[i].class_name());
                 }
                 continue;

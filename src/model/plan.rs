@@ -39,7 +39,7 @@ impl Definition {
             layer.fuse_inner();
         }
         for i in 1..self.layers.len() {
-            if self.layers[i].class_name() == "ReLU" && !self.fused[i - 1] && self.layers[i - 1].fuse_relu() {
+            if self.layers[i].is_plain_relu() && !self.fused[i - 1] && self.layers[i - 1].fuse_relu() {
                 self.fused[i] = true;
             }
         }
