@@ -156,3 +156,34 @@ fn depthwise_conv_gradients_match_finite_differences() {
     let err = check(&mut m, 4, 3, 5);
     assert!(err < 5e-3, "depthwise with every option: relative error {err:.3e}");
 }
+
+/// The smooth activations, softmax, the per-channel maps, leaky and capped ReLUs (their
+/// kinks are rarely within eps) and global max pooling (its argmax is stable under a small
+/// step), through a residual chain whose ReLU6 must not be fused into the BatchNorm before it.
+#[test]
+fn activation_layers_gradients_match_finite_differences() {
+    let mut m = Sequential::new(&[6, 5, 3]);
+    m.add(Normalization::new(vec![0.2, -0.1, 0.0], vec![0.3, 2.0, 1.0]));
+    m.add(Rescaling::per_channel(vec![0.5, 1.5, -1.0], vec![0.1]));
+    m.add(Conv2D::new(4, 3).padding(Padding::Same));
+    m.add(Activation::new("gelu").unwrap());
+    let main: Vec<Box<dyn Layer>> = vec![
+        Box::new(Conv2D::new(4, 3).padding(Padding::Same)),
+        Box::new(BatchNormalization::new()),
+        Box::new(ReLU::new().max_value(0.6).negative_slope(0.05)),
+        Box::new(Conv2D::new(4, 1)),
+        Box::new(Activation::new("silu").unwrap()),
+    ];
+    m.add(Residual::new(main, Vec::new()));
+    m.add(LeakyReLU::new());
+    m.add(GlobalMaxPooling2D::new());
+    m.add(Dense::new(6));
+    m.add(Activation::new("tanh").unwrap());
+    m.add(Activation::of(ActivationFn::Gelu { approximate: true }));
+    m.add(Softmax::new());
+    m.add(Activation::new("sigmoid").unwrap());
+    m.add(Dense::new(4));
+    compile(&mut m, Loss::SparseCategoricalCrossentropy);
+    let err = check(&mut m, 5, 4, 4);
+    assert!(err < 5e-3, "relative error {err:.3e}");
+}

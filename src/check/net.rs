@@ -140,7 +140,13 @@ fn node_of(class: &str, cfg: &Value, relu: bool) -> Result<Node> {
         "BatchNormalization" => {
             Node::BatchNorm { momentum: f64_of(class, cfg, "momentum")?, epsilon: f64_of(class, cfg, "epsilon")?, relu }
         }
-        "ReLU" => Node::ReLU,
+        "ReLU" => {
+            let plain = cfg.get("max_value").is_none_or(Value::is_null) && cfg.get("negative_slope").and_then(Value::as_f64).unwrap_or(0.0) == 0.0;
+            if !plain {
+                bail!(Config, "the f64 check supports only a plain ReLU, got config {cfg}");
+            }
+            Node::ReLU
+        }
         "MaxPool2D" => {
             Node::MaxPool { pool: pair_of(class, cfg, "pool_size")?, strides: pair_of(class, cfg, "strides")?, padding: pool_padding(class, cfg)? }
         }
@@ -302,7 +308,7 @@ impl Net {
         for (i, layer) in def.layers.iter().enumerate() {
             if def.fused[i] {
                 match from[i][..] {
-                    [j] if j > 0 && def.layers[i].class_name() == "ReLU" => slot[i + 1] = slot[j],
+                    [j] if j > 0 && def.layers[i].is_plain_relu() => slot[i + 1] = slot[j],
                     _ => bail!(Config, "layer {i} ({}) is marked fused, but only a ReLU reading another layer can be", def.layers[i].class_name()),
                 }
                 continue;

@@ -1,4 +1,4 @@
-//! MaxPooling2D, AveragePooling2D and GlobalAveragePooling2D over NHWC tensors
+//! MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D and GlobalMaxPooling2D over NHWC tensors
 //! (`shaders/pool.wgsl`), with Keras' `"valid"`/`"same"` padding or PyTorch's explicit
 //! symmetric padding.
 //!
@@ -321,4 +321,34 @@ pub fn global_avg_pool_backward(device: &Device, dy: &Tensor, dx: &Tensor) -> Re
     expect_dtype(k, "dx", dx, DType::F32)?;
     expect_separate(k, &[("dx", dx)], &[("dy", dy)])?;
     launch(device, k, g.params(dx.len())?, &[(1, dy), (3, dx)])
+}
+
+/// The maximum over height and width of each channel: max pooling with one window over the
+/// whole map, so ties (the first maximum in row-major order wins) and NaN (the first NaN
+/// wins and is output) behave as in [`max_pool_forward`]. `argmax` records the winning
+/// position `h * width + w` per channel.
+///
+/// # Shapes
+/// `x`: `[batch, height, width, channels]` -> `y`, `argmax` (u32): `[batch, channels]`.
+pub fn global_max_pool_forward(device: &Device, x: &Tensor, y: &Tensor, argmax: &Tensor) -> Result<Dispatch> {
+    let k = "global_max_pool_forward";
+    let g = global_geometry(k, x.shape())?;
+    expect_shape(k, "y", y, &[g.batch, g.channels])?;
+    expect_shape(k, "argmax", argmax, &[g.batch, g.channels])?;
+    let map = g.output_shape();
+    Ok(max_pool_forward(device, &g, x, &y.reshape(&map)?, &argmax.reshape(&map)?)?.named(k, 0.0).tagged("global"))
+}
+
+/// The gradient of [`global_max_pool_forward`]: `dy` goes to each channel's `argmax`
+/// position, zeros elsewhere. Overwrites `dx`.
+///
+/// # Shapes
+/// `dy`, `argmax`: `[batch, channels]` -> `dx`: `[batch, height, width, channels]`.
+pub fn global_max_pool_backward(device: &Device, dy: &Tensor, argmax: &Tensor, dx: &Tensor) -> Result<Dispatch> {
+    let k = "global_max_pool_backward";
+    let g = global_geometry(k, dx.shape())?;
+    expect_shape(k, "dy", dy, &[g.batch, g.channels])?;
+    expect_shape(k, "argmax", argmax, &[g.batch, g.channels])?;
+    let map = g.output_shape();
+    Ok(max_pool_backward(device, &g, &dy.reshape(&map)?, &argmax.reshape(&map)?, dx)?.named(k, 0.0).tagged("global"))
 }

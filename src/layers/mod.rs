@@ -13,9 +13,10 @@ mod dropout;
 mod flatten;
 mod merge;
 mod pooling;
+mod preprocessing;
 mod residual;
 
-pub use activation::ReLU;
+pub use activation::{Activation, ActivationFn, LeakyReLU, ReLU, Softmax};
 pub use batch_norm::BatchNormalization;
 pub use conv2d::{padding_from_config, padding_to_config, Conv2D};
 pub use dense::Dense;
@@ -23,7 +24,8 @@ pub use depthwise_conv2d::{DepthwiseConv2D, Pair};
 pub use dropout::Dropout;
 pub use flatten::Flatten;
 pub use merge::{Add, Concatenate};
-pub use pooling::{AveragePooling2D, GlobalAveragePooling2D, MaxPool2D};
+pub use pooling::{AveragePooling2D, GlobalAveragePooling2D, GlobalMaxPooling2D, MaxPool2D};
+pub use preprocessing::{Normalization, Rescaling};
 pub use residual::Residual;
 
 pub use crate::kernels::conv2d::Padding;
@@ -164,7 +166,12 @@ pub trait Layer: Send + Sync + std::fmt::Debug {
     fn flops(&self, _input: &[usize]) -> u64 {
         0
     }
-    /// Set by the model when a ReLU directly follows, so the layer can fuse it.
+    /// Whether this is a plain `max(x, 0)` ReLU, the only kind a BatchNorm or residual join
+    /// applies in its own pass (see [`Layer::fuse_relu`]); a capped or leaky one is not.
+    fn is_plain_relu(&self) -> bool {
+        false
+    }
+    /// Set by the model when a plain ReLU directly follows, so the layer can fuse it.
     fn fuse_relu(&mut self) -> bool {
         false
     }

@@ -1,4 +1,4 @@
-//! MaxPool2D, AveragePooling2D and GlobalAveragePooling2D over NHWC input.
+//! MaxPool2D, AveragePooling2D, GlobalAveragePooling2D and GlobalMaxPooling2D over NHWC input.
 
 use serde_json::json;
 
@@ -153,6 +153,58 @@ impl Layer for GlobalAveragePooling2D {
         }
         let dx = g.activation(&x.shape()[1..])?;
         g.push(pool::global_avg_pool_backward(g.device, dy, &dx)?);
+        Ok(Some(dx))
+    }
+}
+
+/// Keras' `layers.GlobalMaxPooling2D(keepdims=False)`: the maximum over height and width of
+/// each channel. On ties the first maximum (row-major) takes the gradient, as in
+/// [`MaxPool2D`]; a map holding NaN outputs NaN.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GlobalMaxPooling2D {
+    keepdims: bool,
+}
+
+impl GlobalMaxPooling2D {
+    /// Outputs `(channels,)`.
+    pub fn new() -> Self {
+        GlobalMaxPooling2D::default()
+    }
+    /// Outputs `(1, 1, channels)` instead, as Keras' `keepdims=True`.
+    pub fn keepdims(mut self, keepdims: bool) -> Self {
+        self.keepdims = keepdims;
+        self
+    }
+}
+
+impl Layer for GlobalMaxPooling2D {
+    fn class_name(&self) -> &'static str {
+        "GlobalMaxPooling2D"
+    }
+    fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>> {
+        if input.len() != 3 || input.contains(&0) {
+            bail!(Shape, "GlobalMaxPooling2D expects a non-empty (height, width, channels) input, got {input:?}");
+        }
+        Ok(if self.keepdims { vec![1, 1, input[2]] } else { vec![input[2]] })
+    }
+    fn config(&self) -> serde_json::Value {
+        json!({ "keepdims": self.keepdims })
+    }
+    fn forward(&self, g: &mut Graph, x: &Tensor, _: &Weights) -> Result<Saved> {
+        let c = x.shape()[3];
+        let y = g.activation(&[c])?;
+        let argmax = g.device.alloc(&[g.batch, c], DType::U32)?;
+        g.push(pool::global_max_pool_forward(g.device, x, &y, &argmax)?);
+        let y = y.reshape(&[&[g.batch][..], &self.output_shape(&x.shape()[1..])?].concat())?;
+        Ok(Saved { output: y, extra: vec![argmax], inner: Vec::new() })
+    }
+    fn backward(&self, g: &mut Graph, x: &Tensor, saved: &Saved, dy: &Tensor, _: &Weights, need_dx: bool) -> Result<Option<Tensor>> {
+        if !need_dx {
+            return Ok(None);
+        }
+        let dx = g.activation(&x.shape()[1..])?;
+        let dy = dy.reshape(saved.extra[0].shape())?;
+        g.push(pool::global_max_pool_backward(g.device, &dy, &saved.extra[0], &dx)?);
         Ok(Some(dx))
     }
 }

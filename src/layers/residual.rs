@@ -98,7 +98,7 @@ impl Layer for Residual {
         for chain in [&mut self.main, &mut self.shortcut] {
             let mut prev_fused = true;
             for i in 0..chain.len() {
-                let fuse = i > 0 && chain[i].class_name() == "ReLU" && !prev_fused && chain[i - 1].fuse_relu();
+                let fuse = i > 0 && chain[i].is_plain_relu() && !prev_fused && chain[i - 1].fuse_relu();
                 self.fused.push(fuse);
                 prev_fused = fuse;
             }

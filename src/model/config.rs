@@ -46,6 +46,59 @@ fn num(v: &Value, key: &str) -> Result<f64> {
     v.get(key).and_then(Value::as_f64).ok_or_else(|| crate::Error::Config(format!("layer config needs number `{key}`, got {:?}", v.get(key))))
 }
 
+/// An optional number `key` of `class`'s config (absent or `null`: `None`), as an f32 that
+/// must stay finite: a value past f32's range would become infinite unnoticed.
+fn opt_f32(class: &str, v: &Value, key: &str) -> Result<Option<f32>> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(n) => match n.as_f64() {
+            Some(f) if (f as f32).is_finite() => Ok(Some(f as f32)),
+            _ => bail!(Config, "{class} `{key}` must be a finite f32 number or null, got {n}"),
+        },
+    }
+}
+
+/// A number or a list of at most [`MAX_UNITS`] numbers `key` of `class`'s config (Keras
+/// writes a per-channel constant either way), each a finite f32.
+fn floats(class: &str, v: &Value, key: &str) -> Result<Vec<f32>> {
+    let raw = v.get(key);
+    let items: Vec<&Value> = match raw {
+        Some(Value::Array(a)) if a.len() <= MAX_UNITS => a.iter().collect(),
+        Some(Value::Array(a)) => bail!(Config, "{class} `{key}` has {} values, above the cap of {MAX_UNITS}", a.len()),
+        Some(n) => vec![n],
+        None => bail!(Config, "{class} config needs `{key}` as a number or a list of numbers"),
+    };
+    items
+        .iter()
+        .map(|n| match n.as_f64() {
+            Some(f) if (f as f32).is_finite() => Ok(f as f32),
+            _ => bail!(Config, "{class} `{key}` must hold finite f32 numbers, got {n} in {}", raw.unwrap_or(&Value::Null)),
+        })
+        .collect()
+}
+
+/// Refuses a value other than `want` of an argument convoy does not implement (absent is
+/// fine: the default is `want`).
+fn only(class: &str, v: &Value, key: &str, want: Value) -> Result<()> {
+    let Some(got) = v.get(key) else { return Ok(()) };
+    let same = match (got.as_f64(), want.as_f64()) {
+        (Some(g), Some(w)) => g == w,
+        _ => got == &want,
+    };
+    if !same {
+        bail!(Config, "{class} `{key}` = {got} is not supported (only {want})");
+    }
+    Ok(())
+}
+
+/// An optional boolean `key` of `class`'s config, false when absent.
+fn flag(class: &str, v: &Value, key: &str) -> Result<bool> {
+    match v.get(key) {
+        None => Ok(false),
+        Some(b) => b.as_bool().ok_or_else(|| crate::Error::Config(format!("{class} `{key}` must be a boolean, got {b}"))),
+    }
+}
+
 fn chain(v: &Value, key: &str, depth: usize) -> Result<Vec<Box<dyn Layer>>> {
     v.get(key)
         .and_then(Value::as_array)
@@ -96,7 +149,56 @@ fn layer_at(v: &Value, depth: usize) -> Result<Box<dyn Layer>> {
         }
         "Dense" => Box::new(Dense::new(size(class, &c, "units", MAX_UNITS)?).use_bias(c.get("use_bias").and_then(Value::as_bool).unwrap_or(true))),
         "BatchNormalization" => Box::new(BatchNormalization::new().momentum(num(&c, "momentum")? as f32).epsilon(num(&c, "epsilon")? as f32)),
-        "ReLU" => Box::new(ReLU::new()),
+        // Files written before max_value and negative_slope existed hold `{}`: a plain ReLU.
+        "ReLU" => {
+            only(class, &c, "threshold", 0.into())?;
+            let mut l = ReLU::new().negative_slope(opt_f32(class, &c, "negative_slope")?.unwrap_or(0.0));
+            if let Some(m) = opt_f32(class, &c, "max_value")? {
+                l = l.max_value(m);
+            }
+            l.validate()?;
+            Box::new(l)
+        }
+        "LeakyReLU" => {
+            // Keras 2 named the slope `alpha`.
+            let slope = match opt_f32(class, &c, "negative_slope")? {
+                Some(s) => Some(s),
+                None => opt_f32(class, &c, "alpha")?,
+            };
+            let l = LeakyReLU::new().negative_slope(slope.unwrap_or(0.3));
+            l.validate()?;
+            Box::new(l)
+        }
+        "Activation" => {
+            let name = c.get("activation").and_then(Value::as_str);
+            let Some(name) = name else { bail!(Config, "Activation config needs `activation` as a name, got {:?}", c.get("activation")) };
+            let approximate = flag(class, &c, "approximate")?;
+            match name.parse()? {
+                ActivationFn::Gelu { .. } => Box::new(Activation::of(ActivationFn::Gelu { approximate })),
+                f if !approximate => Box::new(Activation::of(f)),
+                _ => bail!(Config, "Activation `approximate` applies to gelu only, got true for {name:?}"),
+            }
+        }
+        "Softmax" => {
+            only(class, &c, "axis", (-1).into())?;
+            Box::new(Softmax::new())
+        }
+        "GlobalMaxPooling2D" => {
+            only(class, &c, "data_format", "channels_last".into())?;
+            Box::new(GlobalMaxPooling2D::new().keepdims(flag(class, &c, "keepdims")?))
+        }
+        "Rescaling" => {
+            let offset = if c.get("offset").is_some() { floats(class, &c, "offset")? } else { vec![0.0] };
+            let l = Rescaling::per_channel(floats(class, &c, "scale")?, offset);
+            l.validate()?;
+            Box::new(l)
+        }
+        "Normalization" => {
+            only(class, &c, "axis", (-1).into())?;
+            let l = Normalization::new(floats(class, &c, "mean")?, floats(class, &c, "variance")?).invert(flag(class, &c, "invert")?);
+            l.validate()?;
+            Box::new(l)
+        }
         "Add" => Box::new(Add::new()),
         "Concatenate" => match c.get("axis") {
             None => Box::new(Concatenate::new()),

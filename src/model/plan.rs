@@ -52,7 +52,7 @@ impl Definition {
             if let [j] = inbound[i][..]
                 && j > 0
                 && readers[j] == 1
-                && self.layers[i].class_name() == "ReLU"
+                && self.layers[i].is_plain_relu()
                 && !self.fused[j - 1]
                 && self.layers[j - 1].fuse_relu()
             {

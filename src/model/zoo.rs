@@ -1,12 +1,12 @@
 //! The benchmark models of design.md (identical to `shared/bench/torch_reference.py`): the
 //! CIFAR forms (`resnet20`, `resnet18_cifar`, `convnet7`: a 3x3 stem, no pooling before the
 //! stages), torchvision's ImageNet ResNets (`resnet18`, `resnet34`, `resnet50`) layer for
-//! layer, and a small MLP. Convolutions have PyTorch's symmetric padding `kernel / 2` and no
+//! layer, MobileNetV2 as torchvision's (built with the functional API), and a small MLP. Convolutions have PyTorch's symmetric padding `kernel / 2` and no
 //! bias, each followed by BatchNorm (momentum 0.9, epsilon 1e-5: PyTorch's 0.1 and 1e-5).
 
 use crate::kernels::pool::PoolPadding;
 use crate::layers::*;
-use crate::model::Sequential;
+use crate::model::{Call, Sequential, SymbolicTensor};
 use crate::{bail, Result};
 
 fn conv_bn(filters: usize, kernel: usize, stride: usize) -> Vec<Box<dyn Layer>> {
@@ -152,7 +152,49 @@ pub fn mlp(input: &[usize], classes: usize) -> Sequential {
     m
 }
 
-pub const MODELS: &[&str] = &["resnet20", "resnet18_cifar", "convnet7", "resnet18", "resnet34", "resnet50", "mlp"];
+/// A convolution of torchvision's MobileNetV2 (`Conv2dNormActivation`): no bias, padding
+/// `kernel / 2`, BatchNorm, and ReLU6 unless it is a linear projection.
+fn mobile_conv(x: &SymbolicTensor, filters: usize, kernel: usize, stride: usize, relu6: bool) -> Result<SymbolicTensor> {
+    let pad = kernel / 2;
+    let x = Conv2D::new(filters, kernel).strides(stride).padding(Padding::Explicit(pad, pad)).use_bias(false).kernel_initializer("he_normal").call(x)?;
+    mobile_bn(&x, relu6)
+}
+
+fn mobile_bn(x: &SymbolicTensor, relu6: bool) -> Result<SymbolicTensor> {
+    let x = BatchNormalization::new().momentum(0.9).epsilon(1e-5).call(x)?;
+    if relu6 { ReLU::new().max_value(6.0).call(&x) } else { Ok(x) }
+}
+
+/// MobileNetV2 (Sandler et al. 2018) as torchvision builds it, with the functional API: a
+/// 3x3 stride-2 stem of 32, seventeen inverted residual blocks (a 1x1 expansion by `t` unless
+/// `t` is 1, a 3x3 depthwise convolution with the stride, a linear 1x1 projection, and the
+/// input added back when the stride is 1 and the width unchanged), a 1x1 convolution to 1280,
+/// global average pooling and the classifier (torchvision's dropout before it is left out).
+/// 3,504,872 trainable parameters at 1000 classes, as torchvision's.
+pub fn mobilenet_v2(input: &[usize], classes: usize) -> Result<Sequential> {
+    // (expansion t, output channels c, blocks n, first stride s), the paper's Table 2.
+    const STAGES: [(usize, usize, usize, usize); 7] = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)];
+    let inputs = crate::model::input(input);
+    let mut x = mobile_conv(&inputs, 32, 3, 2, true)?;
+    let mut c = 32;
+    for (t, out, n, s) in STAGES {
+        for b in 0..n {
+            let stride = if b == 0 { s } else { 1 };
+            let mut y = if t == 1 { x.clone() } else { mobile_conv(&x, c * t, 1, 1, true)? };
+            y = DepthwiseConv2D::new(3).strides(stride).padding(Padding::Explicit(1, 1)).use_bias(false).depthwise_initializer("he_normal").call(&y)?;
+            y = mobile_bn(&y, true)?;
+            y = mobile_conv(&y, out, 1, 1, false)?;
+            x = if stride == 1 && c == out { Add::new().call_many(&[&x, &y])? } else { y };
+            c = out;
+        }
+    }
+    let x = mobile_conv(&x, 1280, 1, 1, true)?;
+    let x = GlobalAveragePooling2D::new().call(&x)?;
+    let out = Dense::new(classes).call(&x)?;
+    Sequential::functional(&inputs, &out)
+}
+
+pub const MODELS: &[&str] = &["resnet20", "resnet18_cifar", "convnet7", "resnet18", "resnet34", "resnet50", "mobilenet_v2", "mlp"];
 
 /// The models built for 32 px images: a 3x3 stride-1 stem and no pooling before the stages.
 pub const CIFAR_FORMS: &[&str] = &["resnet20", "resnet18_cifar", "convnet7"];
@@ -179,6 +221,7 @@ pub fn by_name(name: &str, input: &[usize], classes: usize) -> Result<Sequential
         "resnet18" => resnet18(input, classes),
         "resnet34" => resnet34(input, classes),
         "resnet50" => resnet50(input, classes),
+        "mobilenet_v2" => mobilenet_v2(input, classes)?,
         "mlp" => mlp(input, classes),
         other => bail!(Config, "unknown model `{other}` (expected one of {})", MODELS.join(", ")),
     })
