@@ -55,8 +55,11 @@ pub enum Act {
     /// `max_value` from there: a capped or leaky ReLU, ReLU6, LeakyReLU. Its pieces are taken
     /// from the device's output.
     Rectifier { max_value: f64, negative_slope: f64 },
+    /// `1 / (1 + exp(-x))`.
     Sigmoid,
+    /// `tanh(x)`.
     Tanh,
+    /// `x * sigmoid(x)`.
     Silu,
     /// GELU's erf form.
     Gelu,
