@@ -239,3 +239,36 @@ fn explicit_pool_padding_survives_the_architecture_json() {
     let e = convoy::model::config::layer_from_config(&json).err().expect("unknown padding refused").to_string();
     assert!(e.contains("full"), "{e}");
 }
+
+#[test]
+fn mobilenet_v2_counts_torchvisions_parameters_and_trains() {
+    // torchvision.models.mobilenet_v2(num_classes=1000), summed over parameters()
+    let m = zoo::by_name("mobilenet_v2", &[224, 224, 3], 1000).unwrap();
+    let layout = m.definition().build_layout().unwrap();
+    assert_eq!(layout.trainable_count(), 3_504_872);
+    assert_eq!(m.output_shape().unwrap(), vec![1000]);
+    // 224 -> 7 through five stride-2 steps; ten inverted residual blocks add their input back
+    assert_eq!(layout.shapes[layout.shapes.len() - 3], vec![7, 7, 1280], "before the global pool");
+    assert_eq!(m.layers().iter().filter(|l| l.class_name() == "Add").count(), 10);
+    assert_eq!(m.layers().iter().filter(|l| l.class_name() == "DepthwiseConv2D").count(), 17);
+    // Trains on the software adapter at 32 px, and a saved copy predicts what it does.
+    let mut m = zoo::by_name("mobilenet_v2", &[32, 32, 3], 10).unwrap();
+    let devices = convoy::device::open("software").unwrap();
+    m.compile(CompileOptions { optimizer: Optimizer::sgd(0.05), loss: Loss::SparseCategoricalCrossentropy, metrics: vec![Metric::Accuracy], devices: devices.clone(), seed: 1, max_batch: 8 }).unwrap();
+    let images: Vec<u8> = (0..8 * 32 * 32 * 3).map(|i| (i * 37 % 251) as u8).collect();
+    let labels: Vec<u32> = (0..8).map(|i| i % 10).collect();
+    let first = m.train_on_batch(&images, &labels).unwrap()["loss"];
+    let mut last = first;
+    for _ in 0..5 {
+        last = m.train_on_batch(&images, &labels).unwrap()["loss"];
+    }
+    assert!(last.is_finite() && last < first, "loss {first} -> {last}");
+    let dir = std::env::temp_dir().join(format!("convoy-mobilenet-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("m.safetensors");
+    m.save(&path).unwrap();
+    let want = m.predict_images(&images, 8).unwrap();
+    let got = Sequential::load_compiled(&path, devices, 8).unwrap().predict_images(&images, 8).unwrap();
+    assert_eq!(got, want, "the reloaded model predicts differently");
+    std::fs::remove_dir_all(&dir).ok();
+}

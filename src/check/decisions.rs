@@ -1,6 +1,6 @@
 //! The device's piecewise choices, which the reference follows instead of taking its own.
 
-use super::net::Node;
+use super::net::{Act, Node};
 use crate::{bail, Result};
 
 /// The device's piecewise choices for one node of the forward pass.
@@ -10,10 +10,11 @@ pub enum Decision {
     /// flatten, identity).
     None,
     /// The device's f32 output of a ReLU (standalone, or fused into BatchNorm): a unit is
-    /// active where y > 0.
+    /// active where y > 0. For a capped or leaky ReLU the output shows the piece: the cap
+    /// where y reached it, the identity where y > 0, the slope elsewhere.
     Relu(Vec<f32>),
     /// The device's max-pool choice per output element: the input position `h * in_w + w`
-    /// its window took.
+    /// its window took (for global max pooling, the window is the whole map).
     MaxPool(Vec<u32>),
     /// A residual block: one decision per sub-layer of each chain, and the fused join ReLU's
     /// output if any.
@@ -24,8 +25,8 @@ impl Decision {
     /// What kind of decision `node` takes, for error messages.
     fn expected(node: &Node) -> &'static str {
         match node {
-            Node::BatchNorm { relu: true, .. } | Node::ReLU | Node::Add { relu: true } => "Relu",
-            Node::MaxPool { .. } => "MaxPool",
+            Node::BatchNorm { relu: true, .. } | Node::ReLU | Node::Add { relu: true } | Node::Activation(Act::Rectifier { .. }) => "Relu",
+            Node::MaxPool { .. } | Node::GlobalMaxPool { .. } => "MaxPool",
             Node::Residual { .. } => "Residual",
             _ => "None",
         }

@@ -17,6 +17,7 @@
 //! geometry types, which are checked by their own tests against Keras' output shapes).
 //! [`optimizer::apply`] performs the optimizer's update in f64.
 
+mod activation;
 mod decisions;
 mod net;
 mod ops;
@@ -29,6 +30,6 @@ mod tests;
 
 
 pub use decisions::{check_structure, Decision};
-pub use net::{Net, Node};
+pub use net::{Act, Net, Node};
 pub use reference::{own_decisions, predict, train_step, train_step_pair, train_step_pair_for, KinkReport, Step, TIE_MARGIN, TIE_THRESHOLD};
 pub use run::{check, check_zoo, decisions, rel_err, CheckConfig, Report, Worst, BOUND, GRAD_FLOOR, MIN_BATCHNORM_ROWS, ROUNDING_SLACK};

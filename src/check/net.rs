@@ -48,6 +48,34 @@ pub enum Node {
     Add { relu: bool },
     /// The branches side by side along the last axis.
     Concatenate,
+    /// An element-wise activation other than the plain ReLU.
+    Activation(Act),
+    /// A softmax over the last axis.
+    Softmax,
+    /// The maximum over height and width: `(channels,)`, or `(1, 1, channels)` with `keepdims`.
+    GlobalMaxPool { keepdims: bool },
+    /// `x * scale[c] + offset[c]` along the last axis, each table of 1 or `channels` values:
+    /// Rescaling, and Normalization as `(x - mean) / std` (or `mean + x * std` inverted).
+    ChannelMap { scale: Vec<f64>, offset: Vec<f64> },
+}
+
+/// An element-wise activation as the reference computes it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Act {
+    /// `negative_slope * x` at and below 0, `x` up to `max_value` (infinite: no cap),
+    /// `max_value` from there: a capped or leaky ReLU, ReLU6, LeakyReLU. Its pieces are taken
+    /// from the device's output.
+    Rectifier { max_value: f64, negative_slope: f64 },
+    /// `1 / (1 + exp(-x))`.
+    Sigmoid,
+    /// `tanh(x)`.
+    Tanh,
+    /// `x * sigmoid(x)`.
+    Silu,
+    /// GELU's erf form.
+    Gelu,
+    /// GELU's tanh form.
+    GeluTanh,
 }
 
 /// A whole model as the reference sees it.
@@ -110,6 +138,19 @@ fn f64_of(class: &str, cfg: &Value, key: &str) -> Result<f64> {
     }
 }
 
+/// A number or a list of numbers (a per-channel constant).
+fn floats_of(class: &str, cfg: &Value, key: &str) -> Result<Vec<f64>> {
+    let items = match cfg.get(key) {
+        Some(Value::Array(a)) => a.iter().collect(),
+        Some(v) => vec![v],
+        None => Vec::new(),
+    };
+    match items.iter().map(|v| v.as_f64()).collect::<Option<Vec<f64>>>() {
+        Some(v) if !v.is_empty() => Ok(v),
+        _ => bail!(Config, "{class} config: `{key}` must be a number or a list of numbers, got {:?} in {cfg}", cfg.get(key)),
+    }
+}
+
 fn pool_padding(class: &str, cfg: &Value) -> Result<PoolPadding> {
     match cfg.get("padding") {
         Some(v) => PoolPadding::from_config(v).map_err(|e| crate::Error::Config(format!("{class} config: {e}"))),
@@ -141,11 +182,44 @@ fn node_of(class: &str, cfg: &Value, relu: bool) -> Result<Node> {
             Node::BatchNorm { momentum: f64_of(class, cfg, "momentum")?, epsilon: f64_of(class, cfg, "epsilon")?, relu }
         }
         "ReLU" => {
-            let plain = cfg.get("max_value").is_none_or(Value::is_null) && cfg.get("negative_slope").and_then(Value::as_f64).unwrap_or(0.0) == 0.0;
-            if !plain {
-                bail!(Config, "the f64 check supports only a plain ReLU, got config {cfg}");
+            // A file from before max_value and negative_slope holds `{}`: a plain ReLU.
+            let max_value = match cfg.get("max_value") {
+                None | Some(Value::Null) => f64::INFINITY,
+                Some(_) => f64_of(class, cfg, "max_value")?,
+            };
+            let negative_slope = if cfg.get("negative_slope").is_some() { f64_of(class, cfg, "negative_slope")? } else { 0.0 };
+            if max_value == f64::INFINITY && negative_slope == 0.0 { Node::ReLU } else { Node::Activation(Act::Rectifier { max_value, negative_slope }) }
+        }
+        "LeakyReLU" => Node::Activation(Act::Rectifier { max_value: f64::INFINITY, negative_slope: f64_of(class, cfg, "negative_slope")? }),
+        "Activation" => {
+            let approximate = cfg.get("approximate").and_then(Value::as_bool).unwrap_or(false);
+            match cfg.get("activation").and_then(Value::as_str) {
+                Some("linear") => Node::Identity,
+                Some("relu") => Node::ReLU,
+                Some("relu6") => Node::Activation(Act::Rectifier { max_value: 6.0, negative_slope: 0.0 }),
+                Some("sigmoid") => Node::Activation(Act::Sigmoid),
+                Some("tanh") => Node::Activation(Act::Tanh),
+                Some("silu" | "swish") => Node::Activation(Act::Silu),
+                Some("gelu") => Node::Activation(if approximate { Act::GeluTanh } else { Act::Gelu }),
+                Some("softmax") => Node::Softmax,
+                other => bail!(Config, "the f64 check does not know activation {other:?} (config {cfg})"),
             }
-            Node::ReLU
+        }
+        "Softmax" => Node::Softmax,
+        "GlobalMaxPooling2D" => Node::GlobalMaxPool { keepdims: cfg.get("keepdims").and_then(Value::as_bool).unwrap_or(false) },
+        "Rescaling" => Node::ChannelMap { scale: floats_of(class, cfg, "scale")?, offset: floats_of(class, cfg, "offset")? },
+        "Normalization" => {
+            let (mean, variance) = (floats_of(class, cfg, "mean")?, floats_of(class, cfg, "variance")?);
+            if mean.len() != variance.len() {
+                bail!(Config, "Normalization config: {} means but {} variances in {cfg}", mean.len(), variance.len());
+            }
+            // Keras' floor on the standard deviation, backend.epsilon().
+            let std: Vec<f64> = variance.iter().map(|v| v.sqrt().max(1e-7)).collect();
+            if cfg.get("invert").and_then(Value::as_bool).unwrap_or(false) {
+                Node::ChannelMap { scale: std, offset: mean }
+            } else {
+                Node::ChannelMap { offset: mean.iter().zip(&std).map(|(m, s)| -m / s).collect(), scale: std.iter().map(|s| 1.0 / s).collect() }
+            }
         }
         "MaxPool2D" => {
             Node::MaxPool { pool: pair_of(class, cfg, "pool_size")?, strides: pair_of(class, cfg, "strides")?, padding: pool_padding(class, cfg)? }
@@ -208,8 +282,19 @@ pub(crate) fn output_shape(node: &Node, input: &[usize]) -> Result<Vec<usize>> {
         }
         Node::GlobalAvgPool => vec![spatial("GlobalAveragePooling2D", input)?[2]],
         Node::Flatten => vec![input.iter().product()],
-        Node::BatchNorm { .. } | Node::ReLU | Node::Identity => input.to_vec(),
         Node::Add { .. } | Node::Concatenate => bail!(Shape, "a merge node has several inputs: its shape comes from Net::shapes"),
+        Node::BatchNorm { .. } | Node::ReLU | Node::Identity | Node::Activation(_) | Node::Softmax => input.to_vec(),
+        Node::GlobalMaxPool { keepdims } => {
+            let c = spatial("GlobalMaxPooling2D", input)?[2];
+            if *keepdims { vec![1, 1, c] } else { vec![c] }
+        }
+        Node::ChannelMap { scale, offset } => {
+            let c = *input.last().unwrap_or(&0);
+            if [scale.len(), offset.len()].iter().any(|&n| n != 1 && n != c) {
+                bail!(Shape, "a channel map of {} scales and {} offsets does not fit input {input:?}", scale.len(), offset.len());
+            }
+            input.to_vec()
+        }
         Node::Residual { main, shortcut, .. } => {
             let (m, s) = (chain_shape(main, input)?, chain_shape(shortcut, input)?);
             if m != s {

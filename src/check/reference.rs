@@ -3,7 +3,8 @@
 use rayon::prelude::*;
 
 use super::decisions::{check_structure, Decision};
-use super::net::{depthwise_geometry, pool_geometry, spatial, Net, Node};
+use super::activation;
+use super::net::{depthwise_geometry, pool_geometry, spatial, Act, Net, Node};
 use super::ops::{self, Arith, Exact, Mixed, F32};
 use crate::kernels::conv2d::Conv2dGeometry;
 use crate::kernels::depthwise::DepthwiseGeometry;
@@ -93,7 +94,7 @@ impl KinkReport {
         self.mismatch_count == 0
     }
 
-    fn mismatch(&mut self, listed: &mut usize, text: impl FnOnce() -> String) {
+    pub(crate) fn mismatch(&mut self, listed: &mut usize, text: impl FnOnce() -> String) {
         self.mismatch_count += 1;
         if *listed < LISTED_PER_LAYER {
             self.mismatches.push(text());
@@ -127,6 +128,10 @@ enum Rec {
     Add { inputs: usize, join: Option<Vec<bool>> },
     /// Per input, its width along the last axis.
     Concatenate { widths: Vec<usize> },
+    /// An element-wise map: the gradient is `dy` times each unit's derivative.
+    Scale { derivative: Vec<f64> },
+    /// A softmax over rows of `k`, with its output.
+    Softmax { y: Vec<f64>, k: usize },
 }
 
 /// The forward pass's mutable context: the moving statistics it updates and the report
@@ -473,6 +478,45 @@ fn forward_node<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, 
         }
         Node::Identity => (x, Rec::Pass, none()),
         Node::Add { .. } | Node::Concatenate => bail!(Config, "{name}: a merge layer inside a residual chain (merges join a functional model's branches)"),
+        Node::Activation(Act::Rectifier { max_value, negative_slope }) => {
+            let device = match dec {
+                Some(Decision::Relu(d)) => Some(&d[..]),
+                None => None,
+                Some(other) => bail!(Config, "{name}: a capped or leaky ReLU got a {other:?} decision"),
+            };
+            let mut y = x.data;
+            let (derivative, taken) = activation::rectifier(&mut cx.kinks, &mut cx.drift, name, &mut y, (*max_value, *negative_slope), device)?;
+            y.iter_mut().for_each(|v| *v = A::r(*v));
+            (T { shape: x.shape, data: y }, Rec::Scale { derivative }, taken)
+        }
+        Node::Activation(act) => {
+            let (y, derivative): (Vec<f64>, Vec<f64>) = x.data.par_iter().map(|&v| activation::smooth(*act, v).map_or((v, 1.0), |(y, d)| (A::r(y), d))).unzip();
+            (T { shape: x.shape, data: y }, Rec::Scale { derivative }, none())
+        }
+        Node::Softmax => {
+            let k = *x.shape.last().unwrap_or(&1);
+            let y: Vec<f64> = activation::softmax(&x.data, k.max(1)).into_iter().map(A::r).collect();
+            (T { shape: x.shape, data: y.clone() }, Rec::Softmax { y, k }, none())
+        }
+        Node::GlobalMaxPool { keepdims } => {
+            let [h, wd, c] = spatial("GlobalMaxPooling2D", &x.shape[1..])?;
+            let geom = Pool2dGeometry::new(&[batch, h, wd, c], [h, wd], None, crate::kernels::pool::PoolPadding::Valid)?;
+            let device = match dec {
+                Some(Decision::MaxPool(d)) => Some(&d[..]),
+                None => None,
+                Some(other) => bail!(Config, "{name}: GlobalMaxPooling2D got a {other:?} decision"),
+            };
+            let (y, src, taken) = max_pool(cx, name, &geom, &x.data, device)?;
+            let shape = if *keepdims { vec![batch, 1, 1, c] } else { vec![batch, c] };
+            (T { shape, data: y }, Rec::MaxPool { src, in_len: x.data.len() }, taken)
+        }
+        Node::ChannelMap { scale, offset } => {
+            let c = *x.shape.last().unwrap_or(&1);
+            let pick = |t: &[f64], i: usize| t[i % c % t.len()];
+            let y = x.data.par_iter().enumerate().map(|(i, v)| A::r(A::r(v * pick(scale, i)) + pick(offset, i))).collect();
+            let derivative = (0..x.data.len()).map(|i| pick(scale, i)).collect();
+            (T { shape: x.shape, data: y }, Rec::Scale { derivative }, none())
+        }
         Node::Residual { main, shortcut, relu } => {
             let names = |chain: &str, n: usize| (0..n).map(|i| format!("{name}/{chain}[{i}]")).collect::<Vec<_>>();
             let short_in = T { shape: x.shape.clone(), data: x.data.clone() };
@@ -816,6 +860,8 @@ fn backward_node<A: Arith>(w: &[Vec<f64>], rec: &Rec, mut dy: Vec<f64>, need_dx:
         }
         Rec::Pass => need_dx.then_some(dy),
         Rec::Add { .. } | Rec::Concatenate { .. } => unreachable!("merges are run by backward_graph"),
+        Rec::Scale { derivative } => need_dx.then(|| dy.par_iter().zip(derivative).map(|(g, d)| A::r(g * d)).collect()),
+        Rec::Softmax { y, k } => need_dx.then(|| activation::softmax_backward(y, &dy, *k).into_iter().map(A::r).collect()),
         Rec::Residual { main, shortcut, join } => {
             if let Some(mask) = join {
                 dy.par_iter_mut().zip(mask).for_each(|(g, &m)| *g = if m { *g } else { 0.0 });

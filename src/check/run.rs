@@ -9,7 +9,7 @@
 //! before any read), and the optimizer's update of every parameter and state tensor given
 //! convoy's gradient.
 
-use crate::check::{optimizer as ref_optimizer, train_step_pair_for, Decision, Net, Node};
+use crate::check::{optimizer as ref_optimizer, train_step_pair_for, Act, Decision, Net, Node};
 use crate::model::DTypePolicy;
 use crate::model::layout::Layout;
 use crate::model::plan::Record;
@@ -161,8 +161,8 @@ fn update_err(after: &[f32], before: &[f32], want: &[f64]) -> f64 {
 /// and max-pool choices, nested for residual blocks.
 fn decision(device: &Device, node: &Node, saved: &crate::layers::Saved) -> Result<Decision> {
     Ok(match node {
-        Node::ReLU | Node::BatchNorm { relu: true, .. } | Node::Add { relu: true } => Decision::Relu(device.read(&saved.output)?),
-        Node::MaxPool { .. } => {
+        Node::ReLU | Node::BatchNorm { relu: true, .. } | Node::Add { relu: true } | Node::Activation(Act::Rectifier { .. }) => Decision::Relu(device.read(&saved.output)?),
+        Node::MaxPool { .. } | Node::GlobalMaxPool { .. } => {
             let arg = saved.extra.first().ok_or_else(|| crate::Error::Config("max pool record without its argmax".into()))?;
             Decision::MaxPool(device.read_u32(arg)?)
         }

@@ -598,6 +598,39 @@ fn depthwise_gradients_match_central_differences() {
     assert!(matches!(net.nodes[2], Node::DepthwiseConv2D { kernel: (3, 3), strides: (2, 2), padding: Padding::Same, depth_multiplier: 1, dilation: (1, 1), use_bias: false }));
     assert!(matches!(net.nodes[4], Node::DepthwiseConv2D { kernel: (2, 3), strides: (1, 2), padding: Padding::Explicit(1, 1), depth_multiplier: 2, dilation: (2, 1), use_bias: true }));
     assert_eq!(net.param_shapes().unwrap(), layout.params.iter().map(|e| e.spec.shape.clone()).collect::<Vec<_>>());
+/// The layers of issue 14's activation part: the per-channel maps, a capped and leaky ReLU
+/// after a BatchNorm (not fused: a node of its own, its pieces taken from the device),
+/// LeakyReLU, GELU in both forms, SiLU, tanh, sigmoid, softmax and global max pooling.
+fn activation_model() -> Sequential {
+    let mut m = Sequential::new(&[6, 5, 3]);
+    m.add(Normalization::new(vec![0.5, 0.4, 0.3], vec![0.1, 0.2, 0.3]));
+    m.add(Rescaling::per_channel(vec![0.5, 1.0, 2.0], vec![0.1]));
+    m.add(Conv2D::new(6, 3).padding(Padding::Same));
+    m.add(BatchNormalization::new());
+    m.add(ReLU::new().max_value(0.8).negative_slope(0.1));
+    m.add(Conv2D::new(6, 3).padding(Padding::Same));
+    m.add(LeakyReLU::new());
+    m.add(Activation::new("gelu").unwrap());
+    m.add(GlobalMaxPooling2D::new());
+    m.add(Dense::new(8));
+    m.add(Activation::new("silu").unwrap());
+    m.add(Activation::new("relu6").unwrap());
+    m.add(Activation::new("tanh").unwrap());
+    m.add(Activation::of(ActivationFn::Gelu { approximate: true }));
+    m.add(Dense::new(6));
+    m.add(Softmax::new());
+    m.add(Activation::new("sigmoid").unwrap());
+    m.add(Dense::new(4));
+    m
+}
+
+#[test]
+fn activation_nodes_match_central_differences() {
+    let mut m = activation_model();
+    let (net, layout) = prepare(&mut m, Loss::SparseCategoricalCrossentropy);
+    assert_eq!(net.nodes[3], Node::BatchNorm { momentum: 0.99f32 as f64, epsilon: 1e-3f32 as f64, relu: false }, "a capped ReLU must not fuse");
+    assert!(matches!(net.nodes[4], Node::Activation(Act::Rectifier { max_value, negative_slope }) if max_value == 0.8f32 as f64 && negative_slope == 0.1f32 as f64));
+    assert!(matches!(net.nodes[8], Node::GlobalMaxPool { keepdims: false }));
     let (params, states) = weights(&layout, 11);
     let (images, labels) = batch(&net, 3, 12);
     let decisions = own_decisions(&net, &layout, &params, &states, &images).unwrap();
@@ -649,4 +682,55 @@ fn depthwise_forward_matches_its_definition() {
             assert!((a - e).abs() < 1e-12, "{kernel:?} {strides:?} {dilation:?} {padding:?} x{m}: {a} vs {e}");
         }
     }
+    eprintln!("activation net: worst relative error {worst:e}");
+}
+
+/// The capped ReLU's pieces: a unit the device puts on the cap against a clear f64 margin is
+/// a mismatch, one at the cap's edge a tie; the gradient follows the device.
+#[test]
+fn capped_relu_pieces_follow_the_device() {
+    let mut m = Sequential::new(&[1, 1, 2]);
+    m.add(Flatten::new());
+    m.add(Dense::new(3));
+    m.add(ReLU::new().max_value(0.5).negative_slope(0.25));
+    m.add(Dense::new(2));
+    let (net, layout) = prepare(&mut m, Loss::SparseCategoricalCrossentropy);
+    let (params, states) = weights(&layout, 3);
+    let (images, labels) = batch(&net, 1, 4);
+    let own = own_decisions(&net, &layout, &params, &states, &images).unwrap();
+    let Decision::Relu(y) = &own[2] else { panic!("{:?}", own[2]) };
+    let base = train_step(&net, &layout, &params, &states, &images, &labels, &own, 1.0).unwrap();
+    assert_eq!((base.kinks.ties, base.kinks.mismatch_count), (0, 0), "{:?}", base.kinks);
+    // Every unit moved to the cap: each one not within a tie of it is a mismatch.
+    let capped = vec![0.5f32; y.len()];
+    let mut wrong = own.clone();
+    wrong[2] = Decision::Relu(capped);
+    let step = train_step(&net, &layout, &params, &states, &images, &labels, &wrong, 1.0).unwrap();
+    let off_cap = y.iter().filter(|&&v| (v - 0.5).abs() > 1e-3).count();
+    assert!(off_cap > 0 && step.kinks.mismatch_count == off_cap, "{y:?}: {:?}", step.kinks);
+    // On the cap no gradient passes to the dense layer before it.
+    assert!(step.grads[0].iter().chain(&step.grads[1]).all(|g| *g == 0.0), "{:?}", step.grads);
+    gradcheck(&net, &layout, &params, &states, &images, &labels, &wrong, 5);
+}
+
+/// The whole check on the software adapter: the device's step of the activation model
+/// against the f64 reference, two steps.
+#[test]
+fn activation_layers_pass_the_check_on_the_device() {
+    let mut m = activation_model();
+    m.compile(crate::model::CompileOptions {
+        optimizer: Optimizer::sgd(0.05),
+        loss: Loss::SparseCategoricalCrossentropy,
+        metrics: vec![crate::model::Metric::Accuracy],
+        devices: crate::device::open("software").unwrap(),
+        seed: 9,
+        max_batch: 8,
+    })
+    .unwrap();
+    m.set_device_speeds(&[1.0]).unwrap();
+    let mut rng = StdRng::seed_from_u64(10);
+    let batches: Vec<(Vec<u8>, Vec<u32>)> = (0..2).map(|_| ((0..8 * 90).map(|_| rng.random()).collect(), (0..8).map(|_| rng.random_range(0..4)).collect())).collect();
+    let r = check(&mut m, &batches).unwrap();
+    eprintln!("{r:?}");
+    assert!(r.ok, "{r:?}");
 }

@@ -22,8 +22,10 @@ pub enum Function {
     /// Keras 3's ReLU at threshold 0: `negative_slope * x` below 0, `x` up to `max_value`,
     /// `max_value` above (`f32::INFINITY`: no cap).
     Relu { max_value: f32, negative_slope: f32 },
-    /// `1 / (1 + exp(-x))`.
+    /// `1 / (1 + exp(-x))`, from `exp(-|x|)` on both sides (no overflow, no cancellation).
     Sigmoid,
+    /// `tanh`, computed by the kernel itself: the builtin's precision is the driver's, and
+    /// some return NaN for large |x|. Within 8 ulp (lavapipe: 3.9).
     Tanh,
     /// `x * sigmoid(x)` (Keras' `silu`, also named `swish`).
     Silu,
