@@ -15,7 +15,7 @@ use crate::optim::Optimizer;
 /// What `Sequential::compile` fixes without a device: layout, classes, loss, fused ReLUs.
 fn prepare(model: &mut Sequential, loss: Loss) -> (Net, Layout) {
     let def = &mut model.def;
-    def.layout = Layout::new(&def.input_shape, &def.layers).unwrap();
+    def.layout = def.build_layout().unwrap();
     def.classes = def.layout.shapes.last().unwrap()[0];
     def.loss = loss;
     def.fuse_relus();
@@ -598,39 +598,6 @@ fn depthwise_gradients_match_central_differences() {
     assert!(matches!(net.nodes[2], Node::DepthwiseConv2D { kernel: (3, 3), strides: (2, 2), padding: Padding::Same, depth_multiplier: 1, dilation: (1, 1), use_bias: false }));
     assert!(matches!(net.nodes[4], Node::DepthwiseConv2D { kernel: (2, 3), strides: (1, 2), padding: Padding::Explicit(1, 1), depth_multiplier: 2, dilation: (2, 1), use_bias: true }));
     assert_eq!(net.param_shapes().unwrap(), layout.params.iter().map(|e| e.spec.shape.clone()).collect::<Vec<_>>());
-/// The layers of issue 14's activation part: the per-channel maps, a capped and leaky ReLU
-/// after a BatchNorm (not fused: a node of its own, its pieces taken from the device),
-/// LeakyReLU, GELU in both forms, SiLU, tanh, sigmoid, softmax and global max pooling.
-fn activation_model() -> Sequential {
-    let mut m = Sequential::new(&[6, 5, 3]);
-    m.add(Normalization::new(vec![0.5, 0.4, 0.3], vec![0.1, 0.2, 0.3]));
-    m.add(Rescaling::per_channel(vec![0.5, 1.0, 2.0], vec![0.1]));
-    m.add(Conv2D::new(6, 3).padding(Padding::Same));
-    m.add(BatchNormalization::new());
-    m.add(ReLU::new().max_value(0.8).negative_slope(0.1));
-    m.add(Conv2D::new(6, 3).padding(Padding::Same));
-    m.add(LeakyReLU::new());
-    m.add(Activation::new("gelu").unwrap());
-    m.add(GlobalMaxPooling2D::new());
-    m.add(Dense::new(8));
-    m.add(Activation::new("silu").unwrap());
-    m.add(Activation::new("relu6").unwrap());
-    m.add(Activation::new("tanh").unwrap());
-    m.add(Activation::of(ActivationFn::Gelu { approximate: true }));
-    m.add(Dense::new(6));
-    m.add(Softmax::new());
-    m.add(Activation::new("sigmoid").unwrap());
-    m.add(Dense::new(4));
-    m
-}
-
-#[test]
-fn activation_nodes_match_central_differences() {
-    let mut m = activation_model();
-    let (net, layout) = prepare(&mut m, Loss::SparseCategoricalCrossentropy);
-    assert_eq!(net.nodes[3], Node::BatchNorm { momentum: 0.99f32 as f64, epsilon: 1e-3f32 as f64, relu: false }, "a capped ReLU must not fuse");
-    assert!(matches!(net.nodes[4], Node::Activation(Act::Rectifier { max_value, negative_slope }) if max_value == 0.8f32 as f64 && negative_slope == 0.1f32 as f64));
-    assert!(matches!(net.nodes[8], Node::GlobalMaxPool { keepdims: false }));
     let (params, states) = weights(&layout, 11);
     let (images, labels) = batch(&net, 3, 12);
     let decisions = own_decisions(&net, &layout, &params, &states, &images).unwrap();
@@ -682,6 +649,45 @@ fn depthwise_forward_matches_its_definition() {
             assert!((a - e).abs() < 1e-12, "{kernel:?} {strides:?} {dilation:?} {padding:?} x{m}: {a} vs {e}");
         }
     }
+}
+
+/// The layers of issue 14's activation part: the per-channel maps, a capped and leaky ReLU
+/// after a BatchNorm (not fused: a node of its own, its pieces taken from the device),
+/// LeakyReLU, GELU in both forms, SiLU, tanh, sigmoid, softmax and global max pooling.
+fn activation_model() -> Sequential {
+    let mut m = Sequential::new(&[6, 5, 3]);
+    m.add(Normalization::new(vec![0.5, 0.4, 0.3], vec![0.1, 0.2, 0.3]));
+    m.add(Rescaling::per_channel(vec![0.5, 1.0, 2.0], vec![0.1]));
+    m.add(Conv2D::new(6, 3).padding(Padding::Same));
+    m.add(BatchNormalization::new());
+    m.add(ReLU::new().max_value(0.8).negative_slope(0.1));
+    m.add(Conv2D::new(6, 3).padding(Padding::Same));
+    m.add(LeakyReLU::new());
+    m.add(Activation::new("gelu").unwrap());
+    m.add(GlobalMaxPooling2D::new());
+    m.add(Dense::new(8));
+    m.add(Activation::new("silu").unwrap());
+    m.add(Activation::new("relu6").unwrap());
+    m.add(Activation::new("tanh").unwrap());
+    m.add(Activation::of(ActivationFn::Gelu { approximate: true }));
+    m.add(Dense::new(6));
+    m.add(Softmax::new());
+    m.add(Activation::new("sigmoid").unwrap());
+    m.add(Dense::new(4));
+    m
+}
+
+#[test]
+fn activation_nodes_match_central_differences() {
+    let mut m = activation_model();
+    let (net, layout) = prepare(&mut m, Loss::SparseCategoricalCrossentropy);
+    assert_eq!(net.nodes[3], Node::BatchNorm { momentum: 0.99f32 as f64, epsilon: 1e-3f32 as f64, relu: false }, "a capped ReLU must not fuse");
+    assert!(matches!(net.nodes[4], Node::Activation(Act::Rectifier { max_value, negative_slope }) if max_value == 0.8f32 as f64 && negative_slope == 0.1f32 as f64));
+    assert!(matches!(net.nodes[8], Node::GlobalMaxPool { keepdims: false }));
+    let (params, states) = weights(&layout, 11);
+    let (images, labels) = batch(&net, 3, 12);
+    let decisions = own_decisions(&net, &layout, &params, &states, &images).unwrap();
+    let worst = gradcheck(&net, &layout, &params, &states, &images, &labels, &decisions, 13);
     eprintln!("activation net: worst relative error {worst:e}");
 }
 
