@@ -31,14 +31,7 @@ fn model() -> Sequential {
 }
 
 fn compile_on(m: &mut Sequential, optimizer: Optimizer, selection: &str) {
-    m.compile(CompileOptions {
-        optimizer,
-        loss: Loss::SparseCategoricalCrossentropy,
-        metrics: vec![Metric::Accuracy],
-        devices: devices(selection),
-        seed: 1,
-        max_batch: 32,
-    })
+    m.compile(CompileOptions::new(optimizer).devices(devices(selection)).seed(1))
     .unwrap();
 }
 
@@ -408,4 +401,116 @@ fn save_and_load_take_any_path_like_value() {
     let again = Sequential::load_compiled(std::path::PathBuf::from(&path), devices("software"), 8).unwrap();
     assert_eq!(again.get_weights().unwrap().0, m.get_weights().unwrap().0);
     let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn compile_options_need_only_the_optimizer() {
+    // Keras: model.compile(optimizer=...) defaults the loss, and metrics=["accuracy"] is the
+    // usual companion; `fit`'s batch_size defaults to 32, so the staging buffers hold 32.
+    let o = CompileOptions::new(Optimizer::sgd(0.1));
+    assert_eq!(o.loss, Loss::SparseCategoricalCrossentropy);
+    assert_eq!(o.metrics, vec![Metric::Accuracy]);
+    assert_eq!((o.seed, o.max_batch, o.label_smoothing, o.devices.len()), (0, 32, 0.0, 0));
+    // No devices named: every adapter that helps (here the software one).
+    let (train, _) = data(32, 8);
+    let mut m = model();
+    m.compile(CompileOptions::new(Optimizer::sgd(0.1))).unwrap();
+    assert!(!m.devices().is_empty());
+    let h = m.fit(train, quiet(1)).unwrap();
+    assert!(h.history().contains_key("accuracy"), "{:?}", h.history().keys());
+    for bad in [-0.1f32, 1.5, f32::NAN] {
+        let e = m.compile(CompileOptions::new(Optimizer::sgd(0.1)).label_smoothing(bad).devices(devices("software"))).unwrap_err().to_string();
+        assert!(e.contains("label_smoothing") && e.contains(&bad.to_string()), "{e}");
+    }
+}
+
+#[test]
+fn label_smoothing_reaches_the_loss_and_survives_save_and_load() {
+    // keras.losses.CategoricalCrossentropy(label_smoothing=a) on one-hot labels: the targets
+    // are (1 - a) * onehot + a / classes, so the loss is -Σ_j t_j log p_j over the softmax p.
+    // A model without BatchNorm, so predict's forward is the training step's.
+    let (train, _) = data(16, 8);
+    let (images, labels) = batch(train.as_ref(), 16);
+    let a = 0.2f32;
+    let mut m = Sequential::new(&[8, 8, 3]);
+    m.add(Flatten::new()).add(Dense::new(10));
+    m.set_normalization(vec![0.5; 3], vec![0.25; 3]).unwrap();
+    m.compile(CompileOptions::new(Optimizer::sgd(0.1)).label_smoothing(a).devices(devices("software")).seed(4)).unwrap();
+    let probs = m.predict_images(&images, 16).unwrap();
+    let want = probs
+        .iter()
+        .zip(&labels)
+        .map(|(p, &l)| -p.iter().enumerate().map(|(j, &pj)| ((1.0 - a as f64) * (j == l as usize) as u8 as f64 + a as f64 / 10.0) * (pj as f64).ln()).sum::<f64>())
+        .sum::<f64>()
+        / 16.0;
+    let (got, grads) = m.compute_gradients(&images, &labels).unwrap();
+    assert!((got - want).abs() < 1e-5, "smoothed loss {got}, want {want}");
+    // Without smoothing the same weights give the plain cross-entropy, a different number.
+    let plain = -probs.iter().zip(&labels).map(|(p, &l)| (p[l as usize] as f64).ln()).sum::<f64>() / 16.0;
+    assert!((got - plain).abs() > 1e-3, "smoothing changed nothing: {got} vs {plain}");
+    let path = std::env::temp_dir().join(format!("convoy-keras-smoothing-{}.safetensors", std::process::id()));
+    m.save(&path).unwrap();
+    let mut again = Sequential::load_compiled(&path, devices("software"), 16).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let (loaded, loaded_grads) = again.compute_gradients(&images, &labels).unwrap();
+    assert_eq!((loaded, loaded_grads), (got, grads), "the loaded model lost its label smoothing");
+}
+
+#[test]
+fn the_optimizer_owns_its_schedule_across_fits_and_save_and_load() {
+    // Keras: SGD(learning_rate=PiecewiseConstantDecay([2, 5], [0.1, 0.05, 0.01])) evaluates the
+    // schedule at optimizer.iterations before every step; a second fit and a loaded model
+    // continue from the iterations reached (Keras saves them with the optimizer).
+    let schedule = Schedule::piecewise_constant(vec![2, 5], vec![0.1, 0.05, 0.01]);
+    let rate = |step: usize| schedule.rate(0.1, step, 4);
+    let (train, _) = data(128, 8);
+    let mut m = compiled(Optimizer::sgd(0.1).schedule(schedule.clone()));
+    let rates = Arc::new(Mutex::new(Vec::new()));
+    let fit = |m: &mut Sequential, epochs| m.fit(train.clone(), FitOptions { callbacks: vec![Box::new(Rates(rates.clone()))], ..quiet(epochs) }).unwrap();
+    fit(&mut m, 1);
+    fit(&mut m, 1);
+    let path = std::env::temp_dir().join(format!("convoy-keras-schedule-{}.safetensors", std::process::id()));
+    m.save(&path).unwrap();
+    let mut loaded = Sequential::load_compiled(&path, devices("software"), 32).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let h = fit(&mut loaded, 1);
+    let want: Vec<f32> = (0..12).map(rate).collect();
+    assert_eq!(*rates.lock().unwrap(), want, "four steps an epoch: steps 0-3, 4-7 and, after the load, 8-11");
+    assert_eq!(h.history()["learning_rate"], [0.01f32 as f64], "the epoch logs the last step's rate");
+    // A callback may not set a scheduled rate (Keras: "not settable").
+    let e = loaded
+        .fit(train.clone(), FitOptions { callbacks: vec![Box::new(LearningRateScheduler::new(|_, _| 0.5))], ..quiet(1) })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("learning rate to 0.5") && e.contains("own schedule"), "{e}");
+    // A schedule that gives no rate is refused at compile, naming it.
+    let mut bad = model();
+    let e = bad.compile(CompileOptions::new(Optimizer::sgd(0.1).schedule(Schedule::exponential_decay(0, 0.5))).devices(devices("software"))).unwrap_err().to_string();
+    assert!(e.contains("decay_steps must be positive"), "{e}");
+}
+
+#[test]
+fn each_step_runs_at_its_scheduled_rate() {
+    // SGD without momentum moves the weights by exactly -rate * gradient: the rate a step
+    // used is read back from the weights, against the schedule at the step's index (here
+    // CosineDecay with warm-up, which moves at every step).
+    let schedule = Schedule::CosineDecay { decay_steps: 4, alpha: 0.2, warmup_target: Some(0.2), warmup_steps: 2 };
+    let (train, _) = data(16, 8);
+    let (images, labels) = batch(train.as_ref(), 16);
+    let mut m = compiled(Optimizer::sgd(0.05).schedule(schedule.clone()));
+    m.set_normalization(vec![0.5; 3], vec![0.25; 3]).unwrap();
+    for k in 0..7 {
+        let (_, g) = m.compute_gradients(&images, &labels).unwrap();
+        let before = m.get_weights().unwrap().0;
+        m.train_on_batch(&images, &labels).unwrap();
+        m.collect(0).unwrap();
+        let after = m.get_weights().unwrap().0;
+        let (mut num, mut den) = (0.0f64, 0.0f64);
+        for ((b, a), g) in before.iter().zip(&after).zip(&g) {
+            num += (b - a) as f64 * *g as f64;
+            den += *g as f64 * *g as f64;
+        }
+        let (used, want) = (num / den, schedule.rate(0.05, k, 1) as f64);
+        assert!((used - want).abs() < 1e-4 * want, "step {k} ran at {used}, the schedule says {want}");
+    }
 }

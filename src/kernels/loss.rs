@@ -19,7 +19,8 @@ struct Params {
     rows: u32,
     k: u32,
     scale: f32,
-    _pad: u32,
+    /// Cross-entropy's label smoothing (0 for mean squared error).
+    smoothing: f32,
 }
 
 /// `[rows, k]` of a 2-d tensor with at least one column.
@@ -30,8 +31,8 @@ fn rows_and_k(kernel: &str, operand: &str, t: &Tensor) -> Result<(usize, usize)>
     }
 }
 
-fn launch(device: &Device, entry: &'static str, rows: usize, k: usize, scale: f32, bindings: &[(u32, &Tensor)]) -> Result<Dispatch> {
-    let params = Params { rows: u32_of(entry, "rows", rows)?, k: u32_of(entry, "classes", k)?, scale, _pad: 0 };
+fn launch(device: &Device, entry: &'static str, rows: usize, k: usize, scale: f32, smoothing: f32, bindings: &[(u32, &Tensor)]) -> Result<Dispatch> {
+    let params = Params { rows: u32_of(entry, "rows", rows)?, k: u32_of(entry, "classes", k)?, scale, smoothing };
     u32_of(entry, "elements", rows * k)?;
     // A row's ROW_THREADS lanes stride over its classes: one pass or several.
     let classes = if k > ROW_THREADS as usize { "classes=strided" } else { "classes=one_pass" };
@@ -59,7 +60,31 @@ pub fn softmax_cross_entropy(
     dlogits: &Tensor,
     rank: &Tensor,
 ) -> Result<Dispatch> {
+    softmax_cross_entropy_smoothed(device, logits, labels, scale, 0.0, loss, dlogits, rank)
+}
+
+/// [`softmax_cross_entropy`] against smoothed targets (Keras' `label_smoothing` `a`):
+/// `t = (1 - a) * onehot(label) + a / classes`, `loss[i] = -sum_j t_j log softmax(logits[i])_j`,
+/// `dlogits = scale * (softmax - t)`; `rank` is the label's, as without smoothing. `a` 0 gives
+/// exactly [`softmax_cross_entropy`]'s results.
+///
+/// # Shapes
+/// As [`softmax_cross_entropy`].
+#[allow(clippy::too_many_arguments)]
+pub fn softmax_cross_entropy_smoothed(
+    device: &Device,
+    logits: &Tensor,
+    labels: &Tensor,
+    scale: f32,
+    label_smoothing: f32,
+    loss: &Tensor,
+    dlogits: &Tensor,
+    rank: &Tensor,
+) -> Result<Dispatch> {
     let kn = "softmax_cross_entropy";
+    if !(0.0..=1.0).contains(&label_smoothing) {
+        bail!(Config, "{kn}: label_smoothing must be in [0, 1], got {label_smoothing}");
+    }
     let (rows, k) = rows_and_k(kn, "logits", logits)?;
     expect_shape(kn, "labels", labels, &[rows])?;
     expect_shape(kn, "loss", loss, &[rows])?;
@@ -75,7 +100,7 @@ pub fn softmax_cross_entropy(
         expect_dtype(kn, name, t, dtype)?;
     }
     expect_separate(kn, &[("loss", loss), ("dlogits", dlogits), ("rank", rank)], &[("logits", logits), ("labels", labels)])?;
-    launch(device, kn, rows, k, scale, &[(1, logits), (2, labels), (4, loss), (5, dlogits), (6, rank)])
+    launch(device, kn, rows, k, scale, label_smoothing, &[(1, logits), (2, labels), (4, loss), (5, dlogits), (6, rank)])
 }
 
 /// Mean squared error, forward and backward fused: `loss[i] = mean_k (pred - target)^2`,
@@ -93,5 +118,5 @@ pub fn mean_squared_error(device: &Device, pred: &Tensor, target: &Tensor, scale
         expect_dtype(kn, name, t, DType::F32)?;
     }
     expect_separate(kn, &[("loss", loss), ("dpred", dpred)], &[("pred", pred), ("target", target)])?;
-    launch(device, kn, rows, k, scale, &[(1, pred), (3, target), (4, loss), (5, dpred)])
+    launch(device, kn, rows, k, scale, 0.0, &[(1, pred), (3, target), (4, loss), (5, dpred)])
 }

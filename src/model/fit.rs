@@ -202,8 +202,12 @@ impl Sequential {
         let mut progress = ProgressBar::new().verbose(opts.verbose);
         let steps = batch_count(data.len(), opts.batch_size, opts.drop_remainder);
         let samples = if opts.drop_remainder { steps * opts.batch_size } else { data.len() };
-        let base_lr = self.compiled()?.learning_rate;
-        let mut lr = base_lr;
+        let c = self.compiled()?;
+        c.steps_per_epoch = steps;
+        // Under the optimizer's schedule the rate is the schedule's, which callbacks see
+        // but may not change (Keras refuses to set a scheduled rate too).
+        let scheduled = !c.optimizer.learning_rate_schedule().is_constant();
+        let mut lr = c.next_rate();
         let mut cbs: Vec<&mut dyn Callback> = vec![&mut history as &mut dyn Callback, &mut progress];
         cbs.extend(opts.callbacks.iter_mut().map(|c| c.as_mut() as &mut dyn Callback));
 
@@ -212,6 +216,9 @@ impl Sequential {
                 let mut ctx = Context { stop_training: false, learning_rate: lr, epochs: opts.epochs, steps_per_epoch: steps, samples, saver: &ModelSaver(self) };
                 for cb in cbs.iter_mut() {
                     cb.$method($($arg,)* &mut ctx)?;
+                }
+                if scheduled && ctx.learning_rate != lr {
+                    bail!(Config, "a callback set the learning rate to {} in {}, but the optimizer follows its own schedule (rate {lr} at this step): drop the callback or the optimizer's schedule", ctx.learning_rate, stringify!($method));
                 }
                 #[allow(unused_assignments)]
                 { lr = ctx.learning_rate; }
@@ -252,6 +259,9 @@ impl Sequential {
                 let Some((b, batch)) = next else { break };
                 let batch = batch?;
                 shares.wait += t_wait.elapsed().as_secs_f64();
+                if scheduled {
+                    lr = self.compiled()?.next_rate();
+                }
                 stop |= hook!(on_batch_begin(b));
                 self.compiled()?.learning_rate = lr;
                 // The split is decided on the first batch, before its step.

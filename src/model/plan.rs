@@ -20,6 +20,8 @@ pub struct Definition {
     pub fused: Vec<bool>,
     pub layout: Layout,
     pub loss: Loss,
+    /// Keras' `label_smoothing` of the cross-entropy (0: one-hot targets).
+    pub label_smoothing: f32,
     pub classes: usize,
     /// Per-channel normalisation of the u8 input: `(x / 255 - mean) / std`.
     pub mean: Vec<f32>,
@@ -171,7 +173,7 @@ impl Plan {
         let mut targets = None;
         match def.loss {
             Loss::SparseCategoricalCrossentropy => {
-                g.push(loss::softmax_cross_entropy(device, &logits, &labels, scale, &loss, &dlogits, &rank)?);
+                g.push(loss::softmax_cross_entropy_smoothed(device, &logits, &labels, scale, def.label_smoothing, &loss, &dlogits, &rank)?);
             }
             Loss::MeanSquaredError => {
                 // Cross-entropy still runs for the label ranks the metrics need; its loss and
