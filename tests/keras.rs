@@ -514,3 +514,50 @@ fn each_step_runs_at_its_scheduled_rate() {
         assert!((used - want).abs() < 1e-4 * want, "step {k} ran at {used}, the schedule says {want}");
     }
 }
+
+#[test]
+fn global_clipnorm_moves_the_weights_by_lr_times_clip_on_one_and_two_replicas() {
+    // Keras' SGD(learning_rate=lr, global_clipnorm=c) without momentum: a gradient whose
+    // global norm is above c is scaled to norm c, so the step moves the weights by exactly
+    // lr * c in norm, along the gradient. With two replicas the norm is the summed gradient's,
+    // after the exchange, so both take the same step.
+    let (train, _) = data(16, 8);
+    let (images, labels) = batch(train.as_ref(), 16);
+    let (lr, clip) = (0.5f32, 0.01f32);
+    for selection in ["software", "software:2"] {
+        let mut m = model();
+        m.set_normalization(vec![0.5; 3], vec![0.25; 3]).unwrap();
+        compile_on(&mut m, Optimizer::sgd(lr).global_clipnorm(clip), selection);
+        let before = m.get_weights().unwrap().0;
+        m.train_on_batch(&images, &labels).unwrap();
+        m.collect(0).unwrap();
+        let after = m.get_weights().unwrap().0;
+        let moved = before.iter().zip(&after).map(|(b, a)| (*b as f64 - *a as f64).powi(2)).sum::<f64>().sqrt();
+        let want = (lr * clip) as f64;
+        assert!((moved - want).abs() < 1e-3 * want, "{selection}: the weights moved {moved} in norm, want lr * clip = {want}");
+        let replicas = m.replica_weights().unwrap();
+        assert!(replicas.iter().all(|(p, _)| *p == replicas[0].0), "{selection}: the replicas took different steps");
+        // The clip was tiny: unclipped, the step would have been far longer.
+        let mut twin = model();
+        twin.set_normalization(vec![0.5; 3], vec![0.25; 3]).unwrap();
+        compile_on(&mut twin, Optimizer::sgd(lr), selection);
+        twin.train_on_batch(&images, &labels).unwrap();
+        twin.collect(0).unwrap();
+        let free = before.iter().zip(&twin.get_weights().unwrap().0).map(|(b, a)| (*b as f64 - *a as f64).powi(2)).sum::<f64>().sqrt();
+        assert!(free > 10.0 * want, "{selection}: the unclipped step moved only {free}");
+    }
+    let mut m = model();
+    for bad in [0.0f32, -1.0, f32::NAN] {
+        let e = m.compile(CompileOptions::new(Optimizer::sgd(0.1).global_clipnorm(bad)).devices(devices("software"))).unwrap_err().to_string();
+        assert!(e.contains("global_clipnorm") && e.contains(&bad.to_string()), "{e}");
+    }
+    // Above the gradient's norm the clip changes nothing: the same weights as without it.
+    let mut a = compiled(Optimizer::sgd(lr));
+    let mut b = compiled(Optimizer::sgd(lr).global_clipnorm(1e6));
+    for m in [&mut a, &mut b] {
+        m.set_normalization(vec![0.5; 3], vec![0.25; 3]).unwrap();
+        m.train_on_batch(&images, &labels).unwrap();
+        m.collect(0).unwrap();
+    }
+    assert_eq!(a.get_weights().unwrap().0, b.get_weights().unwrap().0);
+}

@@ -38,6 +38,8 @@ pub enum Optimizer {
         decoupled: bool,
         #[serde(default, skip_serializing_if = "Schedule::is_constant")]
         schedule: Schedule,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        global_clipnorm: Option<f32>,
     },
     /// Adam; `weight_decay` is added to the gradient (L2, PyTorch's Adam): [`Optimizer::l2`].
     Adam {
@@ -48,6 +50,8 @@ pub enum Optimizer {
         weight_decay: f32,
         #[serde(default, skip_serializing_if = "Schedule::is_constant")]
         schedule: Schedule,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        global_clipnorm: Option<f32>,
     },
     /// Adam with `weight_decay` decoupled (Keras 3's Adam and AdamW, PyTorch's AdamW).
     AdamW {
@@ -58,21 +62,23 @@ pub enum Optimizer {
         weight_decay: f32,
         #[serde(default, skip_serializing_if = "Schedule::is_constant")]
         schedule: Schedule,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        global_clipnorm: Option<f32>,
     },
 }
 
 impl Optimizer {
     /// Keras' `SGD(learning_rate)`: no momentum, no weight decay.
     pub fn sgd(learning_rate: f32) -> Self {
-        Optimizer::Sgd { learning_rate, momentum: 0.0, nesterov: false, weight_decay: 0.0, decoupled: false, schedule: Schedule::Constant }
+        Optimizer::Sgd { learning_rate, momentum: 0.0, nesterov: false, weight_decay: 0.0, decoupled: false, schedule: Schedule::Constant, global_clipnorm: None }
     }
     /// Keras' `Adam(learning_rate)` with beta_1 0.9, beta_2 0.999, epsilon 1e-7.
     pub fn adam(learning_rate: f32) -> Self {
-        Optimizer::Adam { learning_rate, beta_1: 0.9, beta_2: 0.999, epsilon: 1e-7, weight_decay: 0.0, schedule: Schedule::Constant }
+        Optimizer::Adam { learning_rate, beta_1: 0.9, beta_2: 0.999, epsilon: 1e-7, weight_decay: 0.0, schedule: Schedule::Constant, global_clipnorm: None }
     }
     /// Keras' `AdamW(learning_rate)`: decoupled weight decay 0.004 by default.
     pub fn adamw(learning_rate: f32) -> Self {
-        Optimizer::AdamW { learning_rate, beta_1: 0.9, beta_2: 0.999, epsilon: 1e-7, weight_decay: 0.004, schedule: Schedule::Constant }
+        Optimizer::AdamW { learning_rate, beta_1: 0.9, beta_2: 0.999, epsilon: 1e-7, weight_decay: 0.004, schedule: Schedule::Constant, global_clipnorm: None }
     }
     /// SGD's momentum (ignored by Adam).
     pub fn momentum(mut self, m: f32) -> Self {
@@ -92,11 +98,12 @@ impl Optimizer {
     /// update, on kernels only. Adam becomes AdamW (the rule Keras 3 gives both).
     pub fn weight_decay(self, wd: f32) -> Self {
         match self {
-            Optimizer::Sgd { learning_rate, momentum, nesterov, schedule, .. } => {
-                Optimizer::Sgd { learning_rate, momentum, nesterov, weight_decay: wd, decoupled: true, schedule }
+            Optimizer::Sgd { learning_rate, momentum, nesterov, schedule, global_clipnorm, .. } => {
+                Optimizer::Sgd { learning_rate, momentum, nesterov, weight_decay: wd, decoupled: true, schedule, global_clipnorm }
             }
-            Optimizer::Adam { learning_rate, beta_1, beta_2, epsilon, schedule, .. } | Optimizer::AdamW { learning_rate, beta_1, beta_2, epsilon, schedule, .. } => {
-                Optimizer::AdamW { learning_rate, beta_1, beta_2, epsilon, weight_decay: wd, schedule }
+            Optimizer::Adam { learning_rate, beta_1, beta_2, epsilon, schedule, global_clipnorm, .. }
+            | Optimizer::AdamW { learning_rate, beta_1, beta_2, epsilon, schedule, global_clipnorm, .. } => {
+                Optimizer::AdamW { learning_rate, beta_1, beta_2, epsilon, weight_decay: wd, schedule, global_clipnorm }
             }
         }
     }
@@ -106,11 +113,12 @@ impl Optimizer {
     /// Adam with L2.
     pub fn l2(self, wd: f32) -> Self {
         match self {
-            Optimizer::Sgd { learning_rate, momentum, nesterov, schedule, .. } => {
-                Optimizer::Sgd { learning_rate, momentum, nesterov, weight_decay: wd, decoupled: false, schedule }
+            Optimizer::Sgd { learning_rate, momentum, nesterov, schedule, global_clipnorm, .. } => {
+                Optimizer::Sgd { learning_rate, momentum, nesterov, weight_decay: wd, decoupled: false, schedule, global_clipnorm }
             }
-            Optimizer::Adam { learning_rate, beta_1, beta_2, epsilon, schedule, .. } | Optimizer::AdamW { learning_rate, beta_1, beta_2, epsilon, schedule, .. } => {
-                Optimizer::Adam { learning_rate, beta_1, beta_2, epsilon, weight_decay: wd, schedule }
+            Optimizer::Adam { learning_rate, beta_1, beta_2, epsilon, schedule, global_clipnorm, .. }
+            | Optimizer::AdamW { learning_rate, beta_1, beta_2, epsilon, schedule, global_clipnorm, .. } => {
+                Optimizer::Adam { learning_rate, beta_1, beta_2, epsilon, weight_decay: wd, schedule, global_clipnorm }
             }
         }
     }
@@ -125,6 +133,25 @@ impl Optimizer {
             Optimizer::Sgd { schedule, .. } | Optimizer::Adam { schedule, .. } | Optimizer::AdamW { schedule, .. } => *schedule = s,
         }
         self
+    }
+
+    /// Keras' `global_clipnorm`: before every update, every gradient is scaled by
+    /// `min(1, clipnorm / norm)`, `norm` being the L2 norm of the whole gradient (the sum over
+    /// the replicas, after the exchange, so every replica applies the same update).
+    pub fn global_clipnorm(mut self, clipnorm: f32) -> Self {
+        match &mut self {
+            Optimizer::Sgd { global_clipnorm, .. } | Optimizer::Adam { global_clipnorm, .. } | Optimizer::AdamW { global_clipnorm, .. } => {
+                *global_clipnorm = Some(clipnorm)
+            }
+        }
+        self
+    }
+
+    /// The global norm gradients are clipped to, if any.
+    pub fn clipnorm(&self) -> Option<f32> {
+        match self {
+            Optimizer::Sgd { global_clipnorm, .. } | Optimizer::Adam { global_clipnorm, .. } | Optimizer::AdamW { global_clipnorm, .. } => *global_clipnorm,
+        }
     }
 
     /// The schedule the learning rate follows ([`Schedule::Constant`] unless one was set).
@@ -170,6 +197,11 @@ impl Optimizer {
     /// Refuses settings Keras or PyTorch refuse, naming the value.
     pub fn validate(&self) -> Result<()> {
         self.learning_rate_schedule().validate()?;
+        if let Some(c) = self.clipnorm()
+            && !(c.is_finite() && c > 0.0)
+        {
+            bail!(Config, "global_clipnorm must be finite and > 0, got {c}");
+        }
         let lr = self.learning_rate();
         if !(lr.is_finite() && lr > 0.0) {
             bail!(Config, "learning rate must be positive and finite, got {lr}");

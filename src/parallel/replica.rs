@@ -28,7 +28,7 @@ impl HostBatch<'_> {
 }
 
 /// Optimizer inputs for a step that must not change the weights (evaluation, gradients).
-pub const NO_UPDATE: Hyper = Hyper { lr: 0.0, bias_correction1: 1.0, bias_correction2: 1.0, _pad: 0.0 };
+pub const NO_UPDATE: Hyper = Hyper { lr: 0.0, bias_correction1: 1.0, bias_correction2: 1.0, clip_factor: 1.0 };
 
 /// A step recorded by `Replica::record_step`, waiting for `submit_step`.
 pub struct Recorded {
@@ -67,6 +67,9 @@ pub struct Replica {
     /// Under `mixed_float16`: the search of the whole gradient for NaN and infinity before
     /// any update, and the loss-scale update after them (`kernels::loss_scale`).
     scaling: Option<Scaling>,
+    /// With `global_clipnorm`: the norm of the whole (summed) gradient and the clip factor,
+    /// before the update.
+    clipping: Option<Clipping>,
     plans: HashMap<PlanKey, Plan>,
     ring: StagingRing,
     /// Plans whose readback is in flight, oldest first.
@@ -118,7 +121,15 @@ impl Replica {
             let state: Vec<Tensor> = opt_state.iter().map(view).collect::<Result<_>>()?;
             let state_refs: Vec<&Tensor> = state.iter().collect();
             let no_decay: Vec<std::ops::Range<usize>> = kept.iter().filter(|(a, b)| *a < hi && *b > lo).map(|&(a, b)| a.max(lo) - lo..b.min(hi) - lo).collect();
-            optimizer::update_scaled(&device, &optimizer.kind(), wd, &view(&p)?, &view(&grads)?, &state_refs, &hyper, &no_decay, shared.loss_scale.as_ref())
+            optimizer::update_clipped(&device, &optimizer.kind(), wd, &view(&p)?, &view(&grads)?, &state_refs, &hyper, &no_decay, shared.loss_scale.as_ref(), optimizer.clipnorm().is_some())
+        };
+        let clipping = match optimizer.clipnorm() {
+            Some(clipnorm) => {
+                let partials = device.zeros(&[optimizer::NORM_GROUPS])?;
+                let dispatches = optimizer::clip_by_global_norm(&device, clipnorm, &grads, &hyper, &partials, shared.loss_scale.as_ref())?;
+                Some(Clipping { _partials: partials, dispatches })
+            }
+            None => None,
         };
         let scaling = match &shared.loss_scale {
             Some(state) => Some(Scaling {
@@ -154,6 +165,7 @@ impl Replica {
             shared,
             update,
             scaling,
+            clipping,
             plans: HashMap::new(),
             ring,
             in_flight: Default::default(),
@@ -239,7 +251,7 @@ impl Replica {
             plan.encode_readback(&mut enc, rb);
             if training {
                 let mut pass = GpuSpans::begin(&mut spans, || "optimizer".to_string(), &mut enc);
-                for d in whole_update(&self.update, &self.scaling) {
+                for d in whole_update(&self.update, &self.scaling, &self.clipping) {
                     d.encode(&mut pass);
                 }
             }
@@ -295,7 +307,7 @@ impl Replica {
         let (slot, rb) = self.stage(def, batch, true, hyper, step, scale, &mut enc)?;
         let key = (n, true, scale.to_bits());
         let plan = &self.plans[&key];
-        let all: Vec<Dispatch> = plan.dispatches.iter().chain(whole_update(&self.update, &self.scaling)).filter(|d| !d.groups().contains(&0)).cloned().collect();
+        let all: Vec<Dispatch> = plan.dispatches.iter().chain(whole_update(&self.update, &self.scaling, &self.clipping)).filter(|d| !d.groups().contains(&0)).cloned().collect();
         if all.len() > timer.capacity() as usize {
             crate::bail!(Config, "a step of {} dispatches exceeds the {} a profile can time", all.len(), timer.capacity());
         }
@@ -404,13 +416,14 @@ impl Replica {
             let mut enc = dev.wgpu().create_command_encoder(&Default::default());
             bucket.staging.encode(slot, &mut enc, &copies);
             let mut spans = self.spans.as_mut().zip(set);
-            if self.scaling.is_none() {
+            if self.scaling.is_none() && self.clipping.is_none() {
                 bucket.update.encode(&mut GpuSpans::begin(&mut spans, || format!("optimizer, bucket {b}"), &mut enc));
             } else if b + 1 == count {
-                // Every replica skips a step or none does: the search and the update wait for
-                // the last bucket of the summed gradients, which every replica receives alike.
+                // Every replica skips a step or none does, and every replica clips by the same
+                // factor: the search, the norm and the update wait for the last bucket of the
+                // summed gradients, which every replica receives alike.
                 let mut pass = GpuSpans::begin(&mut spans, || "optimizer".to_string(), &mut enc);
-                for d in whole_update(&self.update, &self.scaling) {
+                for d in whole_update(&self.update, &self.scaling, &self.clipping) {
                     d.encode(&mut pass);
                 }
             }
@@ -576,14 +589,23 @@ struct Scaling {
     update: Dispatch,
 }
 
+/// Gradient clipping by global norm: the scratch of its partial sums (owned here, not
+/// pooled: the dispatches keep reading it) and its two dispatches.
+struct Clipping {
+    _partials: Tensor,
+    dispatches: Vec<Dispatch>,
+}
+
 /// The whole-model update in order: under `mixed_float16` the search for non-finite
-/// gradients, the optimizer (which skips a flagged step) and the scale's update; else the
-/// optimizer alone.
-fn whole_update<'a>(optimizer: &'a Dispatch, scaling: &'a Option<Scaling>) -> Vec<&'a Dispatch> {
-    match scaling {
-        Some(s) => vec![&s.find, optimizer, &s.update],
-        None => vec![optimizer],
-    }
+/// gradients first; with `global_clipnorm` the gradient's norm and clip factor; the optimizer
+/// (which skips a flagged step); under `mixed_float16` the scale's update last.
+fn whole_update<'a>(optimizer: &'a Dispatch, scaling: &'a Option<Scaling>, clipping: &'a Option<Clipping>) -> Vec<&'a Dispatch> {
+    let mut all = Vec::new();
+    all.extend(scaling.as_ref().map(|s| &s.find));
+    all.extend(clipping.iter().flat_map(|c| &c.dispatches));
+    all.push(optimizer);
+    all.extend(scaling.as_ref().map(|s| &s.update));
+    all
 }
 
 /// A contiguous byte range of the flat gradients, written by the backward of `layers`.
