@@ -561,3 +561,44 @@ fn global_clipnorm_moves_the_weights_by_lr_times_clip_on_one_and_two_replicas() 
     }
     assert_eq!(a.get_weights().unwrap().0, b.get_weights().unwrap().0);
 }
+
+#[test]
+fn validation_split_sets_the_last_samples_aside_before_shuffling() {
+    // Keras: split_at = floor(n * (1 - validation_split)); x[:split_at] trains (shuffled),
+    // x[split_at:] is the validation data. 100 samples at 0.25: 75 train, the last 25 validate.
+    let (train, _) = data(100, 8);
+    let mut m = compiled(Optimizer::sgd(0.05));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let h = m.fit(train.clone(), FitOptions { validation_split: 0.25, callbacks: vec![Box::new(BatchLogs(seen.clone()))], ..quiet(1) }).unwrap();
+    let sizes: Vec<f64> = seen.lock().unwrap().iter().map(|(_, l)| l["batch_size"]).collect();
+    assert_eq!(sizes, [32.0, 32.0, 11.0], "75 samples trained on, in batches of 32");
+    let last = m.evaluate(Arc::new(convoy::data::Subset::new(train.clone(), 75..100).unwrap()), 32).unwrap();
+    assert_eq!(h.history()["val_loss"], [last["loss"]], "val_loss is the last 25 samples' loss");
+    for bad in [1.0f32, -0.1, f32::NAN] {
+        let e = m.fit(train.clone(), FitOptions { validation_split: bad, ..quiet(1) }).unwrap_err().to_string();
+        assert!(e.contains("validation_split") && e.contains(&bad.to_string()), "{e}");
+    }
+    let e = m.fit(train.clone(), FitOptions { validation_split: 0.995, ..quiet(1) }).unwrap_err().to_string();
+    assert!(e.contains("leaves 0 to train on and 100 to validate on"), "{e}");
+    let e = m.fit(train.clone(), FitOptions { validation_split: 0.5, validation_data: Some(train.clone()), ..quiet(1) }).unwrap_err().to_string();
+    assert!(e.contains("validation_data"), "{e}");
+}
+
+#[test]
+fn steps_per_epoch_makes_an_epoch_that_many_batches() {
+    // Keras' steps_per_epoch: 128 samples in batches of 32 are four batches; an epoch of two
+    // takes the first two of the epoch's order, and the optimizer counts two steps an epoch.
+    let (train, _) = data(128, 8);
+    let mut m = compiled(Optimizer::sgd(0.05).schedule(Schedule::piecewise_constant(vec![3], vec![0.05, 0.01])));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let rates = Arc::new(Mutex::new(Vec::new()));
+    let callbacks: Vec<Box<dyn Callback>> = vec![Box::new(BatchLogs(seen.clone())), Box::new(Rates(rates.clone()))];
+    let h = m.fit(train.clone(), FitOptions { steps_per_epoch: Some(2), callbacks, ..quiet(3) }).unwrap();
+    assert_eq!(seen.lock().unwrap().iter().map(|s| s.0).collect::<Vec<_>>(), [0, 1, 0, 1, 0, 1]);
+    assert_eq!(*rates.lock().unwrap(), [0.05, 0.05, 0.05, 0.05, 0.01, 0.01], "six steps in all");
+    assert_eq!(h.epochs(), &[0, 1, 2]);
+    for bad in [0, 5] {
+        let e = m.fit(train.clone(), FitOptions { steps_per_epoch: Some(bad), ..quiet(1) }).unwrap_err().to_string();
+        assert!(e.contains(&format!("steps_per_epoch {bad}")) && e.contains("1..=4"), "{e}");
+    }
+}

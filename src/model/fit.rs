@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::callbacks::{Callback, Context, History, Logs, ProgressBar, Saver, Weights};
-use crate::data::{batch_count, channel_stats, epoch_indices, Augment, Dataset, Loader};
+use crate::data::{batch_count, channel_stats, epoch_indices, Augment, Dataset, Loader, Subset};
 use crate::model::losses::Metric;
 use crate::model::Sequential;
 use crate::parallel::{HostBatch, StepOutput, NO_UPDATE};
@@ -34,6 +34,15 @@ pub struct FitOptions {
     pub verbose: u8,
     /// Write a Chrome trace of the run here.
     pub trace: Option<std::path::PathBuf>,
+    /// Keras' `validation_split`, in [0, 1): the last fraction of the data (the last
+    /// `n - floor(n * (1 - split))` samples, taken before any shuffling) is set aside and
+    /// evaluated after every epoch instead of trained on. 0 (the default) sets nothing aside.
+    /// With `validation_data` as well it is an error (Keras silently prefers the data).
+    pub validation_split: f32,
+    /// Keras' `steps_per_epoch`: an epoch is the first this many batches of the epoch's
+    /// (shuffled) order, the rest of the data waiting for later epochs' orders. More batches
+    /// than the data holds is an error. `None` (the default): the whole data set.
+    pub steps_per_epoch: Option<usize>,
 }
 
 impl Default for FitOptions {
@@ -50,6 +59,8 @@ impl Default for FitOptions {
             initial_epoch: 0,
             verbose: 1,
             trace: None,
+            validation_split: 0.0,
+            steps_per_epoch: None,
         }
     }
 }
@@ -171,6 +182,25 @@ impl Saver for ModelSaver<'_> {
 impl Sequential {
     /// Trains on `data` and returns the per-epoch logs.
     pub fn fit(&mut self, data: Arc<dyn Dataset>, mut opts: FitOptions) -> Result<History> {
+        let split = opts.validation_split;
+        if !(0.0..1.0).contains(&split) {
+            bail!(Config, "fit: validation_split must be in [0, 1), got {split}");
+        }
+        let data = if split > 0.0 {
+            if opts.validation_data.is_some() {
+                bail!(Config, "fit: validation_split {split} and validation_data both given: pass one");
+            }
+            // Keras: split_at = floor(n * (1 - validation_split)), in f64 as Python computes it.
+            let n = data.len();
+            let at = (n as f64 * (1.0 - split as f64)).floor() as usize;
+            if at == 0 || at == n {
+                bail!(Config, "fit: validation_split {split} of {} samples leaves {at} to train on and {} to validate on", n, n - at);
+            }
+            opts.validation_data = Some(Arc::new(Subset::new(data.clone(), at..n)?));
+            Arc::new(Subset::new(data, 0..at)?) as Arc<dyn Dataset>
+        } else {
+            data
+        };
         self.check_data(data.as_ref())?;
         if let Some(v) = &opts.validation_data {
             self.check_data(v.as_ref())?;
@@ -200,8 +230,16 @@ impl Sequential {
         c.replicas.forget_finished();
         let mut history = History::new();
         let mut progress = ProgressBar::new().verbose(opts.verbose);
-        let steps = batch_count(data.len(), opts.batch_size, opts.drop_remainder);
-        let samples = if opts.drop_remainder { steps * opts.batch_size } else { data.len() };
+        let mut steps = batch_count(data.len(), opts.batch_size, opts.drop_remainder);
+        let mut samples = if opts.drop_remainder { steps * opts.batch_size } else { data.len() };
+        if let Some(s) = opts.steps_per_epoch {
+            if s == 0 || s > steps {
+                bail!(Config, "fit: steps_per_epoch {s} is not within the 1..={steps} batches of {} that {} samples give", opts.batch_size, data.len());
+            }
+            if s < steps {
+                (steps, samples) = (s, s * opts.batch_size);
+            }
+        }
         let c = self.compiled()?;
         c.steps_per_epoch = steps;
         // Under the optimizer's schedule the rate is the schedule's, which callbacks see
@@ -239,7 +277,8 @@ impl Sequential {
             // call gives the epoch: two calls of one epoch then train as one call of two,
             // and a resumed run replays the order of an uninterrupted one.
             let trained = self.compiled()?.epoch;
-            let indices = epoch_indices(data.len(), opts.shuffle, opts.seed, trained);
+            let mut indices = epoch_indices(data.len(), opts.shuffle, opts.seed, trained);
+            indices.truncate(samples);
             let loader = Loader::new(data.clone(), indices, opts.batch_size, opts.drop_remainder, opts.augment, opts.seed ^ (trained as u64) << 32, 4)?;
             let mut tally = Tally::default();
             let t_epoch = Instant::now();
