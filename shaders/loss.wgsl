@@ -10,6 +10,12 @@ struct Params {
     scale: f32,
     // cross-entropy's label smoothing a: targets (1 - a) * onehot + a / k (Keras)
     smoothing: f32,
+    // 1: each row's loss and gradient are multiplied by class_weights[label] (Keras'
+    // class_weight); 0: binding 7 is a stand-in, never read
+    weighted: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -21,6 +27,8 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> loss: array<f32>;
 @group(0) @binding(5) var<storage, read_write> grad: array<f32>;
 @group(0) @binding(6) var<storage, read_write> rank: array<u32>;
+// cross-entropy's per-class weights, [k] (with p.weighted)
+@group(0) @binding(7) var<storage, read> class_weights: array<f32>;
 
 // Invocations per row, shared with `ROW_THREADS` in src/kernels/loss.rs. Rows are short
 // (classes), so a small group keeps most invocations busy.
@@ -121,15 +129,18 @@ fn softmax_cross_entropy(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_wor
     let finite = sums.n < p.k;
 
     let spread = p.smoothing / f32(p.k);
+    // The sample's weight: its class's, or 1 (the same 1 for an out-of-range label).
+    var weight = 1.0;
+    if (p.weighted != 0u) { weight = class_weights[safe]; }
     for (var j = lid; j < p.k; j += ROW) {
         let prob = exp(a[base + j] - m) / total;
-        grad[base + j] = p.scale * (prob - (select(0.0, 1.0 - p.smoothing, j == label) + spread));
+        grad[base + j] = weight * p.scale * (prob - (select(0.0, 1.0 - p.smoothing, j == label) + spread));
     }
     if (lid == 0u) {
         // WGSL rejects NaN in constant expressions, so its bits depend on a runtime value
         let nan = bitcast<f32>(0x7fc00000u | (label & 1u));
         let ce = log(total) + (m - target_logit) * (1.0 - p.smoothing) - spread * sums.g;
-        loss[row] = select(nan, ce, valid && finite);
+        loss[row] = select(nan, weight * ce, valid && finite);
         rank[row] = select(p.k, sums.n, valid && finite);
     }
 }

@@ -602,3 +602,41 @@ fn steps_per_epoch_makes_an_epoch_that_many_batches() {
         assert!(e.contains(&format!("steps_per_epoch {bad}")) && e.contains("1..=4"), "{e}");
     }
 }
+
+#[test]
+fn class_weight_multiplies_each_samples_loss_and_gradient() {
+    // Keras' class_weight: sample i's loss and gradient times w[label_i], the batch's loss
+    // Σ w_i l_i / N. A model without BatchNorm, so each sample's gradient is its own
+    // (compute_gradients on it alone) and one SGD step moves the weights by
+    // -lr / N Σ w_i g_i.
+    let (train, _) = data(8, 8);
+    let (images, labels) = batch(train.as_ref(), 8);
+    let lr = 0.1f32;
+    let mut m = Sequential::new(&[8, 8, 3]);
+    m.add(Flatten::new()).add(Dense::new(10));
+    m.set_normalization(vec![0.5; 3], vec![0.25; 3]).unwrap();
+    m.compile(CompileOptions::new(Optimizer::sgd(lr)).devices(devices("software")).seed(2)).unwrap();
+    let weights: std::collections::BTreeMap<u32, f32> = (0..10).map(|c| (c, [0.5, 2.0, 0.0, 1.5, 3.0][c as usize % 5])).collect();
+    let before = m.get_weights().unwrap().0;
+    let (mut want, mut want_loss) = (before.iter().map(|&v| v as f64).collect::<Vec<_>>(), 0.0);
+    for (i, &l) in labels.iter().enumerate() {
+        let (loss, g) = m.compute_gradients(&images[i * 192..(i + 1) * 192], &[l]).unwrap();
+        let w = weights[&l] as f64;
+        want_loss += w * loss / 8.0;
+        want.iter_mut().zip(&g).for_each(|(p, g)| *p -= lr as f64 * w * *g as f64 / 8.0);
+    }
+    let h = m.fit(train.clone(), FitOptions { batch_size: 8, shuffle: false, class_weight: Some(weights.clone()), ..quiet(1) }).unwrap();
+    let got = m.get_weights().unwrap().0;
+    let miss = got.iter().zip(&want).map(|(g, w)| (*g as f64 - w).abs()).fold(0.0, f64::max);
+    assert!(miss < 1e-6, "the weighted step is off by {miss}");
+    assert!((h.history()["loss"][0] - want_loss).abs() < 1e-5 * want_loss, "weighted loss {:?}, want {want_loss}", h.history()["loss"]);
+    // The weights were that fit's: a step after it is unweighted again.
+    let (after, _) = m.compute_gradients(&images, &labels).unwrap();
+    let mean = labels.iter().enumerate().map(|(i, &l)| m.compute_gradients(&images[i * 192..(i + 1) * 192], &[l]).unwrap().0).sum::<f64>() / 8.0;
+    assert!((after - mean).abs() < 1e-5 * mean, "{after} vs the unweighted {mean}");
+    for (bad, want) in [((10, 1.0), "names class 10, but the model has 10 classes"), ((3, -1.0), "class 3 must be finite and >= 0, got -1")] {
+        let cw = std::collections::BTreeMap::from([bad]);
+        let e = m.fit(train.clone(), FitOptions { batch_size: 8, class_weight: Some(cw), ..quiet(1) }).unwrap_err().to_string();
+        assert!(e.contains(want), "{e}");
+    }
+}

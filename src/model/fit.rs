@@ -1,5 +1,6 @@
 //! `fit`, `train_on_batch`, `evaluate` and `predict`.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -43,6 +44,10 @@ pub struct FitOptions {
     /// (shuffled) order, the rest of the data waiting for later epochs' orders. More batches
     /// than the data holds is an error. `None` (the default): the whole data set.
     pub steps_per_epoch: Option<usize>,
+    /// Keras' `class_weight`: `{class: weight}`, each training sample's loss and gradient
+    /// multiplied by its class's weight (classes not named weigh 1). The training `loss`
+    /// logged is the weighted one; validation is unweighted. Cross-entropy only.
+    pub class_weight: Option<BTreeMap<u32, f32>>,
 }
 
 impl Default for FitOptions {
@@ -61,6 +66,7 @@ impl Default for FitOptions {
             trace: None,
             validation_split: 0.0,
             steps_per_epoch: None,
+            class_weight: None,
         }
     }
 }
@@ -181,7 +187,47 @@ impl Saver for ModelSaver<'_> {
 
 impl Sequential {
     /// Trains on `data` and returns the per-epoch logs.
-    pub fn fit(&mut self, data: Arc<dyn Dataset>, mut opts: FitOptions) -> Result<History> {
+    pub fn fit(&mut self, data: Arc<dyn Dataset>, opts: FitOptions) -> Result<History> {
+        let Some(class_weight) = &opts.class_weight else { return self.fit_epochs(data, opts) };
+        let table = self.class_weight_table(class_weight)?;
+        self.write_class_weights(&table)?;
+        let result = self.fit_epochs(data, opts);
+        // The weights are this fit's: later steps (train_on_batch, another fit) are unweighted.
+        let reset = self.write_class_weights(&vec![1.0; table.len()]);
+        let history = result?;
+        reset?;
+        Ok(history)
+    }
+
+    /// Keras' `class_weight` as one weight per class, checked against the model.
+    fn class_weight_table(&mut self, class_weight: &BTreeMap<u32, f32>) -> Result<Vec<f32>> {
+        let classes = self.def.classes;
+        self.compiled()?;
+        if self.def.loss != crate::model::Loss::SparseCategoricalCrossentropy {
+            bail!(Config, "fit: class_weight needs the cross-entropy loss, the model is compiled with {:?}", self.def.loss);
+        }
+        let mut table = vec![1.0f32; classes];
+        for (&class, &w) in class_weight {
+            if class as usize >= classes {
+                bail!(Config, "fit: class_weight names class {class}, but the model has {classes} classes (0..{classes})");
+            }
+            if !(w.is_finite() && w >= 0.0) {
+                bail!(Config, "fit: class_weight of class {class} must be finite and >= 0, got {w}");
+            }
+            table[class as usize] = w;
+        }
+        Ok(table)
+    }
+
+    fn write_class_weights(&mut self, table: &[f32]) -> Result<()> {
+        for r in &self.compiled()?.replicas.replicas {
+            r.write_class_weights(table)?;
+        }
+        Ok(())
+    }
+
+    /// `fit` after its class weights are in place.
+    fn fit_epochs(&mut self, data: Arc<dyn Dataset>, mut opts: FitOptions) -> Result<History> {
         let split = opts.validation_split;
         if !(0.0..1.0).contains(&split) {
             bail!(Config, "fit: validation_split must be in [0, 1), got {split}");

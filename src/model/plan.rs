@@ -58,6 +58,9 @@ pub struct Shared {
     /// Under `mixed_float16`, the loss-scale state (`kernels::loss_scale`): the loss
     /// gradient is multiplied by its scale.
     pub loss_scale: Option<Tensor>,
+    /// f32 `[classes]`: Keras' `class_weight` of the running `fit` (ones otherwise), read by
+    /// training steps' cross-entropy.
+    pub class_weights: Tensor,
     /// The policy the replica was compiled with (the definition's may have changed since:
     /// it takes effect at the next `compile`).
     pub policy: DTypePolicy,
@@ -173,7 +176,9 @@ impl Plan {
         let mut targets = None;
         match def.loss {
             Loss::SparseCategoricalCrossentropy => {
-                g.push(loss::softmax_cross_entropy_smoothed(device, &logits, &labels, scale, def.label_smoothing, &loss, &dlogits, &rank)?);
+                // Evaluation is unweighted, as Keras' `evaluate` without sample weights.
+                let weights = training.then_some(&shared.class_weights);
+                g.push(loss::softmax_cross_entropy_weighted(device, &logits, &labels, weights, scale, def.label_smoothing, &loss, &dlogits, &rank)?);
             }
             Loss::MeanSquaredError => {
                 // Cross-entropy still runs for the label ranks the metrics need; its loss and

@@ -108,6 +108,7 @@ impl Replica {
             } else {
                 None
             },
+            class_weights: device.upload(&[def.classes], &vec![1.0; def.classes])?,
             policy: def.policy,
         };
         let opt_state = (0..optimizer.state_count()).map(|_| device.zeros(&[l.param_len])).collect::<Result<Vec<_>>>()?;
@@ -542,6 +543,10 @@ impl Replica {
     }
     pub fn write_params(&self, params: &[f32]) -> Result<()> {
         self.device.write(&self.params, params)
+    }
+    /// Sets the per-class weights of the training loss (ones: unweighted).
+    pub fn write_class_weights(&self, weights: &[f32]) -> Result<()> {
+        self.device.write(&self.shared.class_weights, weights)
     }
     pub fn write_states(&self, states: &[f32]) -> Result<()> {
         self.device.write(&self.states, states)

@@ -110,6 +110,39 @@ fn label_smoothing_matches_reference() {
 }
 
 #[test]
+fn class_weights_scale_each_rows_loss_and_gradient() {
+    // Keras' class_weight: row i's loss and gradient times w[label_i], smoothed or not.
+    on_each_variant(|_| {
+        let d = device();
+        let mut r = rng(25);
+        for (n, k, a) in [(3, 1, 0.0), (5, 7, 0.0), (4, 65, 0.2), (3, 257, 0.1)] {
+            let logits: Vec<f32> = random(&mut r, n * k).iter().map(|v| v * 4.0).collect();
+            let labels: Vec<u32> = (0..n).map(|_| r.random_range(0..k as u32)).collect();
+            let weights: Vec<f32> = (0..k).map(|c| [0.0, 0.5, 2.0, 3.25][c % 4]).collect();
+            let scale = 1.0 / n as f32;
+            let (tl, tlab, tw) = (upload(&logits, &[n, k]), d.upload_u32(&[n], &labels).unwrap(), upload(&weights, &[k]));
+            let (tloss, tgrad, trank) = (upload(&vec![7.0; n], &[n]), upload(&vec![7.0; n * k], &[n, k]), d.zeros_of(&[n], DType::U32).unwrap());
+            run(&[loss::softmax_cross_entropy_weighted(&d, &tl, &tlab, Some(&tw), scale, a, &tloss, &tgrad, &trank).unwrap()]);
+            let (mut want_loss, mut want_grad) = (vec![], vec![]);
+            for i in 0..n {
+                let w = weights[labels[i] as usize] as f64;
+                let (l, g) = smoothed_cross_entropy_ref(&logits[i * k..(i + 1) * k], labels[i] as usize, scale as f64, a as f64);
+                want_loss.push(w * l);
+                want_grad.extend(g.iter().map(|g| w * g));
+            }
+            let (got_loss, got_grad) = (read(&tloss), read(&tgrad));
+            // a weight of 0 gives exact zeros: max-norm error over the rest
+            assert_close(&format!("weighted loss n={n} k={k} a={a}"), &got_loss, &want_loss);
+            assert_close(&format!("weighted dlogits n={n} k={k} a={a}"), &got_grad, &want_grad);
+        }
+        let (tl, tlab) = (upload(&[0.0; 8], &[2, 4]), d.upload_u32(&[2], &[0, 1]).unwrap());
+        let (tloss, tgrad, trank) = (d.zeros(&[2]).unwrap(), d.zeros(&[2, 4]).unwrap(), d.zeros_of(&[2], DType::U32).unwrap());
+        let e = loss::softmax_cross_entropy_weighted(&d, &tl, &tlab, Some(&upload(&[1.0; 3], &[3])), 1.0, 0.0, &tloss, &tgrad, &trank).unwrap_err().to_string();
+        assert!(e.contains("class_weights"), "{e}");
+    });
+}
+
+#[test]
 fn rank_counts_only_strictly_greater_logits() {
     on_each_variant(|_| {
         let d = device();
