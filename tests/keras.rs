@@ -640,3 +640,48 @@ fn class_weight_multiplies_each_samples_loss_and_gradient() {
         assert!(e.contains(want), "{e}");
     }
 }
+
+#[test]
+fn a_frozen_layer_gets_no_update_and_counts_as_non_trainable() {
+    // Keras: layer.trainable = False, then compile: the layer's weights take no update (and no
+    // weight decay) and count as non-trainable in the summary; trainable again after the next
+    // compile.
+    let (train, _) = data(64, 8);
+    let layout = {
+        let m = model();
+        convoy::model::layout::Layout::new(m.input_shape(), m.layers()).unwrap()
+    };
+    let conv: Vec<std::ops::Range<usize>> = {
+        let (p0, np, _, _) = layout.per_layer[0];
+        layout.params[p0..p0 + np].iter().map(|e| e.range()).collect()
+    };
+    let moved = |a: &[f32], b: &[f32], ranges: &[std::ops::Range<usize>]| ranges.iter().any(|r| a[r.clone()] != b[r.clone()]);
+    for selection in ["software", "software:2"] {
+        let mut m = model();
+        let all = m.summarize().unwrap();
+        m.set_trainable(0, false).unwrap();
+        assert!(!m.is_trainable(0) && m.is_trainable(5));
+        let s = m.summarize().unwrap();
+        let conv_params = all.layers[0].trainable_params;
+        assert!(conv_params > 0);
+        assert_eq!((s.layers[0].trainable_params, s.params), (0, all.params));
+        assert_eq!((s.trainable_params, s.non_trainable_params), (all.trainable_params - conv_params, all.non_trainable_params + conv_params));
+        compile_on(&mut m, Optimizer::sgd(0.05).momentum(0.9).weight_decay(0.1), selection);
+        let before = m.get_weights().unwrap().0;
+        m.fit(train.clone(), quiet(1)).unwrap();
+        let after = m.get_weights().unwrap().0;
+        assert!(!moved(&before, &after, &conv), "{selection}: the frozen convolution moved");
+        let rest: Vec<std::ops::Range<usize>> = layout.params.iter().map(|e| e.range()).filter(|r| !conv.contains(r)).collect();
+        assert!(moved(&before, &after, &rest), "{selection}: nothing else trained");
+        m.set_trainable(0, true).unwrap();
+        compile_on(&mut m, Optimizer::sgd(0.05), selection);
+        m.fit(train.clone(), quiet(1)).unwrap();
+        assert!(moved(&after, &m.get_weights().unwrap().0, &conv), "{selection}: unfrozen and compiled again, the convolution still did not train");
+    }
+    let mut m = model();
+    let e = m.set_trainable(6, false).unwrap_err().to_string();
+    assert!(e.contains("no layer 6") && e.contains("6 layers"), "{e}");
+    m.set_trainable(5, false).unwrap();
+    let e = m.compile(CompileOptions::new(Optimizer::sgd(0.1).global_clipnorm(1.0)).devices(devices("software"))).unwrap_err().to_string();
+    assert!(e.contains("global_clipnorm") && e.contains("frozen"), "{e}");
+}

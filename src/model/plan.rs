@@ -29,6 +29,9 @@ pub struct Definition {
     /// The precision policy and, under `mixed_float16`, its loss scaling.
     pub policy: DTypePolicy,
     pub loss_scale: LossScale,
+    /// Layers set `trainable = false` (Keras): their parameters get no update (and no weight
+    /// decay). Compiled into the replicas' update, so a change takes effect at `compile`.
+    pub frozen: std::collections::BTreeSet<usize>,
 }
 
 impl Definition {

@@ -167,6 +167,7 @@ impl Sequential {
                 std: vec![0.25; input_shape.last().copied().unwrap_or(1)],
                 policy: Default::default(),
                 loss_scale: Default::default(),
+                frozen: Default::default(),
             },
             compiled: None,
             pending_weights: None,
@@ -183,6 +184,27 @@ impl Sequential {
         self.def.layers.push(layer);
         self.compiled = None;
         self
+    }
+
+    /// Keras' `layer.trainable = False` for layer `index` (counted from 0, as `layers()`): its
+    /// parameters receive no update and no weight decay. As in Keras, it takes effect at the
+    /// next `compile` (which keeps the trained weights). A frozen BatchNormalization still
+    /// normalises with its batch's statistics and moves its moving statistics in training
+    /// (Keras 3 switches it to inference mode). Frozen layers are not saved with the model.
+    pub fn set_trainable(&mut self, index: usize, trainable: bool) -> Result<()> {
+        if index >= self.def.layers.len() {
+            bail!(Config, "set_trainable: no layer {index} (the model has {} layers)", self.def.layers.len());
+        }
+        if trainable {
+            self.def.frozen.remove(&index);
+        } else {
+            self.def.frozen.insert(index);
+        }
+        Ok(())
+    }
+    /// Whether layer `index`'s parameters are trained (see [`Sequential::set_trainable`]).
+    pub fn is_trainable(&self, index: usize) -> bool {
+        !self.def.frozen.contains(&index)
     }
 
     pub fn input_shape(&self) -> &[usize] {
@@ -264,6 +286,10 @@ impl Sequential {
     /// fine-tune continues from the trained weights. The count of epochs trained is kept.
     pub fn compile(&mut self, mut opts: CompileOptions) -> Result<()> {
         opts.optimizer.validate()?;
+        if let (Some(c), Some(layer)) = (opts.optimizer.clipnorm(), self.def.frozen.first()) {
+            // The norm would take in the frozen layers' gradients, which Keras never computes.
+            bail!(Config, "global_clipnorm {c} with frozen layers (layer {layer}) is not supported yet");
+        }
         if !(0.0..=1.0).contains(&opts.label_smoothing) {
             bail!(Config, "label_smoothing must be in [0, 1], got {}", opts.label_smoothing);
         }

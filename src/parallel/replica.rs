@@ -63,7 +63,8 @@ pub struct Replica {
     opt_state: Vec<Tensor>,
     hyper: Tensor,
     shared: Shared,
-    update: Dispatch,
+    /// The optimizer over every trainable parameter (one dispatch per run of unfrozen layers).
+    update: Vec<Dispatch>,
     /// Under `mixed_float16`: the search of the whole gradient for NaN and infinity before
     /// any update, and the loss-scale update after them (`kernels::loss_scale`).
     scaling: Option<Scaling>,
@@ -117,12 +118,35 @@ impl Replica {
         let kept: Vec<(usize, usize)> = l.decay_ranges().into_iter().filter(|r| !r.2).map(|(offset, len, _)| (offset, offset + len)).collect();
         // The optimizer over elements [lo, hi): one dispatch, decay masked off where the
         // layout says (BatchNorm's gamma and beta, biases).
-        let update_of = |lo: usize, hi: usize| -> Result<Dispatch> {
+        // Frozen layers' parameters (`trainable = false`): element ranges left out of every
+        // update. Parameters are laid out ALIGN-aligned, so the rest splits into views.
+        let frozen: Vec<(usize, usize)> = def
+            .frozen
+            .iter()
+            .filter_map(|&i| l.per_layer.get(i))
+            .flat_map(|&(p0, np, _, _)| &l.params[p0..p0 + np])
+            .map(|e| (e.offset, e.offset + e.spec.len().div_ceil(crate::model::layout::ALIGN) * crate::model::layout::ALIGN))
+            .collect();
+        let update_one = |lo: usize, hi: usize| -> Result<Dispatch> {
             let view = |t: &Tensor| t.view(lo, &[hi - lo]);
             let state: Vec<Tensor> = opt_state.iter().map(view).collect::<Result<_>>()?;
             let state_refs: Vec<&Tensor> = state.iter().collect();
             let no_decay: Vec<std::ops::Range<usize>> = kept.iter().filter(|(a, b)| *a < hi && *b > lo).map(|&(a, b)| a.max(lo) - lo..b.min(hi) - lo).collect();
             optimizer::update_clipped(&device, &optimizer.kind(), wd, &view(&p)?, &view(&grads)?, &state_refs, &hyper, &no_decay, shared.loss_scale.as_ref(), optimizer.clipnorm().is_some())
+        };
+        // The dispatches over the trainable elements of [lo, hi): one, unless layers in it
+        // are frozen.
+        let update_of = |lo: usize, hi: usize| -> Result<Vec<Dispatch>> {
+            let mut cuts: Vec<(usize, usize)> = frozen.iter().filter(|(a, b)| *a < hi && *b > lo).map(|&(a, b)| (a.max(lo), b.min(hi))).collect();
+            cuts.sort();
+            let (mut out, mut at) = (Vec::new(), lo);
+            for (a, b) in cuts.into_iter().chain([(hi, hi)]) {
+                if a > at {
+                    out.push(update_one(at, a)?);
+                }
+                at = at.max(b);
+            }
+            Ok(out)
         };
         let clipping = match optimizer.clipnorm() {
             Some(clipnorm) => {
@@ -418,7 +442,10 @@ impl Replica {
             bucket.staging.encode(slot, &mut enc, &copies);
             let mut spans = self.spans.as_mut().zip(set);
             if self.scaling.is_none() && self.clipping.is_none() {
-                bucket.update.encode(&mut GpuSpans::begin(&mut spans, || format!("optimizer, bucket {b}"), &mut enc));
+                let mut pass = GpuSpans::begin(&mut spans, || format!("optimizer, bucket {b}"), &mut enc);
+                for d in &bucket.update {
+                    d.encode(&mut pass);
+                }
             } else if b + 1 == count {
                 // Every replica skips a step or none does, and every replica clips by the same
                 // factor: the search, the norm and the update wait for the last bucket of the
@@ -604,11 +631,11 @@ struct Clipping {
 /// The whole-model update in order: under `mixed_float16` the search for non-finite
 /// gradients first; with `global_clipnorm` the gradient's norm and clip factor; the optimizer
 /// (which skips a flagged step); under `mixed_float16` the scale's update last.
-fn whole_update<'a>(optimizer: &'a Dispatch, scaling: &'a Option<Scaling>, clipping: &'a Option<Clipping>) -> Vec<&'a Dispatch> {
+fn whole_update<'a>(optimizer: &'a [Dispatch], scaling: &'a Option<Scaling>, clipping: &'a Option<Clipping>) -> Vec<&'a Dispatch> {
     let mut all = Vec::new();
     all.extend(scaling.as_ref().map(|s| &s.find));
     all.extend(clipping.iter().flat_map(|c| &c.dispatches));
-    all.push(optimizer);
+    all.extend(optimizer);
     all.extend(scaling.as_ref().map(|s| &s.update));
     all
 }
@@ -626,8 +653,8 @@ struct Bucket {
     /// The acquired staging slot and the recorded upload + update, between `begin_apply`
     /// and `apply_bucket`.
     prepared: Option<(usize, wgpu::CommandBuffer)>,
-    /// The optimizer over this bucket's parameters.
-    update: Dispatch,
+    /// The optimizer over this bucket's trainable parameters.
+    update: Vec<Dispatch>,
 }
 
 /// Bytes of gradients per bucket: large enough that a submission per bucket costs little,
@@ -642,7 +669,7 @@ fn bucket_bytes(total: u64) -> u64 {
 /// Groups layers, last first, into buckets of about `bucket_bytes`, each with the optimizer
 /// `update_of(first, end)` over its elements. Parameters are laid out by layer, so a run of
 /// layers owns a contiguous range.
-fn buckets(device: &wgpu::Device, layout: &crate::model::layout::Layout, update_of: impl Fn(usize, usize) -> Result<Dispatch>) -> Result<Vec<Bucket>> {
+fn buckets(device: &wgpu::Device, layout: &crate::model::layout::Layout, update_of: impl Fn(usize, usize) -> Result<Vec<Dispatch>>) -> Result<Vec<Bucket>> {
     use crate::model::layout::ALIGN;
     let target = bucket_bytes(4 * layout.param_len as u64);
     let mut ranges: Vec<(Vec<usize>, u64, u64)> = Vec::new();
