@@ -26,16 +26,9 @@ fn run() -> convoy::Result<()> {
     let (train, val) = convoy::data::from_spec(&format!("cifar10:{dir}"), None, 0)?;
     let mut model = convoy::model::zoo::resnet20(&train.image_shape(), 10);
     let base = 0.1;
-    model.compile(CompileOptions {
-        // L2 in the gradient, as torch.optim.SGD(weight_decay=5e-4) in the PyTorch reference,
-        // so the figures compare (Keras 3's weight_decay is the decoupled form).
-        optimizer: Optimizer::sgd(base).momentum(0.9).nesterov(true).l2(5e-4),
-        loss: Loss::SparseCategoricalCrossentropy,
-        metrics: vec![Metric::Accuracy],
-        devices: convoy::device::open("all")?,
-        seed: 0,
-        max_batch: 256,
-    })?;
+    // L2 in the gradient, as torch.optim.SGD(weight_decay=5e-4) in the PyTorch reference,
+    // so the figures compare (Keras 3's weight_decay is the decoupled form).
+    model.compile(CompileOptions::new(Optimizer::sgd(base).momentum(0.9).nesterov(true).l2(5e-4)).max_batch(256))?;
     let schedule = Schedule::Warmup { warmup_epochs: 1.0, then: Box::new(Schedule::Cosine { epochs, min_lr: 0.0 }) };
     let callbacks: Vec<Box<dyn Callback>> = vec![
         Box::new(LearningRateScheduler::from_schedule(base, schedule)),

@@ -29,14 +29,7 @@ impl Callback for StopAtAccuracy {
 fn main() -> convoy::Result<()> {
     let (train, val) = convoy::data::from_spec("synthetic", None, 1)?;
     let mut model = convoy::model::zoo::mlp(&train.image_shape(), train.num_classes());
-    model.compile(CompileOptions {
-        optimizer: Optimizer::adam(1e-3),
-        loss: Loss::SparseCategoricalCrossentropy,
-        metrics: vec![Metric::Accuracy],
-        devices: convoy::device::open("all")?,
-        seed: 0,
-        max_batch: 128,
-    })?;
+    model.compile(CompileOptions::new(Optimizer::adam(1e-3)).max_batch(128))?;
     model.fit(
         train,
         FitOptions { epochs: 20, batch_size: 128, validation_data: Some(val), callbacks: vec![Box::new(StopAtAccuracy { target: 0.9 })], ..Default::default() },

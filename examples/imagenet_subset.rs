@@ -132,15 +132,8 @@ pub fn train(cfg: &Config) -> convoy::Result<Run> {
             "resnet18" => convoy::model::zoo::resnet18(&shape, train.num_classes()),
             _ => convoy::model::zoo::resnet50(&shape, train.num_classes()),
         };
-        m.compile(CompileOptions {
-            // L2 1e-4 in the gradient: torchvision's reference recipe (SGD weight_decay=1e-4).
-            optimizer: Optimizer::sgd(base).momentum(0.9).nesterov(true).l2(1e-4),
-            loss: Loss::SparseCategoricalCrossentropy,
-            metrics: vec![Metric::Accuracy, Metric::TopKAccuracy(5)],
-            devices,
-            seed: 0,
-            max_batch: cfg.batch_size,
-        })?;
+        // L2 1e-4 in the gradient: torchvision's reference recipe (SGD weight_decay=1e-4).
+        m.compile(CompileOptions::new(Optimizer::sgd(base).momentum(0.9).nesterov(true).l2(1e-4)).metrics(vec![Metric::Accuracy, Metric::TopKAccuracy(5)]).devices(devices).max_batch(cfg.batch_size))?;
         m
     };
     let initial_epoch = model.compiled_epoch();

@@ -21,14 +21,7 @@ fn run() -> convoy::Result<()> {
     let (shape, classes) = (train.image_shape(), train.num_classes());
     let mut model = if software { convoy::model::zoo::mlp(&shape, classes) } else { convoy::model::zoo::resnet20(&shape, classes) };
     print!("{}", model.summary()?);
-    model.compile(CompileOptions {
-        optimizer: Optimizer::sgd(0.05).momentum(0.9).nesterov(true).l2(5e-4),
-        loss: Loss::SparseCategoricalCrossentropy,
-        metrics: vec![Metric::Accuracy],
-        devices,
-        seed: 0,
-        max_batch: 128,
-    })?;
+    model.compile(CompileOptions::new(Optimizer::sgd(0.05).momentum(0.9).nesterov(true).l2(5e-4)).devices(devices).max_batch(128))?;
     let history = model.fit(train, FitOptions { epochs: 2, batch_size: 128, validation_data: Some(val), ..Default::default() })?;
     let acc = history.history().get("val_accuracy").and_then(|v| v.last().copied()).unwrap_or(0.0);
     println!("validation accuracy after {} epochs: {acc:.3}", history.epochs().len());

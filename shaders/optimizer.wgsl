@@ -7,7 +7,8 @@
 struct Params {
     // elements to update
     n: u32,
-    _pad: u32,
+    // global_clipnorm (flag bit 4): the largest global norm of the gradient
+    clipnorm: f32,
     weight_decay: f32,
     // SGD
     momentum: f32,
@@ -17,7 +18,7 @@ struct Params {
     epsilon: f32,
     // bit 0: Nesterov (SGD) or decoupled weight decay (AdamW); bit 1: `decays` masks the
     // weight decay per element; bit 2: decoupled weight decay (SGD); bit 3: loss-scaled
-    // gradients
+    // gradients; bit 4: gradients clipped by their global norm
     flags: u32,
 }
 
@@ -28,7 +29,8 @@ struct Hyper {
     // 1 - beta1^step and 1 - beta2^step (Adam only)
     bias_correction1: f32,
     bias_correction2: f32,
-    _pad: f32,
+    // min(1, clipnorm / global norm), written by `clip_factor` before the update (flag bit 4)
+    clip: f32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -57,11 +59,19 @@ fn skipped() -> bool {
     return scaled() && loss_scale[2] != 0u;
 }
 
-fn grad(i: u32) -> f32 {
+// The gradient without the loss scale, as the global norm measures it.
+fn unscaled(i: u32) -> f32 {
     if (scaled()) {
         return grads[i] / bitcast<f32>(loss_scale[0]);
     }
     return grads[i];
+}
+
+fn grad(i: u32) -> f32 {
+    if ((p.flags & 16u) != 0u) {
+        return unscaled(i) * hyper.clip;
+    }
+    return unscaled(i);
 }
 
 fn decay_at(i: u32) -> f32 {
@@ -140,4 +150,47 @@ fn adam(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let m_hat = m / hyper.bias_correction1;
     let v_hat = v / hyper.bias_correction2;
     params[i] = w - lr * m_hat / (sqrt(v_hat) + p.epsilon);
+}
+
+// Clipping by global norm (Keras' global_clipnorm), before the update: `norm_partials` sums
+// the squares of the (unscaled) gradient in NORM_GROUPS workgroups, each striding over the
+// whole tensor, and `clip_factor` adds the partial sums in one workgroup and writes
+// min(1, clipnorm / norm) where the update reads it. A fixed grid keeps the second pass one
+// workgroup whatever the model's size. A NaN norm leaves the factor 1 (the update then
+// carries the NaN, as without clipping).
+const NORM_GROUPS: u32 = 256u;
+const NORM_WG: u32 = 256u;
+
+@group(0) @binding(8) var<storage, read_write> partials: array<f32>;
+// the `hyper` tensor again, written: its word 3 is `Hyper.clip`
+@group(0) @binding(9) var<storage, read_write> hyper_out: array<f32>;
+
+var<workgroup> red: array<f32, NORM_WG>;
+
+fn reduce_red(lid: u32) -> f32 {
+    workgroupBarrier();
+    for (var s = NORM_WG / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) { red[lid] += red[lid + s]; }
+        workgroupBarrier();
+    }
+    return red[0];
+}
+
+@compute @workgroup_size(NORM_WG)
+fn norm_partials(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    var s = 0.0;
+    for (var i = wid.x * NORM_WG + lid; i < p.n; i += NORM_GROUPS * NORM_WG) {
+        let g = unscaled(i);
+        s += g * g;
+    }
+    red[lid] = s;
+    let total = reduce_red(lid);
+    if (lid == 0u) { partials[wid.x] = total; }
+}
+
+@compute @workgroup_size(NORM_WG)
+fn clip_factor(@builtin(local_invocation_index) lid: u32) {
+    red[lid] = partials[lid];
+    let norm = sqrt(reduce_red(lid));
+    if (lid == 0u) { hyper_out[3] = select(1.0, p.clipnorm / norm, norm > p.clipnorm); }
 }

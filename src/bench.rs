@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::data::{synthetic, Dataset, Loader};
-use crate::model::{zoo, CompileOptions, DTypePolicy, Loss, Metric, Profile};
+use crate::model::{zoo, CompileOptions, DTypePolicy, Profile};
 use crate::optim::Optimizer;
 use crate::parallel::StepTiming;
 use crate::{Device, Result};
@@ -71,14 +71,7 @@ pub fn measure(cfg: &BenchConfig, devices: &[Arc<Device>]) -> Result<Measurement
     }
     let mut model = zoo::by_name(&cfg.model, &data.image_shape(), classes)?;
     model.set_dtype_policy(cfg.precision);
-    model.compile(CompileOptions {
-        optimizer: Optimizer::sgd(0.05).momentum(0.9).nesterov(true).l2(5e-4),
-        loss: Loss::SparseCategoricalCrossentropy,
-        metrics: vec![Metric::Accuracy],
-        devices: devices.to_vec(),
-        seed: 0,
-        max_batch: global,
-    })?;
+    model.compile(CompileOptions::new(Optimizer::sgd(0.05).momentum(0.9).nesterov(true).l2(5e-4)).devices(devices.to_vec()).max_batch(global))?;
     let total = MAX_WARMUP + cfg.steps;
     let indices: Vec<usize> = (0..total * global).map(|i| i % data.len()).collect();
     let loader = Loader::new(data, indices, global, true, None, 0, 4)?;

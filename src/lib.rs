@@ -7,14 +7,7 @@
 //! let mut model = Sequential::new(&train.image_shape());
 //! model.add(Conv2D::new(16, 3).padding(Padding::Same)).add(BatchNormalization::new()).add(ReLU::new());
 //! model.add(GlobalAveragePooling2D::new()).add(Dense::new(train.num_classes()));
-//! model.compile(CompileOptions {
-//!     optimizer: Optimizer::sgd(0.1).momentum(0.9),
-//!     loss: Loss::SparseCategoricalCrossentropy,
-//!     metrics: vec![Metric::Accuracy],
-//!     devices: convoy::device::open("all")?,
-//!     seed: 0,
-//!     max_batch: 128,
-//! })?;
+//! model.compile(CompileOptions::new(Optimizer::sgd(0.1).momentum(0.9)).max_batch(128))?;
 //! let history = model.fit(train, FitOptions { epochs: 5, batch_size: 128, validation_data: Some(val), ..Default::default() })?;
 //! # Ok(()) }
 //! ```

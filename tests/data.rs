@@ -608,7 +608,7 @@ fn from_spec_forms_and_errors() {
 
 #[test]
 fn an_image_removed_or_corrupted_during_an_epoch_names_the_file() {
-    use convoy::model::{zoo, CompileOptions, FitOptions, Loss, Metric};
+    use convoy::model::{zoo, CompileOptions, FitOptions};
     // The folder is listed when opened; files that change afterwards are met mid-epoch.
     let tmp = TempDir::new("folder-vanish");
     write_folder(tmp.path(), &["ant", "bee", "cat"]);
@@ -623,14 +623,7 @@ fn an_image_removed_or_corrupted_during_an_epoch_names_the_file() {
     assert!(text.contains("x.png"), "{text}");
     // Training over it stops with the file named, not a panic or a silently skipped image.
     let mut m = zoo::mlp(&[6, 6, 3], 3);
-    m.compile(CompileOptions {
-        optimizer: convoy::optim::Optimizer::sgd(0.1),
-        loss: Loss::SparseCategoricalCrossentropy,
-        metrics: vec![Metric::Accuracy],
-        devices: convoy::device::open("software").unwrap(),
-        seed: 0,
-        max_batch: 4,
-    })
+    m.compile(CompileOptions::new(convoy::optim::Optimizer::sgd(0.1)).devices(convoy::device::open("software").unwrap()).max_batch(4))
     .unwrap();
     let e = m.fit(train, FitOptions { epochs: 1, batch_size: 4, shuffle: false, verbose: 0, ..Default::default() }).unwrap_err().to_string();
     assert!(e.contains("a.png") || e.contains("x.png"), "{e}");

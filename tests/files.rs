@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use convoy::data::{Dataset, Loader, cifar10_from_bytes, cifar100_from_bytes, synthetic};
 use convoy::layers::*;
-use convoy::model::{CompileOptions, Loss, Metric, Sequential};
+use convoy::model::{CompileOptions, Sequential};
 use convoy::optim::Optimizer;
 use serde_json::{Value, json};
 
@@ -267,14 +267,7 @@ fn valid_model(path: &Path) -> Sequential {
     m.add(Flatten::new());
     m.add(Dropout::new(0.25));
     m.add(Dense::new(5));
-    m.compile(CompileOptions {
-        optimizer: Optimizer::sgd(0.1).momentum(0.9),
-        loss: Loss::SparseCategoricalCrossentropy,
-        metrics: vec![Metric::Accuracy],
-        devices: convoy::device::open("software").unwrap(),
-        seed: 3,
-        max_batch: 4,
-    })
+    m.compile(CompileOptions::new(Optimizer::sgd(0.1).momentum(0.9)).devices(convoy::device::open("software").unwrap()).seed(3).max_batch(4))
     .unwrap();
     m.save(path).unwrap();
     m
@@ -524,14 +517,7 @@ fn absurd_declared_sizes_are_one_error_line_in_evaluate() {
 
     let resnet = dir.join("resnet20.safetensors");
     let mut m = convoy::model::zoo::resnet20(&[8, 8, 3], 2);
-    m.compile(CompileOptions {
-        optimizer: Optimizer::sgd(0.1),
-        loss: Loss::SparseCategoricalCrossentropy,
-        metrics: vec![Metric::Accuracy],
-        devices: convoy::device::open("software").unwrap(),
-        seed: 0,
-        max_batch: 2,
-    })
+    m.compile(CompileOptions::new(Optimizer::sgd(0.1)).devices(convoy::device::open("software").unwrap()).max_batch(2))
     .unwrap();
     m.save(&resnet).unwrap();
     let huge = dir.join("huge-input.safetensors");

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use convoy::layers::*;
-use convoy::model::{CompileOptions, Loss, Metric, Sequential};
+use convoy::model::{CompileOptions, Loss, Sequential};
 use convoy::optim::Optimizer;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -16,14 +16,7 @@ fn device() -> Vec<Arc<convoy::Device>> {
 
 fn compile(model: &mut Sequential, loss: Loss) {
     model
-        .compile(CompileOptions {
-            optimizer: Optimizer::sgd(0.1),
-            loss,
-            metrics: vec![Metric::Accuracy],
-            devices: device(),
-            seed: 3,
-            max_batch: 8,
-        })
+        .compile(CompileOptions::new(Optimizer::sgd(0.1)).loss(loss).devices(device()).seed(3).max_batch(8))
         .unwrap();
 }
 

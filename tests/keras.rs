@@ -31,14 +31,7 @@ fn model() -> Sequential {
 }
 
 fn compile_on(m: &mut Sequential, optimizer: Optimizer, selection: &str) {
-    m.compile(CompileOptions {
-        optimizer,
-        loss: Loss::SparseCategoricalCrossentropy,
-        metrics: vec![Metric::Accuracy],
-        devices: devices(selection),
-        seed: 1,
-        max_batch: 32,
-    })
+    m.compile(CompileOptions::new(optimizer).devices(devices(selection)).seed(1))
     .unwrap();
 }
 
@@ -408,4 +401,287 @@ fn save_and_load_take_any_path_like_value() {
     let again = Sequential::load_compiled(std::path::PathBuf::from(&path), devices("software"), 8).unwrap();
     assert_eq!(again.get_weights().unwrap().0, m.get_weights().unwrap().0);
     let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn compile_options_need_only_the_optimizer() {
+    // Keras: model.compile(optimizer=...) defaults the loss, and metrics=["accuracy"] is the
+    // usual companion; `fit`'s batch_size defaults to 32, so the staging buffers hold 32.
+    let o = CompileOptions::new(Optimizer::sgd(0.1));
+    assert_eq!(o.loss, Loss::SparseCategoricalCrossentropy);
+    assert_eq!(o.metrics, vec![Metric::Accuracy]);
+    assert_eq!((o.seed, o.max_batch, o.label_smoothing, o.devices.len()), (0, 32, 0.0, 0));
+    // No devices named: every adapter that helps (here the software one).
+    let (train, _) = data(32, 8);
+    let mut m = model();
+    m.compile(CompileOptions::new(Optimizer::sgd(0.1))).unwrap();
+    assert!(!m.devices().is_empty());
+    let h = m.fit(train, quiet(1)).unwrap();
+    assert!(h.history().contains_key("accuracy"), "{:?}", h.history().keys());
+    for bad in [-0.1f32, 1.5, f32::NAN] {
+        let e = m.compile(CompileOptions::new(Optimizer::sgd(0.1)).label_smoothing(bad).devices(devices("software"))).unwrap_err().to_string();
+        assert!(e.contains("label_smoothing") && e.contains(&bad.to_string()), "{e}");
+    }
+}
+
+#[test]
+fn label_smoothing_reaches_the_loss_and_survives_save_and_load() {
+    // keras.losses.CategoricalCrossentropy(label_smoothing=a) on one-hot labels: the targets
+    // are (1 - a) * onehot + a / classes, so the loss is -Σ_j t_j log p_j over the softmax p.
+    // A model without BatchNorm, so predict's forward is the training step's.
+    let (train, _) = data(16, 8);
+    let (images, labels) = batch(train.as_ref(), 16);
+    let a = 0.2f32;
+    let mut m = Sequential::new(&[8, 8, 3]);
+    m.add(Flatten::new()).add(Dense::new(10));
+    m.set_normalization(vec![0.5; 3], vec![0.25; 3]).unwrap();
+    m.compile(CompileOptions::new(Optimizer::sgd(0.1)).label_smoothing(a).devices(devices("software")).seed(4)).unwrap();
+    let probs = m.predict_images(&images, 16).unwrap();
+    let want = probs
+        .iter()
+        .zip(&labels)
+        .map(|(p, &l)| -p.iter().enumerate().map(|(j, &pj)| ((1.0 - a as f64) * (j == l as usize) as u8 as f64 + a as f64 / 10.0) * (pj as f64).ln()).sum::<f64>())
+        .sum::<f64>()
+        / 16.0;
+    let (got, grads) = m.compute_gradients(&images, &labels).unwrap();
+    assert!((got - want).abs() < 1e-5, "smoothed loss {got}, want {want}");
+    // Without smoothing the same weights give the plain cross-entropy, a different number.
+    let plain = -probs.iter().zip(&labels).map(|(p, &l)| (p[l as usize] as f64).ln()).sum::<f64>() / 16.0;
+    assert!((got - plain).abs() > 1e-3, "smoothing changed nothing: {got} vs {plain}");
+    let path = std::env::temp_dir().join(format!("convoy-keras-smoothing-{}.safetensors", std::process::id()));
+    m.save(&path).unwrap();
+    let mut again = Sequential::load_compiled(&path, devices("software"), 16).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let (loaded, loaded_grads) = again.compute_gradients(&images, &labels).unwrap();
+    assert_eq!((loaded, loaded_grads), (got, grads), "the loaded model lost its label smoothing");
+}
+
+#[test]
+fn the_optimizer_owns_its_schedule_across_fits_and_save_and_load() {
+    // Keras: SGD(learning_rate=PiecewiseConstantDecay([2, 5], [0.1, 0.05, 0.01])) evaluates the
+    // schedule at optimizer.iterations before every step; a second fit and a loaded model
+    // continue from the iterations reached (Keras saves them with the optimizer).
+    let schedule = Schedule::piecewise_constant(vec![2, 5], vec![0.1, 0.05, 0.01]);
+    let rate = |step: usize| schedule.rate(0.1, step, 4);
+    let (train, _) = data(128, 8);
+    let mut m = compiled(Optimizer::sgd(0.1).schedule(schedule.clone()));
+    let rates = Arc::new(Mutex::new(Vec::new()));
+    let fit = |m: &mut Sequential, epochs| m.fit(train.clone(), FitOptions { callbacks: vec![Box::new(Rates(rates.clone()))], ..quiet(epochs) }).unwrap();
+    fit(&mut m, 1);
+    fit(&mut m, 1);
+    let path = std::env::temp_dir().join(format!("convoy-keras-schedule-{}.safetensors", std::process::id()));
+    m.save(&path).unwrap();
+    let mut loaded = Sequential::load_compiled(&path, devices("software"), 32).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let h = fit(&mut loaded, 1);
+    let want: Vec<f32> = (0..12).map(rate).collect();
+    assert_eq!(*rates.lock().unwrap(), want, "four steps an epoch: steps 0-3, 4-7 and, after the load, 8-11");
+    assert_eq!(h.history()["learning_rate"], [0.01f32 as f64], "the epoch logs the last step's rate");
+    // A callback may not set a scheduled rate (Keras: "not settable").
+    let e = loaded
+        .fit(train.clone(), FitOptions { callbacks: vec![Box::new(LearningRateScheduler::new(|_, _| 0.5))], ..quiet(1) })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("learning rate to 0.5") && e.contains("own schedule"), "{e}");
+    // A schedule that gives no rate is refused at compile, naming it.
+    let mut bad = model();
+    let e = bad.compile(CompileOptions::new(Optimizer::sgd(0.1).schedule(Schedule::exponential_decay(0, 0.5))).devices(devices("software"))).unwrap_err().to_string();
+    assert!(e.contains("decay_steps must be positive"), "{e}");
+}
+
+#[test]
+fn each_step_runs_at_its_scheduled_rate() {
+    // SGD without momentum moves the weights by exactly -rate * gradient: the rate a step
+    // used is read back from the weights, against the schedule at the step's index (here
+    // CosineDecay with warm-up, which moves at every step).
+    let schedule = Schedule::CosineDecay { decay_steps: 4, alpha: 0.2, warmup_target: Some(0.2), warmup_steps: 2 };
+    let (train, _) = data(16, 8);
+    let (images, labels) = batch(train.as_ref(), 16);
+    let mut m = compiled(Optimizer::sgd(0.05).schedule(schedule.clone()));
+    m.set_normalization(vec![0.5; 3], vec![0.25; 3]).unwrap();
+    for k in 0..7 {
+        let (_, g) = m.compute_gradients(&images, &labels).unwrap();
+        let before = m.get_weights().unwrap().0;
+        m.train_on_batch(&images, &labels).unwrap();
+        m.collect(0).unwrap();
+        let after = m.get_weights().unwrap().0;
+        let (mut num, mut den) = (0.0f64, 0.0f64);
+        for ((b, a), g) in before.iter().zip(&after).zip(&g) {
+            num += (b - a) as f64 * *g as f64;
+            den += *g as f64 * *g as f64;
+        }
+        let (used, want) = (num / den, schedule.rate(0.05, k, 1) as f64);
+        assert!((used - want).abs() < 1e-4 * want, "step {k} ran at {used}, the schedule says {want}");
+    }
+}
+
+#[test]
+fn global_clipnorm_moves_the_weights_by_lr_times_clip_on_one_and_two_replicas() {
+    // Keras' SGD(learning_rate=lr, global_clipnorm=c) without momentum: a gradient whose
+    // global norm is above c is scaled to norm c, so the step moves the weights by exactly
+    // lr * c in norm, along the gradient. With two replicas the norm is the summed gradient's,
+    // after the exchange, so both take the same step.
+    let (train, _) = data(16, 8);
+    let (images, labels) = batch(train.as_ref(), 16);
+    let (lr, clip) = (0.5f32, 0.01f32);
+    for selection in ["software", "software:2"] {
+        let mut m = model();
+        m.set_normalization(vec![0.5; 3], vec![0.25; 3]).unwrap();
+        compile_on(&mut m, Optimizer::sgd(lr).global_clipnorm(clip), selection);
+        let before = m.get_weights().unwrap().0;
+        m.train_on_batch(&images, &labels).unwrap();
+        m.collect(0).unwrap();
+        let after = m.get_weights().unwrap().0;
+        let moved = before.iter().zip(&after).map(|(b, a)| (*b as f64 - *a as f64).powi(2)).sum::<f64>().sqrt();
+        let want = (lr * clip) as f64;
+        assert!((moved - want).abs() < 1e-3 * want, "{selection}: the weights moved {moved} in norm, want lr * clip = {want}");
+        let replicas = m.replica_weights().unwrap();
+        assert!(replicas.iter().all(|(p, _)| *p == replicas[0].0), "{selection}: the replicas took different steps");
+        // The clip was tiny: unclipped, the step would have been far longer.
+        let mut twin = model();
+        twin.set_normalization(vec![0.5; 3], vec![0.25; 3]).unwrap();
+        compile_on(&mut twin, Optimizer::sgd(lr), selection);
+        twin.train_on_batch(&images, &labels).unwrap();
+        twin.collect(0).unwrap();
+        let free = before.iter().zip(&twin.get_weights().unwrap().0).map(|(b, a)| (*b as f64 - *a as f64).powi(2)).sum::<f64>().sqrt();
+        assert!(free > 10.0 * want, "{selection}: the unclipped step moved only {free}");
+    }
+    let mut m = model();
+    for bad in [0.0f32, -1.0, f32::NAN] {
+        let e = m.compile(CompileOptions::new(Optimizer::sgd(0.1).global_clipnorm(bad)).devices(devices("software"))).unwrap_err().to_string();
+        assert!(e.contains("global_clipnorm") && e.contains(&bad.to_string()), "{e}");
+    }
+    // Above the gradient's norm the clip changes nothing: the same weights as without it.
+    let mut a = compiled(Optimizer::sgd(lr));
+    let mut b = compiled(Optimizer::sgd(lr).global_clipnorm(1e6));
+    for m in [&mut a, &mut b] {
+        m.set_normalization(vec![0.5; 3], vec![0.25; 3]).unwrap();
+        m.train_on_batch(&images, &labels).unwrap();
+        m.collect(0).unwrap();
+    }
+    assert_eq!(a.get_weights().unwrap().0, b.get_weights().unwrap().0);
+}
+
+#[test]
+fn validation_split_sets_the_last_samples_aside_before_shuffling() {
+    // Keras: split_at = floor(n * (1 - validation_split)); x[:split_at] trains (shuffled),
+    // x[split_at:] is the validation data. 100 samples at 0.25: 75 train, the last 25 validate.
+    let (train, _) = data(100, 8);
+    let mut m = compiled(Optimizer::sgd(0.05));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let h = m.fit(train.clone(), FitOptions { validation_split: 0.25, callbacks: vec![Box::new(BatchLogs(seen.clone()))], ..quiet(1) }).unwrap();
+    let sizes: Vec<f64> = seen.lock().unwrap().iter().map(|(_, l)| l["batch_size"]).collect();
+    assert_eq!(sizes, [32.0, 32.0, 11.0], "75 samples trained on, in batches of 32");
+    let last = m.evaluate(Arc::new(convoy::data::Subset::new(train.clone(), 75..100).unwrap()), 32).unwrap();
+    assert_eq!(h.history()["val_loss"], [last["loss"]], "val_loss is the last 25 samples' loss");
+    for bad in [1.0f32, -0.1, f32::NAN] {
+        let e = m.fit(train.clone(), FitOptions { validation_split: bad, ..quiet(1) }).unwrap_err().to_string();
+        assert!(e.contains("validation_split") && e.contains(&bad.to_string()), "{e}");
+    }
+    let e = m.fit(train.clone(), FitOptions { validation_split: 0.995, ..quiet(1) }).unwrap_err().to_string();
+    assert!(e.contains("leaves 0 to train on and 100 to validate on"), "{e}");
+    let e = m.fit(train.clone(), FitOptions { validation_split: 0.5, validation_data: Some(train.clone()), ..quiet(1) }).unwrap_err().to_string();
+    assert!(e.contains("validation_data"), "{e}");
+}
+
+#[test]
+fn steps_per_epoch_makes_an_epoch_that_many_batches() {
+    // Keras' steps_per_epoch: 128 samples in batches of 32 are four batches; an epoch of two
+    // takes the first two of the epoch's order, and the optimizer counts two steps an epoch.
+    let (train, _) = data(128, 8);
+    let mut m = compiled(Optimizer::sgd(0.05).schedule(Schedule::piecewise_constant(vec![3], vec![0.05, 0.01])));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let rates = Arc::new(Mutex::new(Vec::new()));
+    let callbacks: Vec<Box<dyn Callback>> = vec![Box::new(BatchLogs(seen.clone())), Box::new(Rates(rates.clone()))];
+    let h = m.fit(train.clone(), FitOptions { steps_per_epoch: Some(2), callbacks, ..quiet(3) }).unwrap();
+    assert_eq!(seen.lock().unwrap().iter().map(|s| s.0).collect::<Vec<_>>(), [0, 1, 0, 1, 0, 1]);
+    assert_eq!(*rates.lock().unwrap(), [0.05, 0.05, 0.05, 0.05, 0.01, 0.01], "six steps in all");
+    assert_eq!(h.epochs(), &[0, 1, 2]);
+    for bad in [0, 5] {
+        let e = m.fit(train.clone(), FitOptions { steps_per_epoch: Some(bad), ..quiet(1) }).unwrap_err().to_string();
+        assert!(e.contains(&format!("steps_per_epoch {bad}")) && e.contains("1..=4"), "{e}");
+    }
+}
+
+#[test]
+fn class_weight_multiplies_each_samples_loss_and_gradient() {
+    // Keras' class_weight: sample i's loss and gradient times w[label_i], the batch's loss
+    // Σ w_i l_i / N. A model without BatchNorm, so each sample's gradient is its own
+    // (compute_gradients on it alone) and one SGD step moves the weights by
+    // -lr / N Σ w_i g_i.
+    let (train, _) = data(8, 8);
+    let (images, labels) = batch(train.as_ref(), 8);
+    let lr = 0.1f32;
+    let mut m = Sequential::new(&[8, 8, 3]);
+    m.add(Flatten::new()).add(Dense::new(10));
+    m.set_normalization(vec![0.5; 3], vec![0.25; 3]).unwrap();
+    m.compile(CompileOptions::new(Optimizer::sgd(lr)).devices(devices("software")).seed(2)).unwrap();
+    let weights: std::collections::BTreeMap<u32, f32> = (0..10).map(|c| (c, [0.5, 2.0, 0.0, 1.5, 3.0][c as usize % 5])).collect();
+    let before = m.get_weights().unwrap().0;
+    let (mut want, mut want_loss) = (before.iter().map(|&v| v as f64).collect::<Vec<_>>(), 0.0);
+    for (i, &l) in labels.iter().enumerate() {
+        let (loss, g) = m.compute_gradients(&images[i * 192..(i + 1) * 192], &[l]).unwrap();
+        let w = weights[&l] as f64;
+        want_loss += w * loss / 8.0;
+        want.iter_mut().zip(&g).for_each(|(p, g)| *p -= lr as f64 * w * *g as f64 / 8.0);
+    }
+    let h = m.fit(train.clone(), FitOptions { batch_size: 8, shuffle: false, class_weight: Some(weights.clone()), ..quiet(1) }).unwrap();
+    let got = m.get_weights().unwrap().0;
+    let miss = got.iter().zip(&want).map(|(g, w)| (*g as f64 - w).abs()).fold(0.0, f64::max);
+    assert!(miss < 1e-6, "the weighted step is off by {miss}");
+    assert!((h.history()["loss"][0] - want_loss).abs() < 1e-5 * want_loss, "weighted loss {:?}, want {want_loss}", h.history()["loss"]);
+    // The weights were that fit's: a step after it is unweighted again.
+    let (after, _) = m.compute_gradients(&images, &labels).unwrap();
+    let mean = labels.iter().enumerate().map(|(i, &l)| m.compute_gradients(&images[i * 192..(i + 1) * 192], &[l]).unwrap().0).sum::<f64>() / 8.0;
+    assert!((after - mean).abs() < 1e-5 * mean, "{after} vs the unweighted {mean}");
+    for (bad, want) in [((10, 1.0), "names class 10, but the model has 10 classes"), ((3, -1.0), "class 3 must be finite and >= 0, got -1")] {
+        let cw = std::collections::BTreeMap::from([bad]);
+        let e = m.fit(train.clone(), FitOptions { batch_size: 8, class_weight: Some(cw), ..quiet(1) }).unwrap_err().to_string();
+        assert!(e.contains(want), "{e}");
+    }
+}
+
+#[test]
+fn a_frozen_layer_gets_no_update_and_counts_as_non_trainable() {
+    // Keras: layer.trainable = False, then compile: the layer's weights take no update (and no
+    // weight decay) and count as non-trainable in the summary; trainable again after the next
+    // compile.
+    let (train, _) = data(64, 8);
+    let layout = {
+        let m = model();
+        convoy::model::layout::Layout::new(m.input_shape(), m.layers()).unwrap()
+    };
+    let conv: Vec<std::ops::Range<usize>> = {
+        let (p0, np, _, _) = layout.per_layer[0];
+        layout.params[p0..p0 + np].iter().map(|e| e.range()).collect()
+    };
+    let moved = |a: &[f32], b: &[f32], ranges: &[std::ops::Range<usize>]| ranges.iter().any(|r| a[r.clone()] != b[r.clone()]);
+    for selection in ["software", "software:2"] {
+        let mut m = model();
+        let all = m.summarize().unwrap();
+        m.set_trainable(0, false).unwrap();
+        assert!(!m.is_trainable(0) && m.is_trainable(5));
+        let s = m.summarize().unwrap();
+        let conv_params = all.layers[0].trainable_params;
+        assert!(conv_params > 0);
+        assert_eq!((s.layers[0].trainable_params, s.params), (0, all.params));
+        assert_eq!((s.trainable_params, s.non_trainable_params), (all.trainable_params - conv_params, all.non_trainable_params + conv_params));
+        compile_on(&mut m, Optimizer::sgd(0.05).momentum(0.9).weight_decay(0.1), selection);
+        let before = m.get_weights().unwrap().0;
+        m.fit(train.clone(), quiet(1)).unwrap();
+        let after = m.get_weights().unwrap().0;
+        assert!(!moved(&before, &after, &conv), "{selection}: the frozen convolution moved");
+        let rest: Vec<std::ops::Range<usize>> = layout.params.iter().map(|e| e.range()).filter(|r| !conv.contains(r)).collect();
+        assert!(moved(&before, &after, &rest), "{selection}: nothing else trained");
+        m.set_trainable(0, true).unwrap();
+        compile_on(&mut m, Optimizer::sgd(0.05), selection);
+        m.fit(train.clone(), quiet(1)).unwrap();
+        assert!(moved(&after, &m.get_weights().unwrap().0, &conv), "{selection}: unfrozen and compiled again, the convolution still did not train");
+    }
+    let mut m = model();
+    let e = m.set_trainable(6, false).unwrap_err().to_string();
+    assert!(e.contains("no layer 6") && e.contains("6 layers"), "{e}");
+    m.set_trainable(5, false).unwrap();
+    let e = m.compile(CompileOptions::new(Optimizer::sgd(0.1).global_clipnorm(1.0)).devices(devices("software"))).unwrap_err().to_string();
+    assert!(e.contains("global_clipnorm") && e.contains("frozen"), "{e}");
 }

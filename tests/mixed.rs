@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use convoy::data::{Dataset, synthetic_split};
 use convoy::layers::*;
-use convoy::model::{CompileOptions, DTypePolicy, FitOptions, Loss, LossScale, Metric, Sequential};
+use convoy::model::{CompileOptions, DTypePolicy, FitOptions, LossScale, Sequential};
 use convoy::optim::Optimizer;
 
 fn data(train: usize, val: usize) -> (Arc<dyn Dataset>, Arc<dyn Dataset>) {
@@ -28,14 +28,7 @@ fn model(policy: DTypePolicy, scale: Option<LossScale>, selection: &str) -> Sequ
     if let Some(s) = scale {
         m.set_loss_scale(s).unwrap();
     }
-    m.compile(CompileOptions {
-        optimizer: Optimizer::sgd(0.05).momentum(0.9),
-        loss: Loss::SparseCategoricalCrossentropy,
-        metrics: vec![Metric::Accuracy],
-        devices: convoy::device::open(selection).unwrap(),
-        seed: 3,
-        max_batch: 32,
-    })
+    m.compile(CompileOptions::new(Optimizer::sgd(0.05).momentum(0.9)).devices(convoy::device::open(selection).unwrap()).seed(3))
     .unwrap();
     m
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use convoy::data::{synthetic_split, Dataset};
 use convoy::layers::*;
-use convoy::model::{zoo, CompileOptions, FitOptions, Loss, Metric, Sequential};
+use convoy::model::{zoo, CompileOptions, FitOptions, Metric, Sequential};
 use convoy::optim::Optimizer;
 
 fn devices() -> Vec<Arc<convoy::Device>> {
@@ -31,14 +31,7 @@ fn small_cnn() -> Sequential {
 }
 
 fn compile(m: &mut Sequential, optimizer: Optimizer) {
-    m.compile(CompileOptions {
-        optimizer,
-        loss: Loss::SparseCategoricalCrossentropy,
-        metrics: vec![Metric::Accuracy, Metric::TopKAccuracy(5)],
-        devices: devices(),
-        seed: 1,
-        max_batch: 32,
-    })
+    m.compile(CompileOptions::new(optimizer).metrics(vec![Metric::Accuracy, Metric::TopKAccuracy(5)]).devices(devices()).seed(1))
     .unwrap();
 }
 

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use convoy::data::{synthetic_split, Dataset};
-use convoy::model::{zoo, CompileOptions, FitOptions, Loss, Metric, Sequential};
+use convoy::model::{zoo, CompileOptions, FitOptions, Metric, Sequential};
 use convoy::optim::Optimizer;
 
 /// Ten balanced classes: a model that learned nothing is right a tenth of the time. A NaN
@@ -25,14 +25,7 @@ fn data() -> (Arc<dyn Dataset>, Arc<dyn Dataset>) {
 
 fn mlp(lr: f32) -> Sequential {
     let mut m = zoo::mlp(&[8, 8, 3], 10);
-    m.compile(CompileOptions {
-        optimizer: Optimizer::sgd(lr),
-        loss: Loss::SparseCategoricalCrossentropy,
-        metrics: vec![Metric::Accuracy, Metric::TopKAccuracy(5)],
-        devices: convoy::device::open("software").unwrap(),
-        seed: 1,
-        max_batch: 32,
-    })
+    m.compile(CompileOptions::new(Optimizer::sgd(lr)).metrics(vec![Metric::Accuracy, Metric::TopKAccuracy(5)]).devices(convoy::device::open("software").unwrap()).seed(1))
     .unwrap();
     m
 }

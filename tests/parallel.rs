@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use convoy::layers::*;
-use convoy::model::{CompileOptions, Loss, Metric, Sequential};
+use convoy::model::{CompileOptions, Sequential};
 use convoy::optim::Optimizer;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -26,14 +26,7 @@ fn model(batch_norm: bool) -> Sequential {
 
 fn compiled(batch_norm: bool, devices: Vec<Arc<convoy::Device>>) -> Sequential {
     let mut m = model(batch_norm);
-    m.compile(CompileOptions {
-        optimizer: Optimizer::sgd(0.05).momentum(0.9).nesterov(true).weight_decay(1e-3),
-        loss: Loss::SparseCategoricalCrossentropy,
-        metrics: vec![Metric::Accuracy],
-        devices,
-        seed: 11,
-        max_batch: 16,
-    })
+    m.compile(CompileOptions::new(Optimizer::sgd(0.05).momentum(0.9).nesterov(true).weight_decay(1e-3)).devices(devices).seed(11).max_batch(16))
     .unwrap();
     m
 }

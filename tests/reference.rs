@@ -76,6 +76,14 @@ fn adam_and_adamw_steps_match() {
 }
 
 #[test]
+fn label_smoothing_steps_match() {
+    // Keras' label_smoothing in the loss kernel against the reference's smoothed targets
+    // (1 - a) * onehot + a / classes: the loss and every gradient after it.
+    let r = run(&CheckConfig { label_smoothing: 0.3, ..CheckConfig::new("mlp", 6, 5) }, "software", ShaderChecks::Unchecked);
+    assert!(r.loss.error < 1e-5, "{r:#?}");
+}
+
+#[test]
 fn two_and_three_replicas_with_uneven_and_idle_shares_match() {
     // Each replica normalises with its own share's BatchNorm statistics; the reference does
     // the same per share, so the bound is the same as on one device.

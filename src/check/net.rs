@@ -91,6 +91,9 @@ pub struct Net {
     pub input_shape: Vec<usize>,
     pub classes: usize,
     pub loss: Loss,
+    /// The cross-entropy's label smoothing (Keras' `label_smoothing`), as the exact f64 value
+    /// of the device's f32 setting.
+    pub label_smoothing: f64,
     /// Per-channel normalisation of the u8 input, `(x / 255 - mean) / std`, as the exact
     /// f64 values of the device's f32 settings.
     pub mean: Vec<f64>,
@@ -414,6 +417,7 @@ impl Net {
             input_shape: def.input_shape.clone(),
             classes: def.classes,
             loss: def.loss,
+            label_smoothing: def.label_smoothing as f64,
             mean: def.mean.iter().map(|&v| v as f64).collect(),
             std: def.std.iter().map(|&v| v as f64).collect(),
             names,

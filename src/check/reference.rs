@@ -731,6 +731,8 @@ fn avg_pool<A: Arith>(g: &Pool2dGeometry, x: &[f64]) -> Vec<f64> {
 }
 
 /// Per-sample losses and the gradient of `scale * Σ losses` with respect to the logits.
+/// Cross-entropy with label smoothing `a` (Keras) takes the targets
+/// `t = (1 - a) * onehot + a / k`: `loss = logsumexp(row) - Σ t_j row_j`, `grad = softmax - t`.
 fn loss<A: Arith>(net: &Net, logits: &[f64], labels: &[u32], scale: f64) -> Result<(Vec<f64>, Vec<f64>)> {
     let k = net.classes;
     if logits.len() != labels.len() * k {
@@ -747,9 +749,17 @@ fn loss<A: Arith>(net: &Net, logits: &[f64], labels: &[u32], scale: f64) -> Resu
             Loss::SparseCategoricalCrossentropy => {
                 let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let total: f64 = row.iter().fold(0.0, |t, v| A::r(t + A::r(A::r(v - m).exp())));
-                losses.push(A::r(A::r(A::r(total.ln()) + m) - row[label]));
+                let a = net.label_smoothing;
+                if a == 0.0 {
+                    losses.push(A::r(A::r(A::r(total.ln()) + m) - row[label]));
+                } else {
+                    let spread = A::r(a / k as f64);
+                    let z = row.iter().fold(0.0, |z, v| A::r(z + A::r(v - m)));
+                    losses.push(A::r(A::r(A::r(total.ln()) + A::r(A::r(m - row[label]) * A::r(1.0 - a))) - A::r(spread * z)));
+                }
+                let (on, off) = (A::r(1.0 - a + a / k as f64), A::r(a / k as f64));
                 for (j, (gj, v)) in g.iter_mut().zip(row).enumerate() {
-                    *gj = A::r(scale * A::r(A::r(A::r(A::r(v - m).exp()) / total) - (j == label) as u8 as f64));
+                    *gj = A::r(scale * A::r(A::r(A::r(A::r(v - m).exp()) / total) - if j == label { on } else { off }));
                 }
             }
             Loss::MeanSquaredError => {

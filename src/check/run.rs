@@ -269,7 +269,7 @@ fn check_steps(model: &mut Sequential, batches: &[(Vec<u8>, Vec<u32>)], mut edit
             let (p0, s0, o0) = model.get_weights()?;
             let (lr, optimizer, t) = {
                 let c = model.compiled()?;
-                (c.learning_rate, c.optimizer.clone(), c.step + 1)
+                (c.next_rate(), c.optimizer.clone(), c.step + 1)
             };
             let before = model.loss_scale()?;
             model.train_on_batch(images, labels)?;
@@ -408,6 +408,8 @@ pub struct CheckConfig {
     /// The precision policy the model trains under: under `mixed_float16` the bounds come
     /// from a plain implementation of that policy (f16 operands in every product).
     pub precision: DTypePolicy,
+    /// The cross-entropy's label smoothing the model is compiled with (Keras').
+    pub label_smoothing: f32,
 }
 
 impl CheckConfig {
@@ -424,6 +426,7 @@ impl CheckConfig {
             speeds: None,
             seed: 0,
             precision: DTypePolicy::Float32,
+            label_smoothing: 0.0,
         }
     }
 }
@@ -449,14 +452,7 @@ fn zoo_case(cfg: &CheckConfig, devices: Vec<std::sync::Arc<Device>>) -> Result<(
     let mut model = crate::model::zoo::by_name(&cfg.model, &shape, cfg.classes)?;
     model.set_dtype_policy(cfg.precision);
     let n = devices.len();
-    model.compile(crate::model::CompileOptions {
-        optimizer: cfg.optimizer.clone(),
-        loss: crate::model::Loss::SparseCategoricalCrossentropy,
-        metrics: vec![crate::model::Metric::Accuracy],
-        devices,
-        seed: cfg.seed,
-        max_batch: cfg.batch_size,
-    })?;
+    model.compile(crate::model::CompileOptions::new(cfg.optimizer.clone()).devices(devices).seed(cfg.seed).max_batch(cfg.batch_size).label_smoothing(cfg.label_smoothing))?;
     model.set_device_speeds(cfg.speeds.as_deref().unwrap_or(&vec![1.0; n]))?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed ^ 0x636f6e766f79);
     let sample: usize = shape.iter().product();

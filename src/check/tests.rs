@@ -533,9 +533,9 @@ fn optimizer_steps_match_hand_computed_values() {
 fn adam(decoupled: bool, wd: f32) -> Optimizer {
     let (beta_1, beta_2, epsilon) = (0.5, 0.75, 0.25);
     if decoupled {
-        Optimizer::AdamW { learning_rate: 0.5, beta_1, beta_2, epsilon, weight_decay: wd }
+        Optimizer::AdamW { learning_rate: 0.5, beta_1, beta_2, epsilon, weight_decay: wd, schedule: Default::default(), global_clipnorm: None }
     } else {
-        Optimizer::Adam { learning_rate: 0.5, beta_1, beta_2, epsilon, weight_decay: wd }
+        Optimizer::Adam { learning_rate: 0.5, beta_1, beta_2, epsilon, weight_decay: wd, schedule: Default::default(), global_clipnorm: None }
     }
 }
 

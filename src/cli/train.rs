@@ -10,7 +10,7 @@ use serde_json::json;
 
 use convoy::callbacks::{LearningRateScheduler, ModelCheckpoint, TerminateOnNaN};
 use convoy::data::{augment_for, from_spec, Dataset};
-use convoy::model::{non_finite_warning, zoo, CompileOptions, DTypePolicy, FitOptions, Loss, Metric, Sequential};
+use convoy::model::{non_finite_warning, zoo, CompileOptions, DTypePolicy, FitOptions, Sequential};
 use convoy::optim::{Optimizer, Schedule};
 use convoy::{bail, Result};
 
@@ -130,14 +130,7 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
             }
             let lr = base_lr(&a);
             m.set_dtype_policy(precision);
-            m.compile(CompileOptions {
-                optimizer: Optimizer::from_name(&a.optimizer, lr)?,
-                loss: Loss::SparseCategoricalCrossentropy,
-                metrics: vec![Metric::Accuracy],
-                devices: devices.clone(),
-                seed: a.seed,
-                max_batch: a.batch_size,
-            })?;
+            m.compile(CompileOptions::new(Optimizer::from_name(&a.optimizer, lr)?).devices(devices.clone()).seed(a.seed).max_batch(a.batch_size))?;
             m
         }
     };

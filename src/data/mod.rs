@@ -14,6 +14,7 @@ mod packed;
 mod resize;
 mod spec;
 mod stats;
+mod subset;
 mod synthetic;
 
 pub use augment::Augment;
@@ -26,6 +27,7 @@ pub use loader::{Batch, Loader, batch_count, epoch_indices};
 pub use packed::{PACKED_MAGIC, PACKED_VERSION, PackReport, Packed, pack_folder, packed, packed_from_bytes};
 pub use spec::{SPEC_FORMS, augment_for, from_spec};
 pub use stats::channel_stats;
+pub use subset::Subset;
 pub use synthetic::{SYNTHETIC_CLASSES, synthetic, synthetic_split};
 
 use rand::Rng;

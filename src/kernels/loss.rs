@@ -19,7 +19,11 @@ struct Params {
     rows: u32,
     k: u32,
     scale: f32,
-    _pad: u32,
+    /// Cross-entropy's label smoothing (0 for mean squared error).
+    smoothing: f32,
+    /// 1 when binding 7 holds per-class weights.
+    weighted: u32,
+    _pad: [u32; 3],
 }
 
 /// `[rows, k]` of a 2-d tensor with at least one column.
@@ -30,8 +34,8 @@ fn rows_and_k(kernel: &str, operand: &str, t: &Tensor) -> Result<(usize, usize)>
     }
 }
 
-fn launch(device: &Device, entry: &'static str, rows: usize, k: usize, scale: f32, bindings: &[(u32, &Tensor)]) -> Result<Dispatch> {
-    let params = Params { rows: u32_of(entry, "rows", rows)?, k: u32_of(entry, "classes", k)?, scale, _pad: 0 };
+fn launch(device: &Device, entry: &'static str, rows: usize, k: usize, scale: f32, smoothing: f32, weighted: bool, bindings: &[(u32, &Tensor)]) -> Result<Dispatch> {
+    let params = Params { rows: u32_of(entry, "rows", rows)?, k: u32_of(entry, "classes", k)?, scale, smoothing, weighted: weighted as u32, _pad: [0; 3] };
     u32_of(entry, "elements", rows * k)?;
     // A row's ROW_THREADS lanes stride over its classes: one pass or several.
     let classes = if k > ROW_THREADS as usize { "classes=strided" } else { "classes=one_pass" };
@@ -59,7 +63,74 @@ pub fn softmax_cross_entropy(
     dlogits: &Tensor,
     rank: &Tensor,
 ) -> Result<Dispatch> {
+    softmax_cross_entropy_smoothed(device, logits, labels, scale, 0.0, loss, dlogits, rank)
+}
+
+/// [`softmax_cross_entropy_smoothed`] with Keras' `class_weight`: each row's loss and
+/// gradient are multiplied by `class_weights[label]` when given (an out-of-range label
+/// weighs 1; its loss is NaN anyway). The rank is unweighted.
+///
+/// # Shapes
+/// As [`softmax_cross_entropy`]; `class_weights`: `[classes]` f32.
+#[allow(clippy::too_many_arguments)]
+pub fn softmax_cross_entropy_weighted(
+    device: &Device,
+    logits: &Tensor,
+    labels: &Tensor,
+    class_weights: Option<&Tensor>,
+    scale: f32,
+    label_smoothing: f32,
+    loss: &Tensor,
+    dlogits: &Tensor,
+    rank: &Tensor,
+) -> Result<Dispatch> {
     let kn = "softmax_cross_entropy";
+    let (_, k) = rows_and_k(kn, "logits", logits)?;
+    if let Some(w) = class_weights {
+        expect_shape(kn, "class_weights", w, &[k])?;
+        expect_dtype(kn, "class_weights", w, DType::F32)?;
+        expect_separate(kn, &[("loss", loss), ("dlogits", dlogits), ("rank", rank)], &[("class_weights", w)])?;
+    }
+    cross_entropy(device, logits, labels, class_weights, scale, label_smoothing, loss, dlogits, rank)
+}
+
+/// [`softmax_cross_entropy`] against smoothed targets (Keras' `label_smoothing` `a`):
+/// `t = (1 - a) * onehot(label) + a / classes`, `loss[i] = -sum_j t_j log softmax(logits[i])_j`,
+/// `dlogits = scale * (softmax - t)`; `rank` is the label's, as without smoothing. `a` 0 gives
+/// exactly [`softmax_cross_entropy`]'s results.
+///
+/// # Shapes
+/// As [`softmax_cross_entropy`].
+#[allow(clippy::too_many_arguments)]
+pub fn softmax_cross_entropy_smoothed(
+    device: &Device,
+    logits: &Tensor,
+    labels: &Tensor,
+    scale: f32,
+    label_smoothing: f32,
+    loss: &Tensor,
+    dlogits: &Tensor,
+    rank: &Tensor,
+) -> Result<Dispatch> {
+    cross_entropy(device, logits, labels, None, scale, label_smoothing, loss, dlogits, rank)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn cross_entropy(
+    device: &Device,
+    logits: &Tensor,
+    labels: &Tensor,
+    class_weights: Option<&Tensor>,
+    scale: f32,
+    label_smoothing: f32,
+    loss: &Tensor,
+    dlogits: &Tensor,
+    rank: &Tensor,
+) -> Result<Dispatch> {
+    let kn = "softmax_cross_entropy";
+    if !(0.0..=1.0).contains(&label_smoothing) {
+        bail!(Config, "{kn}: label_smoothing must be in [0, 1], got {label_smoothing}");
+    }
     let (rows, k) = rows_and_k(kn, "logits", logits)?;
     expect_shape(kn, "labels", labels, &[rows])?;
     expect_shape(kn, "loss", loss, &[rows])?;
@@ -75,7 +146,13 @@ pub fn softmax_cross_entropy(
         expect_dtype(kn, name, t, dtype)?;
     }
     expect_separate(kn, &[("loss", loss), ("dlogits", dlogits), ("rank", rank)], &[("logits", logits), ("labels", labels)])?;
-    launch(device, kn, rows, k, scale, &[(1, logits), (2, labels), (4, loss), (5, dlogits), (6, rank)])
+    // Unweighted, the kernel never reads binding 7; `logits` fills it.
+    let weights = class_weights.unwrap_or(logits);
+    let mut d = launch(device, kn, rows, k, scale, label_smoothing, class_weights.is_some(), &[(1, logits), (2, labels), (4, loss), (5, dlogits), (6, rank), (7, weights)])?;
+    if class_weights.is_none() {
+        d.bytes -= logits.bytes() as f64; // the stand-in is never read
+    }
+    Ok(d)
 }
 
 /// Mean squared error, forward and backward fused: `loss[i] = mean_k (pred - target)^2`,
@@ -93,5 +170,5 @@ pub fn mean_squared_error(device: &Device, pred: &Tensor, target: &Tensor, scale
         expect_dtype(kn, name, t, DType::F32)?;
     }
     expect_separate(kn, &[("loss", loss), ("dpred", dpred)], &[("pred", pred), ("target", target)])?;
-    launch(device, kn, rows, k, scale, &[(1, pred), (3, target), (4, loss), (5, dpred)])
+    launch(device, kn, rows, k, scale, 0.0, false, &[(1, pred), (3, target), (4, loss), (5, dpred)])
 }

@@ -21,6 +21,11 @@
 //!   v = β2·v + (1-β2)·g²; p -= lr · (m / (1-β1^t)) / (sqrt(v / (1-β2^t)) + eps)`.
 //! - AdamW (`decoupled`): `p -= lr·wd·p` first, then the Adam step without L2 decay.
 //!
+//! Clipping by global norm (Keras' `global_clipnorm`): [`clip_by_global_norm`] measures the
+//! whole gradient on the device and writes `min(1, clipnorm / norm)` into `hyper`, and an
+//! update built by [`update_clipped`] multiplies every gradient by it (before the decay's L2
+//! term and the momentum), so the host never waits for the norm.
+//!
 //! Excluding parameters from weight decay (BatchNorm gamma/beta, biases) is done by
 //! updating ranges separately: [`update`] on views ([`Tensor::view`], 64-element aligned) or
 //! [`update_masked`], which takes the excluded element ranges directly. A model that lays out
@@ -116,7 +121,9 @@ pub struct Hyper {
     pub bias_correction1: f32,
     /// `1 - beta2^step` (Adam; 1 for SGD).
     pub bias_correction2: f32,
-    pub _pad: f32,
+    /// Gradient clipping's factor `min(1, clipnorm / norm)`, written on the device by
+    /// [`clip_by_global_norm`]'s dispatches; the host's value is never read.
+    pub clip_factor: f32,
 }
 
 impl Hyper {
@@ -137,7 +144,7 @@ impl Hyper {
                 (1.0 - (beta1 as f64).powi(t), 1.0 - (beta2 as f64).powi(t))
             }
         };
-        Ok(Hyper { lr, bias_correction1: bc1 as f32, bias_correction2: bc2 as f32, _pad: 0.0 })
+        Ok(Hyper { lr, bias_correction1: bc1 as f32, bias_correction2: bc2 as f32, clip_factor: 1.0 })
     }
 
     /// A new `hyper` tensor holding these settings.
@@ -158,7 +165,7 @@ impl Hyper {
 #[derive(Clone, Copy, Pod, Zeroable)]
 struct Params {
     n: u32,
-    _pad: u32,
+    clipnorm: f32,
     weight_decay: f32,
     momentum: f32,
     beta1: f32,
@@ -185,7 +192,7 @@ pub fn update(
     hyper: &Tensor,
 ) -> Result<Dispatch> {
     check(kind, weight_decay, params, grads, state, hyper)?;
-    launch(device, kind, weight_decay, params, grads, state, hyper, None, None)
+    launch(device, kind, weight_decay, params, grads, state, hyper, None, None, false)
 }
 
 /// [`update`] over the whole tensors, with weight decay skipped on the element ranges in
@@ -225,6 +232,24 @@ pub fn update_scaled(
     no_decay: &[Range<usize>],
     loss_scale: Option<&Tensor>,
 ) -> Result<Dispatch> {
+    update_clipped(device, kind, weight_decay, params, grads, state, hyper, no_decay, loss_scale, false)
+}
+
+/// [`update_scaled`] that multiplies every gradient by the factor [`clip_by_global_norm`]
+/// wrote into `hyper` when `clipped`: those dispatches must run before it in every step.
+#[allow(clippy::too_many_arguments)]
+pub fn update_clipped(
+    device: &Device,
+    kind: &OptimizerKind,
+    weight_decay: f32,
+    params: &Tensor,
+    grads: &Tensor,
+    state: &[&Tensor],
+    hyper: &Tensor,
+    no_decay: &[Range<usize>],
+    loss_scale: Option<&Tensor>,
+    clipped: bool,
+) -> Result<Dispatch> {
     check(kind, weight_decay, params, grads, state, hyper)?;
     if let Some(t) = loss_scale
         && (t.dtype() != DType::U32 || t.len() != super::loss_scale::STATE_LEN)
@@ -233,7 +258,7 @@ pub fn update_scaled(
     }
     let segments = segments(params.len(), weight_decay, no_decay)?;
     if let [(_, wd)] = segments.as_slice() {
-        return launch(device, kind, *wd, params, grads, state, hyper, None, loss_scale);
+        return launch(device, kind, *wd, params, grads, state, hyper, None, loss_scale, clipped);
     }
     let mut mask = vec![0.0f32; params.len()];
     for (range, wd) in &segments {
@@ -245,7 +270,44 @@ pub fn update_scaled(
         device.wgpu(),
         &wgpu::util::BufferInitDescriptor { label: Some("weight decay mask"), contents: bytemuck::cast_slice(&mask), usage: wgpu::BufferUsages::STORAGE },
     );
-    launch(device, kind, weight_decay, params, grads, state, hyper, Some(&mask), loss_scale)
+    launch(device, kind, weight_decay, params, grads, state, hyper, Some(&mask), loss_scale, clipped)
+}
+
+/// Workgroups of the first pass of [`clip_by_global_norm`]; the shader's `NORM_GROUPS`.
+pub const NORM_GROUPS: usize = 256;
+
+/// Clipping by global norm (Keras' `global_clipnorm`): two dispatches that compute
+/// `norm = sqrt(Σ g²)` over the whole of `grads` (divided by the loss scale when
+/// `loss_scale` is given) and write `min(1, clipnorm / norm)` into `hyper` for an update
+/// built with [`update_clipped`] to multiply every gradient by. `partials` is scratch of
+/// [`NORM_GROUPS`] floats. Run them after the gradients are final (after the exchange, with
+/// several replicas: every replica then computes the same factor).
+///
+/// # Shapes
+/// `grads`: any shape; `hyper`: `[4]`; `partials`: [`NORM_GROUPS`] elements.
+pub fn clip_by_global_norm(device: &Device, clipnorm: f32, grads: &Tensor, hyper: &Tensor, partials: &Tensor, loss_scale: Option<&Tensor>) -> Result<Vec<Dispatch>> {
+    if !(clipnorm.is_finite() && clipnorm > 0.0) {
+        bail!(Config, "global_clipnorm must be finite and > 0, got {clipnorm}");
+    }
+    expect_hyper(hyper)?;
+    for (name, t, len) in [("grads", grads, grads.len()), ("partials", partials, NORM_GROUPS)] {
+        if t.dtype() != DType::F32 || t.len() != len {
+            bail!(Shape, "clip_by_global_norm: {name} is {:?} {:?}, expected f32 of {len} elements", t.dtype(), t.shape());
+        }
+    }
+    if partials.same_storage(grads) || partials.same_storage(hyper) || hyper.same_storage(grads) {
+        bail!(Shape, "clip_by_global_norm: grads, hyper and partials must be separate buffers");
+    }
+    let mut p = Params { n: u32_of("clip_by_global_norm", "elements", grads.len())?, clipnorm, weight_decay: 0.0, momentum: 0.0, beta1: 0.0, beta2: 0.0, epsilon: 0.0, flags: 0 };
+    if loss_scale.is_some() {
+        p.flags |= 8;
+    }
+    // Without the loss scale the kernel never reads binding 7; `hyper` fills it.
+    let first = [(1, grads), (7, loss_scale.unwrap_or(hyper)), (8, partials)];
+    Ok(vec![
+        Dispatch::with_params(device, &OPTIMIZER, "norm_partials", &[], &p, &first, [NORM_GROUPS as u32, 1, 1]),
+        Dispatch::with_params(device, &OPTIMIZER, "clip_factor", &[], &p, &[(8, partials), (9, hyper)], [1, 1, 1]),
+    ])
 }
 
 /// Splits `0..n` into `(range, weight decay)` stretches, merging neighbours of equal decay.
@@ -320,10 +382,11 @@ fn launch(
     hyper: &Tensor,
     decay_mask: Option<&wgpu::Buffer>,
     loss_scale: Option<&Tensor>,
+    clipped: bool,
 ) -> Result<Dispatch> {
     let mut p = Params {
         n: u32_of("optimizer", "elements", params.len())?,
-        _pad: 0,
+        clipnorm: 0.0,
         weight_decay,
         momentum: 0.0,
         beta1: 0.0,
@@ -351,14 +414,18 @@ fn launch(
     if loss_scale.is_some() {
         p.flags |= 8;
     }
+    if clipped {
+        p.flags |= 16;
+    }
     // The shader's branches: bit 0 (Nesterov, or AdamW's decoupled decay), bit 1 (the mask),
-    // bit 2 (SGD's decoupled decay).
+    // bit 2 (SGD's decoupled decay), bit 3 (loss-scaled), bit 4 (clipped).
     let flag = |bit: u32, name: &str| format!("{name}={}", if p.flags & bit != 0 { "yes" } else { "no" });
     let path = match entry {
         "sgd" => format!("{} {} {}", flag(4, "decoupled"), flag(2, "decay_mask"), flag(8, "scaled")),
         "sgd_momentum" => format!("{} {} {} {}", flag(1, "nesterov"), flag(4, "decoupled"), flag(2, "decay_mask"), flag(8, "scaled")),
         _ => format!("{} {} {}", flag(1, "decoupled"), flag(2, "decay_mask"), flag(8, "scaled")),
     };
+    let path = if clipped { format!("{path} clipped=yes") } else { path };
     let uniform = device.uniform(&p);
     let mut bindings = vec![(0, uniform.as_entire_buffer_binding()), (1, grads.binding()), (2, hyper.binding()), (3, params.binding())];
     bindings.extend(state.iter().enumerate().map(|(i, t)| (4 + i as u32, t.binding())));

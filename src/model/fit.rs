@@ -1,11 +1,12 @@
 //! `fit`, `train_on_batch`, `evaluate` and `predict`.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
 use crate::callbacks::{Callback, Context, History, Logs, ProgressBar, Saver, Weights};
-use crate::data::{batch_count, channel_stats, epoch_indices, Augment, Dataset, Loader};
+use crate::data::{batch_count, channel_stats, epoch_indices, Augment, Dataset, Loader, Subset};
 use crate::model::losses::Metric;
 use crate::model::Sequential;
 use crate::parallel::{HostBatch, StepOutput, NO_UPDATE};
@@ -34,6 +35,19 @@ pub struct FitOptions {
     pub verbose: u8,
     /// Write a Chrome trace of the run here.
     pub trace: Option<std::path::PathBuf>,
+    /// Keras' `validation_split`, in [0, 1): the last fraction of the data (the last
+    /// `n - floor(n * (1 - split))` samples, taken before any shuffling) is set aside and
+    /// evaluated after every epoch instead of trained on. 0 (the default) sets nothing aside.
+    /// With `validation_data` as well it is an error (Keras silently prefers the data).
+    pub validation_split: f32,
+    /// Keras' `steps_per_epoch`: an epoch is the first this many batches of the epoch's
+    /// (shuffled) order, the rest of the data waiting for later epochs' orders. More batches
+    /// than the data holds is an error. `None` (the default): the whole data set.
+    pub steps_per_epoch: Option<usize>,
+    /// Keras' `class_weight`: `{class: weight}`, each training sample's loss and gradient
+    /// multiplied by its class's weight (classes not named weigh 1). The training `loss`
+    /// logged is the weighted one; validation is unweighted. Cross-entropy only.
+    pub class_weight: Option<BTreeMap<u32, f32>>,
 }
 
 impl Default for FitOptions {
@@ -50,6 +64,9 @@ impl Default for FitOptions {
             initial_epoch: 0,
             verbose: 1,
             trace: None,
+            validation_split: 0.0,
+            steps_per_epoch: None,
+            class_weight: None,
         }
     }
 }
@@ -170,7 +187,66 @@ impl Saver for ModelSaver<'_> {
 
 impl Sequential {
     /// Trains on `data` and returns the per-epoch logs.
-    pub fn fit(&mut self, data: Arc<dyn Dataset>, mut opts: FitOptions) -> Result<History> {
+    pub fn fit(&mut self, data: Arc<dyn Dataset>, opts: FitOptions) -> Result<History> {
+        let Some(class_weight) = &opts.class_weight else { return self.fit_epochs(data, opts) };
+        let table = self.class_weight_table(class_weight)?;
+        self.write_class_weights(&table)?;
+        let result = self.fit_epochs(data, opts);
+        // The weights are this fit's: later steps (train_on_batch, another fit) are unweighted.
+        let reset = self.write_class_weights(&vec![1.0; table.len()]);
+        let history = result?;
+        reset?;
+        Ok(history)
+    }
+
+    /// Keras' `class_weight` as one weight per class, checked against the model.
+    fn class_weight_table(&mut self, class_weight: &BTreeMap<u32, f32>) -> Result<Vec<f32>> {
+        let classes = self.def.classes;
+        self.compiled()?;
+        if self.def.loss != crate::model::Loss::SparseCategoricalCrossentropy {
+            bail!(Config, "fit: class_weight needs the cross-entropy loss, the model is compiled with {:?}", self.def.loss);
+        }
+        let mut table = vec![1.0f32; classes];
+        for (&class, &w) in class_weight {
+            if class as usize >= classes {
+                bail!(Config, "fit: class_weight names class {class}, but the model has {classes} classes (0..{classes})");
+            }
+            if !(w.is_finite() && w >= 0.0) {
+                bail!(Config, "fit: class_weight of class {class} must be finite and >= 0, got {w}");
+            }
+            table[class as usize] = w;
+        }
+        Ok(table)
+    }
+
+    fn write_class_weights(&mut self, table: &[f32]) -> Result<()> {
+        for r in &self.compiled()?.replicas.replicas {
+            r.write_class_weights(table)?;
+        }
+        Ok(())
+    }
+
+    /// `fit` after its class weights are in place.
+    fn fit_epochs(&mut self, data: Arc<dyn Dataset>, mut opts: FitOptions) -> Result<History> {
+        let split = opts.validation_split;
+        if !(0.0..1.0).contains(&split) {
+            bail!(Config, "fit: validation_split must be in [0, 1), got {split}");
+        }
+        let data = if split > 0.0 {
+            if opts.validation_data.is_some() {
+                bail!(Config, "fit: validation_split {split} and validation_data both given: pass one");
+            }
+            // Keras: split_at = floor(n * (1 - validation_split)), in f64 as Python computes it.
+            let n = data.len();
+            let at = (n as f64 * (1.0 - split as f64)).floor() as usize;
+            if at == 0 || at == n {
+                bail!(Config, "fit: validation_split {split} of {} samples leaves {at} to train on and {} to validate on", n, n - at);
+            }
+            opts.validation_data = Some(Arc::new(Subset::new(data.clone(), at..n)?));
+            Arc::new(Subset::new(data, 0..at)?) as Arc<dyn Dataset>
+        } else {
+            data
+        };
         self.check_data(data.as_ref())?;
         if let Some(v) = &opts.validation_data {
             self.check_data(v.as_ref())?;
@@ -200,10 +276,22 @@ impl Sequential {
         c.replicas.forget_finished();
         let mut history = History::new();
         let mut progress = ProgressBar::new().verbose(opts.verbose);
-        let steps = batch_count(data.len(), opts.batch_size, opts.drop_remainder);
-        let samples = if opts.drop_remainder { steps * opts.batch_size } else { data.len() };
-        let base_lr = self.compiled()?.learning_rate;
-        let mut lr = base_lr;
+        let mut steps = batch_count(data.len(), opts.batch_size, opts.drop_remainder);
+        let mut samples = if opts.drop_remainder { steps * opts.batch_size } else { data.len() };
+        if let Some(s) = opts.steps_per_epoch {
+            if s == 0 || s > steps {
+                bail!(Config, "fit: steps_per_epoch {s} is not within the 1..={steps} batches of {} that {} samples give", opts.batch_size, data.len());
+            }
+            if s < steps {
+                (steps, samples) = (s, s * opts.batch_size);
+            }
+        }
+        let c = self.compiled()?;
+        c.steps_per_epoch = steps;
+        // Under the optimizer's schedule the rate is the schedule's, which callbacks see
+        // but may not change (Keras refuses to set a scheduled rate too).
+        let scheduled = !c.optimizer.learning_rate_schedule().is_constant();
+        let mut lr = c.next_rate();
         let mut cbs: Vec<&mut dyn Callback> = vec![&mut history as &mut dyn Callback, &mut progress];
         cbs.extend(opts.callbacks.iter_mut().map(|c| c.as_mut() as &mut dyn Callback));
 
@@ -212,6 +300,9 @@ impl Sequential {
                 let mut ctx = Context { stop_training: false, learning_rate: lr, epochs: opts.epochs, steps_per_epoch: steps, samples, saver: &ModelSaver(self) };
                 for cb in cbs.iter_mut() {
                     cb.$method($($arg,)* &mut ctx)?;
+                }
+                if scheduled && ctx.learning_rate != lr {
+                    bail!(Config, "a callback set the learning rate to {} in {}, but the optimizer follows its own schedule (rate {lr} at this step): drop the callback or the optimizer's schedule", ctx.learning_rate, stringify!($method));
                 }
                 #[allow(unused_assignments)]
                 { lr = ctx.learning_rate; }
@@ -232,7 +323,8 @@ impl Sequential {
             // call gives the epoch: two calls of one epoch then train as one call of two,
             // and a resumed run replays the order of an uninterrupted one.
             let trained = self.compiled()?.epoch;
-            let indices = epoch_indices(data.len(), opts.shuffle, opts.seed, trained);
+            let mut indices = epoch_indices(data.len(), opts.shuffle, opts.seed, trained);
+            indices.truncate(samples);
             let loader = Loader::new(data.clone(), indices, opts.batch_size, opts.drop_remainder, opts.augment, opts.seed ^ (trained as u64) << 32, 4)?;
             let mut tally = Tally::default();
             let t_epoch = Instant::now();
@@ -252,6 +344,9 @@ impl Sequential {
                 let Some((b, batch)) = next else { break };
                 let batch = batch?;
                 shares.wait += t_wait.elapsed().as_secs_f64();
+                if scheduled {
+                    lr = self.compiled()?.next_rate();
+                }
                 stop |= hook!(on_batch_begin(b));
                 self.compiled()?.learning_rate = lr;
                 // The split is decided on the first batch, before its step.

@@ -23,6 +23,8 @@ pub struct Definition {
     pub fused: Vec<bool>,
     pub layout: Layout,
     pub loss: Loss,
+    /// Keras' `label_smoothing` of the cross-entropy (0: one-hot targets).
+    pub label_smoothing: f32,
     pub classes: usize,
     /// Per-channel normalisation of the u8 input: `(x / 255 - mean) / std`.
     pub mean: Vec<f32>,
@@ -30,6 +32,9 @@ pub struct Definition {
     /// The precision policy and, under `mixed_float16`, its loss scaling.
     pub policy: DTypePolicy,
     pub loss_scale: LossScale,
+    /// Layers set `trainable = false` (Keras): their parameters get no update (and no weight
+    /// decay). Compiled into the replicas' update, so a change takes effect at `compile`.
+    pub frozen: std::collections::BTreeSet<usize>,
 }
 
 impl Definition {
@@ -77,6 +82,9 @@ pub struct Shared {
     /// Under `mixed_float16`, the loss-scale state (`kernels::loss_scale`): the loss
     /// gradient is multiplied by its scale.
     pub loss_scale: Option<Tensor>,
+    /// f32 `[classes]`: Keras' `class_weight` of the running `fit` (ones otherwise), read by
+    /// training steps' cross-entropy.
+    pub class_weights: Tensor,
     /// The policy the replica was compiled with (the definition's may have changed since:
     /// it takes effect at the next `compile`).
     pub policy: DTypePolicy,
@@ -200,7 +208,9 @@ impl Plan {
         let mut targets = None;
         match def.loss {
             Loss::SparseCategoricalCrossentropy => {
-                g.push(loss::softmax_cross_entropy(device, &logits, &labels, scale, &loss, &dlogits, &rank)?);
+                // Evaluation is unweighted, as Keras' `evaluate` without sample weights.
+                let weights = training.then_some(&shared.class_weights);
+                g.push(loss::softmax_cross_entropy_weighted(device, &logits, &labels, weights, scale, def.label_smoothing, &loss, &dlogits, &rank)?);
             }
             Loss::MeanSquaredError => {
                 // Cross-entropy still runs for the label ranks the metrics need; its loss and

@@ -29,6 +29,8 @@ pub struct TrainingState {
     pub step: u64,
     pub epoch: usize,
     pub learning_rate: f32,
+    /// The cross-entropy's label smoothing (absent, as 0, in files saved before it existed).
+    pub label_smoothing: f32,
 }
 
 impl Sequential {
@@ -71,6 +73,7 @@ impl Sequential {
                 "step": c.step,
                 "epoch": c.epoch,
                 "learning_rate": c.learning_rate,
+                "label_smoothing": self.def.label_smoothing,
             });
             meta.insert("training".to_string(), training.to_string());
         }
@@ -192,6 +195,10 @@ impl Sequential {
                     step: count("step")?,
                     epoch: usize::try_from(count("epoch")?).map_err(|_| bad(format!("training state epoch {} does not fit this machine", t["epoch"])))?,
                     learning_rate: field("learning_rate")?.as_f64().ok_or_else(|| bad(format!("training state learning_rate {} is not a number", t["learning_rate"])))? as f32,
+                    label_smoothing: match t.get("label_smoothing") {
+                        None => 0.0,
+                        Some(v) => v.as_f64().ok_or_else(|| bad(format!("training state label_smoothing {v} is not a number")))? as f32,
+                    },
                 })
             }
         };
@@ -259,8 +266,9 @@ impl Sequential {
             step: 0,
             epoch: 0,
             learning_rate: 0.01,
+            label_smoothing: 0.0,
         });
-        model.compile(CompileOptions { optimizer: t.optimizer, loss: t.loss, metrics: t.metrics, devices, seed: 0, max_batch })?;
+        model.compile(CompileOptions::new(t.optimizer).loss(t.loss).metrics(t.metrics).devices(devices).max_batch(max_batch).label_smoothing(t.label_smoothing))?;
         let c = model.compiled.as_mut().unwrap();
         c.step = t.step;
         c.epoch = t.epoch;

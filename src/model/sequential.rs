@@ -29,13 +29,27 @@ pub struct Compiled {
     /// Epochs trained, over every `fit` call and across save and load: a resumed run's
     /// `initial_epoch`; it also seeds each epoch's data order.
     pub epoch: usize,
+    /// The rate callbacks set (`LearningRateScheduler`, `ReduceLROnPlateau`), or the last
+    /// step's under the optimizer's own schedule.
     pub learning_rate: f32,
+    /// Steps of an epoch of the running (or last) `fit`, for schedules counted in epochs.
+    pub steps_per_epoch: usize,
     pub seed: u64,
     /// The largest batch a training step takes: the staging buffers hold that many samples.
     pub max_batch: usize,
 }
 
 impl Compiled {
+    /// The learning rate of the next step: the optimizer's schedule at the global step, or,
+    /// without one, the rate callbacks last set.
+    pub(crate) fn next_rate(&self) -> f32 {
+        if self.optimizer.learning_rate_schedule().is_constant() {
+            self.learning_rate
+        } else {
+            self.optimizer.rate_at(self.step, self.steps_per_epoch)
+        }
+    }
+
     /// Refuses a training batch of `n` samples above `max_batch` before anything is staged,
     /// naming both (a staging buffer would otherwise refuse it mid-step).
     /// `what` names the batch in the message: "fit: batch_size".
@@ -60,18 +74,81 @@ pub struct Sequential {
     pub(crate) class_names: Vec<String>,
 }
 
-/// `compile`'s arguments, with Keras' names.
+/// `compile`'s arguments, with Keras' names and defaults: only the optimizer is required.
+///
+/// ```no_run
+/// # use convoy::prelude::*;
+/// # fn main() -> convoy::Result<()> {
+/// # let mut model = Sequential::new(&[32, 32, 3]);
+/// // Keras: model.compile(optimizer=SGD(0.1), loss=SparseCategoricalCrossentropy(label_smoothing=0.1),
+/// //                      metrics=["accuracy"])
+/// model.compile(CompileOptions::new(Optimizer::sgd(0.1)).label_smoothing(0.1))?;
+/// # Ok(()) }
+/// ```
 pub struct CompileOptions {
     pub optimizer: Optimizer,
+    /// Default: sparse categorical cross-entropy on the logits.
     pub loss: Loss,
+    /// Default: `[Metric::Accuracy]`.
     pub metrics: Vec<Metric>,
     /// The devices to train on: the model is replicated on each, the batch split across them.
+    /// Empty (the default): `device::open("all")`, every adapter that makes training faster.
     pub devices: Vec<Arc<Device>>,
-    /// Seeds the initial weights.
+    /// Seeds the initial weights. Default 0.
     pub seed: u64,
     /// The largest batch `fit` and `train_on_batch` will use (staging buffers are sized for
-    /// it); `evaluate` and `predict` take larger batches in pieces of this size.
+    /// it); `evaluate` and `predict` take larger batches in pieces of this size. Default 32,
+    /// `fit`'s default `batch_size`.
     pub max_batch: usize,
+    /// Keras' `label_smoothing` of the cross-entropy, in [0, 1]: the targets become
+    /// `(1 - a) * onehot + a / classes`. Default 0. Mean squared error ignores it.
+    pub label_smoothing: f32,
+}
+
+impl CompileOptions {
+    /// `optimizer` with Keras' other defaults: sparse categorical cross-entropy, accuracy,
+    /// every useful device, a batch of at most 32, no label smoothing.
+    pub fn new(optimizer: Optimizer) -> Self {
+        CompileOptions {
+            optimizer,
+            loss: Loss::SparseCategoricalCrossentropy,
+            metrics: vec![Metric::Accuracy],
+            devices: Vec::new(),
+            seed: 0,
+            max_batch: 32,
+            label_smoothing: 0.0,
+        }
+    }
+    /// The loss to minimise.
+    pub fn loss(mut self, loss: Loss) -> Self {
+        self.loss = loss;
+        self
+    }
+    /// The metrics logged beside the loss.
+    pub fn metrics(mut self, metrics: Vec<Metric>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+    /// The devices to replicate the model on (see [`crate::device::open`]).
+    pub fn devices(mut self, devices: Vec<Arc<Device>>) -> Self {
+        self.devices = devices;
+        self
+    }
+    /// The seed of the initial weights.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+    /// The largest training batch.
+    pub fn max_batch(mut self, max_batch: usize) -> Self {
+        self.max_batch = max_batch;
+        self
+    }
+    /// Keras' `label_smoothing` (checked by `compile`: in [0, 1]).
+    pub fn label_smoothing(mut self, label_smoothing: f32) -> Self {
+        self.label_smoothing = label_smoothing;
+        self
+    }
 }
 
 impl Sequential {
@@ -85,11 +162,13 @@ impl Sequential {
                 fused: Vec::new(),
                 layout: Layout::default(),
                 loss: Loss::SparseCategoricalCrossentropy,
+                label_smoothing: 0.0,
                 classes: 0,
                 mean: vec![0.5; input_shape.last().copied().unwrap_or(1)],
                 std: vec![0.25; input_shape.last().copied().unwrap_or(1)],
                 policy: Default::default(),
                 loss_scale: Default::default(),
+                frozen: Default::default(),
             },
             compiled: None,
             pending_weights: None,
@@ -106,6 +185,27 @@ impl Sequential {
         self.def.layers.push(layer);
         self.compiled = None;
         self
+    }
+
+    /// Keras' `layer.trainable = False` for layer `index` (counted from 0, as `layers()`): its
+    /// parameters receive no update and no weight decay. As in Keras, it takes effect at the
+    /// next `compile` (which keeps the trained weights). A frozen BatchNormalization still
+    /// normalises with its batch's statistics and moves its moving statistics in training
+    /// (Keras 3 switches it to inference mode). Frozen layers are not saved with the model.
+    pub fn set_trainable(&mut self, index: usize, trainable: bool) -> Result<()> {
+        if index >= self.def.layers.len() {
+            bail!(Config, "set_trainable: no layer {index} (the model has {} layers)", self.def.layers.len());
+        }
+        if trainable {
+            self.def.frozen.remove(&index);
+        } else {
+            self.def.frozen.insert(index);
+        }
+        Ok(())
+    }
+    /// Whether layer `index`'s parameters are trained (see [`Sequential::set_trainable`]).
+    pub fn is_trainable(&self, index: usize) -> bool {
+        !self.def.frozen.contains(&index)
     }
 
     pub fn input_shape(&self) -> &[usize] {
@@ -185,10 +285,17 @@ impl Sequential {
     /// keeps a built model's: only the optimizer (which starts from zero state and step 0),
     /// the loss, the metrics and the devices change, so lowering the learning rate to
     /// fine-tune continues from the trained weights. The count of epochs trained is kept.
-    pub fn compile(&mut self, opts: CompileOptions) -> Result<()> {
+    pub fn compile(&mut self, mut opts: CompileOptions) -> Result<()> {
         opts.optimizer.validate()?;
+        if let (Some(c), Some(layer)) = (opts.optimizer.clipnorm(), self.def.frozen.first()) {
+            // The norm would take in the frozen layers' gradients, which Keras never computes.
+            bail!(Config, "global_clipnorm {c} with frozen layers (layer {layer}) is not supported yet");
+        }
+        if !(0.0..=1.0).contains(&opts.label_smoothing) {
+            bail!(Config, "label_smoothing must be in [0, 1], got {}", opts.label_smoothing);
+        }
         if opts.devices.is_empty() {
-            bail!(Device, "compile needs at least one device");
+            opts.devices = crate::device::open("all")?;
         }
         if self.def.input_shape.len() != 3 || self.def.input_shape.contains(&0) {
             bail!(Shape, "the model input must be (height, width, channels), got {:?}", self.def.input_shape);
@@ -203,6 +310,7 @@ impl Sequential {
         }
         self.def.classes = out[0];
         self.def.loss = opts.loss;
+        self.def.label_smoothing = opts.label_smoothing;
         self.def.fuse_relus();
         self.def.layout = layout;
         let seed = opts.seed;
@@ -238,6 +346,7 @@ impl Sequential {
         let epoch = self.compiled.as_ref().map_or(0, |c| c.epoch);
         self.compiled = Some(Compiled {
             learning_rate: opts.optimizer.learning_rate(),
+            steps_per_epoch: 1,
             optimizer: opts.optimizer,
             metrics: opts.metrics,
             replicas: ReplicaSet::new(replicas),
@@ -282,6 +391,7 @@ impl Sequential {
         self.normalization_fixed = true;
         let c = self.compiled()?;
         c.check_batch(&format!("{who}: a batch of"), labels.len())?;
+        c.learning_rate = c.next_rate();
         Hyper::for_step(c.learning_rate, &c.optimizer.kind(), c.step + 1)
     }
 
@@ -324,7 +434,9 @@ impl Sequential {
         let batch = crate::parallel::HostBatch { images, labels };
         let mut runs = Vec::new();
         for s in 0..=steps.max(1) {
-            let hyper = Hyper::for_step(c.learning_rate, &c.optimizer.kind(), c.step + 1)?;
+            // `next_rate` spelled out on the fields: the replica is borrowed.
+            let lr = if c.optimizer.learning_rate_schedule().is_constant() { c.learning_rate } else { c.optimizer.rate_at(c.step, c.steps_per_epoch) };
+            let hyper = Hyper::for_step(lr, &c.optimizer.kind(), c.step + 1)?;
             let timed = r.profile_step(def, &batch, hyper, c.step as u32, &mut timer)?;
             c.step += 1;
             if s > 0 {

@@ -98,21 +98,24 @@ impl Sequential {
             let first = layout.inbound[i][0];
             let shape = if first == 0 { self.def.input_shape.clone() } else { layout.shapes[first - 1].clone() };
             let count = |specs: Vec<crate::layers::ParamSpec>| specs.iter().map(|p| p.len()).sum::<usize>();
-            let trainable = count(layer.params(&shape));
+            let weights = count(layer.params(&shape));
+            // A frozen layer's parameters count as non-trainable, as in Keras.
+            let trainable = if self.def.frozen.contains(&i) { 0 } else { weights };
             layers.push(LayerSummary {
                 name: layout.layer_names[i].clone(),
                 class_name: layer.class_name().to_string(),
                 output_shape: layout.shapes[i].clone(),
-                params: trainable + count(layer.states(&shape)),
+                params: weights + count(layer.states(&shape)),
                 trainable_params: trainable,
                 flops: layer.flops(&shape),
                 connected_to: layout.inbound[i].iter().map(|&j| node_name(j)).collect(),
             });
         }
-        let (trainable, states) = (layout.trainable_count(), layout.state_count());
+        let (weights, states) = (layout.trainable_count(), layout.state_count());
+        let trainable: usize = layers.iter().map(|l| l.trainable_params).sum();
         // Saturating: a file may declare layers whose counts sum past 64 bits.
         let flops = layers.iter().fold(0u64, |a, l| a.saturating_add(l.flops));
-        Ok(Summary { input_shape: self.def.input_shape.clone(), layers, params: trainable + states, trainable_params: trainable, non_trainable_params: states, flops })
+        Ok(Summary { input_shape: self.def.input_shape.clone(), layers, params: weights + states, trainable_params: trainable, non_trainable_params: weights + states - trainable, flops })
     }
 
     /// The summary table (see [`Summary::table`]).

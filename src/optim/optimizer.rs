@@ -11,10 +11,16 @@
 //! (`p -= lr * wd * p`, then the step), `.l2(wd)` PyTorch's `torch.optim.SGD(weight_decay=wd)`;
 //! with momentum the two differ. A model file saved before SGD had both forms says nothing
 //! of it and loads as the L2 form it was trained with.
+//!
+//! The learning rate may follow a [`Schedule`] the optimizer owns ([`Optimizer::schedule`]),
+//! evaluated at its global step before every training step (Keras' `learning_rate=` a
+//! `LearningRateSchedule`). A file saved before schedules existed says nothing of one and
+//! loads with the constant rate it was trained with.
 
 use serde::{Deserialize, Serialize};
 
 use crate::kernels::optimizer::OptimizerKind;
+use crate::optim::Schedule;
 use crate::{bail, Result};
 
 /// An update rule and its settings, as saved in a model file.
@@ -30,25 +36,49 @@ pub enum Optimizer {
         weight_decay: f32,
         #[serde(default)]
         decoupled: bool,
+        #[serde(default, skip_serializing_if = "Schedule::is_constant")]
+        schedule: Schedule,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        global_clipnorm: Option<f32>,
     },
     /// Adam; `weight_decay` is added to the gradient (L2, PyTorch's Adam): [`Optimizer::l2`].
-    Adam { learning_rate: f32, beta_1: f32, beta_2: f32, epsilon: f32, weight_decay: f32 },
+    Adam {
+        learning_rate: f32,
+        beta_1: f32,
+        beta_2: f32,
+        epsilon: f32,
+        weight_decay: f32,
+        #[serde(default, skip_serializing_if = "Schedule::is_constant")]
+        schedule: Schedule,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        global_clipnorm: Option<f32>,
+    },
     /// Adam with `weight_decay` decoupled (Keras 3's Adam and AdamW, PyTorch's AdamW).
-    AdamW { learning_rate: f32, beta_1: f32, beta_2: f32, epsilon: f32, weight_decay: f32 },
+    AdamW {
+        learning_rate: f32,
+        beta_1: f32,
+        beta_2: f32,
+        epsilon: f32,
+        weight_decay: f32,
+        #[serde(default, skip_serializing_if = "Schedule::is_constant")]
+        schedule: Schedule,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        global_clipnorm: Option<f32>,
+    },
 }
 
 impl Optimizer {
     /// Keras' `SGD(learning_rate)`: no momentum, no weight decay.
     pub fn sgd(learning_rate: f32) -> Self {
-        Optimizer::Sgd { learning_rate, momentum: 0.0, nesterov: false, weight_decay: 0.0, decoupled: false }
+        Optimizer::Sgd { learning_rate, momentum: 0.0, nesterov: false, weight_decay: 0.0, decoupled: false, schedule: Schedule::Constant, global_clipnorm: None }
     }
     /// Keras' `Adam(learning_rate)` with beta_1 0.9, beta_2 0.999, epsilon 1e-7.
     pub fn adam(learning_rate: f32) -> Self {
-        Optimizer::Adam { learning_rate, beta_1: 0.9, beta_2: 0.999, epsilon: 1e-7, weight_decay: 0.0 }
+        Optimizer::Adam { learning_rate, beta_1: 0.9, beta_2: 0.999, epsilon: 1e-7, weight_decay: 0.0, schedule: Schedule::Constant, global_clipnorm: None }
     }
     /// Keras' `AdamW(learning_rate)`: decoupled weight decay 0.004 by default.
     pub fn adamw(learning_rate: f32) -> Self {
-        Optimizer::AdamW { learning_rate, beta_1: 0.9, beta_2: 0.999, epsilon: 1e-7, weight_decay: 0.004 }
+        Optimizer::AdamW { learning_rate, beta_1: 0.9, beta_2: 0.999, epsilon: 1e-7, weight_decay: 0.004, schedule: Schedule::Constant, global_clipnorm: None }
     }
     /// SGD's momentum (ignored by Adam).
     pub fn momentum(mut self, m: f32) -> Self {
@@ -68,9 +98,12 @@ impl Optimizer {
     /// update, on kernels only. Adam becomes AdamW (the rule Keras 3 gives both).
     pub fn weight_decay(self, wd: f32) -> Self {
         match self {
-            Optimizer::Sgd { learning_rate, momentum, nesterov, .. } => Optimizer::Sgd { learning_rate, momentum, nesterov, weight_decay: wd, decoupled: true },
-            Optimizer::Adam { learning_rate, beta_1, beta_2, epsilon, .. } | Optimizer::AdamW { learning_rate, beta_1, beta_2, epsilon, .. } => {
-                Optimizer::AdamW { learning_rate, beta_1, beta_2, epsilon, weight_decay: wd }
+            Optimizer::Sgd { learning_rate, momentum, nesterov, schedule, global_clipnorm, .. } => {
+                Optimizer::Sgd { learning_rate, momentum, nesterov, weight_decay: wd, decoupled: true, schedule, global_clipnorm }
+            }
+            Optimizer::Adam { learning_rate, beta_1, beta_2, epsilon, schedule, global_clipnorm, .. }
+            | Optimizer::AdamW { learning_rate, beta_1, beta_2, epsilon, schedule, global_clipnorm, .. } => {
+                Optimizer::AdamW { learning_rate, beta_1, beta_2, epsilon, weight_decay: wd, schedule, global_clipnorm }
             }
         }
     }
@@ -80,13 +113,62 @@ impl Optimizer {
     /// Adam with L2.
     pub fn l2(self, wd: f32) -> Self {
         match self {
-            Optimizer::Sgd { learning_rate, momentum, nesterov, .. } => Optimizer::Sgd { learning_rate, momentum, nesterov, weight_decay: wd, decoupled: false },
-            Optimizer::Adam { learning_rate, beta_1, beta_2, epsilon, .. } | Optimizer::AdamW { learning_rate, beta_1, beta_2, epsilon, .. } => {
-                Optimizer::Adam { learning_rate, beta_1, beta_2, epsilon, weight_decay: wd }
+            Optimizer::Sgd { learning_rate, momentum, nesterov, schedule, global_clipnorm, .. } => {
+                Optimizer::Sgd { learning_rate, momentum, nesterov, weight_decay: wd, decoupled: false, schedule, global_clipnorm }
+            }
+            Optimizer::Adam { learning_rate, beta_1, beta_2, epsilon, schedule, global_clipnorm, .. }
+            | Optimizer::AdamW { learning_rate, beta_1, beta_2, epsilon, schedule, global_clipnorm, .. } => {
+                Optimizer::Adam { learning_rate, beta_1, beta_2, epsilon, weight_decay: wd, schedule, global_clipnorm }
             }
         }
     }
 
+    /// Makes the learning rate follow `schedule` from this rate (its `initial_learning_rate`,
+    /// OneCycle's `max_lr`), evaluated at the optimizer's global step before every training
+    /// step, as Keras' `SGD(learning_rate=CosineDecay(0.1, 1000))` is
+    /// `Optimizer::sgd(0.1).schedule(Schedule::cosine_decay(1000))`. Callbacks then may not
+    /// set the rate (Keras refuses it too).
+    pub fn schedule(mut self, s: Schedule) -> Self {
+        match &mut self {
+            Optimizer::Sgd { schedule, .. } | Optimizer::Adam { schedule, .. } | Optimizer::AdamW { schedule, .. } => *schedule = s,
+        }
+        self
+    }
+
+    /// Keras' `global_clipnorm`: before every update, every gradient is scaled by
+    /// `min(1, clipnorm / norm)`, `norm` being the L2 norm of the whole gradient (the sum over
+    /// the replicas, after the exchange, so every replica applies the same update).
+    pub fn global_clipnorm(mut self, clipnorm: f32) -> Self {
+        match &mut self {
+            Optimizer::Sgd { global_clipnorm, .. } | Optimizer::Adam { global_clipnorm, .. } | Optimizer::AdamW { global_clipnorm, .. } => {
+                *global_clipnorm = Some(clipnorm)
+            }
+        }
+        self
+    }
+
+    /// The global norm gradients are clipped to, if any.
+    pub fn clipnorm(&self) -> Option<f32> {
+        match self {
+            Optimizer::Sgd { global_clipnorm, .. } | Optimizer::Adam { global_clipnorm, .. } | Optimizer::AdamW { global_clipnorm, .. } => *global_clipnorm,
+        }
+    }
+
+    /// The schedule the learning rate follows ([`Schedule::Constant`] unless one was set).
+    pub fn learning_rate_schedule(&self) -> &Schedule {
+        match self {
+            Optimizer::Sgd { schedule, .. } | Optimizer::Adam { schedule, .. } | Optimizer::AdamW { schedule, .. } => schedule,
+        }
+    }
+
+    /// The rate of global step `step` (counted from 0) under the schedule, an epoch being
+    /// `steps_per_epoch` steps for the schedules counted in epochs.
+    pub fn rate_at(&self, step: u64, steps_per_epoch: usize) -> f32 {
+        let step = usize::try_from(step).unwrap_or(usize::MAX);
+        self.learning_rate_schedule().rate(self.learning_rate(), step, steps_per_epoch)
+    }
+
+    /// The base learning rate: the constant rate, or where the schedule starts from.
     pub fn learning_rate(&self) -> f32 {
         match self {
             Optimizer::Sgd { learning_rate, .. } | Optimizer::Adam { learning_rate, .. } | Optimizer::AdamW { learning_rate, .. } => {
@@ -94,6 +176,7 @@ impl Optimizer {
             }
         }
     }
+    /// The weight decay, in either form.
     pub fn weight_decay_value(&self) -> f32 {
         match self {
             Optimizer::Sgd { weight_decay, .. } | Optimizer::Adam { weight_decay, .. } | Optimizer::AdamW { weight_decay, .. } => *weight_decay,
@@ -111,7 +194,14 @@ impl Optimizer {
         })
     }
 
+    /// Refuses settings Keras or PyTorch refuse, naming the value.
     pub fn validate(&self) -> Result<()> {
+        self.learning_rate_schedule().validate()?;
+        if let Some(c) = self.clipnorm()
+            && !(c.is_finite() && c > 0.0)
+        {
+            bail!(Config, "global_clipnorm must be finite and > 0, got {c}");
+        }
         let lr = self.learning_rate();
         if !(lr.is_finite() && lr > 0.0) {
             bail!(Config, "learning rate must be positive and finite, got {lr}");

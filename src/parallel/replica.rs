@@ -28,7 +28,7 @@ impl HostBatch<'_> {
 }
 
 /// Optimizer inputs for a step that must not change the weights (evaluation, gradients).
-pub const NO_UPDATE: Hyper = Hyper { lr: 0.0, bias_correction1: 1.0, bias_correction2: 1.0, _pad: 0.0 };
+pub const NO_UPDATE: Hyper = Hyper { lr: 0.0, bias_correction1: 1.0, bias_correction2: 1.0, clip_factor: 1.0 };
 
 /// A step recorded by `Replica::record_step`, waiting for `submit_step`.
 pub struct Recorded {
@@ -63,10 +63,14 @@ pub struct Replica {
     opt_state: Vec<Tensor>,
     hyper: Tensor,
     shared: Shared,
-    update: Dispatch,
+    /// The optimizer over every trainable parameter (one dispatch per run of unfrozen layers).
+    update: Vec<Dispatch>,
     /// Under `mixed_float16`: the search of the whole gradient for NaN and infinity before
     /// any update, and the loss-scale update after them (`kernels::loss_scale`).
     scaling: Option<Scaling>,
+    /// With `global_clipnorm`: the norm of the whole (summed) gradient and the clip factor,
+    /// before the update.
+    clipping: Option<Clipping>,
     plans: HashMap<PlanKey, Plan>,
     ring: StagingRing,
     /// Plans whose readback is in flight, oldest first.
@@ -105,6 +109,7 @@ impl Replica {
             } else {
                 None
             },
+            class_weights: device.upload(&[def.classes], &vec![1.0; def.classes])?,
             policy: def.policy,
         };
         let opt_state = (0..optimizer.state_count()).map(|_| device.zeros(&[l.param_len])).collect::<Result<Vec<_>>>()?;
@@ -113,12 +118,43 @@ impl Replica {
         let kept: Vec<(usize, usize)> = l.decay_ranges().into_iter().filter(|r| !r.2).map(|(offset, len, _)| (offset, offset + len)).collect();
         // The optimizer over elements [lo, hi): one dispatch, decay masked off where the
         // layout says (BatchNorm's gamma and beta, biases).
-        let update_of = |lo: usize, hi: usize| -> Result<Dispatch> {
+        // Frozen layers' parameters (`trainable = false`): element ranges left out of every
+        // update. Parameters are laid out ALIGN-aligned, so the rest splits into views.
+        let frozen: Vec<(usize, usize)> = def
+            .frozen
+            .iter()
+            .filter_map(|&i| l.per_layer.get(i))
+            .flat_map(|&(p0, np, _, _)| &l.params[p0..p0 + np])
+            .map(|e| (e.offset, e.offset + e.spec.len().div_ceil(crate::model::layout::ALIGN) * crate::model::layout::ALIGN))
+            .collect();
+        let update_one = |lo: usize, hi: usize| -> Result<Dispatch> {
             let view = |t: &Tensor| t.view(lo, &[hi - lo]);
             let state: Vec<Tensor> = opt_state.iter().map(view).collect::<Result<_>>()?;
             let state_refs: Vec<&Tensor> = state.iter().collect();
             let no_decay: Vec<std::ops::Range<usize>> = kept.iter().filter(|(a, b)| *a < hi && *b > lo).map(|&(a, b)| a.max(lo) - lo..b.min(hi) - lo).collect();
-            optimizer::update_scaled(&device, &optimizer.kind(), wd, &view(&p)?, &view(&grads)?, &state_refs, &hyper, &no_decay, shared.loss_scale.as_ref())
+            optimizer::update_clipped(&device, &optimizer.kind(), wd, &view(&p)?, &view(&grads)?, &state_refs, &hyper, &no_decay, shared.loss_scale.as_ref(), optimizer.clipnorm().is_some())
+        };
+        // The dispatches over the trainable elements of [lo, hi): one, unless layers in it
+        // are frozen.
+        let update_of = |lo: usize, hi: usize| -> Result<Vec<Dispatch>> {
+            let mut cuts: Vec<(usize, usize)> = frozen.iter().filter(|(a, b)| *a < hi && *b > lo).map(|&(a, b)| (a.max(lo), b.min(hi))).collect();
+            cuts.sort();
+            let (mut out, mut at) = (Vec::new(), lo);
+            for (a, b) in cuts.into_iter().chain([(hi, hi)]) {
+                if a > at {
+                    out.push(update_one(at, a)?);
+                }
+                at = at.max(b);
+            }
+            Ok(out)
+        };
+        let clipping = match optimizer.clipnorm() {
+            Some(clipnorm) => {
+                let partials = device.zeros(&[optimizer::NORM_GROUPS])?;
+                let dispatches = optimizer::clip_by_global_norm(&device, clipnorm, &grads, &hyper, &partials, shared.loss_scale.as_ref())?;
+                Some(Clipping { _partials: partials, dispatches })
+            }
+            None => None,
         };
         let scaling = match &shared.loss_scale {
             Some(state) => Some(Scaling {
@@ -154,6 +190,7 @@ impl Replica {
             shared,
             update,
             scaling,
+            clipping,
             plans: HashMap::new(),
             ring,
             in_flight: Default::default(),
@@ -239,7 +276,7 @@ impl Replica {
             plan.encode_readback(&mut enc, rb);
             if training {
                 let mut pass = GpuSpans::begin(&mut spans, || "optimizer".to_string(), &mut enc);
-                for d in whole_update(&self.update, &self.scaling) {
+                for d in whole_update(&self.update, &self.scaling, &self.clipping) {
                     d.encode(&mut pass);
                 }
             }
@@ -295,7 +332,7 @@ impl Replica {
         let (slot, rb) = self.stage(def, batch, true, hyper, step, scale, &mut enc)?;
         let key = (n, true, scale.to_bits());
         let plan = &self.plans[&key];
-        let all: Vec<Dispatch> = plan.dispatches.iter().chain(whole_update(&self.update, &self.scaling)).filter(|d| !d.groups().contains(&0)).cloned().collect();
+        let all: Vec<Dispatch> = plan.dispatches.iter().chain(whole_update(&self.update, &self.scaling, &self.clipping)).filter(|d| !d.groups().contains(&0)).cloned().collect();
         if all.len() > timer.capacity() as usize {
             crate::bail!(Config, "a step of {} dispatches exceeds the {} a profile can time", all.len(), timer.capacity());
         }
@@ -404,13 +441,17 @@ impl Replica {
             let mut enc = dev.wgpu().create_command_encoder(&Default::default());
             bucket.staging.encode(slot, &mut enc, &copies);
             let mut spans = self.spans.as_mut().zip(set);
-            if self.scaling.is_none() {
-                bucket.update.encode(&mut GpuSpans::begin(&mut spans, || format!("optimizer, bucket {b}"), &mut enc));
+            if self.scaling.is_none() && self.clipping.is_none() {
+                let mut pass = GpuSpans::begin(&mut spans, || format!("optimizer, bucket {b}"), &mut enc);
+                for d in &bucket.update {
+                    d.encode(&mut pass);
+                }
             } else if b + 1 == count {
-                // Every replica skips a step or none does: the search and the update wait for
-                // the last bucket of the summed gradients, which every replica receives alike.
+                // Every replica skips a step or none does, and every replica clips by the same
+                // factor: the search, the norm and the update wait for the last bucket of the
+                // summed gradients, which every replica receives alike.
                 let mut pass = GpuSpans::begin(&mut spans, || "optimizer".to_string(), &mut enc);
-                for d in whole_update(&self.update, &self.scaling) {
+                for d in whole_update(&self.update, &self.scaling, &self.clipping) {
                     d.encode(&mut pass);
                 }
             }
@@ -530,6 +571,10 @@ impl Replica {
     pub fn write_params(&self, params: &[f32]) -> Result<()> {
         self.device.write(&self.params, params)
     }
+    /// Sets the per-class weights of the training loss (ones: unweighted).
+    pub fn write_class_weights(&self, weights: &[f32]) -> Result<()> {
+        self.device.write(&self.shared.class_weights, weights)
+    }
     pub fn write_states(&self, states: &[f32]) -> Result<()> {
         self.device.write(&self.states, states)
     }
@@ -576,14 +621,23 @@ struct Scaling {
     update: Dispatch,
 }
 
+/// Gradient clipping by global norm: the scratch of its partial sums (owned here, not
+/// pooled: the dispatches keep reading it) and its two dispatches.
+struct Clipping {
+    _partials: Tensor,
+    dispatches: Vec<Dispatch>,
+}
+
 /// The whole-model update in order: under `mixed_float16` the search for non-finite
-/// gradients, the optimizer (which skips a flagged step) and the scale's update; else the
-/// optimizer alone.
-fn whole_update<'a>(optimizer: &'a Dispatch, scaling: &'a Option<Scaling>) -> Vec<&'a Dispatch> {
-    match scaling {
-        Some(s) => vec![&s.find, optimizer, &s.update],
-        None => vec![optimizer],
-    }
+/// gradients first; with `global_clipnorm` the gradient's norm and clip factor; the optimizer
+/// (which skips a flagged step); under `mixed_float16` the scale's update last.
+fn whole_update<'a>(optimizer: &'a [Dispatch], scaling: &'a Option<Scaling>, clipping: &'a Option<Clipping>) -> Vec<&'a Dispatch> {
+    let mut all = Vec::new();
+    all.extend(scaling.as_ref().map(|s| &s.find));
+    all.extend(clipping.iter().flat_map(|c| &c.dispatches));
+    all.extend(optimizer);
+    all.extend(scaling.as_ref().map(|s| &s.update));
+    all
 }
 
 /// A contiguous byte range of the flat gradients, written by the backward of `layers`.
@@ -599,8 +653,8 @@ struct Bucket {
     /// The acquired staging slot and the recorded upload + update, between `begin_apply`
     /// and `apply_bucket`.
     prepared: Option<(usize, wgpu::CommandBuffer)>,
-    /// The optimizer over this bucket's parameters.
-    update: Dispatch,
+    /// The optimizer over this bucket's trainable parameters.
+    update: Vec<Dispatch>,
 }
 
 /// Bytes of gradients per bucket: large enough that a submission per bucket costs little,
@@ -615,7 +669,7 @@ fn bucket_bytes(total: u64) -> u64 {
 /// Groups layers, last first, into buckets of about `bucket_bytes`, each with the optimizer
 /// `update_of(first, end)` over its elements. Parameters are laid out by layer, so a run of
 /// layers owns a contiguous range.
-fn buckets(device: &wgpu::Device, layout: &crate::model::layout::Layout, update_of: impl Fn(usize, usize) -> Result<Dispatch>) -> Result<Vec<Bucket>> {
+fn buckets(device: &wgpu::Device, layout: &crate::model::layout::Layout, update_of: impl Fn(usize, usize) -> Result<Vec<Dispatch>>) -> Result<Vec<Bucket>> {
     use crate::model::layout::ALIGN;
     let target = bucket_bytes(4 * layout.param_len as u64);
     let mut ranges: Vec<(Vec<usize>, u64, u64)> = Vec::new();

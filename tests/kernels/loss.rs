@@ -18,6 +18,20 @@ pub(crate) fn cross_entropy_ref(row: &[f32], label: usize, scale: f64) -> (f64, 
     (loss, grad, rank)
 }
 
+/// (loss, dlogits) of one row against Keras' smoothed targets `t = (1 - a) * onehot + a / k`
+/// (`keras.losses.CategoricalCrossentropy(label_smoothing=a)` on the one-hot labels):
+/// `loss = -Σ_j t_j log softmax(row)_j`, `dlogits = scale * (softmax - t)`, straight from the
+/// definition (the log-softmax of every class, not the kernel's rearrangement).
+fn smoothed_cross_entropy_ref(row: &[f32], label: usize, scale: f64, a: f64) -> (f64, Vec<f64>) {
+    let k = row.len() as f64;
+    let m = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
+    let lse = row.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln() + m;
+    let target = |j: usize| (1.0 - a) * if j == label { 1.0 } else { 0.0 } + a / k;
+    let loss = -row.iter().enumerate().map(|(j, &v)| target(j) * (v as f64 - lse)).sum::<f64>();
+    let grad = row.iter().enumerate().map(|(j, &v)| scale * ((v as f64 - lse).exp() - target(j))).collect();
+    (loss, grad)
+}
+
 /// (loss per row, dpred) of mean squared error over rows of `k`.
 pub(crate) fn mse_ref(pred: &[f32], target: &[f32], k: usize, scale: f64) -> (Vec<f64>, Vec<f64>) {
     let diff: Vec<f64> = pred.iter().zip(target).map(|(&p, &t)| p as f64 - t as f64).collect();
@@ -55,6 +69,76 @@ fn softmax_cross_entropy_matches_reference() {
             let e2 = assert_close(&format!("cross-entropy dlogits n={n} k={k} spread={spread}"), &read(&tgrad), &want_grad);
             println!("cross-entropy n={n} k={k} spread={spread}: loss {e1:.1e}, dlogits {e2:.1e}");
         }
+    });
+}
+
+#[test]
+fn label_smoothing_matches_reference() {
+    on_each_variant(|_| {
+        let d = device();
+        let mut r = rng(24);
+        // one class (every target 1), a few, one short of and past a workgroup's 64 lanes,
+        // strided rows, extreme logits; a = 1 spreads the target evenly
+        for (n, k, spread, a) in [(2, 1, 1.0, 0.1), (3, 7, 4.0, 0.1), (5, 63, 2.0, 0.37), (3, 65, 80.0, 0.2), (2, 257, 8.0, 1.0), (1, 1000, 3.0, 0.05)] {
+            let logits: Vec<f32> = random(&mut r, n * k).iter().map(|v| v * spread).collect();
+            let labels: Vec<u32> = (0..n).map(|_| r.random_range(0..k as u32)).collect();
+            let scale = 1.0 / (n as f32 * 3.0);
+            let (tl, tlab) = (upload(&logits, &[n, k]), d.upload_u32(&[n], &labels).unwrap());
+            let (tloss, tgrad, trank) = (upload(&vec![7.0; n], &[n]), upload(&vec![7.0; n * k], &[n, k]), d.zeros_of(&[n], DType::U32).unwrap());
+            run(&[loss::softmax_cross_entropy_smoothed(&d, &tl, &tlab, scale, a, &tloss, &tgrad, &trank).unwrap()]);
+            let (mut want_loss, mut want_grad, mut want_rank) = (vec![], vec![], vec![]);
+            for i in 0..n {
+                let row = &logits[i * k..(i + 1) * k];
+                let (l, g) = smoothed_cross_entropy_ref(row, labels[i] as usize, scale as f64, a as f64);
+                want_loss.push(l);
+                want_grad.extend(g);
+                want_rank.push(cross_entropy_ref(row, labels[i] as usize, 1.0).2);
+            }
+            assert_eq!(d.read_u32(&trank).unwrap(), want_rank, "smoothing leaves the rank alone: n={n} k={k}");
+            let e1 = assert_close(&format!("smoothed loss n={n} k={k} a={a}"), &read(&tloss), &want_loss);
+            let e2 = assert_close(&format!("smoothed dlogits n={n} k={k} a={a}"), &read(&tgrad), &want_grad);
+            println!("smoothed cross-entropy n={n} k={k} a={a}: loss {e1:.1e}, dlogits {e2:.1e}");
+        }
+        // Out of [0, 1] is refused, naming the value.
+        let (tl, tlab) = (upload(&[0.0; 4], &[1, 4]), d.upload_u32(&[1], &[0]).unwrap());
+        let (tloss, tgrad, trank) = (d.zeros(&[1]).unwrap(), d.zeros(&[1, 4]).unwrap(), d.zeros_of(&[1], DType::U32).unwrap());
+        for bad in [-0.1f32, 1.5, f32::NAN] {
+            let e = loss::softmax_cross_entropy_smoothed(&d, &tl, &tlab, 1.0, bad, &tloss, &tgrad, &trank).unwrap_err().to_string();
+            assert!(e.contains("label_smoothing") && e.contains(&bad.to_string()), "{e}");
+        }
+    });
+}
+
+#[test]
+fn class_weights_scale_each_rows_loss_and_gradient() {
+    // Keras' class_weight: row i's loss and gradient times w[label_i], smoothed or not.
+    on_each_variant(|_| {
+        let d = device();
+        let mut r = rng(25);
+        for (n, k, a) in [(3, 1, 0.0), (5, 7, 0.0), (4, 65, 0.2), (3, 257, 0.1)] {
+            let logits: Vec<f32> = random(&mut r, n * k).iter().map(|v| v * 4.0).collect();
+            let labels: Vec<u32> = (0..n).map(|_| r.random_range(0..k as u32)).collect();
+            let weights: Vec<f32> = (0..k).map(|c| [0.0, 0.5, 2.0, 3.25][c % 4]).collect();
+            let scale = 1.0 / n as f32;
+            let (tl, tlab, tw) = (upload(&logits, &[n, k]), d.upload_u32(&[n], &labels).unwrap(), upload(&weights, &[k]));
+            let (tloss, tgrad, trank) = (upload(&vec![7.0; n], &[n]), upload(&vec![7.0; n * k], &[n, k]), d.zeros_of(&[n], DType::U32).unwrap());
+            run(&[loss::softmax_cross_entropy_weighted(&d, &tl, &tlab, Some(&tw), scale, a, &tloss, &tgrad, &trank).unwrap()]);
+            let (mut want_loss, mut want_grad) = (vec![], vec![]);
+            for i in 0..n {
+                let w = weights[labels[i] as usize] as f64;
+                let (l, g) = smoothed_cross_entropy_ref(&logits[i * k..(i + 1) * k], labels[i] as usize, scale as f64, a as f64);
+                want_loss.push(w * l);
+                want_grad.extend(g.iter().map(|g| w * g));
+            }
+            let (got_loss, got_grad) = (read(&tloss), read(&tgrad));
+            // a weight of 0 gives exact zeros: max-norm error over the rest
+            assert_close(&format!("weighted loss n={n} k={k} a={a}"), &got_loss, &want_loss);
+            assert_close(&format!("weighted dlogits n={n} k={k} a={a}"), &got_grad, &want_grad);
+        }
+        let (tl, tlab) = (upload(&[0.0; 8], &[2, 4]), d.upload_u32(&[2], &[0, 1]).unwrap());
+        let (tloss, tgrad, trank) = (d.zeros(&[2]).unwrap(), d.zeros(&[2, 4]).unwrap(), d.zeros_of(&[2], DType::U32).unwrap());
+        let e = loss::softmax_cross_entropy_weighted(&d, &tl, &tlab, Some(&upload(&[1.0; 3], &[3])), 1.0, 0.0, &tloss, &tgrad, &trank).unwrap_err().to_string();
+        assert!(e.contains("class_weights"), "{e}");
     });
 }
 

@@ -314,3 +314,56 @@ fn loss_scaling_skips_flagged_steps_and_moves_the_scale() {
         assert!(matches!(optimizer::update_scaled(&d, &OptimizerKind::sgd(0.0, false), 0.0, &z, &z, &[], &hyper, &[], Some(&wrong)), Err(Error::Shape(_))), "an f32 state is refused");
     });
 }
+
+/// Keras' `global_clipnorm` (`tf.clip_by_global_norm`): every gradient times
+/// `min(1, c / ‖g‖₂)`, the norm taken over the whole tensor in f64 here, then the rule's step
+/// of [`reference_step`] on the clipped gradient.
+#[test]
+fn clipping_by_global_norm_matches_reference() {
+    on_each_variant(|_| {
+        let d = device();
+        let mut r = rng(31);
+        // One element; under one workgroup; past the 256 x 256 elements one sweep of the
+        // first pass covers (each invocation strides further); a large odd tensor.
+        let cases = [(1, OptimizerKind::sgd(0.0, false)), (255, OptimizerKind::sgd(0.9, true)), (65_536 + 77, OptimizerKind::adam()), (200_003, OptimizerKind::sgd(0.0, false))];
+        for (n, kind) in cases {
+            // Loss-scaled gradients (mixed_float16) on one of the two: the norm is of the
+            // gradient without the scale.
+            for loss_scale in [None, Some(1024.0f32)] {
+                let p0 = random(&mut r, n);
+                let (params, grads, partials) = (upload(&p0, &[n]), d.zeros(&[n]).unwrap(), d.zeros(&[optimizer::NORM_GROUPS]).unwrap());
+                let state = zero_state(&kind, n);
+                let refs: Vec<&Tensor> = state.iter().collect();
+                let hyper = Hyper::for_step(0.1, &kind, 1).unwrap().upload(&d).unwrap();
+                let ls = loss_scale.map(|s| d.upload_u32(&[4], &convoy::kernels::loss_scale::initial_state(s)).unwrap());
+                // About the norm of a unit-uniform gradient: the small step passes unclipped.
+                let clip = (n as f64 / 3.0).sqrt() as f32;
+                let mut steps = optimizer::clip_by_global_norm(&d, clip, &grads, &hyper, &partials, ls.as_ref()).unwrap();
+                steps.push(optimizer::update_clipped(&d, &kind, 0.0, &params, &grads, &refs, &hyper, &[], ls.as_ref(), true).unwrap());
+                let mut model = Model { p: p0.iter().map(|&v| v as f64).collect(), s0: vec![0.0; n], s1: vec![0.0; n] };
+                for (t, size) in [(1u64, 0.1f32), (2, 3.0), (3, 30.0)] {
+                    let g: Vec<f32> = random(&mut r, n).iter().map(|v| v * size).collect();
+                    let scaled: Vec<f32> = g.iter().map(|v| v * loss_scale.unwrap_or(1.0)).collect();
+                    d.write(&grads, &scaled).unwrap();
+                    let lr = lr_at(t, 0.1);
+                    Hyper::for_step(lr, &kind, t).unwrap().write(&d, &hyper).unwrap();
+                    run(&steps);
+                    let norm = g.iter().map(|&v| v as f64 * v as f64).sum::<f64>().sqrt();
+                    let factor = (clip as f64 / norm).min(1.0);
+                    let got = read(&hyper)[3] as f64;
+                    assert!((got - factor).abs() <= 1e-5 * factor, "n={n} step {t}: clip factor {got}, want {factor} (norm {norm}, clip {clip})");
+                    let clipped: Vec<f32> = g.iter().map(|&v| (v as f64 * factor) as f32).collect();
+                    reference_step(&kind, &vec![0.0; n], &mut model, &clipped, lr, t);
+                }
+                assert_close(&format!("{kind:?} n={n} loss_scale={loss_scale:?}: params after 3 clipped steps"), &read(&params), &model.p);
+            }
+        }
+        let (z, partials, hyper) = (d.zeros(&[8]).unwrap(), d.zeros(&[optimizer::NORM_GROUPS]).unwrap(), d.zeros(&[4]).unwrap());
+        for bad in [0.0f32, -1.0, f32::NAN, f32::INFINITY] {
+            let e = optimizer::clip_by_global_norm(&d, bad, &z, &hyper, &partials, None).unwrap_err().to_string();
+            assert!(e.contains("global_clipnorm") && e.contains(&bad.to_string()), "{e}");
+        }
+        let short = d.zeros(&[8]).unwrap();
+        assert!(matches!(optimizer::clip_by_global_norm(&d, 1.0, &z, &hyper, &short, None), Err(Error::Shape(_))), "partials of the wrong size");
+    });
+}
