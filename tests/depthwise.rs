@@ -9,7 +9,7 @@ use std::sync::Arc;
 use convoy::data::{synthetic_split, Dataset};
 use convoy::layers::*;
 use convoy::model::config::layer_from_config;
-use convoy::model::{CompileOptions, FitOptions, Loss, Metric, Sequential};
+use convoy::model::{CompileOptions, FitOptions, Sequential};
 use convoy::optim::Optimizer;
 use serde_json::json;
 
@@ -37,7 +37,7 @@ fn a_depthwise_block_trains_and_reloads_to_the_same_loss() {
     let (train, val) = synthetic_split(96, 32, 8, 5).unwrap();
     let (train, val): (Arc<dyn Dataset>, Arc<dyn Dataset>) = (Arc::new(train), Arc::new(val));
     let mut m = mobile_block();
-    m.compile(CompileOptions { optimizer: Optimizer::sgd(0.1), loss: Loss::SparseCategoricalCrossentropy, metrics: vec![Metric::Accuracy], devices: devices(), seed: 4, max_batch: 32 })
+    m.compile(CompileOptions::new(Optimizer::sgd(0.1)).devices(devices()).seed(4).max_batch(32))
         .unwrap();
     // Keras' count: a 3x3 kernel per channel, no bias
     let summary = m.summary().unwrap();
@@ -124,7 +124,7 @@ fn config_round_trips_and_bad_values_are_named() {
 #[test]
 fn the_block_matches_the_f64_reference() {
     let mut m = mobile_block();
-    m.compile(CompileOptions { optimizer: Optimizer::sgd(0.1), loss: Loss::SparseCategoricalCrossentropy, metrics: vec![Metric::Accuracy], devices: devices(), seed: 6, max_batch: 16 })
+    m.compile(CompileOptions::new(Optimizer::sgd(0.1)).devices(devices()).seed(6).max_batch(16))
         .unwrap();
     let (train, _) = synthetic_split(32, 8, 8, 5).unwrap();
     let sample = train.sample_bytes();

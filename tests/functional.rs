@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use convoy::layers::*;
-use convoy::model::{input, Call, CompileOptions, Loss, Metric, Model, Sequential, SymbolicTensor};
+use convoy::model::{input, Call, CompileOptions, Model, Sequential, SymbolicTensor};
 use convoy::optim::Optimizer;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -14,16 +14,7 @@ fn devices(n: usize) -> Vec<Arc<convoy::Device>> {
 }
 
 fn compile_on(model: &mut Sequential, devices: Vec<Arc<convoy::Device>>) {
-    model
-        .compile(CompileOptions {
-            optimizer: Optimizer::sgd(0.05),
-            loss: Loss::SparseCategoricalCrossentropy,
-            metrics: vec![Metric::Accuracy],
-            devices,
-            seed: 7,
-            max_batch: 16,
-        })
-        .unwrap();
+    model.compile(CompileOptions::new(Optimizer::sgd(0.05)).devices(devices).seed(7).max_batch(16)).unwrap();
 }
 
 fn batch(n: usize, shape: &[usize], seed: u64) -> (Vec<u8>, Vec<u32>) {

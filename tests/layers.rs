@@ -9,20 +9,12 @@ use std::sync::Arc;
 use convoy::data::{synthetic_split, Dataset};
 use convoy::layers::*;
 use convoy::model::config::layer_from_config;
-use convoy::model::{CompileOptions, FitOptions, Loss, Metric, Sequential};
+use convoy::model::{CompileOptions, FitOptions, Sequential};
 use convoy::optim::Optimizer;
 use serde_json::json;
 
 fn compile(m: &mut Sequential) {
-    m.compile(CompileOptions {
-        optimizer: Optimizer::sgd(0.05),
-        loss: Loss::SparseCategoricalCrossentropy,
-        metrics: vec![Metric::Accuracy],
-        devices: convoy::device::open("software").unwrap(),
-        seed: 7,
-        max_batch: 16,
-    })
-    .unwrap();
+    m.compile(CompileOptions::new(Optimizer::sgd(0.05)).devices(convoy::device::open("software").unwrap()).seed(7).max_batch(16)).unwrap();
 }
 
 /// Every new layer once, and a plain ReLU after BatchNorm (fused) beside a ReLU6 after

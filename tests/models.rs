@@ -247,7 +247,7 @@ fn mobilenet_v2_counts_torchvisions_parameters_and_trains() {
     // Trains on the software adapter at 32 px, and a saved copy predicts what it does.
     let mut m = zoo::by_name("mobilenet_v2", &[32, 32, 3], 10).unwrap();
     let devices = convoy::device::open("software").unwrap();
-    m.compile(CompileOptions { optimizer: Optimizer::sgd(0.05), loss: Loss::SparseCategoricalCrossentropy, metrics: vec![Metric::Accuracy], devices: devices.clone(), seed: 1, max_batch: 8 }).unwrap();
+    m.compile(CompileOptions::new(Optimizer::sgd(0.05)).devices(devices.clone()).seed(1).max_batch(8)).unwrap();
     let images: Vec<u8> = (0..8 * 32 * 32 * 3).map(|i| (i * 37 % 251) as u8).collect();
     let labels: Vec<u32> = (0..8).map(|i| i % 10).collect();
     let first = m.train_on_batch(&images, &labels).unwrap()["loss"];

@@ -724,15 +724,7 @@ fn capped_relu_pieces_follow_the_device() {
 #[test]
 fn activation_layers_pass_the_check_on_the_device() {
     let mut m = activation_model();
-    m.compile(crate::model::CompileOptions {
-        optimizer: Optimizer::sgd(0.05),
-        loss: Loss::SparseCategoricalCrossentropy,
-        metrics: vec![crate::model::Metric::Accuracy],
-        devices: crate::device::open("software").unwrap(),
-        seed: 9,
-        max_batch: 8,
-    })
-    .unwrap();
+    m.compile(crate::model::CompileOptions::new(Optimizer::sgd(0.05)).devices(crate::device::open("software").unwrap()).seed(9).max_batch(8)).unwrap();
     m.set_device_speeds(&[1.0]).unwrap();
     let mut rng = StdRng::seed_from_u64(10);
     let batches: Vec<(Vec<u8>, Vec<u32>)> = (0..2).map(|_| ((0..8 * 90).map(|_| rng.random()).collect(), (0..8).map(|_| rng.random_range(0..4)).collect())).collect();
