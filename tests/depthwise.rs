@@ -13,8 +13,9 @@ use convoy::model::{CompileOptions, FitOptions, Sequential};
 use convoy::optim::Optimizer;
 use serde_json::json;
 
+/// The software adapter, or the adapter `CONVOY_TEST_DEVICE` names (the GPU machine's runs).
 fn devices() -> Vec<Arc<convoy::Device>> {
-    convoy::device::open("software").unwrap()
+    convoy::device::open(std::env::var("CONVOY_TEST_DEVICE").ok().filter(|s| !s.trim().is_empty()).as_deref().unwrap_or("software")).unwrap()
 }
 
 /// Conv2D, BatchNormalization, ReLU, then MobileNetV2's depthwise step (3x3, stride 2, same

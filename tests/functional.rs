@@ -9,8 +9,13 @@ use convoy::optim::Optimizer;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
+/// `n` replicas on the software adapter, or on the adapter `CONVOY_TEST_DEVICE` names (`0`:
+/// `0,0` for two).
 fn devices(n: usize) -> Vec<Arc<convoy::Device>> {
-    convoy::device::open(&format!("software:{n}")).unwrap()
+    match std::env::var("CONVOY_TEST_DEVICE") {
+        Ok(sel) if !sel.trim().is_empty() => convoy::device::open(&vec![sel.trim(); n].join(",")).unwrap(),
+        _ => convoy::device::open(&format!("software:{n}")).unwrap(),
+    }
 }
 
 fn compile_on(model: &mut Sequential, devices: Vec<Arc<convoy::Device>>) {

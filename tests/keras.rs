@@ -685,3 +685,38 @@ fn a_frozen_layer_gets_no_update_and_counts_as_non_trainable() {
     let e = m.compile(CompileOptions::new(Optimizer::sgd(0.1).global_clipnorm(1.0)).devices(devices("software"))).unwrap_err().to_string();
     assert!(e.contains("global_clipnorm") && e.contains("frozen"), "{e}");
 }
+
+#[test]
+fn checkpoint_names_name_the_sub_layers_and_old_names_still_load() {
+    // Issue 14, item 6: a residual block's tensors are named by sub-layer, as Keras names
+    // layers (`residual/batch_normalization_1/moving_mean`), not by their position in the
+    // block's list (`residual/4_moving_mean`, what files written before hold).
+    let mut m = Sequential::new(&[8, 8, 3]);
+    m.add(Conv2D::new(4, 3).padding(Padding::Same));
+    let main: Vec<Box<dyn Layer>> = vec![Box::new(Conv2D::new(4, 3).padding(Padding::Same)), Box::new(BatchNormalization::new()), Box::new(ReLU::new()), Box::new(Conv2D::new(4, 3).padding(Padding::Same)), Box::new(BatchNormalization::new())];
+    m.add(Residual::new(main, vec![Box::new(Conv2D::new(4, 1)), Box::new(BatchNormalization::new())]));
+    m.add(Flatten::new()).add(Dense::new(10));
+    compile_on(&mut m, Optimizer::sgd(0.1), "software");
+    let layout = m.definition().build_layout().unwrap();
+    let names: Vec<&str> = layout.params.iter().chain(&layout.states).map(|e| e.name.as_str()).collect();
+    for want in ["conv2d/kernel", "residual/conv2d/kernel", "residual/conv2d_1/bias", "residual/batch_normalization/gamma", "residual/conv2d_2/kernel", "residual/batch_normalization_2/beta", "residual/batch_normalization_1/moving_mean", "dense/kernel"] {
+        assert!(names.contains(&want), "{want} not among {names:?}");
+    }
+    let path = std::env::temp_dir().join(format!("convoy-names-{}.safetensors", std::process::id()));
+    m.save(&path).unwrap();
+    let (loaded, _) = Sequential::load(&path).unwrap();
+    let (want, got) = (m.get_weights().unwrap(), loaded.get_weights().unwrap());
+    assert_eq!((&got.0, &got.1), (&want.0, &want.1));
+    // The same file with the old names loads to the same weights.
+    let bytes = std::fs::read(&path).unwrap();
+    let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let legacy: std::collections::HashMap<&str, &str> = layout.params.iter().chain(&layout.states).map(|e| (e.name.as_str(), e.legacy_name.as_str())).collect();
+    assert_eq!(legacy["residual/batch_normalization_1/moving_mean"], "residual/2_moving_mean");
+    let renamed: Vec<(String, safetensors::tensor::TensorView)> = st.tensors().into_iter().map(|(n, t)| (legacy.get(n.as_str()).map_or(n.clone(), |l| l.to_string()), t)).collect();
+    let old = safetensors::tensor::serialize(renamed, header.metadata().clone()).unwrap();
+    std::fs::write(&path, old).unwrap();
+    let got = Sequential::load(&path).unwrap().0.get_weights().unwrap();
+    assert_eq!((&got.0, &got.1), (&want.0, &want.1));
+    let _ = std::fs::remove_file(&path);
+}

@@ -13,8 +13,13 @@ use convoy::model::{CompileOptions, FitOptions, Sequential};
 use convoy::optim::Optimizer;
 use serde_json::json;
 
+/// The software adapter, or the adapter `CONVOY_TEST_DEVICE` names (the GPU machine's runs).
+fn devices() -> Vec<std::sync::Arc<convoy::Device>> {
+    convoy::device::open(std::env::var("CONVOY_TEST_DEVICE").ok().filter(|s| !s.trim().is_empty()).as_deref().unwrap_or("software")).unwrap()
+}
+
 fn compile(m: &mut Sequential) {
-    m.compile(CompileOptions::new(Optimizer::sgd(0.05)).devices(convoy::device::open("software").unwrap()).seed(7).max_batch(16)).unwrap();
+    m.compile(CompileOptions::new(Optimizer::sgd(0.05)).devices(devices()).seed(7).max_batch(16)).unwrap();
 }
 
 /// Every new layer once, and a plain ReLU after BatchNorm (fused) beside a ReLU6 after
@@ -68,7 +73,7 @@ fn a_model_of_the_new_layers_trains_saves_reloads_and_evaluates_to_the_same_loss
 
     let path = std::env::temp_dir().join(format!("convoy-layers-{}.safetensors", std::process::id()));
     m.save(&path).unwrap();
-    let mut loaded = Sequential::load_compiled(&path, convoy::device::open("software").unwrap(), 16).unwrap();
+    let mut loaded = Sequential::load_compiled(&path, devices(), 16).unwrap();
     let _ = std::fs::remove_file(&path);
     assert_eq!(loaded.architecture(), m.architecture(), "the reloaded architecture differs");
     assert_eq!(loaded.evaluate(val, 16).unwrap()["loss"], trained, "the reloaded model evaluates to another loss");

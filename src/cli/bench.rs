@@ -14,7 +14,7 @@ use super::{device_json, JsonNumbers};
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// A zoo model: resnet20, resnet18_cifar, convnet7 (CIFAR forms, for 32 px), resnet18,
-    /// resnet34, resnet50 (torchvision's ImageNet forms) or mlp.
+    /// resnet34, resnet50 (torchvision's ImageNet forms), mobilenet_v2 or mlp.
     #[arg(long, default_value = "resnet20")]
     pub model: String,
     /// Samples per device per step.

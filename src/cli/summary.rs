@@ -15,7 +15,7 @@ PyTorch's model.parameters() counts.")]
 /// `convoy summary`'s arguments.
 pub struct SummaryArgs {
     /// A zoo model: resnet20, resnet18_cifar, convnet7 (CIFAR forms), resnet18, resnet34,
-    /// resnet50 (torchvision's ImageNet forms) or mlp.
+    /// resnet50 (torchvision's ImageNet forms), mobilenet_v2 or mlp.
     #[arg(long)]
     pub model: String,
     /// Output classes; 1000 for the ImageNet forms, 10 for the others by default.

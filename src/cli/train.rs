@@ -19,7 +19,7 @@ use super::{check_output, device_json, JsonNumbers, EXIT_NON_FINITE};
 #[derive(Args, Debug)]
 pub struct TrainArgs {
     /// resnet20, resnet18_cifar, convnet7 (CIFAR forms, for 32 px), resnet18, resnet34,
-    /// resnet50 (torchvision's ImageNet forms) or mlp; `auto` (the default) trains resnet20 on GPUs and
+    /// resnet50 (torchvision's ImageNet forms), mobilenet_v2 or mlp; `auto` (the default) trains resnet20 on GPUs and
     /// the mlp on a software adapter, which runs about a GFLOP/s.
     #[arg(long, default_value = "auto")]
     pub model: String,

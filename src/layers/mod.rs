@@ -178,6 +178,14 @@ pub trait Layer: Send + Sync + std::fmt::Debug {
     /// Called by the model at compile so that a composite layer fuses the ReLUs inside it
     /// as the model does at the top level.
     fn fuse_inner(&mut self) {}
+    /// The names of the layer's parameters (`states`: its moving statistics), in the order
+    /// of `params()` / `states()`, as they follow the layer's name in a checkpoint: the
+    /// spec's name for a plain layer (`kernel`), the sub-layer's Keras name before it for a
+    /// composite one (`conv2d_1/kernel`), so that a person can map them to Keras or PyTorch.
+    fn tensor_names(&self, input: &[usize], states: bool) -> Vec<String> {
+        let specs = if states { self.states(input) } else { self.params(input) };
+        specs.iter().map(|s| s.name.to_string()).collect()
+    }
 
     /// Whether the layer joins several inputs (`Add`, `Concatenate`): a functional model
     /// calls it on two or more tensors, and the `*_of` / `*_all` methods below take them

@@ -91,6 +91,20 @@ impl Layer for Residual {
         self.fused_relu = true;
         true
     }
+    fn tensor_names(&self, input: &[usize], states: bool) -> Vec<String> {
+        // Sub-layers are named as Keras names layers, numbered per class across both chains
+        // in walk order: `conv2d`, `conv2d_1`, `batch_normalization`, ...
+        let mut seen = std::collections::HashMap::<String, usize>::new();
+        let mut out = Vec::new();
+        for (layer, shape, ..) in self.walk(input).unwrap_or_default() {
+            let base = crate::model::layout::snake(layer.class_name());
+            let n = seen.entry(base.clone()).or_insert(0);
+            let name = if *n == 0 { base } else { format!("{base}_{n}") };
+            *n += 1;
+            out.extend(layer.tensor_names(&shape, states).into_iter().map(|t| format!("{name}/{t}")));
+        }
+        out
+    }
     fn fuse_inner(&mut self) {
         // A ReLU after a BatchNorm in a chain (ResNet's conv, BN, ReLU) is applied by the
         // BatchNorm's own pass: one pass over the activation instead of two, each way.

@@ -17,8 +17,12 @@ pub const ALIGN: usize = 64;
 
 #[derive(Clone, Debug)]
 pub struct Entry {
-    /// `conv2d_3/kernel`
+    /// `conv2d_3/kernel`, `residual_2/batch_normalization_1/gamma`
     pub name: String,
+    /// The name files written before sub-layers were named carry: the same for a plain layer,
+    /// `residual_2/4_gamma` (the position in the block's list) for a sub-layer's. Loading
+    /// falls back to it.
+    pub legacy_name: String,
     pub layer: usize,
     pub spec: ParamSpec,
     /// Offset in floats.
@@ -107,16 +111,17 @@ impl Layout {
             *n += 1;
             let (p0, s0) = (l.params.len(), l.states.len());
             let (params, states) = (layer.params(&shape), layer.states(&shape));
+            let (param_names, state_names) = (layer.tensor_names(&shape, false), layer.tensor_names(&shape, true));
             let at = |e: crate::Error| crate::Error::Config(format!("layer {i} ({name}): {e}"));
             for (k, spec) in params.iter().enumerate() {
                 let len = limits::product(&format!("parameter `{}` of shape", spec.name), &spec.shape, MAX_PARAMS).map_err(at)?;
-                let entry = Entry { name: param_name(&name, &params, k), layer: i, spec: spec.clone(), offset: l.param_len };
+                let entry = Entry { name: format!("{name}/{}", param_names[k]), legacy_name: legacy_name(&name, &params, k), layer: i, spec: spec.clone(), offset: l.param_len };
                 l.params.push(entry);
                 l.param_len = total("parameters", l.param_len, len).map_err(at)?;
             }
             for (k, spec) in states.iter().enumerate() {
                 let len = limits::product(&format!("state `{}` of shape", spec.name), &spec.shape, MAX_PARAMS).map_err(at)?;
-                let entry = Entry { name: param_name(&name, &states, k), layer: i, spec: spec.clone(), offset: l.state_len };
+                let entry = Entry { name: format!("{name}/{}", state_names[k]), legacy_name: legacy_name(&name, &states, k), layer: i, spec: spec.clone(), offset: l.state_len };
                 l.states.push(entry);
                 l.state_len = total("moving statistics", l.state_len, len).map_err(at)?;
             }
@@ -185,9 +190,9 @@ fn total(what: &str, sum: usize, len: usize) -> Result<usize> {
     Ok(next)
 }
 
-/// `conv2d/kernel`; a layer holding several sub-layers' parameters (a residual block)
-/// numbers them: `residual/3_gamma`.
-fn param_name(layer: &str, specs: &[ParamSpec], k: usize) -> String {
+/// The checkpoint name before sub-layers were named: `conv2d/kernel`, and for a layer holding
+/// several sub-layers' parameters (a residual block) their position: `residual/3_gamma`.
+fn legacy_name(layer: &str, specs: &[ParamSpec], k: usize) -> String {
     let unique = specs.iter().filter(|s| s.name == specs[k].name).count() == 1;
     if unique { format!("{layer}/{}", specs[k].name) } else { format!("{layer}/{k}_{}", specs[k].name) }
 }

@@ -142,8 +142,10 @@ impl Sequential {
                 *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
             }
         };
-        let params_found: Vec<TensorView> = layout.params.iter().map(|e| find(&e.name, &e.spec.shape)).collect::<Result<_>>()?;
-        let states_found: Vec<TensorView> = layout.states.iter().map(|e| find(&e.name, &e.spec.shape)).collect::<Result<_>>()?;
+        // A file written before sub-layers were named holds a block's tensors by position.
+        let find_entry = |e: &crate::model::layout::Entry| if st.tensor(&e.name).is_err() && st.tensor(&e.legacy_name).is_ok() { find(&e.legacy_name, &e.spec.shape) } else { find(&e.name, &e.spec.shape) };
+        let params_found: Vec<TensorView> = layout.params.iter().map(find_entry).collect::<Result<_>>()?;
+        let states_found: Vec<TensorView> = layout.states.iter().map(find_entry).collect::<Result<_>>()?;
         let mut params = limits::zeroed(&format!("{} parameters", layout.param_len), layout.param_len).map_err(|e| bad(e.to_string()))?;
         for (e, t) in layout.params.iter().zip(&params_found) {
             read(t, &mut params[e.range()]);
