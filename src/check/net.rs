@@ -27,6 +27,9 @@ pub enum Node {
     /// Training-mode BatchNorm over the last axis; `relu` when the model fused the ReLU that
     /// followed it (the device then only ever exposes the rectified output).
     BatchNorm { momentum: f64, epsilon: f64, relu: bool },
+    /// LayerNormalization over the last axis: each row normalised by its own mean and
+    /// biased variance, in training and inference alike.
+    LayerNorm { epsilon: f64 },
     /// A standalone ReLU (one the model could not fuse, e.g. inside a residual chain).
     ReLU,
     /// Max pooling (padded positions never win).
@@ -184,6 +187,7 @@ fn node_of(class: &str, cfg: &Value, relu: bool) -> Result<Node> {
         "BatchNormalization" => {
             Node::BatchNorm { momentum: f64_of(class, cfg, "momentum")?, epsilon: f64_of(class, cfg, "epsilon")?, relu }
         }
+        "LayerNormalization" => Node::LayerNorm { epsilon: f64_of(class, cfg, "epsilon")? },
         "ReLU" => {
             // A file from before max_value and negative_slope holds `{}`: a plain ReLU.
             let max_value = match cfg.get("max_value") {
@@ -286,7 +290,7 @@ pub(crate) fn output_shape(node: &Node, input: &[usize]) -> Result<Vec<usize>> {
         Node::GlobalAvgPool => vec![spatial("GlobalAveragePooling2D", input)?[2]],
         Node::Flatten => vec![input.iter().product()],
         Node::Add { .. } | Node::Concatenate => bail!(Shape, "a merge node has several inputs: its shape comes from Net::shapes"),
-        Node::BatchNorm { .. } | Node::ReLU | Node::Identity | Node::Activation(_) | Node::Softmax => input.to_vec(),
+        Node::BatchNorm { .. } | Node::LayerNorm { .. } | Node::ReLU | Node::Identity | Node::Activation(_) | Node::Softmax => input.to_vec(),
         Node::GlobalMaxPool { keepdims } => {
             let c = spatial("GlobalMaxPooling2D", input)?[2];
             if *keepdims { vec![1, 1, c] } else { vec![c] }
@@ -359,6 +363,10 @@ pub(crate) fn tensor_shapes(node: &Node, input: &[usize], params: bool, out: &mu
             }
         }
         Node::BatchNorm { .. } => {
+            let c = *input.last().unwrap_or(&0);
+            out.extend([vec![c], vec![c]]);
+        }
+        Node::LayerNorm { .. } if params => {
             let c = *input.last().unwrap_or(&0);
             out.extend([vec![c], vec![c]]);
         }

@@ -116,6 +116,8 @@ enum Rec {
     Depthwise { x: T, geom: DepthwiseGeometry, p: usize, bias: bool },
     Dense { x: T, p: usize, bias: bool },
     BatchNorm { xhat: Vec<f64>, inv_std: Vec<f64>, mask: Option<Vec<bool>>, p: usize },
+    /// Per row of `c` channels, its inverse standard deviation.
+    LayerNorm { xhat: Vec<f64>, inv_std: Vec<f64>, c: usize, p: usize },
     Relu { mask: Vec<bool> },
     /// Per output, the flat index into the input that its value came from.
     MaxPool { src: Vec<u32>, in_len: usize },
@@ -434,6 +436,27 @@ fn forward_node<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, 
                 (None, none())
             };
             (T { shape: x.shape, data: y }, Rec::BatchNorm { xhat, inv_std, mask, p }, taken)
+        }
+        Node::LayerNorm { epsilon } => {
+            let p = cx.take_params(2);
+            let c = *x.shape.last().unwrap();
+            let (gamma, beta) = (&w[p], &w[p + 1]);
+            // Two passes per row, as the device: the mean, then the squared deviations.
+            let (mean, inv_std): (Vec<f64>, Vec<f64>) = x
+                .data
+                .par_chunks(c)
+                .map(|row| {
+                    let mean = A::r(row.iter().fold(0.0, |s, v| A::r(s + v)) / c as f64);
+                    let var = A::r(row.iter().fold(0.0, |s, v| A::r(s + A::r(v - mean).powi(2))) / c as f64);
+                    (mean, A::r(1.0 / A::r(A::r(var + epsilon).sqrt())))
+                })
+                .unzip();
+            let mut xhat = x.data;
+            xhat.par_chunks_mut(c).zip(mean.par_iter().zip(&inv_std)).for_each(|(row, (mean, inv))| {
+                row.iter_mut().for_each(|v| *v = A::r(A::r(*v - mean) * inv));
+            });
+            let y: Vec<f64> = xhat.par_iter().enumerate().map(|(i, v)| A::r(A::r(gamma[i % c] * v) + beta[i % c])).collect();
+            (T { shape: x.shape, data: y }, Rec::LayerNorm { xhat, inv_std, c, p }, none())
         }
         Node::ReLU => {
             let device = match dec {
@@ -830,6 +853,25 @@ fn backward_node<A: Arith>(w: &[Vec<f64>], rec: &Rec, mut dy: Vec<f64>, need_dx:
             grads[*p] = dgamma;
             grads[p + 1] = dbeta;
             dx
+        }
+        Rec::LayerNorm { xhat, inv_std, c, p } => {
+            let (c, gamma) = (*c, &w[*p]);
+            grads[*p] = ops::col_sums::<A>(inv_std.len(), c, |i| dy[i] * xhat[i]);
+            grads[p + 1] = ops::col_sums::<A>(inv_std.len(), c, |i| dy[i]);
+            // dx = inv_std / c * (c * g - Σ g - x_hat * Σ g * x_hat) per row, g = dy * gamma.
+            need_dx.then(|| {
+                let mut dx = vec![0.0; dy.len()];
+                dx.par_chunks_mut(c).enumerate().for_each(|(r, out)| {
+                    let (dy, xh) = (&dy[r * c..][..c], &xhat[r * c..][..c]);
+                    let g: Vec<f64> = (0..c).map(|k| A::r(dy[k] * gamma[k])).collect();
+                    let sum_g = g.iter().fold(0.0, |s, v| A::r(s + v));
+                    let sum_gx = g.iter().zip(xh).fold(0.0, |s, (a, b)| A::r(s + A::r(a * b)));
+                    for k in 0..c {
+                        out[k] = A::r(inv_std[r] * A::r(g[k] - A::r(A::r(sum_g + A::r(xh[k] * sum_gx)) / c as f64)));
+                    }
+                });
+                dx
+            })
         }
         Rec::Relu { mask } => {
             dy.par_iter_mut().zip(mask).for_each(|(g, &m)| *g = if m { *g } else { 0.0 });

@@ -732,3 +732,41 @@ fn activation_layers_pass_the_check_on_the_device() {
     eprintln!("{r:?}");
     assert!(r.ok, "{r:?}");
 }
+
+/// LayerNormalization after a convolution (per pixel over 5 channels) and after a Dense
+/// layer (per sample over 7 units, a wider epsilon).
+fn layer_norm_model() -> Sequential {
+    let mut m = Sequential::new(&[5, 4, 3]);
+    m.add(Conv2D::new(5, 3).padding(Padding::Same));
+    m.add(LayerNormalization::new());
+    m.add(Activation::new("tanh").unwrap());
+    m.add(GlobalAveragePooling2D::new());
+    m.add(Dense::new(7));
+    m.add(LayerNormalization::new().epsilon(1e-2));
+    m.add(Dense::new(4));
+    m
+}
+
+#[test]
+fn layer_norm_nodes_match_central_differences() {
+    let mut m = layer_norm_model();
+    let (net, layout) = prepare(&mut m, Loss::SparseCategoricalCrossentropy);
+    assert_eq!(net.nodes[5], Node::LayerNorm { epsilon: 1e-2f32 as f64 });
+    let (params, states) = weights(&layout, 21);
+    let (images, labels) = batch(&net, 3, 22);
+    let decisions = own_decisions(&net, &layout, &params, &states, &images).unwrap();
+    let worst = gradcheck(&net, &layout, &params, &states, &images, &labels, &decisions, 23);
+    eprintln!("layer norm net: worst relative error {worst:e}");
+}
+
+#[test]
+fn layer_norm_passes_the_check_on_the_device() {
+    let mut m = layer_norm_model();
+    m.compile(crate::model::CompileOptions::new(Optimizer::sgd(0.05)).devices(crate::device::open("software").unwrap()).seed(9).max_batch(8)).unwrap();
+    m.set_device_speeds(&[1.0]).unwrap();
+    let mut rng = StdRng::seed_from_u64(10);
+    let batches: Vec<(Vec<u8>, Vec<u32>)> = (0..2).map(|_| ((0..8 * 60).map(|_| rng.random()).collect(), (0..8).map(|_| rng.random_range(0..4)).collect())).collect();
+    let r = check(&mut m, &batches).unwrap();
+    eprintln!("{r:?}");
+    assert!(r.ok, "{r:?}");
+}

@@ -21,6 +21,7 @@ pub mod depthwise;
 pub mod elementwise;
 pub mod gemm;
 pub mod image;
+pub mod layernorm;
 pub mod loss;
 pub mod loss_scale;
 pub mod optimizer;
@@ -74,9 +75,10 @@ shader!(OPTIMIZER, "optimizer.wgsl");
 shader!(LOSS_SCALE, "loss_scale.wgsl");
 shader!(CONCAT, "concat.wgsl");
 shader!(ACTIVATION, "activation.wgsl", relu);
+shader!(LAYERNORM, "layernorm.wgsl");
 
 /// Every shader file, for validation tests.
-pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &CONV2D_COOP, &REDUCE, &BATCHNORM, &POOL, &DEPTHWISE, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE, &CONCAT, &ACTIVATION];
+pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &CONV2D_COOP, &REDUCE, &BATCHNORM, &POOL, &DEPTHWISE, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE, &CONCAT, &ACTIVATION, &LAYERNORM];
 
 /// One recorded kernel launch: pipeline, bindings and grid, ready to replay.
 #[derive(Clone, Debug)]

@@ -149,6 +149,21 @@ fn layer_at(v: &Value, depth: usize) -> Result<Box<dyn Layer>> {
         }
         "Dense" => Box::new(Dense::new(size(class, &c, "units", MAX_UNITS)?).use_bias(c.get("use_bias").and_then(Value::as_bool).unwrap_or(true))),
         "BatchNormalization" => Box::new(BatchNormalization::new().momentum(num(&c, "momentum")? as f32).epsilon(num(&c, "epsilon")? as f32)),
+        "LayerNormalization" => {
+            // Keras writes the axis as -1 or as a list of axes.
+            match c.get("axis") {
+                None => {}
+                Some(a) if a.as_i64() == Some(-1) || a.as_array().is_some_and(|v| v.len() == 1 && v[0].as_i64() == Some(-1)) => {}
+                Some(a) => bail!(Config, "{class} normalises over the last axis only (axis -1), got axis {a}"),
+            }
+            only(class, &c, "center", true.into())?;
+            only(class, &c, "scale", true.into())?;
+            let l = LayerNormalization::new().epsilon(opt_f32(class, &c, "epsilon")?.unwrap_or(1e-3));
+            if !(l.epsilon > 0.0) {
+                bail!(Config, "{class} `epsilon` must be positive, got {}", l.epsilon);
+            }
+            Box::new(l)
+        }
         // Files written before max_value and negative_slope existed hold `{}`: a plain ReLU.
         "ReLU" => {
             only(class, &c, "threshold", 0.into())?;

@@ -11,6 +11,7 @@ mod depthwise;
 mod elementwise;
 mod reduce;
 mod image;
+mod layernorm;
 mod loss;
 mod nan;
 mod optimizer;
