@@ -14,8 +14,9 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde_json::json;
 
+/// The software adapter, or the adapter `CONVOY_TEST_DEVICE` names (the GPU machine's runs).
 fn software() -> Vec<Arc<convoy::Device>> {
-    convoy::device::open("software").unwrap()
+    convoy::device::open(std::env::var("CONVOY_TEST_DEVICE").ok().filter(|s| !s.trim().is_empty()).as_deref().unwrap_or("software")).unwrap()
 }
 
 /// LayerNormalization after a convolution (each pixel over its channels) and after a Dense
