@@ -1,7 +1,7 @@
 //! The implicit-GEMM engine behind `conv2d` and `dense` (`shaders/conv2d.wgsl`).
 //!
 //! Every product is `C[M, N] = sum_k A[m, k] * B[k, n]`; the callers only say how A and B
-//! are gathered ([`ALoad`], [`BLoad`]) and the engine picks a [`Tile`], splits K across
+//! are gathered (`ALoad`, `BLoad`) and the engine picks a [`Tile`], splits K across
 //! workgroups when the output is too small to fill the GPU, and checks which operands can
 //! be read as aligned vec4s.
 
