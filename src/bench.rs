@@ -34,7 +34,8 @@ pub struct BenchConfig {
 pub struct Measurement {
     /// Devices the step was split across, one replica each.
     pub devices: usize,
-    /// Training images per second over all devices (the global batch times the timed steps, over `seconds`).
+    /// Training images per second over all devices (the global batch times the timed steps, over
+    /// `seconds`).
     pub images_per_sec: f64,
     /// Mean wall time of one timed step, in milliseconds.
     pub step_ms: f64,

@@ -30,7 +30,8 @@ pub struct CsvLogger {
 }
 
 impl CsvLogger {
-    /// Writes one row per epoch to `filename`, comma-separated, overwriting the file (Keras' `CSVLogger`).
+    /// Writes one row per epoch to `filename`, comma-separated, overwriting the file (Keras'
+    /// `CSVLogger`).
     pub fn new(filename: impl Into<PathBuf>) -> Self {
         Self { filename: filename.into(), separator: ',', append: false, file: None, write_header: true, keys: None }
     }

@@ -77,7 +77,8 @@ impl EarlyStopping {
         self.patience = patience;
         self
     }
-    /// Whether a smaller or a larger monitored value is better (`Auto` by default: larger for accuracies).
+    /// Whether a smaller or a larger monitored value is better (`Auto` by default: larger for
+    /// accuracies).
     pub fn mode(mut self, mode: Mode) -> Self {
         self.mode = mode;
         self

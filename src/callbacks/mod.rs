@@ -72,7 +72,8 @@ pub struct Context<'a> {
     pub steps_per_epoch: usize,
     /// Samples per epoch.
     pub samples: usize,
-    /// Saves the model and reads or replaces its weights (ModelCheckpoint, EarlyStopping's `restore_best_weights`).
+    /// Saves the model and reads or replaces its weights (ModelCheckpoint, EarlyStopping's
+    /// `restore_best_weights`).
     pub saver: &'a dyn Saver,
 }
 

@@ -54,7 +54,8 @@ impl ModelCheckpoint {
         self.monitor = monitor.into();
         self
     }
-    /// Whether a smaller or a larger monitored value is better (`Auto` by default: larger for accuracies).
+    /// Whether a smaller or a larger monitored value is better (`Auto` by default: larger for
+    /// accuracies).
     pub fn mode(mut self, mode: Mode) -> Self {
         self.mode = mode;
         self

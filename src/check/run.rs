@@ -35,7 +35,8 @@ pub const GRAD_FLOOR: f64 = 1e-2;
 /// The worst error of one kind of tensor over the run, and where it was.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Worst {
-    /// The largest error seen, on the scale its kind is measured on (NaN: one could not be measured).
+    /// The largest error seen, on the scale its kind is measured on (NaN: one could not be
+    /// measured).
     pub error: f64,
     /// `step 2: conv2d_3/kernel`
     pub at: String,

@@ -52,7 +52,8 @@ pub struct AdapterSummary {
     pub pci_bus_id: String,
     /// The driver's name and version.
     pub driver: String,
-    /// Whether the default selection (`all`) trains on it: every hardware adapter, or the first software one when there is none.
+    /// Whether the default selection (`all`) trains on it: every hardware adapter, or the first
+    /// software one when there is none.
     pub default: bool,
     /// Largest storage buffer binding, in bytes: bounds the largest tensor.
     pub max_storage_buffer_binding_size: u64,
@@ -64,7 +65,8 @@ pub struct AdapterSummary {
     pub max_compute_invocations_per_workgroup: u32,
     /// Most workgroups along one dispatch dimension.
     pub max_compute_workgroups_per_dimension: u32,
-    /// The optional features convoy uses that the adapter has (timestamps, f16, subgroups, cooperative matrices).
+    /// The optional features convoy uses that the adapter has (timestamps, f16, subgroups,
+    /// cooperative matrices).
     pub features: Vec<String>,
 }
 

@@ -19,7 +19,8 @@ const COOP16_FEATURES: wgpu::Features =
 
 type PipelineKey = (&'static str, &'static str, Vec<(&'static str, u64)>);
 
-/// One opened adapter: its wgpu device and queue, with the compiled shaders, pipelines and buffer pool every tensor and plan on it shares.
+/// One opened adapter: its wgpu device and queue, with the compiled shaders, pipelines and buffer
+/// pool every tensor and plan on it shares.
 pub struct Device {
     pub(crate) device: wgpu::Device,
     pub(crate) queue: wgpu::Queue,
@@ -256,7 +257,8 @@ impl Device {
     pub fn upload(&self, shape: &[usize], data: &[f32]) -> Result<Tensor> {
         self.upload_as(shape, DType::F32, bytemuck::cast_slice(data), data.len())
     }
-    /// A new u32 tensor (labels, indices) holding `data`, which must have as many elements as `shape`.
+    /// A new u32 tensor (labels, indices) holding `data`, which must have as many elements as
+    /// `shape`.
     pub fn upload_u32(&self, shape: &[usize], data: &[u32]) -> Result<Tensor> {
         self.upload_as(shape, DType::U32, bytemuck::cast_slice(data), data.len())
     }
@@ -350,7 +352,8 @@ impl Device {
         Ok(bytes)
     }
 
-    /// Reads an f32 tensor back to the host, waiting for the GPU. For evaluation, set-up and tests; not for the training step.
+    /// Reads an f32 tensor back to the host, waiting for the GPU. For evaluation, set-up and tests;
+    /// not for the training step.
     pub fn read(&self, t: &Tensor) -> Result<Vec<f32>> {
         if t.dtype() != DType::F32 {
             bail!(Shape, "read of a {:?} tensor as f32", t.dtype());

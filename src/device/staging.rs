@@ -94,7 +94,8 @@ impl StagingRing {
         Ok(index)
     }
 
-    /// The buffer of slot `index`, mapped for writing once [`acquire`](Self::acquire) has returned its index.
+    /// The buffer of slot `index`, mapped for writing once [`acquire`](Self::acquire) has returned
+    /// its index.
     pub(crate) fn slot_buffer(&self, index: usize) -> &wgpu::Buffer {
         &self.slots[index].buffer
     }

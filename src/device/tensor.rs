@@ -46,7 +46,8 @@ impl Drop for Lease {
 }
 
 #[derive(Clone)]
-/// A view of a pooled GPU buffer with a shape and an element type; cloning shares the buffer. The buffer goes back to the device's pool when the last view of it is dropped.
+/// A view of a pooled GPU buffer with a shape and an element type; cloning shares the buffer. The
+/// buffer goes back to the device's pool when the last view of it is dropped.
 pub struct Tensor {
     lease: Arc<Lease>,
     /// Byte offset into the buffer: parameters and gradients of a model are views into one

@@ -8,9 +8,12 @@ use crate::kernels::batchnorm::{self, BatchNormConfig};
 use crate::{bail, Result, Tensor};
 
 #[derive(Debug, Clone)]
-/// Batch normalization over the channel axis (Keras' `BatchNormalization`): normalizes with the batch's statistics while training and with the moving ones in evaluation, then scales by `gamma` and shifts by `beta`.
+/// Batch normalization over the channel axis (Keras' `BatchNormalization`): normalizes with the
+/// batch's statistics while training and with the moving ones in evaluation, then scales by `gamma`
+/// and shifts by `beta`.
 pub struct BatchNormalization {
-    /// Weight of the old moving statistics in each update: `moving = momentum * moving + (1 - momentum) * batch`.
+    /// Weight of the old moving statistics in each update: `moving = momentum * moving + (1 -
+    /// momentum) * batch`.
     pub momentum: f32,
     /// Added to the variance before its square root.
     pub epsilon: f32,

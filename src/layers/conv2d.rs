@@ -8,7 +8,8 @@ use crate::kernels::{elementwise, reduce};
 use crate::{bail, Result, Tensor};
 
 #[derive(Debug, Clone)]
-/// A 2-D convolution (Keras' `Conv2D`): `[batch, h, w, in]` input, `[kh, kw, in, filters]` kernel, optional `[filters]` bias.
+/// A 2-D convolution (Keras' `Conv2D`): `[batch, h, w, in]` input, `[kh, kw, in, filters]` kernel,
+/// optional `[filters]` bias.
 pub struct Conv2D {
     /// Output channels.
     pub filters: usize,
@@ -42,7 +43,8 @@ impl Conv2D {
         self.strides = (s, s);
         self
     }
-    /// `Padding::Valid` (no padding, the default), `Padding::Same` (output `ceil(in / stride)`) or explicit.
+    /// `Padding::Valid` (no padding, the default), `Padding::Same` (output `ceil(in / stride)`) or
+    /// explicit.
     pub fn padding(mut self, p: Padding) -> Self {
         self.padding = p;
         self

@@ -7,7 +7,8 @@ use crate::kernels::dense;
 use crate::{bail, Result, Tensor};
 
 #[derive(Debug, Clone)]
-/// A fully connected layer (Keras' `Dense`): `[batch, in]` input, `[in, units]` kernel, `[units]` bias.
+/// A fully connected layer (Keras' `Dense`): `[batch, in]` input, `[in, units]` kernel, `[units]`
+/// bias.
 pub struct Dense {
     /// Output features.
     pub units: usize,

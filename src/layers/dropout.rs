@@ -7,11 +7,13 @@ use crate::kernels::elementwise;
 use crate::{bail, Result, Tensor};
 
 #[derive(Debug, Clone)]
-/// Inverted dropout (Keras' `Dropout`): while training, zeroes each element with probability `rate` and scales the others by `1 / (1 - rate)`; the identity in evaluation.
+/// Inverted dropout (Keras' `Dropout`): while training, zeroes each element with probability `rate`
+/// and scales the others by `1 / (1 - rate)`; the identity in evaluation.
 pub struct Dropout {
     /// Fraction of the elements dropped, in `[0, 1)`.
     pub rate: f32,
-    /// Seed of the masks; the layer's position is mixed in, so two layers with the same seed draw different masks, and the step counter, so every step draws a new one.
+    /// Seed of the masks; the layer's position is mixed in, so two layers with the same seed draw
+    /// different masks, and the step counter, so every step draws a new one.
     pub seed: u32,
 }
 

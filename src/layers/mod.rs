@@ -59,7 +59,8 @@ pub enum Init {
 pub struct ParamSpec {
     /// Keras' name: `kernel`, `bias`, `gamma`, `beta`, `moving_mean`, `moving_variance`.
     pub name: &'static str,
-    /// The per-model shape (`[kh, kw, in, filters]` for a convolution kernel, `[in, units]` for a dense one).
+    /// The tensor's shape (`[kh, kw, in, filters]` for a convolution kernel, `[in, units]` for a
+    /// dense one).
     pub shape: Vec<usize>,
     /// How the tensor starts.
     pub init: Init,
@@ -87,7 +88,8 @@ impl ParamSpec {
 pub struct Weights<'a> {
     /// The layer's parameters, one tensor per [`ParamSpec`] of its `params()`.
     pub params: &'a [Tensor],
-    /// The parameters' gradients, in the same order; empty when no gradients are recorded (inference).
+    /// The parameters' gradients, in the same order; empty when no gradients are recorded
+    /// (inference).
     pub grads: &'a [Tensor],
     /// The layer's state tensors, one per [`ParamSpec`] of its `states()`.
     pub states: &'a [Tensor],
@@ -110,7 +112,8 @@ impl<'a> Weights<'a> {
 pub struct Saved {
     /// The layer's output, the next layer's input.
     pub output: Tensor,
-    /// Tensors the backward needs besides the output (MaxPool2D's argmax, BatchNorm's batch statistics).
+    /// Tensors the backward needs besides the output (MaxPool2D's argmax, BatchNorm's batch
+    /// statistics).
     pub extra: Vec<Tensor>,
     /// Nested layers' records (the residual block).
     pub inner: Vec<(Tensor, Saved)>,
@@ -177,11 +180,13 @@ pub trait Layer: Send + Sync + std::fmt::Debug {
     fn class_name(&self) -> &'static str;
     /// The per-sample output shape for a per-sample input shape, or a shape error naming both.
     fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>>;
-    /// The trainable parameters a layer needs for a per-sample input shape (Keras' `build`); none by default.
+    /// The trainable parameters a layer needs for a per-sample input shape (Keras' `build`); none
+    /// by default.
     fn params(&self, _input: &[usize]) -> Vec<ParamSpec> {
         Vec::new()
     }
-    /// The non-trainable state tensors (BatchNorm's moving statistics) for a per-sample input shape; none by default.
+    /// The non-trainable state tensors (BatchNorm's moving statistics) for a per-sample input
+    /// shape; none by default.
     fn states(&self, _input: &[usize]) -> Vec<ParamSpec> {
         Vec::new()
     }

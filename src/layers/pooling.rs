@@ -128,7 +128,8 @@ impl Layer for AveragePooling2D {
 }
 
 #[derive(Debug, Clone, Default)]
-/// The mean of each channel over height and width (Keras' `GlobalAveragePooling2D`): `[batch, h, w, c]` to `[batch, c]`.
+/// The mean of each channel over height and width (Keras' `GlobalAveragePooling2D`): `[batch, h, w,
+/// c]` to `[batch, c]`.
 pub struct GlobalAveragePooling2D;
 
 impl GlobalAveragePooling2D {

@@ -36,7 +36,8 @@ impl Entry {
 }
 
 #[derive(Clone, Debug, Default)]
-/// Every parameter and state tensor of a model in one flat f32 tensor each, each tensor aligned to [`ALIGN`] floats so it can be bound on its own.
+/// Every parameter and state tensor of a model in one flat f32 tensor each, each tensor aligned to
+/// [`ALIGN`] floats so it can be bound on its own.
 pub struct Layout {
     /// The trainable parameters, in layer order.
     pub params: Vec<Entry>,

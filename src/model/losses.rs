@@ -15,7 +15,8 @@ pub enum Loss {
 }
 
 impl Loss {
-    /// The loss by its Keras name: `sparse_categorical_crossentropy` (or `crossentropy`), `mse` (or `mean_squared_error`).
+    /// The loss by its Keras name: `sparse_categorical_crossentropy` (or `crossentropy`), `mse` (or
+    /// `mean_squared_error`).
     pub fn from_name(name: &str) -> Result<Loss> {
         Ok(match name {
             "sparse_categorical_crossentropy" | "crossentropy" => Loss::SparseCategoricalCrossentropy,
@@ -36,7 +37,8 @@ pub enum Metric {
 }
 
 impl Metric {
-    /// The key the metric is logged under (`accuracy`, `top_k_accuracy`, `top_3_accuracy`; `val_` is prepended for validation data).
+    /// The key the metric is logged under (`accuracy`, `top_k_accuracy`, `top_3_accuracy`; `val_`
+    /// is prepended for validation data).
     pub fn name(&self) -> String {
         match self {
             Metric::Accuracy => "accuracy".into(),

@@ -83,7 +83,8 @@ impl Definition {
 pub struct Shared {
     /// Each parameter tensor, a view into one flat buffer in the layout's order.
     pub params: Vec<Tensor>,
-    /// Each gradient, a view into one flat buffer parallel to `params` (what the replicas exchange).
+    /// Each gradient, a view into one flat buffer parallel to `params` (what the replicas
+    /// exchange).
     pub grads: Vec<Tensor>,
     /// Each state tensor (moving statistics), a view into one flat buffer.
     pub states: Vec<Tensor>,
@@ -100,7 +101,8 @@ pub struct Shared {
     pub policy: DTypePolicy,
 }
 
-/// One replica's recorded step for one batch size, training or inference: its input, output and loss tensors and every dispatch, recorded once and replayed each step.
+/// One replica's recorded step for one batch size, training or inference: its input, output and
+/// loss tensors and every dispatch, recorded once and replayed each step.
 pub struct Plan {
     /// Samples per step on this replica.
     pub batch: usize,
@@ -116,7 +118,8 @@ pub struct Plan {
     pub logits: Tensor,
     /// f32 `[batch]`: each sample's loss.
     pub loss: Tensor,
-    /// u32 `[batch]`: each label's rank among its sample's logits (0: the largest), for the accuracy metrics.
+    /// u32 `[batch]`: each label's rank among its sample's logits (0: the largest), for the
+    /// accuracy metrics.
     pub rank: Tensor,
     /// Forward, loss and (when training) backward, in order.
     pub dispatches: Vec<Dispatch>,

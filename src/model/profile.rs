@@ -115,7 +115,8 @@ impl Profile {
         rows
     }
 
-    /// The profile as JSON: `gpu_ms`, rows by kernel family and per dispatch, with each kernel's floor when `peak` is known.
+    /// The profile as JSON: `gpu_ms`, rows by kernel family and per dispatch, with each kernel's
+    /// floor when `peak` is known.
     pub fn to_json(&self, peak: Option<&Peak>) -> Value {
         json!({
             "batch": self.batch,

@@ -65,7 +65,8 @@ impl Compiled {
     }
 }
 
-/// A model (Keras' `Sequential`, or a functional graph built with [`Sequential::functional`]): its definition, and once compiled, its replicas and training state.
+/// A model (Keras' `Sequential`, or a functional graph built with [`Sequential::functional`]): its
+/// definition, and once compiled, its replicas and training state.
 pub struct Sequential {
     pub(crate) def: Definition,
     pub(crate) compiled: Option<Compiled>,

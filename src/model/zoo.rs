@@ -214,7 +214,8 @@ pub fn cifar_form_warning(name: &str, image_size: usize) -> Option<String> {
     })
 }
 
-/// The zoo model `name` (see [`MODELS`]) for `input` (`[height, width, channels]`) images and `classes` outputs.
+/// The zoo model `name` (see [`MODELS`]) for `input` (`[height, width, channels]`) images and
+/// `classes` outputs.
 pub fn by_name(name: &str, input: &[usize], classes: usize) -> Result<Sequential> {
     Ok(match name {
         "resnet20" => resnet20(input, classes),

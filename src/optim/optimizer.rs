@@ -39,13 +39,15 @@ pub enum Optimizer {
         /// Weight decay coefficient (0: none).
         weight_decay: f32,
         #[serde(default)]
-        /// Apply `weight_decay` to the parameters (Keras 3) instead of adding it to the gradient (PyTorch's L2).
+        /// Apply `weight_decay` to the parameters (Keras 3) instead of adding it to the gradient
+        /// (PyTorch's L2).
         decoupled: bool,
         #[serde(default, skip_serializing_if = "Schedule::is_constant")]
         /// The learning rate over the steps; constant by default.
         schedule: Schedule,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        /// Rescale the gradients together so their global L2 norm is at most this (Keras' `global_clipnorm`); none by default.
+        /// Rescale the gradients together so their global L2 norm is at most this (Keras'
+        /// `global_clipnorm`); none by default.
         global_clipnorm: Option<f32>,
     },
     /// Adam; `weight_decay` is added to the gradient (L2, PyTorch's Adam): [`Optimizer::l2`].
@@ -64,7 +66,8 @@ pub enum Optimizer {
         /// The learning rate over the steps; constant by default.
         schedule: Schedule,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        /// Rescale the gradients together so their global L2 norm is at most this (Keras' `global_clipnorm`); none by default.
+        /// Rescale the gradients together so their global L2 norm is at most this (Keras'
+        /// `global_clipnorm`); none by default.
         global_clipnorm: Option<f32>,
     },
     /// Adam with `weight_decay` decoupled (Keras 3's Adam and AdamW, PyTorch's AdamW).
@@ -83,7 +86,8 @@ pub enum Optimizer {
         /// The learning rate over the steps; constant by default.
         schedule: Schedule,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        /// Rescale the gradients together so their global L2 norm is at most this (Keras' `global_clipnorm`); none by default.
+        /// Rescale the gradients together so their global L2 norm is at most this (Keras'
+        /// `global_clipnorm`); none by default.
         global_clipnorm: Option<f32>,
     },
 }

@@ -61,7 +61,9 @@ pub struct StepTiming {
     pub exchange: f64,
 }
 
-/// The model's replicas, one per device, and how a global batch is split among them: each replica runs its share of the step, the gradients are summed across them, and every replica applies the same update.
+/// The model's replicas, one per device, and how a global batch is split among them: each replica
+/// runs its share of the step, the gradients are summed across them, and every replica applies the
+/// same update.
 pub struct ReplicaSet {
     /// The replicas, one per device, in the order the devices were selected.
     pub replicas: Vec<Replica>,

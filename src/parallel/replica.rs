@@ -61,7 +61,8 @@ pub struct StepOutput {
 /// Batch size, training, and the bits of the loss scale (one over the global batch).
 type PlanKey = (usize, bool, u32);
 
-/// The model on one device: its flat parameter, gradient and state buffers, the optimizer's state, and a compiled plan per batch size.
+/// The model on one device: its flat parameter, gradient and state buffers, the optimizer's state,
+/// and a compiled plan per batch size.
 pub struct Replica {
     /// The device it runs on.
     pub device: Arc<Device>,
@@ -474,7 +475,8 @@ impl Replica {
         Ok(())
     }
 
-    /// The upload buffer of gradient bucket `b`, prepared by `begin_apply`: the summed gradients are written into it before `apply_bucket`.
+    /// The upload buffer of gradient bucket `b`, prepared by `begin_apply`: the summed gradients
+    /// are written into it before `apply_bucket`.
     pub(crate) fn apply_staging(&self, b: usize) -> &wgpu::Buffer {
         let bucket = &self.buckets[b];
         bucket.staging.slot_buffer(bucket.prepared.as_ref().expect("begin_apply prepares every bucket").0)
@@ -579,7 +581,8 @@ impl Replica {
     pub fn read_states(&self) -> Result<Vec<f32>> {
         self.device.read(&self.states)
     }
-    /// Reads the optimizer's state tensors back (momentum; Adam's two moments), waiting for the device.
+    /// Reads the optimizer's state tensors back (momentum; Adam's two moments), waiting for the
+    /// device.
     pub fn read_optimizer_state(&self) -> Result<Vec<Vec<f32>>> {
         self.opt_state.iter().map(|t| self.device.read(t)).collect()
     }
@@ -595,7 +598,8 @@ impl Replica {
     pub fn write_states(&self, states: &[f32]) -> Result<()> {
         self.device.write(&self.states, states)
     }
-    /// Overwrites the optimizer's state tensors, in the order [`read_optimizer_state`](Self::read_optimizer_state) returns them.
+    /// Overwrites the optimizer's state tensors, in the order
+    /// [`read_optimizer_state`](Self::read_optimizer_state) returns them.
     pub fn write_optimizer_state(&self, state: &[Vec<f32>]) -> Result<()> {
         for (t, v) in self.opt_state.iter().zip(state) {
             self.device.write(t, v)?;
