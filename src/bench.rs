@@ -13,9 +13,11 @@ use crate::{Device, Result};
 /// What one measurement runs.
 #[derive(Clone, Debug)]
 pub struct BenchConfig {
+    /// The zoo model to build, by its [`zoo::MODELS`] name.
     pub model: String,
     /// Samples per device per step.
     pub batch_size: usize,
+    /// Side of the square synthetic images, in pixels.
     pub image_size: usize,
     /// The model's classes; None: the synthetic data's ten. (PyTorch's ImageNet reference
     /// has 1000, whose dense layer is 0.1% of ResNet-50's work.)
@@ -30,11 +32,16 @@ pub struct BenchConfig {
 
 /// Throughput of one device set.
 pub struct Measurement {
+    /// Devices the step was split across, one replica each.
     pub devices: usize,
+    /// Training images per second over all devices (the global batch times the timed steps, over
+    /// `seconds`).
     pub images_per_sec: f64,
+    /// Mean wall time of one timed step, in milliseconds.
     pub step_ms: f64,
     /// Fraction of the timed wall time the loop waited for input.
     pub input_wait: f64,
+    /// Wall time of the timed steps, in seconds.
     pub seconds: f64,
     /// Timed steps.
     pub steps: usize,

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
+/// Everything that can go wrong in convoy, grouped by where it comes from.
 pub enum Error {
     /// No adapter matched, or one could not be opened.
     #[error("device: {0}")]
@@ -15,10 +16,20 @@ pub enum Error {
     Config(String),
     /// A file could not be read or written.
     #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        /// The file or directory the operation was on.
+        path: PathBuf,
+        /// What the operating system reported.
+        source: std::io::Error,
+    },
     /// A data or model file exists but its content is wrong.
     #[error("{}: {msg}", path.display())]
-    Format { path: PathBuf, msg: String },
+    Format {
+        /// The file whose content is wrong.
+        path: PathBuf,
+        /// What is wrong, with the values read.
+        msg: String,
+    },
     /// The GPU reported a failure (out of memory, lost device, failed mapping).
     #[error("gpu: {0}")]
     Gpu(String),
@@ -27,12 +38,15 @@ pub enum Error {
     Mismatch(String),
 }
 
+/// The crate's result type, with [`Error`] as its error.
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
+    /// An [`Error::Io`] for `path`.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io { path: path.into(), source }
     }
+    /// An [`Error::Format`] for `path`, with what was wrong in `msg`.
     pub fn format(path: impl Into<PathBuf>, msg: impl Into<String>) -> Self {
         Error::Format { path: path.into(), msg: msg.into() }
     }

@@ -11,6 +11,8 @@
 //! let history = model.fit(train, FitOptions { epochs: 5, batch_size: 128, validation_data: Some(val), ..Default::default() })?;
 //! # Ok(()) }
 //! ```
+#![warn(missing_docs)]
+
 pub mod bench;
 pub mod callbacks;
 pub mod check;

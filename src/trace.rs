@@ -31,6 +31,7 @@ pub fn start() {
     *RECORDER.lock().unwrap() = Some(Recorder { origin: Instant::now(), events: Vec::new() });
 }
 
+/// Whether a recording is running (set by [`start`]), so callers can skip building spans.
 pub fn enabled() -> bool {
     RECORDER.lock().unwrap().is_some()
 }
@@ -42,6 +43,7 @@ pub struct Span {
     start: Option<Instant>,
 }
 
+/// Opens a span named `name` on `track`; it records nothing unless a recording is running.
 pub fn span(name: &'static str, track: usize) -> Span {
     let on = RECORDER.lock().unwrap().is_some();
     Span { name, track, start: on.then(Instant::now) }

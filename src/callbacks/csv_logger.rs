@@ -30,9 +30,12 @@ pub struct CsvLogger {
 }
 
 impl CsvLogger {
+    /// Writes one row per epoch to `filename`, comma-separated, overwriting the file (Keras'
+    /// `CSVLogger`).
     pub fn new(filename: impl Into<PathBuf>) -> Self {
         Self { filename: filename.into(), separator: ',', append: false, file: None, write_header: true, keys: None }
     }
+    /// The character between columns (Keras' `separator`, `,` by default).
     pub fn separator(mut self, separator: char) -> Self {
         self.separator = separator;
         self

@@ -77,6 +77,8 @@ impl EarlyStopping {
         self.patience = patience;
         self
     }
+    /// Whether a smaller or a larger monitored value is better (`Auto` by default: larger for
+    /// accuracies).
     pub fn mode(mut self, mode: Mode) -> Self {
         self.mode = mode;
         self
@@ -92,6 +94,7 @@ impl EarlyStopping {
     pub fn best(&self) -> Option<f64> {
         self.best
     }
+    /// The epoch (0-based, as `fit` counts) of the best monitored value seen.
     pub fn best_epoch(&self) -> Option<usize> {
         self.best_epoch
     }

@@ -19,6 +19,7 @@ pub struct History {
 }
 
 impl History {
+    /// An empty record; `fit` fills one and returns it.
     pub fn new() -> Self {
         Self::default()
     }

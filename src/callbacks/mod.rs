@@ -66,10 +66,14 @@ pub struct Context<'a> {
     pub stop_training: bool,
     /// The optimizer's learning rate; a change applies from the next batch.
     pub learning_rate: f32,
+    /// Epochs `fit` was asked to run.
     pub epochs: usize,
+    /// Batches per epoch (the last one may be partial).
     pub steps_per_epoch: usize,
     /// Samples per epoch.
     pub samples: usize,
+    /// Saves the model and reads or replaces its weights (ModelCheckpoint, EarlyStopping's
+    /// `restore_best_weights`).
     pub saver: &'a dyn Saver,
 }
 
@@ -88,9 +92,11 @@ pub struct Context<'a> {
 /// assert_eq!(stop.lock().unwrap().stopped_epoch(), None);
 /// ```
 pub trait Callback: Send {
+    /// Called once before the first epoch (Keras' `on_train_begin`).
     fn on_train_begin(&mut self, _ctx: &mut Context) -> Result<()> {
         Ok(())
     }
+    /// Called before epoch `epoch` (0-based) starts (Keras' `on_epoch_begin`).
     fn on_epoch_begin(&mut self, _epoch: usize, _ctx: &mut Context) -> Result<()> {
         Ok(())
     }

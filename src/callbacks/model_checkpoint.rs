@@ -49,14 +49,18 @@ impl ModelCheckpoint {
             last_saved: None,
         }
     }
+    /// The log key compared between epochs with `save_best_only` (`val_loss` by default).
     pub fn monitor(mut self, monitor: impl Into<String>) -> Self {
         self.monitor = monitor.into();
         self
     }
+    /// Whether a smaller or a larger monitored value is better (`Auto` by default: larger for
+    /// accuracies).
     pub fn mode(mut self, mode: Mode) -> Self {
         self.mode = mode;
         self
     }
+    /// Save only when the monitored value improves on the best seen, instead of every epoch.
     pub fn save_best_only(mut self, save_best_only: bool) -> Self {
         self.save_best_only = save_best_only;
         self

@@ -11,7 +11,9 @@ pub enum Mode {
     /// otherwise (`loss`, `val_loss`): Keras' rule.
     #[default]
     Auto,
+    /// Smaller is better (losses).
     Min,
+    /// Larger is better (accuracies).
     Max,
 }
 

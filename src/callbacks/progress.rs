@@ -43,6 +43,7 @@ impl Default for ProgressBar {
 }
 
 impl ProgressBar {
+    /// A bar redrawn every batch (`verbose` 1), as Keras' default `fit` output.
     pub fn new() -> Self {
         Self {
             verbose: 1,

@@ -57,14 +57,18 @@ impl ReduceLROnPlateau {
         self.factor = factor;
         self
     }
+    /// Epochs without improvement after which the rate is multiplied by `factor`.
     pub fn patience(mut self, patience: usize) -> Self {
         self.patience = patience;
         self
     }
+    /// Whether a smaller or a larger monitored value is better (`Auto` by default: larger for
+    /// accuracies).
     pub fn mode(mut self, mode: Mode) -> Self {
         self.mode = mode;
         self
     }
+    /// The smallest change that counts as an improvement.
     pub fn min_delta(mut self, min_delta: f64) -> Self {
         self.min_delta = min_delta;
         self

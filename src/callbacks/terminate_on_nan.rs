@@ -12,6 +12,7 @@ pub struct TerminateOnNaN {
 }
 
 impl TerminateOnNaN {
+    /// A callback that has stopped nothing yet.
     pub fn new() -> Self {
         Self::default()
     }

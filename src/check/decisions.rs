@@ -18,7 +18,14 @@ pub enum Decision {
     MaxPool(Vec<u32>),
     /// A residual block: one decision per sub-layer of each chain, and the fused join ReLU's
     /// output if any.
-    Residual { main: Vec<Decision>, shortcut: Vec<Decision>, join: Option<Vec<f32>> },
+    Residual {
+        /// One decision per sub-layer of the block's chain, in order.
+        main: Vec<Decision>,
+        /// One decision per sub-layer of the shortcut.
+        shortcut: Vec<Decision>,
+        /// The fused join ReLU's f32 output, if the block has one.
+        join: Option<Vec<f32>>,
+    },
 }
 
 impl Decision {

@@ -17,26 +17,79 @@ use crate::{bail, Result};
 #[derive(Clone, Debug, PartialEq)]
 pub enum Node {
     /// A 2-D convolution of NHWC input with a `[kh, kw, in, filters]` kernel.
-    Conv2D { filters: usize, kernel: (usize, usize), strides: (usize, usize), padding: Padding, use_bias: bool },
+    Conv2D {
+        /// Output channels.
+        filters: usize,
+        /// Window height and width.
+        kernel: (usize, usize),
+        /// Steps between windows, vertical and horizontal.
+        strides: (usize, usize),
+        /// `valid`, `same` or explicit zero padding.
+        padding: Padding,
+        /// Whether a bias is added to every output channel.
+        use_bias: bool,
+    },
     /// A depthwise convolution of NHWC input with a `[kh, kw, in, depth_multiplier]` kernel:
     /// output channel `c * depth_multiplier + m` is input channel `c` convolved with
     /// `kernel[:, :, c, m]`, taps `dilation` apart.
-    DepthwiseConv2D { kernel: (usize, usize), strides: (usize, usize), padding: Padding, depth_multiplier: usize, dilation: (usize, usize), use_bias: bool },
+    DepthwiseConv2D {
+        /// Window height and width.
+        kernel: (usize, usize),
+        /// Steps between windows, vertical and horizontal.
+        strides: (usize, usize),
+        /// `valid`, `same` or explicit zero padding.
+        padding: Padding,
+        /// Output channels per input channel.
+        depth_multiplier: usize,
+        /// Distance between kernel taps, vertical and horizontal (1: adjacent).
+        dilation: (usize, usize),
+        /// Whether a bias is added to every output channel.
+        use_bias: bool,
+    },
     /// `y = x · kernel + bias` with an `[in, units]` kernel.
-    Dense { units: usize, use_bias: bool },
+    Dense {
+        /// Output features.
+        units: usize,
+        /// Whether a bias is added.
+        use_bias: bool,
+    },
     /// Training-mode BatchNorm over the last axis; `relu` when the model fused the ReLU that
     /// followed it (the device then only ever exposes the rectified output).
-    BatchNorm { momentum: f64, epsilon: f64, relu: bool },
+    BatchNorm {
+        /// Weight of the old moving statistics in each update.
+        momentum: f64,
+        /// Added to the variance before its square root.
+        epsilon: f64,
+        /// The ReLU that followed is applied to the output.
+        relu: bool,
+    },
     /// LayerNormalization over the last axis: each row normalised by its own mean and
     /// biased variance, in training and inference alike.
-    LayerNorm { epsilon: f64 },
+    LayerNorm {
+        /// Added to the variance before its square root.
+        epsilon: f64,
+    },
     /// A standalone ReLU (one the model could not fuse, e.g. inside a residual chain).
     ReLU,
     /// Max pooling (padded positions never win).
-    MaxPool { pool: (usize, usize), strides: (usize, usize), padding: PoolPadding },
+    MaxPool {
+        /// Window height and width.
+        pool: (usize, usize),
+        /// Steps between windows, vertical and horizontal.
+        strides: (usize, usize),
+        /// `valid`, `same` or explicit padding.
+        padding: PoolPadding,
+    },
     /// Average pooling over the input positions of each window (padding not counted), or
     /// with explicit padding over the whole window, padding as zeros (PyTorch's default).
-    AvgPool { pool: (usize, usize), strides: (usize, usize), padding: PoolPadding },
+    AvgPool {
+        /// Window height and width.
+        pool: (usize, usize),
+        /// Steps between windows, vertical and horizontal.
+        strides: (usize, usize),
+        /// `valid`, `same` or explicit padding.
+        padding: PoolPadding,
+    },
     /// The mean over height and width.
     GlobalAvgPool,
     /// A reshape to `[batch, h*w*c]` (NHWC order is kept).
@@ -45,10 +98,20 @@ pub enum Node {
     /// rate 0. Kept as a node so node `i` still pairs with the device's `i`-th record.
     Identity,
     /// `main(x) + shortcut(x)` (an empty chain is the identity), then the fused ReLU if `relu`.
-    Residual { main: Vec<Node>, shortcut: Vec<Node>, relu: bool },
+    Residual {
+        /// The block's layers, in order.
+        main: Vec<Node>,
+        /// The shortcut's layers; empty: the identity.
+        shortcut: Vec<Node>,
+        /// The ReLU after the join is applied to the sum.
+        relu: bool,
+    },
     /// The sum of a functional model's branches (left to right, as the device adds them),
     /// then the fused ReLU if `relu`.
-    Add { relu: bool },
+    Add {
+        /// The ReLU after the sum is applied to it.
+        relu: bool,
+    },
     /// The branches side by side along the last axis.
     Concatenate,
     /// An element-wise activation other than the plain ReLU.
@@ -56,10 +119,18 @@ pub enum Node {
     /// A softmax over the last axis.
     Softmax,
     /// The maximum over height and width: `(channels,)`, or `(1, 1, channels)` with `keepdims`.
-    GlobalMaxPool { keepdims: bool },
+    GlobalMaxPool {
+        /// Keep height and width as 1 (Keras' `keepdims`).
+        keepdims: bool,
+    },
     /// `x * scale[c] + offset[c]` along the last axis, each table of 1 or `channels` values:
     /// Rescaling, and Normalization as `(x - mean) / std` (or `mean + x * std` inverted).
-    ChannelMap { scale: Vec<f64>, offset: Vec<f64> },
+    ChannelMap {
+        /// The multiplier, one value or one per channel.
+        scale: Vec<f64>,
+        /// The addend, one value or one per channel.
+        offset: Vec<f64>,
+    },
 }
 
 /// An element-wise activation as the reference computes it.
@@ -68,7 +139,12 @@ pub enum Act {
     /// `negative_slope * x` at and below 0, `x` up to `max_value` (infinite: no cap),
     /// `max_value` from there: a capped or leaky ReLU, ReLU6, LeakyReLU. Its pieces are taken
     /// from the device's output.
-    Rectifier { max_value: f64, negative_slope: f64 },
+    Rectifier {
+        /// The cap (infinite: none; 6 for ReLU6).
+        max_value: f64,
+        /// The slope below 0 (0: plain ReLU).
+        negative_slope: f64,
+    },
     /// `1 / (1 + exp(-x))`.
     Sigmoid,
     /// `tanh(x)`.
@@ -89,10 +165,13 @@ pub enum Act {
 /// records (and the [`super::Decision`]s it reads back) with these nodes by position.
 #[derive(Clone, Debug)]
 pub struct Net {
+    /// The layers, in the device's recording order.
     pub nodes: Vec<Node>,
     /// The per-sample input shape: height, width, channels.
     pub input_shape: Vec<usize>,
+    /// Output classes: the last layer's width.
     pub classes: usize,
+    /// The loss the model was compiled with.
     pub loss: Loss,
     /// The cross-entropy's label smoothing (Keras' `label_smoothing`), as the exact f64 value
     /// of the device's f32 setting.
@@ -100,6 +179,7 @@ pub struct Net {
     /// Per-channel normalisation of the u8 input, `(x / 255 - mean) / std`, as the exact
     /// f64 values of the device's f32 settings.
     pub mean: Vec<f64>,
+    /// Per-channel divisor of the normalisation (see `mean`).
     pub std: Vec<f64>,
     /// Per node, the layout's name of its layer (`batch_normalization_3`), for reports.
     pub names: Vec<String>,

@@ -35,6 +35,8 @@ pub const GRAD_FLOOR: f64 = 1e-2;
 /// The worst error of one kind of tensor over the run, and where it was.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Worst {
+    /// The largest error seen, on the scale its kind is measured on (NaN: one could not be
+    /// measured).
     pub error: f64,
     /// `step 2: conv2d_3/kernel`
     pub at: String,
@@ -102,6 +104,7 @@ pub struct Report {
     pub mismatch_count: usize,
     /// ...and the first few of each layer, described.
     pub mismatches: Vec<String>,
+    /// Steps compared.
     pub steps: usize,
     /// Steps the loss scale skipped for an overflow (mixed_float16), each taken again.
     pub skipped_steps: usize,
@@ -398,12 +401,17 @@ pub struct CheckConfig {
     pub model: String,
     /// Global batch per step, split across the devices.
     pub batch_size: usize,
+    /// Side of the square random images, in pixels.
     pub image_size: usize,
+    /// The model's classes.
     pub classes: usize,
+    /// Training steps to compare.
     pub steps: usize,
+    /// The update rule the steps apply.
     pub optimizer: crate::optim::Optimizer,
     /// Relative speed per device, fixing the split (uneven splits); even by default.
     pub speeds: Option<Vec<f64>>,
+    /// Seed of the weights and the random images and labels.
     pub seed: u64,
     /// The precision policy the model trains under: under `mixed_float16` the bounds come
     /// from a plain implementation of that policy (f16 operands in every product).

@@ -10,7 +10,9 @@ use super::InMemory;
 use crate::limits::MAX_CIFAR_FILE_BYTES;
 use crate::{Error, Result};
 
+/// Where the CIFAR-10 binary version is downloaded from (the Toronto page's archive).
 pub const CIFAR10_URL: &str = "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz";
+/// Where the CIFAR-100 binary version is downloaded from (the Toronto page's archive).
 pub const CIFAR100_URL: &str = "https://www.cs.toronto.edu/~kriz/cifar-100-binary.tar.gz";
 
 const SIDE: usize = 32;

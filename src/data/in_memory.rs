@@ -55,6 +55,7 @@ impl InMemory {
         &self.images
     }
 
+    /// The label of every image, in the order of [`images`](Self::images).
     pub fn labels(&self) -> &[u32] {
         &self.labels
     }

@@ -35,14 +35,18 @@ pub(crate) fn decode_pool() -> Result<&'static rayon::ThreadPool> {
 /// One batch of decoded samples: `labels.len()` u8 HWC images back to back.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Batch {
+    /// The images, u8 HWC, back to back.
     pub images: Vec<u8>,
+    /// One class index per image.
     pub labels: Vec<u32>,
 }
 
 impl Batch {
+    /// Samples in the batch.
     pub fn len(&self) -> usize {
         self.labels.len()
     }
+    /// `true` for a batch of no samples.
     pub fn is_empty(&self) -> bool {
         self.labels.is_empty()
     }

@@ -37,13 +37,17 @@ use crate::limits::MAX_SAMPLE_BYTES;
 
 /// A labelled image collection that can be read from several threads at once.
 pub trait Dataset: Send + Sync {
+    /// Samples in the dataset.
     fn len(&self) -> usize;
+    /// `true` when the dataset has no samples.
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
     /// `[height, width, channels]` of every sample.
     fn image_shape(&self) -> [usize; 3];
+    /// Classes the labels index into (labels are `0..num_classes`).
     fn num_classes(&self) -> usize;
+    /// A name per class, in label order (an image folder's subfolder names, CIFAR's class names).
     fn class_names(&self) -> Vec<String>;
     /// A path or "synthetic", for messages.
     fn source(&self) -> String;

@@ -19,12 +19,16 @@ pub const WANTED_FEATURES: wgpu::Features = wgpu::Features::TIMESTAMP_QUERY
 /// An adapter convoy can use, as listed by `convoy devices`.
 #[derive(Clone, Debug)]
 pub struct AdapterEntry {
+    /// Position in wgpu's enumeration: the number a `--devices 0,2` selection names.
     pub index: usize,
+    /// The adapter, not yet opened.
     pub adapter: wgpu::Adapter,
+    /// Name, vendor, backend and type, as the driver reports them.
     pub info: wgpu::AdapterInfo,
 }
 
 impl AdapterEntry {
+    /// A software adapter (lavapipe), used only when no GPU is present.
     pub fn is_software(&self) -> bool {
         self.info.device_type == wgpu::DeviceType::Cpu
     }
@@ -33,23 +37,40 @@ impl AdapterEntry {
 /// What `convoy devices --json` prints for one adapter.
 #[derive(Serialize, Debug)]
 pub struct AdapterSummary {
+    /// Position in wgpu's enumeration: the number a `--devices` selection names.
     pub index: usize,
+    /// The adapter's name, as the driver reports it.
     pub name: String,
+    /// The vendor's name, from the PCI vendor id ([`vendor_name`]).
     pub vendor: String,
+    /// The wgpu backend (`Vulkan`, `Metal`, `Dx12`, `Gl`).
     pub backend: String,
     #[serde(rename = "type")]
+    /// wgpu's device type (`DiscreteGpu`, `IntegratedGpu`, `Cpu` for software adapters).
     pub device_type: String,
+    /// The PCI bus id, empty where the backend does not report one.
     pub pci_bus_id: String,
+    /// The driver's name and version.
     pub driver: String,
+    /// Whether the default selection (`all`) trains on it: every hardware adapter, or the first
+    /// software one when there is none.
     pub default: bool,
+    /// Largest storage buffer binding, in bytes: bounds the largest tensor.
     pub max_storage_buffer_binding_size: u64,
+    /// Largest buffer, in bytes.
     pub max_buffer_size: u64,
+    /// Workgroup shared memory, in bytes: bounds the GEMM tiles.
     pub max_compute_workgroup_storage_size: u32,
+    /// Most invocations in one workgroup.
     pub max_compute_invocations_per_workgroup: u32,
+    /// Most workgroups along one dispatch dimension.
     pub max_compute_workgroups_per_dimension: u32,
+    /// The optional features convoy uses that the adapter has (timestamps, f16, subgroups,
+    /// cooperative matrices).
     pub features: Vec<String>,
 }
 
+/// The vendor's name for a PCI vendor id (`0x10de`: NVIDIA), or "unknown".
 pub fn vendor_name(id: u32) -> &'static str {
     match id {
         0x10de => "NVIDIA",
@@ -100,6 +121,7 @@ fn default_set(all: &[AdapterEntry]) -> Vec<AdapterEntry> {
     if hardware.is_empty() { all.iter().filter(|a| a.is_software()).take(1).cloned().collect() } else { hardware }
 }
 
+/// The `convoy devices --json` record of every adapter, marking the default selection.
 pub fn summarize(all: &[AdapterEntry]) -> Vec<AdapterSummary> {
     let defaults: Vec<usize> = default_set(all).iter().map(|a| a.index).collect();
     all.iter()

@@ -19,6 +19,8 @@ const COOP16_FEATURES: wgpu::Features =
 
 type PipelineKey = (&'static str, &'static str, Vec<(&'static str, u64)>);
 
+/// One opened adapter: its wgpu device and queue, with the compiled shaders, pipelines and buffer
+/// pool every tensor and plan on it shares.
 pub struct Device {
     pub(crate) device: wgpu::Device,
     pub(crate) queue: wgpu::Queue,
@@ -95,15 +97,19 @@ impl Device {
         })
     }
 
+    /// Name, vendor, backend and type, as the driver reports them.
     pub fn info(&self) -> &wgpu::AdapterInfo {
         &self.info
     }
+    /// The adapter's name, for messages and `convoy devices`.
     pub fn name(&self) -> &str {
         &self.info.name
     }
+    /// The wgpu backend, as text (`Vulkan`, `Metal`, ...).
     pub fn backend(&self) -> String {
         format!("{:?}", self.info.backend)
     }
+    /// The vendor's name, from the PCI vendor id.
     pub fn vendor(&self) -> &'static str {
         vendor_name(self.info.vendor)
     }
@@ -113,15 +119,19 @@ impl Device {
     pub fn has_coop16(&self) -> bool {
         self.coop16
     }
+    /// The features the device was opened with.
     pub fn features(&self) -> wgpu::Features {
         self.device.features()
     }
+    /// The limits the device was opened with (binding sizes, workgroup sizes).
     pub fn limits(&self) -> wgpu::Limits {
         self.device.limits()
     }
+    /// The underlying wgpu device, for code that builds its own buffers or pipelines.
     pub fn wgpu(&self) -> &wgpu::Device {
         &self.device
     }
+    /// The device's queue.
     pub fn queue(&self) -> &wgpu::Queue {
         &self.queue
     }
@@ -234,6 +244,7 @@ impl Device {
         self.zeros_of(shape, DType::F32)
     }
 
+    /// A zero-filled tensor of `dtype`.
     pub fn zeros_of(&self, shape: &[usize], dtype: DType) -> Result<Tensor> {
         let t = self.alloc(shape, dtype)?;
         let mut enc = self.device.create_command_encoder(&Default::default());
@@ -242,12 +253,16 @@ impl Device {
         Ok(t)
     }
 
+    /// A new f32 tensor holding `data`, which must have as many elements as `shape`.
     pub fn upload(&self, shape: &[usize], data: &[f32]) -> Result<Tensor> {
         self.upload_as(shape, DType::F32, bytemuck::cast_slice(data), data.len())
     }
+    /// A new u32 tensor (labels, indices) holding `data`, which must have as many elements as
+    /// `shape`.
     pub fn upload_u32(&self, shape: &[usize], data: &[u32]) -> Result<Tensor> {
         self.upload_as(shape, DType::U32, bytemuck::cast_slice(data), data.len())
     }
+    /// A new u8 tensor (images) holding `data`, packed four to a word.
     pub fn upload_u8(&self, shape: &[usize], data: &[u8]) -> Result<Tensor> {
         self.upload_as(shape, DType::U8, data, data.len())
     }
@@ -337,12 +352,15 @@ impl Device {
         Ok(bytes)
     }
 
+    /// Reads an f32 tensor back to the host, waiting for the GPU. For evaluation, set-up and tests;
+    /// not for the training step.
     pub fn read(&self, t: &Tensor) -> Result<Vec<f32>> {
         if t.dtype() != DType::F32 {
             bail!(Shape, "read of a {:?} tensor as f32", t.dtype());
         }
         Ok(bytemuck::cast_slice(&self.read_bytes(t)?).to_vec())
     }
+    /// Reads a u32 tensor back to the host, waiting for the GPU.
     pub fn read_u32(&self, t: &Tensor) -> Result<Vec<u32>> {
         if t.dtype() != DType::U32 {
             bail!(Shape, "read of a {:?} tensor as u32", t.dtype());

@@ -6,11 +6,13 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 #[derive(Default)]
+/// Idle buffers by size class, waiting to be reused by the next tensor of that class.
 pub struct Pool {
     free: Mutex<HashMap<u64, Vec<wgpu::Buffer>>>,
 }
 
-pub const USAGE: wgpu::BufferUsages =
+/// The usages of every pooled buffer: bound as storage, and copied in and out.
+pub(crate) const USAGE: wgpu::BufferUsages =
     wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_SRC).union(wgpu::BufferUsages::COPY_DST);
 
 /// Rounds a request up to a size class: 256-byte steps below 4 KiB, then eight classes per
@@ -41,7 +43,8 @@ impl Pool {
         (buffer, false)
     }
 
-    pub fn give_back(&self, buffer: wgpu::Buffer) {
+    /// Returns a buffer to its size class, for the next [`take`](Self::take).
+    pub(crate) fn give_back(&self, buffer: wgpu::Buffer) {
         self.free.lock().unwrap().entry(buffer.size()).or_default().push(buffer);
     }
 
@@ -51,7 +54,8 @@ impl Pool {
         self.free.lock().unwrap().clear();
     }
 
-    pub fn idle_bytes(&self) -> u64 {
+    /// Bytes held by idle buffers (memory the device has allocated but no tensor uses).
+    pub(crate) fn idle_bytes(&self) -> u64 {
         self.free.lock().unwrap().iter().map(|(size, v)| size * v.len() as u64).sum()
     }
 }

@@ -13,6 +13,7 @@ struct Slot {
     last_use: Option<wgpu::SubmissionIndex>,
 }
 
+/// A ring of MAP_WRITE buffers for uploading batches while the GPU works on the previous one.
 pub struct StagingRing {
     slots: Vec<Slot>,
     next: usize,
@@ -38,6 +39,7 @@ impl StagingRing {
         StagingRing { slots, next: 0, capacity }
     }
 
+    /// Bytes each slot holds.
     pub fn capacity(&self) -> u64 {
         self.capacity
     }
@@ -92,7 +94,9 @@ impl StagingRing {
         Ok(index)
     }
 
-    pub fn slot_buffer(&self, index: usize) -> &wgpu::Buffer {
+    /// The buffer of slot `index`, mapped for writing once [`acquire`](Self::acquire) has returned
+    /// its index.
+    pub(crate) fn slot_buffer(&self, index: usize) -> &wgpu::Buffer {
         &self.slots[index].buffer
     }
 
@@ -138,12 +142,14 @@ impl StagingRing {
 /// A MAP_READ buffer with a pending-map flag, for reading results back without a full
 /// device wait (loss sums, gradient buckets).
 pub struct Readback {
+    /// The MAP_READ buffer the GPU copies into.
     pub buffer: wgpu::Buffer,
     ready: Arc<AtomicBool>,
     pending: Option<wgpu::SubmissionIndex>,
 }
 
 impl Readback {
+    /// A readback of `size` bytes (rounded up to whole words), not yet mapped.
     pub fn new(device: &wgpu::Device, size: u64) -> Self {
         let size = size.max(4).div_ceil(4) * 4;
         Readback {
@@ -170,6 +176,7 @@ impl Readback {
         self.pending = Some(submission);
     }
 
+    /// Whether a mapping was requested and its data not yet taken.
     pub fn is_pending(&self) -> bool {
         self.pending.is_some()
     }

@@ -10,8 +10,11 @@ use super::pool::Pool;
 use crate::{bail, Result};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The element type of a tensor.
 pub enum DType {
+    /// 32-bit float: activations, parameters, gradients.
     F32,
+    /// 32-bit unsigned integer: labels and indices.
     U32,
     /// Bytes packed four to a 32-bit word (images on their way to the GPU).
     U8,
@@ -43,6 +46,8 @@ impl Drop for Lease {
 }
 
 #[derive(Clone)]
+/// A view of a pooled GPU buffer with a shape and an element type; cloning shares the buffer. The
+/// buffer goes back to the device's pool when the last view of it is dropped.
 pub struct Tensor {
     lease: Arc<Lease>,
     /// Byte offset into the buffer: parameters and gradients of a model are views into one
@@ -62,21 +67,27 @@ impl Tensor {
     pub(crate) fn from_lease(lease: Lease, shape: Vec<usize>, dtype: DType) -> Self {
         Tensor { lease: Arc::new(lease), offset: 0, shape, dtype }
     }
+    /// The dimensions, NHWC for images.
     pub fn shape(&self) -> &[usize] {
         &self.shape
     }
+    /// The element type.
     pub fn dtype(&self) -> DType {
         self.dtype
     }
+    /// Elements: the product of the shape.
     pub fn len(&self) -> usize {
         self.shape.iter().product()
     }
+    /// `true` when a dimension is zero.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Bytes the elements occupy, padded to whole 32-bit words.
     pub fn bytes(&self) -> u64 {
         self.dtype.bytes(self.len())
     }
+    /// The whole pooled buffer; the tensor starts at [`offset`](Self::offset) in it.
     pub fn buffer(&self) -> &wgpu::Buffer {
         &self.lease.buffer
     }

@@ -61,10 +61,13 @@ impl Timestamps {
         encoder.copy_buffer_to_buffer(&self.resolved, 0, &self.readback.buffer, 0, 2 * used as u64 * wgpu::QUERY_SIZE as u64);
     }
 
+    /// Requests the readback after `submission`, the one whose encoder [`resolve`](Self::resolve)
+    /// wrote to.
     pub fn submitted(&mut self, submission: wgpu::SubmissionIndex) {
         self.readback.request(submission);
     }
 
+    /// Whether resolved timestamps were requested and not yet read.
     pub fn is_pending(&self) -> bool {
         self.readback.is_pending()
     }

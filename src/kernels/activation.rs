@@ -21,7 +21,12 @@ pub const ROW_THREADS: u32 = 64;
 pub enum Function {
     /// Keras 3's ReLU at threshold 0: `negative_slope * x` below 0, `x` up to `max_value`,
     /// `max_value` above (`f32::INFINITY`: no cap).
-    Relu { max_value: f32, negative_slope: f32 },
+    Relu {
+        /// The cap (`f32::INFINITY`: none; 6 for ReLU6).
+        max_value: f32,
+        /// The slope below 0 (0: plain ReLU; LeakyReLU's `negative_slope` otherwise).
+        negative_slope: f32,
+    },
     /// `1 / (1 + exp(-x))`, from `exp(-|x|)` on both sides (no overflow, no cancellation).
     Sigmoid,
     /// `tanh`, computed by the kernel itself: the builtin's precision is the driver's, and

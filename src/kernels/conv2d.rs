@@ -30,18 +30,31 @@ pub enum Padding {
 /// Every size of one convolution, resolved once from the input shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Conv2dGeometry {
+    /// Samples.
     pub batch: usize,
+    /// Input height, in pixels.
     pub in_h: usize,
+    /// Input width, in pixels.
     pub in_w: usize,
+    /// Input channels.
     pub in_c: usize,
+    /// Output channels.
     pub filters: usize,
+    /// Kernel height.
     pub kh: usize,
+    /// Kernel width.
     pub kw: usize,
+    /// Vertical step between windows.
     pub stride_h: usize,
+    /// Horizontal step between windows.
     pub stride_w: usize,
+    /// Zero rows above the input (with `same`, the odd row of padding goes below).
     pub pad_top: usize,
+    /// Zero columns left of the input (with `same`, the odd column goes right).
     pub pad_left: usize,
+    /// Output height.
     pub out_h: usize,
+    /// Output width.
     pub out_w: usize,
 }
 
@@ -104,12 +117,15 @@ impl Conv2dGeometry {
         })
     }
 
+    /// `[batch, in_h, in_w, in_c]`.
     pub fn input_shape(&self) -> Vec<usize> {
         vec![self.batch, self.in_h, self.in_w, self.in_c]
     }
+    /// `[batch, out_h, out_w, filters]`.
     pub fn output_shape(&self) -> Vec<usize> {
         vec![self.batch, self.out_h, self.out_w, self.filters]
     }
+    /// `[kh, kw, in_c, filters]`, Keras' kernel layout.
     pub fn kernel_shape(&self) -> Vec<usize> {
         vec![self.kh, self.kw, self.in_c, self.filters]
     }

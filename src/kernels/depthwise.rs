@@ -349,7 +349,7 @@ impl Split {
 /// 800K rows alone and reading one float per 128-byte row of x and dy (a channel column), a
 /// memory transaction per float. Instead a workgroup owns one tap, up to 64 adjacent output
 /// channels (whole lines of each row of x and dy, as [`super::reduce`]'s column sums) and a
-/// chunk of rows; taps, column tiles and chunks together make about [`TARGET_WORKGROUPS`]
+/// chunk of rows; taps, column tiles and chunks together make about `TARGET_WORKGROUPS`
 /// workgroups (there 9 taps x 113 chunks of 7,105 rows, each lane of a workgroup summing 222
 /// rows), and a second pass sums each output's 113 partials. Both passes add in a fixed
 /// order (lanes by a tree, chunks in sequence), so every run gives the same bits: no atomics.

@@ -1,7 +1,7 @@
 //! The implicit-GEMM engine behind `conv2d` and `dense` (`shaders/conv2d.wgsl`).
 //!
 //! Every product is `C[M, N] = sum_k A[m, k] * B[k, n]`; the callers only say how A and B
-//! are gathered ([`ALoad`], [`BLoad`]) and the engine picks a [`Tile`], splits K across
+//! are gathered (`ALoad`, `BLoad`) and the engine picks a [`Tile`], splits K across
 //! workgroups when the output is too small to fill the GPU, and checks which operands can
 //! be read as aligned vec4s.
 
@@ -34,6 +34,7 @@ const ROWS_USED_MARGIN: f64 = 0.15;
 const TARGET_WORKGROUPS: usize = 256;
 
 impl Tile {
+    /// Every tile, for tests and tuning sweeps that must reach each one.
     pub const ALL: [Tile; 5] = [Tile::M128N64, Tile::M128N32, Tile::M64N64, Tile::M32N32, Tile::M64N16];
 
     /// (rows per invocation, invocations along M, invocations along N, K step)
@@ -46,13 +47,16 @@ impl Tile {
             Tile::M64N16 => (4, 16, 4, 16),
         }
     }
+    /// Output rows one workgroup computes.
     pub fn bm(self) -> usize {
         let (tm, wm, _, _) = self.shape();
         (tm * wm) as usize
     }
+    /// Output columns one workgroup computes.
     pub fn bn(self) -> usize {
         (self.shape().2 * 4) as usize
     }
+    /// Depth of the K slice loaded into shared memory per iteration.
     pub fn bk(self) -> usize {
         self.shape().3 as usize
     }
@@ -106,6 +110,7 @@ impl Tile {
 /// tile and the split-K path on small shapes.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct GemmOptions {
+    /// The tile to use instead of the engine's choice.
     pub tile: Option<Tile>,
     /// Workgroups along K (1 = no split); rounded down so every split gets work.
     pub splits: Option<usize>,

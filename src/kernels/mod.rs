@@ -37,17 +37,21 @@ pub const WG: u32 = 256;
 
 /// A WGSL source file, compiled once per device.
 pub struct Shader {
+    /// The file name under `shaders/`, for pipeline keys and messages.
     pub name: &'static str,
+    /// The WGSL text.
     pub source: &'static str,
 }
 
 macro_rules! shader {
     ($ident:ident, $file:literal) => {
+        #[doc = concat!("`shaders/", $file, "`.")]
         pub const $ident: Shader = Shader { name: $file, source: include_str!(concat!("../../shaders/", $file)) };
     };
     // A file that uses the ReLU and NaN helpers of shaders/lib/relu.wgsl, prepended (WGSL
     // has no includes).
     ($ident:ident, $file:literal, relu) => {
+        #[doc = concat!("`shaders/", $file, "` with `shaders/lib/relu.wgsl` prepended.")]
         pub const $ident: Shader =
             Shader { name: $file, source: concat!(include_str!("../../shaders/lib/relu.wgsl"), include_str!(concat!("../../shaders/", $file))) };
     };
@@ -165,6 +169,7 @@ impl Dispatch {
         Dispatch::new(device, shader, entry, constants, &bindings, groups)
     }
 
+    /// Records the dispatch into `pass`; a dispatch of no workgroups records nothing.
     pub fn encode(&self, pass: &mut wgpu::ComputePass<'_>) {
         if self.groups.contains(&0) {
             return;
@@ -174,6 +179,7 @@ impl Dispatch {
         pass.dispatch_workgroups(self.groups[0], self.groups[1], self.groups[2]);
     }
 
+    /// The workgroup counts along x, y and z.
     pub fn groups(&self) -> [u32; 3] {
         self.groups
     }

@@ -47,9 +47,25 @@ use crate::{bail, DType, Device, Result, Tensor};
 pub enum OptimizerKind {
     /// Stochastic gradient descent; `momentum` 0 keeps no velocity; `decoupled` applies the
     /// weight decay to the parameters before the step instead of adding it to the gradient.
-    Sgd { momentum: f32, nesterov: bool, decoupled: bool },
+    Sgd {
+        /// Velocity decay factor, Keras' `momentum`.
+        momentum: f32,
+        /// Nesterov momentum: the step looks ahead along the velocity.
+        nesterov: bool,
+        /// Weight decay applied to the parameters instead of the gradient.
+        decoupled: bool,
+    },
     /// Adam; `decoupled` makes it AdamW.
-    Adam { beta1: f32, beta2: f32, epsilon: f32, decoupled: bool },
+    Adam {
+        /// Decay of the first-moment (mean) estimate, Keras' `beta_1`.
+        beta1: f32,
+        /// Decay of the second-moment (uncentered variance) estimate, Keras' `beta_2`.
+        beta2: f32,
+        /// Added to the second moment's square root in the denominator.
+        epsilon: f32,
+        /// Weight decay applied to the parameters instead of the gradient (AdamW).
+        decoupled: bool,
+    },
 }
 
 impl OptimizerKind {

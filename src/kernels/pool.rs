@@ -70,17 +70,29 @@ impl std::str::FromStr for PoolPadding {
 /// Where every pooling window of a 2-D pooling layer lies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pool2dGeometry {
+    /// Samples.
     pub batch: usize,
+    /// Input height, in pixels.
     pub in_h: usize,
+    /// Input width, in pixels.
     pub in_w: usize,
+    /// Channels, the same in and out.
     pub channels: usize,
+    /// Window height.
     pub pool_h: usize,
+    /// Window width.
     pub pool_w: usize,
+    /// Vertical step between windows.
     pub stride_h: usize,
+    /// Horizontal step between windows.
     pub stride_w: usize,
+    /// Padded rows above the input.
     pub pad_top: usize,
+    /// Padded columns left of the input.
     pub pad_left: usize,
+    /// Output height.
     pub out_h: usize,
+    /// Output width.
     pub out_w: usize,
     /// Average pooling divides by `pool_h * pool_w` (padded positions count as zeros), not
     /// by the input positions of the window: set by [`PoolPadding::Explicit`] only.
@@ -153,10 +165,12 @@ impl Pool2dGeometry {
         Ok(g)
     }
 
+    /// `[batch, in_h, in_w, channels]`.
     pub fn input_shape(&self) -> [usize; 4] {
         [self.batch, self.in_h, self.in_w, self.channels]
     }
 
+    /// `[batch, out_h, out_w, channels]`.
     pub fn output_shape(&self) -> [usize; 4] {
         [self.batch, self.out_h, self.out_w, self.channels]
     }

@@ -8,8 +8,14 @@ use crate::kernels::batchnorm::{self, BatchNormConfig};
 use crate::{bail, Result, Tensor};
 
 #[derive(Debug, Clone)]
+/// Batch normalization over the channel axis (Keras' `BatchNormalization`): normalizes with the
+/// batch's statistics while training and with the moving ones in evaluation, then scales by `gamma`
+/// and shifts by `beta`.
 pub struct BatchNormalization {
+    /// Weight of the old moving statistics in each update: `moving = momentum * moving + (1 -
+    /// momentum) * batch`.
     pub momentum: f32,
+    /// Added to the variance before its square root.
     pub epsilon: f32,
     /// Set when the model fuses the following ReLU into this layer.
     pub fused_relu: bool,
@@ -22,13 +28,16 @@ impl Default for BatchNormalization {
 }
 
 impl BatchNormalization {
+    /// Keras' defaults: momentum 0.99, epsilon 1e-3.
     pub fn new() -> Self {
         Self::default()
     }
+    /// The moving statistics' momentum (Keras' `momentum`).
     pub fn momentum(mut self, m: f32) -> Self {
         self.momentum = m;
         self
     }
+    /// The variance's epsilon (Keras' `epsilon`).
     pub fn epsilon(mut self, e: f32) -> Self {
         self.epsilon = e;
         self

@@ -8,11 +8,18 @@ use crate::kernels::{elementwise, reduce};
 use crate::{bail, Result, Tensor};
 
 #[derive(Debug, Clone)]
+/// A 2-D convolution (Keras' `Conv2D`): `[batch, h, w, in]` input, `[kh, kw, in, filters]` kernel,
+/// optional `[filters]` bias.
 pub struct Conv2D {
+    /// Output channels.
     pub filters: usize,
+    /// Window height and width.
     pub kernel_size: (usize, usize),
+    /// Steps between windows, vertical and horizontal.
     pub strides: (usize, usize),
+    /// `valid`, `same` or explicit zero padding.
     pub padding: Padding,
+    /// Whether a bias is added to every output channel.
     pub use_bias: bool,
     /// `glorot_uniform` (Keras' default) or `he_normal`.
     pub kernel_initializer: &'static str,
@@ -31,18 +38,23 @@ impl Conv2D {
             kernel_initializer: "glorot_uniform",
         }
     }
+    /// The same stride vertically and horizontally.
     pub fn strides(mut self, s: usize) -> Self {
         self.strides = (s, s);
         self
     }
+    /// `Padding::Valid` (no padding, the default), `Padding::Same` (output `ceil(in / stride)`) or
+    /// explicit.
     pub fn padding(mut self, p: Padding) -> Self {
         self.padding = p;
         self
     }
+    /// Whether a bias is added (off before a BatchNormalization, whose `beta` plays its part).
     pub fn use_bias(mut self, b: bool) -> Self {
         self.use_bias = b;
         self
     }
+    /// The kernel's initializer by Keras name: `glorot_uniform` (the default) or `he_normal`.
     pub fn kernel_initializer(mut self, init: &'static str) -> Self {
         self.kernel_initializer = init;
         self
@@ -130,6 +142,7 @@ pub fn padding_to_config(p: Padding) -> serde_json::Value {
     }
 }
 
+/// Reads a padding saved by `padding_to_config`: `"valid"`, `"same"` or `[ph, pw]`.
 pub fn padding_from_config(v: &serde_json::Value) -> Result<Padding> {
     match v {
         serde_json::Value::String(s) if s == "valid" => Ok(Padding::Valid),

@@ -7,15 +7,21 @@ use crate::kernels::dense;
 use crate::{bail, Result, Tensor};
 
 #[derive(Debug, Clone)]
+/// A fully connected layer (Keras' `Dense`): `[batch, in]` input, `[in, units]` kernel, `[units]`
+/// bias.
 pub struct Dense {
+    /// Output features.
     pub units: usize,
+    /// Whether a bias is added.
     pub use_bias: bool,
 }
 
 impl Dense {
+    /// `units` outputs with a bias and a Glorot-uniform kernel (Keras' defaults).
     pub fn new(units: usize) -> Self {
         Dense { units, use_bias: true }
     }
+    /// Whether a bias is added (Keras' `use_bias`, on by default).
     pub fn use_bias(mut self, b: bool) -> Self {
         self.use_bias = b;
         self

@@ -7,15 +7,22 @@ use crate::kernels::elementwise;
 use crate::{bail, Result, Tensor};
 
 #[derive(Debug, Clone)]
+/// Inverted dropout (Keras' `Dropout`): while training, zeroes each element with probability `rate`
+/// and scales the others by `1 / (1 - rate)`; the identity in evaluation.
 pub struct Dropout {
+    /// Fraction of the elements dropped, in `[0, 1)`.
     pub rate: f32,
+    /// Seed of the masks; the layer's position is mixed in, so two layers with the same seed draw
+    /// different masks, and the step counter, so every step draws a new one.
     pub seed: u32,
 }
 
 impl Dropout {
+    /// Drops `rate` of the elements, with seed 0.
     pub fn new(rate: f32) -> Self {
         Dropout { rate, seed: 0 }
     }
+    /// Seeds the masks (Keras' `seed`).
     pub fn seed(mut self, seed: u32) -> Self {
         self.seed = seed;
         self

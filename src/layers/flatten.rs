@@ -6,9 +6,11 @@ use super::{Graph, Layer, Saved, Weights};
 use crate::{Result, Tensor};
 
 #[derive(Debug, Default, Clone)]
+/// Flattens each sample to one axis (Keras' `Flatten`): `[batch, h, w, c]` to `[batch, h * w * c]`.
 pub struct Flatten;
 
 impl Flatten {
+    /// The layer; it has no arguments.
     pub fn new() -> Self {
         Flatten
     }

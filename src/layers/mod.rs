@@ -38,12 +38,22 @@ use crate::{Device, Result, Tensor};
 /// How a parameter starts.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Init {
+    /// Every element 0 (biases, BatchNorm's `beta` and `moving_mean`).
     Zeros,
+    /// Every element 1 (BatchNorm's `gamma` and `moving_variance`).
     Ones,
     /// Keras' default for kernels: U(±sqrt(6 / (fan_in + fan_out))).
-    GlorotUniform { fan_in: usize, fan_out: usize },
+    GlorotUniform {
+        /// Inputs feeding each output (`kh * kw * in` for a convolution kernel).
+        fan_in: usize,
+        /// Outputs each input feeds (`kh * kw * filters` for a convolution kernel).
+        fan_out: usize,
+    },
     /// He et al.'s normal init, sqrt(2 / fan_in), the usual choice before ReLU.
-    HeNormal { fan_in: usize },
+    HeNormal {
+        /// Inputs feeding each output (`kh * kw * in` for a convolution kernel).
+        fan_in: usize,
+    },
 }
 
 /// A parameter (trainable) or state tensor (BatchNorm's moving statistics) of a layer.
@@ -51,19 +61,25 @@ pub enum Init {
 pub struct ParamSpec {
     /// Keras' name: `kernel`, `bias`, `gamma`, `beta`, `moving_mean`, `moving_variance`.
     pub name: &'static str,
+    /// The tensor's shape (`[kh, kw, in, filters]` for a convolution kernel, `[in, units]` for a
+    /// dense one).
     pub shape: Vec<usize>,
+    /// How the tensor starts.
     pub init: Init,
     /// Whether weight decay applies (kernels yes; biases and BatchNorm's scale and shift no).
     pub decay: bool,
 }
 
 impl ParamSpec {
+    /// A tensor spec; `decay` says whether weight decay applies to it.
     pub fn new(name: &'static str, shape: Vec<usize>, init: Init, decay: bool) -> Self {
         ParamSpec { name, shape, init, decay }
     }
+    /// Elements: the product of the shape.
     pub fn len(&self) -> usize {
         self.shape.iter().product()
     }
+    /// `true` when a dimension is zero.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -72,8 +88,12 @@ impl ParamSpec {
 /// A layer's slice of the model's flat parameter, gradient and state tensors, in the order
 /// of its `params()` and `states()`.
 pub struct Weights<'a> {
+    /// The layer's parameters, one tensor per [`ParamSpec`] of its `params()`.
     pub params: &'a [Tensor],
+    /// The parameters' gradients, in the same order; empty when no gradients are recorded
+    /// (inference).
     pub grads: &'a [Tensor],
+    /// The layer's state tensors, one per [`ParamSpec`] of its `states()`.
     pub states: &'a [Tensor],
 }
 
@@ -92,13 +112,17 @@ impl<'a> Weights<'a> {
 /// What a layer's forward keeps for its backward: its output and any extra tensors.
 #[derive(Clone, Debug)]
 pub struct Saved {
+    /// The layer's output, the next layer's input.
     pub output: Tensor,
+    /// Tensors the backward needs besides the output (MaxPool2D's argmax, BatchNorm's batch
+    /// statistics).
     pub extra: Vec<Tensor>,
     /// Nested layers' records (the residual block).
     pub inner: Vec<(Tensor, Saved)>,
 }
 
 impl Saved {
+    /// A record holding the output only.
     pub fn output(output: Tensor) -> Self {
         Saved { output, extra: Vec::new(), inner: Vec::new() }
     }
@@ -107,11 +131,15 @@ impl Saved {
 /// The recording context of a step: the device, the batch size, and the dispatch list the
 /// layers append to, in execution order.
 pub struct Graph<'d> {
+    /// The device the kernels run on.
     pub device: &'d Device,
+    /// Samples per step on this device.
     pub batch: usize,
+    /// Whether the step trains (Dropout drops, BatchNorm uses batch statistics) or infers.
     pub training: bool,
     /// u32 `[1]`: the step counter, rewritten every step (dropout draws from it).
     pub step: Tensor,
+    /// The recorded kernels, in execution order.
     pub dispatches: Vec<Dispatch>,
     /// The layer being recorded and the number of layers before it, for names in errors
     /// and per-layer seeds.
@@ -121,6 +149,7 @@ pub struct Graph<'d> {
 }
 
 impl<'d> Graph<'d> {
+    /// An empty recording for `batch` samples on `device`; `step` is the step-counter tensor.
     pub fn new(device: &'d Device, batch: usize, training: bool, step: Tensor) -> Self {
         Graph { device, batch, training, step, dispatches: Vec::new(), layer_index: 0, policy: Default::default() }
     }
@@ -134,10 +163,12 @@ impl<'d> Graph<'d> {
         full.extend_from_slice(shape);
         self.device.alloc(&full, crate::DType::F32)
     }
+    /// Appends a kernel, tagged with the layer being recorded (for per-layer profiles).
     pub fn push(&mut self, mut d: Dispatch) {
         d.layer = Some(self.layer_index);
         self.dispatches.push(d);
     }
+    /// Appends kernels in order, each tagged with the layer being recorded.
     pub fn extend(&mut self, d: Vec<Dispatch>) {
         for d in d {
             self.push(d);
@@ -151,9 +182,13 @@ pub trait Layer: Send + Sync + std::fmt::Debug {
     fn class_name(&self) -> &'static str;
     /// The per-sample output shape for a per-sample input shape, or a shape error naming both.
     fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>>;
+    /// The trainable parameters a layer needs for a per-sample input shape (Keras' `build`); none
+    /// by default.
     fn params(&self, _input: &[usize]) -> Vec<ParamSpec> {
         Vec::new()
     }
+    /// The non-trainable state tensors (BatchNorm's moving statistics) for a per-sample input
+    /// shape; none by default.
     fn states(&self, _input: &[usize]) -> Vec<ParamSpec> {
         Vec::new()
     }

@@ -31,6 +31,7 @@ impl Window {
 }
 
 #[derive(Debug, Clone)]
+/// Max pooling over windows of each channel (Keras' `MaxPool2D`).
 pub struct MaxPool2D(Window);
 
 impl MaxPool2D {
@@ -38,10 +39,12 @@ impl MaxPool2D {
     pub fn new(pool_size: usize) -> Self {
         MaxPool2D(Window { pool_size: (pool_size, pool_size), strides: (pool_size, pool_size), padding: PoolPadding::Valid })
     }
+    /// The same stride vertically and horizontally.
     pub fn strides(mut self, s: usize) -> Self {
         self.0.strides = (s, s);
         self
     }
+    /// `PoolPadding::Valid` (the default) or `Same`.
     pub fn padding(mut self, p: PoolPadding) -> Self {
         self.0.padding = p;
         self
@@ -77,16 +80,20 @@ impl Layer for MaxPool2D {
 }
 
 #[derive(Debug, Clone)]
+/// Average pooling over windows of each channel (Keras' `AveragePooling2D`).
 pub struct AveragePooling2D(Window);
 
 impl AveragePooling2D {
+    /// A square window; strides default to the window (Keras' default), `valid` padding.
     pub fn new(pool_size: usize) -> Self {
         AveragePooling2D(Window { pool_size: (pool_size, pool_size), strides: (pool_size, pool_size), padding: PoolPadding::Valid })
     }
+    /// The same stride vertically and horizontally.
     pub fn strides(mut self, s: usize) -> Self {
         self.0.strides = (s, s);
         self
     }
+    /// `PoolPadding::Valid` (the default) or `Same`.
     pub fn padding(mut self, p: PoolPadding) -> Self {
         self.0.padding = p;
         self
@@ -121,9 +128,12 @@ impl Layer for AveragePooling2D {
 }
 
 #[derive(Debug, Clone, Default)]
+/// The mean of each channel over height and width (Keras' `GlobalAveragePooling2D`): `[batch, h, w,
+/// c]` to `[batch, c]`.
 pub struct GlobalAveragePooling2D;
 
 impl GlobalAveragePooling2D {
+    /// The layer; it has no arguments.
     pub fn new() -> Self {
         GlobalAveragePooling2D
     }

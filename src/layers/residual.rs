@@ -12,8 +12,11 @@ use crate::{bail, Result, Tensor};
 type Step<'a> = (&'a dyn Layer, Vec<usize>, usize, usize, bool);
 
 #[derive(Debug)]
+/// A residual block: `main(x) + shortcut(x)`, the shortcut empty for the identity.
 pub struct Residual {
+    /// The block's layers, in order.
     pub main: Vec<Box<dyn Layer>>,
+    /// The shortcut's layers; empty: the identity.
     pub shortcut: Vec<Box<dyn Layer>>,
     /// Set when the model fuses the following ReLU into the join.
     pub fused_relu: bool,
@@ -23,6 +26,7 @@ pub struct Residual {
 }
 
 impl Residual {
+    /// A block adding `main(x)` to `shortcut(x)` (`x` itself when `shortcut` is empty).
     pub fn new(main: Vec<Box<dyn Layer>>, shortcut: Vec<Box<dyn Layer>>) -> Self {
         Residual { main, shortcut, fused_relu: false, fused: Vec::new() }
     }

@@ -14,13 +14,19 @@ use crate::{bail, Result};
 
 /// `fit`'s arguments, with Keras' names and defaults.
 pub struct FitOptions {
+    /// The epoch to end at: `fit` trains epochs `initial_epoch..epochs` (Keras' `epochs`).
     pub epochs: usize,
     /// The global batch, split across the model's devices.
     pub batch_size: usize,
+    /// Reshuffle the sample order every epoch (default true, as Keras).
     pub shuffle: bool,
+    /// Seed of the data order and the augmentation draws.
     pub seed: u64,
+    /// Data evaluated at the end of every epoch; its results are logged with the `val_` prefix.
     pub validation_data: Option<Arc<dyn Dataset>>,
+    /// Hooks called around epochs and batches (see [`Callback`]).
     pub callbacks: Vec<Box<dyn Callback>>,
+    /// Random augmentation applied to each training batch on the host; none by default.
     pub augment: Option<Augment>,
     /// Drop a last batch smaller than `batch_size`. Default false (Keras' behaviour): the
     /// short batch is trained on, with its own compiled step.

@@ -16,6 +16,7 @@ use crate::Result;
 pub const ALIGN: usize = 64;
 
 #[derive(Clone, Debug)]
+/// Where one parameter or state tensor sits in the model's flat tensor.
 pub struct Entry {
     /// `conv2d_3/kernel`, `residual_2/batch_normalization_1/gamma`
     pub name: String,
@@ -23,7 +24,9 @@ pub struct Entry {
     /// `residual_2/4_gamma` (the position in the block's list) for a sub-layer's. Loading
     /// falls back to it.
     pub legacy_name: String,
+    /// The index of the layer that owns it.
     pub layer: usize,
+    /// Its name, shape, initializer and weight decay, as the layer declared it.
     pub spec: ParamSpec,
     /// Offset in floats.
     pub offset: usize,
@@ -37,11 +40,16 @@ impl Entry {
 }
 
 #[derive(Clone, Debug, Default)]
+/// Every parameter and state tensor of a model in one flat f32 tensor each, each tensor aligned to
+/// [`ALIGN`] floats so it can be bound on its own.
 pub struct Layout {
+    /// The trainable parameters, in layer order.
     pub params: Vec<Entry>,
+    /// The state tensors (moving statistics), in layer order.
     pub states: Vec<Entry>,
     /// Total floats, padding included.
     pub param_len: usize,
+    /// Total floats of the state tensor, padding included.
     pub state_len: usize,
     /// Per layer: (first param, count, first state, count).
     pub per_layer: Vec<(usize, usize, usize, usize)>,
@@ -144,6 +152,7 @@ impl Layout {
     pub fn trainable_count(&self) -> usize {
         self.params.iter().map(|e| e.spec.len()).sum()
     }
+    /// State count (moving statistics; no padding).
     pub fn state_count(&self) -> usize {
         self.states.iter().map(|e| e.spec.len()).sum()
     }

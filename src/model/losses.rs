@@ -6,6 +6,7 @@ use crate::{bail, Result};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+/// What training minimizes, with Keras' names.
 pub enum Loss {
     /// Integer labels against softmax logits (the model's last layer outputs raw logits).
     SparseCategoricalCrossentropy,
@@ -14,6 +15,8 @@ pub enum Loss {
 }
 
 impl Loss {
+    /// The loss by its Keras name: `sparse_categorical_crossentropy` (or `crossentropy`), `mse` (or
+    /// `mean_squared_error`).
     pub fn from_name(name: &str) -> Result<Loss> {
         Ok(match name {
             "sparse_categorical_crossentropy" | "crossentropy" => Loss::SparseCategoricalCrossentropy,
@@ -25,6 +28,7 @@ impl Loss {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+/// What `fit` and `evaluate` report besides the loss, with Keras' names.
 pub enum Metric {
     /// Top-1 accuracy; logged as `accuracy`.
     Accuracy,
@@ -33,6 +37,8 @@ pub enum Metric {
 }
 
 impl Metric {
+    /// The key the metric is logged under (`accuracy`, `top_k_accuracy`, `top_3_accuracy`; `val_`
+    /// is prepended for validation data).
     pub fn name(&self) -> String {
         match self {
             Metric::Accuracy => "accuracy".into(),

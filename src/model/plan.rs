@@ -14,23 +14,30 @@ use crate::{DType, Device, Result, Tensor};
 
 /// What every replica shares about the model: layers, layout, input and loss.
 pub struct Definition {
+    /// The per-sample input shape, `[height, width, channels]`.
     pub input_shape: Vec<usize>,
+    /// The layers, in order (topological order for a functional model).
     pub layers: Vec<Box<dyn Layer>>,
     /// The nodes each layer reads, for a functional model (see
     /// [`crate::model::layout::inbound_of`]); empty for a `Sequential` stack.
     pub inbound: Vec<Vec<usize>>,
     /// Layers whose ReLU was fused into the layer before them: recorded as nothing.
     pub fused: Vec<bool>,
+    /// Where each parameter and state tensor sits in the flat tensors.
     pub layout: Layout,
+    /// The loss the model was compiled with.
     pub loss: Loss,
     /// Keras' `label_smoothing` of the cross-entropy (0: one-hot targets).
     pub label_smoothing: f32,
+    /// Output classes: the last layer's width.
     pub classes: usize,
     /// Per-channel normalisation of the u8 input: `(x / 255 - mean) / std`.
     pub mean: Vec<f32>,
+    /// Per-channel divisor of the normalisation, on the 0..1 scale of `x / 255`.
     pub std: Vec<f32>,
     /// The precision policy and, under `mixed_float16`, its loss scaling.
     pub policy: DTypePolicy,
+    /// Loss scaling under `mixed_float16` (unused under `float32`).
     pub loss_scale: LossScale,
     /// Layers set `trainable = false` (Keras): their parameters get no update (and no weight
     /// decay). Compiled into the replicas' update, so a change takes effect at `compile`.
@@ -74,8 +81,12 @@ impl Definition {
 
 /// The tensors of one replica that every plan of it shares.
 pub struct Shared {
+    /// Each parameter tensor, a view into one flat buffer in the layout's order.
     pub params: Vec<Tensor>,
+    /// Each gradient, a view into one flat buffer parallel to `params` (what the replicas
+    /// exchange).
     pub grads: Vec<Tensor>,
+    /// Each state tensor (moving statistics), a view into one flat buffer.
     pub states: Vec<Tensor>,
     /// u32 `[4]`: word 0 is the step counter (dropout masks).
     pub step: Tensor,
@@ -90,21 +101,31 @@ pub struct Shared {
     pub policy: DTypePolicy,
 }
 
+/// One replica's recorded step for one batch size, training or inference: its input, output and
+/// loss tensors and every dispatch, recorded once and replayed each step.
 pub struct Plan {
+    /// Samples per step on this replica.
     pub batch: usize,
+    /// Whether the plan trains (backward and gradients recorded) or only infers.
     pub training: bool,
     /// u8 `[batch, h, w, c]` and u32 `[batch]`, filled through the staging ring.
     pub images: Tensor,
+    /// u32 `[batch]`: the labels.
     pub labels: Tensor,
     /// f32 one-hot `[batch, classes]` (mean squared error only).
     pub targets: Option<Tensor>,
+    /// f32 `[batch, classes]`: the last layer's output.
     pub logits: Tensor,
+    /// f32 `[batch]`: each sample's loss.
     pub loss: Tensor,
+    /// u32 `[batch]`: each label's rank among its sample's logits (0: the largest), for the
+    /// accuracy metrics.
     pub rank: Tensor,
     /// Forward, loss and (when training) backward, in order.
     pub dispatches: Vec<Dispatch>,
     /// Two readbacks of `[loss | rank]`, alternated so step k's is read while k+1 runs.
     pub readbacks: [Readback; 2],
+    /// Which of `readbacks` the next step uses.
     pub next_readback: usize,
     /// Index into `dispatches` where each layer's backward starts, last layer first, for
     /// splitting the backward into gradient buckets.

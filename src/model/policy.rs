@@ -51,7 +51,9 @@ impl DTypePolicy {
 /// Unlike Keras, a skipped step still counts for Adam's bias correction.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LossScale {
+    /// The loss scale of the first step (Keras' `initial_scale`, 2^15).
     pub initial_scale: f32,
+    /// Finite steps in a row after which the scale doubles (Keras' `dynamic_growth_steps`, 2000).
     pub dynamic_growth_steps: u32,
 }
 

@@ -16,15 +16,20 @@ pub struct KernelTime {
     pub family: String,
     /// Shader entry point.
     pub entry: &'static str,
+    /// The index of the layer whose recording added it, where one did.
     pub layer: Option<usize>,
+    /// GPU time, in milliseconds.
     pub ms: f64,
+    /// Floating-point operations, as the dispatch counts them.
     pub flops: f64,
+    /// Bytes read and written, as the dispatch counts them.
     pub bytes: f64,
     /// Dispatches summed into this row.
     pub count: usize,
 }
 
 impl KernelTime {
+    /// A row for one dispatch that took `ns` nanoseconds.
     pub fn from_dispatch(d: &Dispatch, ns: f64) -> KernelTime {
         let family = if d.shader == crate::kernels::CONV2D.name { d.kernel.to_string() } else { d.shader.trim_end_matches(".wgsl").to_string() };
         KernelTime { family, entry: d.label, layer: d.layer, ms: ns * 1e-6, flops: d.flops, bytes: d.bytes, count: 1 }
@@ -52,7 +57,9 @@ impl KernelTime {
 /// The chip's datasheet limits, for each kernel's floor.
 #[derive(Clone, Copy, Debug)]
 pub struct Peak {
+    /// Peak FP32 throughput, in TFLOP/s.
     pub tflops: f64,
+    /// Peak memory bandwidth, in GB/s.
     pub gbps: f64,
 }
 
@@ -67,7 +74,9 @@ impl Peak {
 /// Every dispatch of one step with its GPU time.
 #[derive(Clone, Debug)]
 pub struct Profile {
+    /// Samples per step on the profiled device.
     pub batch: usize,
+    /// Every dispatch of the step, in execution order.
     pub kernels: Vec<KernelTime>,
 }
 
@@ -86,6 +95,7 @@ impl Profile {
         Profile { batch, kernels }
     }
 
+    /// GPU time of the whole step, in milliseconds: the sum over its dispatches.
     pub fn gpu_ms(&self) -> f64 {
         self.kernels.iter().map(|k| k.ms).sum()
     }
@@ -105,6 +115,8 @@ impl Profile {
         rows
     }
 
+    /// The profile as JSON: `gpu_ms`, rows by kernel family and per dispatch, with each kernel's
+    /// floor when `peak` is known.
     pub fn to_json(&self, peak: Option<&Peak>) -> Value {
         json!({
             "batch": self.batch,

@@ -23,11 +23,17 @@ const FORMAT: &str = "convoy-1";
 /// What a checkpoint says about training, besides the weights.
 #[derive(Clone, Debug)]
 pub struct TrainingState {
+    /// The update rule and its settings.
     pub optimizer: Optimizer,
+    /// The loss the model was compiled with.
     pub loss: Loss,
+    /// The metrics the model was compiled with.
     pub metrics: Vec<Metric>,
+    /// Optimizer steps taken (Adam's bias correction resumes from it).
     pub step: u64,
+    /// Epochs trained: a resumed `fit` continues from it.
     pub epoch: usize,
+    /// The learning rate at the time of saving (the one callbacks last set).
     pub learning_rate: f32,
     /// The cross-entropy's label smoothing (absent, as 0, in files saved before it existed).
     pub label_smoothing: f32,

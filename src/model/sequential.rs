@@ -20,8 +20,11 @@ pub type HostWeights = (Vec<f32>, Vec<f32>, Vec<Vec<f32>>);
 
 /// Everything `compile` fixes: the update rule, the loss and metrics, the devices.
 pub struct Compiled {
+    /// The update rule.
     pub optimizer: Optimizer,
+    /// The metrics `fit` and `evaluate` report.
     pub metrics: Vec<Metric>,
+    /// One replica of the model per device.
     pub replicas: ReplicaSet,
     /// Optimizer steps taken since `compile` (Keras' `optimizer.iterations`: Adam's bias
     /// correction and dropout masks use it).
@@ -34,6 +37,7 @@ pub struct Compiled {
     pub learning_rate: f32,
     /// Steps of an epoch of the running (or last) `fit`, for schedules counted in epochs.
     pub steps_per_epoch: usize,
+    /// The seed of the initial weights.
     pub seed: u64,
     /// The largest batch a training step takes: the staging buffers hold that many samples.
     pub max_batch: usize,
@@ -61,6 +65,8 @@ impl Compiled {
     }
 }
 
+/// A model (Keras' `Sequential`, or a functional graph built with [`Sequential::functional`]): its
+/// definition, and once compiled, its replicas and training state.
 pub struct Sequential {
     pub(crate) def: Definition,
     pub(crate) compiled: Option<Compiled>,
@@ -86,6 +92,7 @@ pub struct Sequential {
 /// # Ok(()) }
 /// ```
 pub struct CompileOptions {
+    /// The update rule (Keras' `optimizer`), the only argument without a default.
     pub optimizer: Optimizer,
     /// Default: sparse categorical cross-entropy on the logits.
     pub loss: Loss,
@@ -177,10 +184,12 @@ impl Sequential {
         }
     }
 
+    /// Appends a layer (Keras' `model.add`); the model must be compiled again.
     pub fn add(&mut self, layer: impl Layer + 'static) -> &mut Self {
         self.add_boxed(Box::new(layer))
     }
 
+    /// Appends a boxed layer, as built from a config or chosen at run time.
     pub fn add_boxed(&mut self, layer: Box<dyn Layer>) -> &mut Self {
         self.def.layers.push(layer);
         self.compiled = None;
@@ -208,12 +217,15 @@ impl Sequential {
         !self.def.frozen.contains(&index)
     }
 
+    /// The per-sample input shape, `[height, width, channels]`.
     pub fn input_shape(&self) -> &[usize] {
         &self.def.input_shape
     }
+    /// The layers, in order (topological order for a functional model).
     pub fn layers(&self) -> &[Box<dyn Layer>] {
         &self.def.layers
     }
+    /// Whether `compile` has run since the last change to the layers.
     pub fn is_compiled(&self) -> bool {
         self.compiled.is_some()
     }
@@ -532,6 +544,7 @@ impl Sequential {
         self.compiled.as_ref().map(|c| c.replicas.samples.clone()).unwrap_or_default()
     }
 
+    /// The layers, layout, loss and normalisation every replica shares.
     pub fn definition(&self) -> &Definition {
         &self.def
     }

@@ -194,6 +194,7 @@ pub fn mobilenet_v2(input: &[usize], classes: usize) -> Result<Sequential> {
     Sequential::functional(&inputs, &out)
 }
 
+/// The names [`by_name`] builds.
 pub const MODELS: &[&str] = &["resnet20", "resnet18_cifar", "convnet7", "resnet18", "resnet34", "resnet50", "mobilenet_v2", "mlp"];
 
 /// The models built for 32 px images: a 3x3 stride-1 stem and no pooling before the stages.
@@ -213,6 +214,8 @@ pub fn cifar_form_warning(name: &str, image_size: usize) -> Option<String> {
     })
 }
 
+/// The zoo model `name` (see [`MODELS`]) for `input` (`[height, width, channels]`) images and
+/// `classes` outputs.
 pub fn by_name(name: &str, input: &[usize], classes: usize) -> Result<Sequential> {
     Ok(match name {
         "resnet20" => resnet20(input, classes),

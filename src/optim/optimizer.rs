@@ -30,39 +30,64 @@ pub enum Optimizer {
     /// SGD; `weight_decay` is decoupled (Keras 3's SGD) or, without `decoupled`, added to the
     /// gradient (L2, PyTorch's SGD): [`Optimizer::weight_decay`], [`Optimizer::l2`].
     Sgd {
+        /// The base learning rate (the schedule's starting point).
         learning_rate: f32,
+        /// Velocity decay factor (Keras' `momentum`); 0 keeps no velocity.
         momentum: f32,
+        /// Nesterov momentum: the step looks ahead along the velocity.
         nesterov: bool,
+        /// Weight decay coefficient (0: none).
         weight_decay: f32,
         #[serde(default)]
+        /// Apply `weight_decay` to the parameters (Keras 3) instead of adding it to the gradient
+        /// (PyTorch's L2).
         decoupled: bool,
         #[serde(default, skip_serializing_if = "Schedule::is_constant")]
+        /// The learning rate over the steps; constant by default.
         schedule: Schedule,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        /// Rescale the gradients together so their global L2 norm is at most this (Keras'
+        /// `global_clipnorm`); none by default.
         global_clipnorm: Option<f32>,
     },
     /// Adam; `weight_decay` is added to the gradient (L2, PyTorch's Adam): [`Optimizer::l2`].
     Adam {
+        /// The base learning rate (the schedule's starting point).
         learning_rate: f32,
+        /// Decay of the first-moment (mean) estimate (Keras' `beta_1`, 0.9).
         beta_1: f32,
+        /// Decay of the second-moment estimate (Keras' `beta_2`, 0.999).
         beta_2: f32,
+        /// Added to the second moment's square root in the denominator (Keras' `epsilon`).
         epsilon: f32,
+        /// L2 coefficient added to the gradient (0: none).
         weight_decay: f32,
         #[serde(default, skip_serializing_if = "Schedule::is_constant")]
+        /// The learning rate over the steps; constant by default.
         schedule: Schedule,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        /// Rescale the gradients together so their global L2 norm is at most this (Keras'
+        /// `global_clipnorm`); none by default.
         global_clipnorm: Option<f32>,
     },
     /// Adam with `weight_decay` decoupled (Keras 3's Adam and AdamW, PyTorch's AdamW).
     AdamW {
+        /// The base learning rate (the schedule's starting point).
         learning_rate: f32,
+        /// Decay of the first-moment (mean) estimate (Keras' `beta_1`, 0.9).
         beta_1: f32,
+        /// Decay of the second-moment estimate (Keras' `beta_2`, 0.999).
         beta_2: f32,
+        /// Added to the second moment's square root in the denominator (Keras' `epsilon`).
         epsilon: f32,
+        /// Decoupled weight decay coefficient, applied to the parameters before each step.
         weight_decay: f32,
         #[serde(default, skip_serializing_if = "Schedule::is_constant")]
+        /// The learning rate over the steps; constant by default.
         schedule: Schedule,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        /// Rescale the gradients together so their global L2 norm is at most this (Keras'
+        /// `global_clipnorm`); none by default.
         global_clipnorm: Option<f32>,
     },
 }

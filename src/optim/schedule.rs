@@ -20,47 +20,84 @@ use crate::{bail, Result};
 #[serde(tag = "name", rename_all = "snake_case")]
 pub enum Schedule {
     #[default]
+    /// The base rate at every step (the default).
     Constant,
     /// Multiply by `gamma` every `step_size` epochs (PyTorch's StepLR).
-    Step { step_size: usize, gamma: f32 },
+    Step {
+        /// Epochs between reductions.
+        step_size: usize,
+        /// The factor applied at each reduction.
+        gamma: f32,
+    },
     /// Cosine decay from the base rate to `min_lr` over `epochs` (after any warm-up), step by
     /// step (PyTorch's CosineAnnealingLR stepped per batch, Keras' CosineDecay).
-    Cosine { epochs: usize, min_lr: f32 },
+    Cosine {
+        /// Epochs the decay lasts; the rate stays at `min_lr` after them.
+        epochs: usize,
+        /// The rate the decay ends at.
+        min_lr: f32,
+    },
     /// Linear warm-up over `warmup_epochs`, step by step, then `then`.
-    Warmup { warmup_epochs: f32, then: Box<Schedule> },
+    Warmup {
+        /// Epochs of the linear ramp up to the base rate (fractions allowed; at least one step).
+        warmup_epochs: f32,
+        /// The schedule after the warm-up, its epochs counted from the warm-up's end.
+        then: Box<Schedule>,
+    },
     /// Keras' `CosineDecay(initial_learning_rate, decay_steps, alpha, warmup_target,
     /// warmup_steps)`, the base rate being `initial_learning_rate`. Without `warmup_target`:
     /// `base * ((1 - alpha) * 0.5 * (1 + cos(pi * min(step, decay_steps) / decay_steps)) + alpha)`.
     /// With it, a linear ramp from `base` to `warmup_target` over `warmup_steps`, then that
     /// decay from `warmup_target` over the next `decay_steps`.
     CosineDecay {
+        /// Steps over which the rate decays.
         decay_steps: usize,
         #[serde(default)]
+        /// The final rate as a fraction of the decayed-from rate (default 0).
         alpha: f32,
         #[serde(default)]
+        /// The rate the warm-up ramps to; none: no warm-up.
         warmup_target: Option<f32>,
         #[serde(default)]
+        /// Steps of the linear warm-up (default 0).
         warmup_steps: usize,
     },
     /// Keras' `ExponentialDecay`: `base * decay_rate ^ (step / decay_steps)`, the exponent
     /// rounded down with `staircase`.
     ExponentialDecay {
+        /// Steps per factor of `decay_rate`.
         decay_steps: usize,
+        /// The factor the rate is multiplied by every `decay_steps`.
         decay_rate: f32,
         #[serde(default)]
+        /// Round the exponent down, so the rate falls in steps.
         staircase: bool,
     },
     /// Keras' `PiecewiseConstantDecay` (multi-step): `values[0]` while `step <= boundaries[0]`,
     /// `values[i]` while `boundaries[i-1] < step <= boundaries[i]`, the last value after the
     /// last boundary. The values are the rates themselves, as in Keras: the base rate is unused.
-    PiecewiseConstantDecay { boundaries: Vec<usize>, values: Vec<f32> },
+    PiecewiseConstantDecay {
+        /// The steps at which the rate changes, increasing.
+        boundaries: Vec<usize>,
+        /// The rates, one more than the boundaries.
+        values: Vec<f32>,
+    },
     /// PyTorch's `OneCycleLR(max_lr=base, total_steps, pct_start, div_factor,
     /// final_div_factor)` with its default cosine annealing and two phases: from
     /// `base / div_factor` up to `base` until step `pct_start * total_steps - 1`, then down to
     /// `base / div_factor / final_div_factor` at step `total_steps - 1`, each phase
     /// `end + (start - end) / 2 * (1 + cos(pi * pct))`. PyTorch refuses steps past
     /// `total_steps`; here they keep the final rate.
-    OneCycle { total_steps: usize, pct_start: f32, div_factor: f32, final_div_factor: f32 },
+    OneCycle {
+        /// Steps of the whole cycle.
+        total_steps: usize,
+        /// Fraction of the cycle spent rising.
+        pct_start: f32,
+        /// The starting rate is `base / div_factor`.
+        div_factor: f32,
+        /// The final rate is `base / div_factor / final_div_factor`.
+        final_div_factor: f32,
+    },
 }
 
 impl Schedule {

@@ -61,7 +61,11 @@ pub struct StepTiming {
     pub exchange: f64,
 }
 
+/// The model's replicas, one per device, and how a global batch is split among them: each replica
+/// runs its share of the step, the gradients are summed across them, and every replica applies the
+/// same update.
 pub struct ReplicaSet {
+    /// The replicas, one per device, in the order the devices were selected.
     pub replicas: Vec<Replica>,
     /// Relative speed of each replica that the split follows. Changed only when the measured
     /// speeds drift away from it: every distinct share is a separately compiled step.
@@ -100,14 +104,17 @@ pub struct ReplicaSet {
 }
 
 impl ReplicaSet {
+    /// A set splitting batches evenly until speeds are measured.
     pub fn new(replicas: Vec<Replica>) -> Self {
         let n = replicas.len();
         ReplicaSet { replicas, speed: vec![1.0; n], measured: vec![0.0; n], steps_since_resplit: 0, resplits_due: 6, fixed_split: false, pending_exchange: None, in_flight: Default::default(), finished: Default::default(), sync_last: false, samples: vec![0; n], timing: vec![StepTiming::default(); n], book: std::sync::Mutex::new((vec![0; n], vec![true; n])), calibrated: false, left_out: Vec::new(), calibration_delay: vec![0.0; n] }
     }
 
+    /// Replicas (devices) in the set.
     pub fn len(&self) -> usize {
         self.replicas.len()
     }
+    /// `true` for a set of no replicas.
     pub fn is_empty(&self) -> bool {
         self.replicas.is_empty()
     }

@@ -14,14 +14,18 @@ use crate::{DType, Device, Result, Tensor};
 
 /// One batch on the host, as the data pipeline produces it.
 pub struct HostBatch<'a> {
+    /// The images, u8 HWC, back to back.
     pub images: &'a [u8],
+    /// One class index per image.
     pub labels: &'a [u32],
 }
 
 impl HostBatch<'_> {
+    /// Samples in the batch.
     pub fn len(&self) -> usize {
         self.labels.len()
     }
+    /// `true` for a batch of no samples.
     pub fn is_empty(&self) -> bool {
         self.labels.is_empty()
     }
@@ -48,17 +52,25 @@ pub struct Recorded {
 /// Per-sample loss and label rank of one finished step.
 #[derive(Clone, Debug)]
 pub struct StepOutput {
+    /// Each sample's loss.
     pub loss: Vec<f32>,
+    /// Each label's rank among its sample's logits (0: the largest), for the accuracy metrics.
     pub rank: Vec<u32>,
 }
 
 /// Batch size, training, and the bits of the loss scale (one over the global batch).
 type PlanKey = (usize, bool, u32);
 
+/// The model on one device: its flat parameter, gradient and state buffers, the optimizer's state,
+/// and a compiled plan per batch size.
 pub struct Replica {
+    /// The device it runs on.
     pub device: Arc<Device>,
+    /// Every parameter, flat, in the layout's order.
     pub params: Tensor,
+    /// Every gradient, flat, parallel to `params`: what the replicas exchange.
     pub grads: Tensor,
+    /// Every state tensor (moving statistics), flat.
     pub states: Tensor,
     opt_state: Vec<Tensor>,
     hyper: Tensor,
@@ -463,7 +475,9 @@ impl Replica {
         Ok(())
     }
 
-    pub fn apply_staging(&self, b: usize) -> &wgpu::Buffer {
+    /// The upload buffer of gradient bucket `b`, prepared by `begin_apply`: the summed gradients
+    /// are written into it before `apply_bucket`.
+    pub(crate) fn apply_staging(&self, b: usize) -> &wgpu::Buffer {
         let bucket = &self.buckets[b];
         bucket.staging.slot_buffer(bucket.prepared.as_ref().expect("begin_apply prepares every bucket").0)
     }
@@ -559,15 +573,20 @@ impl Replica {
         let words = self.device.read_u32(state)?;
         Ok(Some((f32::from_bits(words[0]), words[3] as u64)))
     }
+    /// Reads the parameters back in the flat layout, waiting for the device.
     pub fn read_params(&self) -> Result<Vec<f32>> {
         self.device.read(&self.params)
     }
+    /// Reads the state tensors back in the flat layout, waiting for the device.
     pub fn read_states(&self) -> Result<Vec<f32>> {
         self.device.read(&self.states)
     }
+    /// Reads the optimizer's state tensors back (momentum; Adam's two moments), waiting for the
+    /// device.
     pub fn read_optimizer_state(&self) -> Result<Vec<Vec<f32>>> {
         self.opt_state.iter().map(|t| self.device.read(t)).collect()
     }
+    /// Overwrites the parameters with `params`, in the flat layout.
     pub fn write_params(&self, params: &[f32]) -> Result<()> {
         self.device.write(&self.params, params)
     }
@@ -575,16 +594,20 @@ impl Replica {
     pub fn write_class_weights(&self, weights: &[f32]) -> Result<()> {
         self.device.write(&self.shared.class_weights, weights)
     }
+    /// Overwrites the state tensors with `states`, in the flat layout.
     pub fn write_states(&self, states: &[f32]) -> Result<()> {
         self.device.write(&self.states, states)
     }
+    /// Overwrites the optimizer's state tensors, in the order
+    /// [`read_optimizer_state`](Self::read_optimizer_state) returns them.
     pub fn write_optimizer_state(&self, state: &[Vec<f32>]) -> Result<()> {
         for (t, v) in self.opt_state.iter().zip(state) {
             self.device.write(t, v)?;
         }
         Ok(())
     }
-    pub fn optimizer_state_len(&self) -> usize {
+    /// Optimizer state tensors: 0 for SGD without momentum, 1 with it, 2 for Adam.
+    pub(crate) fn optimizer_state_len(&self) -> usize {
         self.opt_state.len()
     }
 }

@@ -72,7 +72,9 @@ pub fn drop_negligible(speed: &[f64]) -> Vec<f64> {
 /// fixed part is dispatch, staging and submission, which a share of one sample still pays).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StepCost {
+    /// Seconds every step pays whatever its size.
     pub fixed: f64,
+    /// Seconds per sample.
     pub per_sample: f64,
 }
 
@@ -89,6 +91,7 @@ impl StepCost {
         let fixed = (t1 - per_sample * n1).max(0.0);
         StepCost { fixed, per_sample }
     }
+    /// The predicted seconds of a step on `n` samples (0 for none).
     pub fn time(&self, n: usize) -> f64 {
         if n == 0 { 0.0 } else { self.fixed + n as f64 * self.per_sample }
     }

@@ -23,7 +23,10 @@ pub enum ActivationFn {
     Silu,
     /// `gelu`: `x * Φ(x)` (the erf form, Keras' default `approximate=False`; see
     /// [`Function::Gelu`] for the accuracy of its erf), or with `approximate` its tanh form.
-    Gelu { approximate: bool },
+    Gelu {
+        /// Use the tanh approximation instead of the erf form.
+        approximate: bool,
+    },
     /// `softmax` over the last axis, as the [`super::Softmax`] layer.
     Softmax,
 }
