@@ -207,6 +207,12 @@ fn saved_graphs_with_bad_inbound_lists_are_refused() {
     assert!(with(2, serde_json::json!(["x"])).contains("non-empty list"));
     // Layer 1 (the second convolution) read by nobody: the join reads the first twice.
     assert!(with(2, serde_json::json!([1, 1])).contains("read by no layer"));
+    // A layer added to the graph afterwards reads its output, and is saved naming it.
+    let mut grown = Sequential::from_architecture(&arch).unwrap();
+    grown.add(Dense::new(2));
+    let again = grown.architecture();
+    assert_eq!(again["layers"][5]["inbound"], serde_json::json!([5]));
+    Sequential::from_architecture(&again).unwrap();
     let mut a = arch.clone();
     a["layers"][1].as_object_mut().unwrap().remove("inbound");
     assert!(Sequential::from_architecture(&a).map(|_| ()).unwrap_err().to_string().contains("no `inbound` list"));

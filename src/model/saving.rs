@@ -96,9 +96,11 @@ impl Sequential {
             .layers
             .iter()
             .enumerate()
-            .map(|(i, l)| match self.def.inbound.get(i) {
-                Some(from) => json!({ "class_name": l.class_name(), "config": l.config(), "inbound": from }),
-                None => json!({ "class_name": l.class_name(), "config": l.config() }),
+            // A layer added to a functional model after it was built reads the one before:
+            // written out, so that every layer of a graph's file names what it reads.
+            .map(|(i, l)| match self.def.inbound.is_empty() {
+                false => json!({ "class_name": l.class_name(), "config": l.config(), "inbound": crate::model::layout::inbound_of(&self.def.inbound, i) }),
+                true => json!({ "class_name": l.class_name(), "config": l.config() }),
             })
             .collect();
         json!({ "input_shape": self.def.input_shape, "layers": layers })
