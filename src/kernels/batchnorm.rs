@@ -9,7 +9,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::reduce::{launch, scratch, Bind, Split};
-use super::{grid_for, width_token, Dispatch, BATCHNORM};
+use super::{expect_channels, grid_for, width_token, Dispatch, BATCHNORM};
 use crate::{bail, Device, Result, Tensor};
 
 /// The layer's hyper-parameters, with Keras' names and defaults.
@@ -223,20 +223,7 @@ fn check<'a>(
     if !(0.0..=1.0).contains(&cfg.momentum) {
         bail!(Config, "{kernel}: momentum must be in [0, 1], got {}", cfg.momentum);
     }
-    let c = match x.shape().last() {
-        Some(&c) if c > 0 && !x.is_empty() => c,
-        _ => bail!(Shape, "{kernel}: x has shape {:?}, expected [..., channels] with no zero dimension", x.shape()),
-    };
-    for (name, t) in like_x {
-        if t.shape() != x.shape() {
-            bail!(Shape, "{kernel}: {name} has shape {:?}, expected x's shape {:?}", t.shape(), x.shape());
-        }
-    }
-    for (name, t) in per_channel {
-        if t.shape() != [c] {
-            bail!(Shape, "{kernel}: {name} has shape {:?}, expected [{c}] for x {:?}", t.shape(), x.shape());
-        }
-    }
+    let c = expect_channels(kernel, x, like_x, per_channel)?;
     if let Some(s) = saved.into()
         && s.shape() != [2, c]
     {

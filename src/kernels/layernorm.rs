@@ -9,7 +9,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::reduce::{launch, scratch, Bind, Split};
-use super::{expect_separate, grid, u32_of, Dispatch, LAYERNORM, WG};
+use super::{expect_channels, expect_separate, grid, u32_of, Dispatch, LAYERNORM, WG};
 use crate::{bail, Device, Result, Tensor};
 
 #[repr(C)]
@@ -113,20 +113,7 @@ fn row_pass(device: &Device, entry: &'static str, params: &Params, binds: &[(u32
 
 /// Validates every shape against `x: [..., C]` and splits the rows for the column sums.
 fn check(kernel: &str, x: &Tensor, like_x: &[(&str, &Tensor)], per_channel: &[(&str, &Tensor)], saved: &Tensor) -> Result<Split> {
-    let c = match x.shape().last() {
-        Some(&c) if c > 0 && !x.is_empty() => c,
-        _ => bail!(Shape, "{kernel}: x has shape {:?}, expected [..., channels] with no zero dimension", x.shape()),
-    };
-    for (name, t) in like_x {
-        if t.shape() != x.shape() {
-            bail!(Shape, "{kernel}: {name} has shape {:?}, expected x's shape {:?}", t.shape(), x.shape());
-        }
-    }
-    for (name, t) in per_channel {
-        if t.shape() != [c] {
-            bail!(Shape, "{kernel}: {name} has shape {:?}, expected [{c}] for x {:?}", t.shape(), x.shape());
-        }
-    }
+    let c = expect_channels(kernel, x, like_x, per_channel)?;
     let rows = x.len() / c;
     if saved.shape() != [rows, 2] {
         bail!(Shape, "{kernel}: saved has shape {:?}, expected [{rows}, 2] for x {:?}", saved.shape(), x.shape());

@@ -226,6 +226,27 @@ pub fn expect_shape(kernel: &str, operand: &str, t: &crate::Tensor, shape: &[usi
     Ok(())
 }
 
+/// The channels of `x: [..., C]` (a normalisation's input), checking that every `like_x`
+/// tensor has x's shape and every `per_channel` one is `[C]`; errors name the kernel, the
+/// operand and both shapes.
+pub fn expect_channels(kernel: &str, x: &crate::Tensor, like_x: &[(&str, &crate::Tensor)], per_channel: &[(&str, &crate::Tensor)]) -> Result<usize> {
+    let c = match x.shape().last() {
+        Some(&c) if c > 0 && !x.is_empty() => c,
+        _ => bail!(Shape, "{kernel}: x has shape {:?}, expected [..., channels] with no zero dimension", x.shape()),
+    };
+    for (name, t) in like_x {
+        if t.shape() != x.shape() {
+            bail!(Shape, "{kernel}: {name} has shape {:?}, expected x's shape {:?}", t.shape(), x.shape());
+        }
+    }
+    for (name, t) in per_channel {
+        if t.shape() != [c] {
+            bail!(Shape, "{kernel}: {name} has shape {:?}, expected [{c}] for x {:?}", t.shape(), x.shape());
+        }
+    }
+    Ok(c)
+}
+
 /// Checks that two tensors have the same number of elements.
 pub fn expect_same_len(kernel: &str, a: (&str, &crate::Tensor), b: (&str, &crate::Tensor)) -> Result<()> {
     if a.1.len() != b.1.len() {
