@@ -25,10 +25,12 @@ pub mod limits;
 pub mod model;
 pub mod optim;
 pub mod parallel;
+pub mod testing;
 pub mod trace;
 
 pub use device::{DType, Device, Tensor};
 pub use error::{Error, Result};
+pub use model::register_layer;
 
 /// The names a training script needs.
 pub mod prelude {

@@ -11,6 +11,17 @@ mod imagenet_subset;
 
 use imagenet_subset::{parse_args, train, Config};
 
+#[allow(dead_code)]
+#[path = "../examples/custom_layer.rs"]
+mod custom_layer;
+
+/// The custom-layer example end to end: gradient checks within their bounds, the round trip,
+/// training, and a saved model that loads (through the registry) and evaluates identically.
+#[test]
+fn custom_layer_example_checks_trains_saves_and_reloads() {
+    custom_layer::run("software").unwrap();
+}
+
 /// `DIR/{train,val}/{dark,light}/*.jpg`: two classes of 40x30 JPEGs, textured so that they
 /// are not flat colour.
 fn jpeg_folder(dir: &std::path::Path) {

@@ -17,7 +17,12 @@ use crate::{bail, Error, Result};
 const COOP16_FEATURES: wgpu::Features =
     wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX.union(wgpu::Features::SHADER_F16).union(wgpu::Features::SUBGROUP);
 
-type PipelineKey = (&'static str, &'static str, Vec<(&'static str, u64)>);
+/// Which compiled module a shader gets: its text (by the address and length of its `'static`
+/// source, which no other text can share) and whether it keeps runtime bounds checks. Keyed
+/// by content rather than name, so a user's shader named like a built-in one cannot pick up
+/// the built-in module.
+type ModuleKey = (usize, usize, bool);
+type PipelineKey = (ModuleKey, &'static str, Vec<(&'static str, u64)>);
 
 /// One opened adapter: its wgpu device and queue, with the compiled shaders, pipelines and buffer
 /// pool every tensor and plan on it shares.
@@ -29,7 +34,7 @@ pub struct Device {
     pub ordinal: usize,
     /// Shaders keep wgpu's bounds checks or run trusted (what release builds ship).
     checks: ShaderChecks,
-    modules: Mutex<HashMap<&'static str, wgpu::ShaderModule>>,
+    modules: Mutex<HashMap<ModuleKey, wgpu::ShaderModule>>,
     pipelines: Mutex<HashMap<PipelineKey, wgpu::ComputePipeline>>,
     pool: Arc<Pool>,
     /// The first error wgpu reported outside an error scope; surfaced by `check`.
@@ -159,7 +164,7 @@ impl Device {
     /// A compute pipeline for `entry` of `shader`, specialised by pipeline-overridable
     /// `constants`; built once per device and cached.
     pub fn pipeline(&self, shader: &Shader, entry: &'static str, constants: &[(&'static str, f64)]) -> wgpu::ComputePipeline {
-        let key = (shader.name, entry, constants.iter().map(|(k, v)| (*k, v.to_bits())).collect::<Vec<_>>());
+        let key = (self.module_key(shader), entry, constants.iter().map(|(k, v)| (*k, v.to_bits())).collect::<Vec<_>>());
         if let Some(p) = self.pipelines.lock().unwrap().get(&key) {
             return p.clone();
         }
@@ -180,21 +185,34 @@ impl Device {
         pipeline
     }
 
+    /// Whether `shader` compiles with runtime bounds checks here: always for a user's shader
+    /// (see [`Shader::new`]), else as the device was opened.
+    pub fn compiles_checked(&self, shader: &Shader) -> bool {
+        self.checks.is_checked() || !shader.is_trusted()
+    }
+
+    fn module_key(&self, shader: &Shader) -> ModuleKey {
+        (shader.source.as_ptr() as usize, shader.source.len(), self.compiles_checked(shader))
+    }
+
     fn module(&self, shader: &Shader) -> wgpu::ShaderModule {
+        let key = self.module_key(shader);
         let mut modules = self.modules.lock().unwrap();
-        if let Some(m) = modules.get(shader.name) {
+        if let Some(m) = modules.get(&key) {
             return m.clone();
         }
         let desc = wgpu::ShaderModuleDescriptor { label: Some(shader.name), source: wgpu::ShaderSource::Wgsl(shader.source.into()) };
-        let module = if self.checks.is_checked() {
+        let module = if key.2 {
             self.device.create_shader_module(desc)
         } else {
-            // SAFETY: every kernel wrapper validates shapes on the host before dispatch, and
-            // every index a kernel computes is guarded against the sizes it is given; the
-            // kernel tests' path sweeps (tests/kernels/paths.rs) run every shader both ways.
+            // SAFETY: only trusted shaders get here: convoy's own, whose wrappers validate
+            // shapes on the host before dispatch and whose every index is guarded against the
+            // sizes it is given (the kernel tests' path sweeps, tests/kernels/paths.rs, run
+            // every shader both ways), and those whose authors took on the same contract
+            // through the `unsafe` `Shader::new_unchecked`.
             unsafe { self.device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
         };
-        modules.insert(shader.name, module.clone());
+        modules.insert(key, module.clone());
         module
     }
 

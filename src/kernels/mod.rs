@@ -35,25 +35,62 @@ use crate::{bail, Result};
 /// every shader as the override constant `WG`.
 pub const WG: u32 = 256;
 
-/// A WGSL source file, compiled once per device.
+/// A WGSL source, compiled once per device and content.
+///
+/// Devices cache modules and pipelines by the source text, not the name, so a user's shader
+/// named like a built-in one still runs its own code. A shader built with [`Shader::new`]
+/// keeps wgpu's runtime bounds checks on every device; only convoy's own shaders, and those
+/// a caller vouches for with the `unsafe` [`Shader::new_unchecked`], compile without them in
+/// release builds (see [`crate::device::ShaderChecks`]).
+#[derive(Clone, Copy, Debug)]
 pub struct Shader {
-    /// The file name under `shaders/`, for pipeline keys and messages.
+    /// A name for labels, profiles and messages (convoy's own: the file under `shaders/`).
     pub name: &'static str,
     /// The WGSL text.
     pub source: &'static str,
+    /// Whether the source's indexing was validated on the host, so release builds may drop
+    /// the runtime bounds checks.
+    trusted: bool,
+}
+
+impl Shader {
+    /// A user's shader: compiled with wgpu's runtime bounds checks on every device, so an
+    /// indexing bug reads zeros or is discarded instead of touching memory it does not own.
+    pub const fn new(name: &'static str, source: &'static str) -> Shader {
+        Shader { name, source, trusted: false }
+    }
+
+    /// A shader compiled without runtime bounds checks wherever the device compiles convoy's
+    /// own that way (release builds, unless `CONVOY_CHECKED=1`): up to 8.6x faster on
+    /// indexing-heavy kernels (shared/gpu-facts.md).
+    ///
+    /// # Safety
+    /// Every index the shader computes into a storage or workgroup array must be in range for
+    /// every dispatch it is given: its wrapper validates the shapes and grid on the host, and
+    /// the shader guards each invocation against the sizes it receives. An out-of-range access
+    /// in such a shader is undefined behaviour on the GPU (wrong results elsewhere, a lost
+    /// device), which no safe API of convoy can then contain.
+    pub const unsafe fn new_unchecked(name: &'static str, source: &'static str) -> Shader {
+        Shader { name, source, trusted: true }
+    }
+
+    /// Whether the source may compile without runtime bounds checks.
+    pub fn is_trusted(&self) -> bool {
+        self.trusted
+    }
 }
 
 macro_rules! shader {
     ($ident:ident, $file:literal) => {
         #[doc = concat!("`shaders/", $file, "`.")]
-        pub const $ident: Shader = Shader { name: $file, source: include_str!(concat!("../../shaders/", $file)) };
+        pub const $ident: Shader = Shader { name: $file, source: include_str!(concat!("../../shaders/", $file)), trusted: true };
     };
     // A file that uses the ReLU and NaN helpers of shaders/lib/relu.wgsl, prepended (WGSL
     // has no includes).
     ($ident:ident, $file:literal, relu) => {
         #[doc = concat!("`shaders/", $file, "` with `shaders/lib/relu.wgsl` prepended.")]
         pub const $ident: Shader =
-            Shader { name: $file, source: concat!(include_str!("../../shaders/lib/relu.wgsl"), include_str!(concat!("../../shaders/", $file))) };
+            Shader { name: $file, source: concat!(include_str!("../../shaders/lib/relu.wgsl"), include_str!(concat!("../../shaders/", $file))), trusted: true };
     };
 }
 /// The tensor-core GEMM: conv2d.wgsl's gathers and stores with cooperative-matrix products,
@@ -66,6 +103,7 @@ pub const CONV2D_COOP: Shader = Shader {
         include_str!("../../shaders/conv2d.wgsl"),
         include_str!("../../shaders/conv2d_coop.wgsl")
     ),
+    trusted: true,
 };
 shader!(ELEMENTWISE, "elementwise.wgsl", relu);
 shader!(CONV2D, "conv2d.wgsl");

@@ -95,6 +95,9 @@ impl Layer for Conv2D {
         }
         p
     }
+    fn supports_mixed_precision(&self) -> bool {
+        true
+    }
     fn config(&self) -> serde_json::Value {
         json!({
             "filters": self.filters,

@@ -49,6 +49,9 @@ impl Layer for Dense {
         }
         p
     }
+    fn supports_mixed_precision(&self) -> bool {
+        true
+    }
     fn config(&self) -> serde_json::Value {
         json!({ "units": self.units, "use_bias": self.use_bias })
     }

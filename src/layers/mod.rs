@@ -168,6 +168,19 @@ impl<'d> Graph<'d> {
         d.layer = Some(self.layer_index);
         self.dispatches.push(d);
     }
+    /// Records `layer`'s kernels with `record` under the policy the layer follows: the
+    /// model's when it [supports mixed precision](Layer::supports_mixed_precision), f32
+    /// otherwise, so a custom layer that never declared it keeps f32 products under
+    /// `mixed_float16`.
+    pub fn under_policy_of<T>(&mut self, layer: &dyn Layer, record: impl FnOnce(&mut Self) -> T) -> T {
+        let outer = self.policy;
+        if !layer.supports_mixed_precision() {
+            self.policy = crate::model::DTypePolicy::Float32;
+        }
+        let out = record(self);
+        self.policy = outer;
+        out
+    }
     /// Appends kernels in order, each tagged with the layer being recorded.
     pub fn extend(&mut self, d: Vec<Dispatch>) {
         for d in d {
@@ -202,6 +215,12 @@ pub trait Layer: Send + Sync + std::fmt::Debug {
     /// Floating-point operations of one sample's forward pass (for summaries and benchmarks).
     fn flops(&self, _input: &[usize]) -> u64 {
         0
+    }
+    /// Whether the layer follows a `mixed_float16` policy ([`Graph::gemm`] then asks for f16
+    /// operands). Layers that do not say so run in f32 under every policy, as the
+    /// extension contract promises a custom layer; convoy's convolutions and dense layers do.
+    fn supports_mixed_precision(&self) -> bool {
+        false
     }
     /// Whether this is a plain `max(x, 0)` ReLU, the only kind a BatchNorm or residual join
     /// applies in its own pass (see [`Layer::fuse_relu`]); a capped or leaky one is not.

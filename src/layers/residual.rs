@@ -91,6 +91,10 @@ impl Layer for Residual {
     fn flops(&self, input: &[usize]) -> u64 {
         self.walk(input).map(|w| w.iter().map(|(l, shape, ..)| l.flops(shape)).sum()).unwrap_or(0)
     }
+    fn supports_mixed_precision(&self) -> bool {
+        // Each inner layer follows the policy as it declares.
+        true
+    }
     fn fuse_relu(&mut self) -> bool {
         self.fused_relu = true;
         true
@@ -134,7 +138,7 @@ impl Layer for Residual {
                 inner.push((input.clone(), Saved { output: input, extra: Vec::new(), inner: Vec::new() }));
                 continue;
             }
-            let saved = layer.forward(g, &input, &sub)?;
+            let saved = g.under_policy_of(layer, |g| layer.forward(g, &input, &sub))?;
             ends[!is_main as usize] = saved.output.clone();
             inner.push((input, saved));
         }
@@ -165,7 +169,8 @@ impl Layer for Residual {
             }
             // Only the first layer of a chain may skip its input gradient.
             let first_of_chain = Some(i) == first_main || Some(i) == first_short;
-            if let Some(d) = layer.backward(g, input, rec, &grads[path], &sub, need_dx || !first_of_chain)? {
+            let need = need_dx || !first_of_chain;
+            if let Some(d) = g.under_policy_of(*layer, |g| layer.backward(g, input, rec, &grads[path], &sub, need))? {
                 grads[path] = d;
             }
         }

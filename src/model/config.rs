@@ -118,7 +118,31 @@ pub fn layer_from_config(v: &Value) -> Result<Box<dyn Layer>> {
 fn layer_at(v: &Value, depth: usize) -> Result<Box<dyn Layer>> {
     let class = v.get("class_name").and_then(Value::as_str).unwrap_or("");
     let c = v.get("config").cloned().unwrap_or(Value::Null);
-    Ok(match class {
+    if let Some(layer) = builtin(class, &c, depth)? {
+        return Ok(layer);
+    }
+    match super::registry::build_registered(class, &c) {
+        Some(layer) => layer,
+        None => bail!(
+            Config,
+            "unknown layer class `{class}`: a custom layer must be registered with convoy::register_layer::<L>() before loading (the command line knows only the built-in layers: load such models from Rust)"
+        ),
+    }
+}
+
+/// Whether `class` names a built-in layer (one [`layer_from_config`] knows without
+/// registration).
+pub fn is_builtin(class: &str) -> bool {
+    // Every built-in class either builds from an empty config or reports what it lacks;
+    // only an unknown one comes back as `None`.
+    !matches!(builtin(class, &Value::Null, 0), Ok(None))
+}
+
+/// The built-in layer of `class` built from its config `c`; `None` for a class convoy does
+/// not ship.
+fn builtin(class: &str, c: &Value, depth: usize) -> Result<Option<Box<dyn Layer>>> {
+    let c = c.clone();
+    Ok(Some(match class {
         "Conv2D" => {
             let (kh, kw) = pair(class, &c, "kernel_size")?;
             let mut l = Conv2D::new(size(class, &c, "filters", MAX_UNITS)?, kh);
@@ -243,6 +267,6 @@ fn layer_at(v: &Value, depth: usize) -> Result<Box<dyn Layer>> {
             }
             Box::new(Residual::new(chain(&c, "main", depth + 1)?, chain(&c, "shortcut", depth + 1)?))
         }
-        other => bail!(Config, "unknown layer class `{other}`"),
-    })
+        _ => return Ok(None),
+    }))
 }

@@ -9,6 +9,7 @@ pub mod losses;
 pub mod plan;
 mod policy;
 pub mod profile;
+mod registry;
 pub mod saving;
 mod sequential;
 mod summary;
@@ -21,6 +22,7 @@ pub use functional::{call_boxed, input, Call, SymbolicTensor};
 pub use losses::{Loss, Metric};
 pub use policy::{DTypePolicy, LossScale};
 pub use profile::{KernelTime, Peak, Profile};
+pub use registry::{register_layer, FromConfig};
 pub use saving::{write_atomic, write_atomic_with, TrainingState};
 pub use sequential::{CompileOptions, Compiled, HostWeights, Sequential};
 

@@ -217,7 +217,7 @@ impl Plan {
                 continue;
             }
             g.layer_index = i;
-            let saved = layer.forward_all(&mut g, &xs, &weights(def, shared, i))?;
+            let saved = g.under_policy_of(layer.as_ref(), |g| layer.forward_all(g, &xs, &weights(def, shared, i)))?;
             slots[i + 1] = Some(saved.output.clone());
             records.push((i, xs[0].clone(), saved));
             inputs.push(xs);
@@ -267,7 +267,8 @@ impl Plan {
                 backward_marks.push((i, g.dispatches.len()));
                 g.layer_index = i;
                 let need_dx = from.iter().any(|&j| j != 0);
-                let dxs = def.layers[i].backward_all(&mut g, xs, saved, &dy, &weights(def, shared, i), need_dx)?;
+                let layer = def.layers[i].as_ref();
+                let dxs = g.under_policy_of(layer, |g| layer.backward_all(g, xs, saved, &dy, &weights(def, shared, i), need_dx))?;
                 for (&j, dx) in from.iter().zip(dxs) {
                     let (true, Some(dx)) = (j != 0, dx) else { continue };
                     grads[j] = Some(match grads[j].take() {
