@@ -178,7 +178,10 @@ fn max_pool_forward4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgro
             let v = src4[in_index(win.b, h, w, win.c) / 4u];
             let take = (arg == vec4<u32>(NONE)) | (v > best) | (is_nan4(v) & !is_nan4(best));
             best = select(best, v, take);
-            arg = select(arg, vec4<u32>(h * p.in_w + w), take);
+            // Scalar selects: an integer vector select becomes GLSL's integer `mix`, which
+            // desktop GL before 4.5 lacks (tests/translate.rs).
+            let here = h * p.in_w + w;
+            arg = vec4<u32>(select(arg.x, here, take.x), select(arg.y, here, take.y), select(arg.z, here, take.z), select(arg.w, here, take.w));
         }
     }
     dst4[i] = best;

@@ -168,6 +168,7 @@ impl Device {
         if let Some(p) = self.pipelines.lock().unwrap().get(&key) {
             return p.clone();
         }
+        super::pipeline_log::record(shader, entry, constants);
         let module = self.module(shader);
         let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(entry),

@@ -1,0 +1,170 @@
+//! Every shader variant the code picks translates, through naga, to what wgpu's other
+//! backends compile: MSL (Metal), HLSL (DX12) and GLSL (desktop GL 4.3 and GLES 3.1), with and
+//! without bounds-check policies. Metal and DX12 cannot run on these machines, so this is
+//! the evidence that the kernels are portable to them.
+//!
+//! The variants are each shader's entry points with their default constants, plus every
+//! set of override constants a process built when run with `CONVOY_PIPELINE_LOG=DIR` (the
+//! device records them): `.ci/run` runs the whole suite that way, then this test with
+//! `CONVOY_TRANSLATE_REQUIRE_LOG=1`, so the sets come from the kernel sweeps and models that
+//! pick them. Cooperative-matrix variants (conv2d_coop.wgsl: f16 and subgroup matrices)
+//! are checked for MSL only: naga's HLSL writer has no cooperative stores, and wgpu's GL
+//! backend offers neither f16 nor cooperative matrices, so neither can select them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use convoy::kernels::ALL_SHADERS;
+use naga::back::{glsl, hlsl, msl};
+use naga::proc::{BoundsCheckPolicies, BoundsCheckPolicy};
+use naga::valid::{Capabilities, ValidationFlags, Validator};
+
+/// `(shader, entry, constants)`, constants as sorted `name=bits` pairs for de-duplication.
+type Variant = (String, String, Vec<(String, u64)>);
+
+fn logged_variants() -> (BTreeSet<Variant>, usize) {
+    let mut out = BTreeSet::new();
+    let mut files = 0;
+    let Some(dir) = std::env::var_os(convoy::device::pipeline_log::ENV) else { return (out, 0) };
+    for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.to_string_lossy())) {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("jsonl") {
+            continue;
+        }
+        files += 1;
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{}: {e}: {line}", path.display()));
+            let mut constants: Vec<(String, u64)> = v["constants"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|kv| (kv[0].as_str().unwrap().to_string(), kv[1].as_f64().unwrap().to_bits()))
+                .collect();
+            constants.sort();
+            out.insert((v["shader"].as_str().unwrap().to_string(), v["entry"].as_str().unwrap().to_string(), constants));
+        }
+    }
+    (out, files)
+}
+
+fn policies(checked: bool) -> BoundsCheckPolicies {
+    let p = if checked { BoundsCheckPolicy::Restrict } else { BoundsCheckPolicy::Unchecked };
+    BoundsCheckPolicies { index: p, buffer: p, image_load: p, binding_array: p }
+}
+
+/// Translates one variant to every target it can be selected on; the error names the
+/// target and what failed.
+fn translate(
+    module: &naga::Module,
+    info: &naga::valid::ModuleInfo,
+    entry: &str,
+    constants: &naga::back::PipelineConstants,
+    coop: bool,
+    glsl_out: &mut Vec<(String, String)>,
+) -> Result<(), String> {
+    let stage = naga::ShaderStage::Compute;
+    let (module, info) = naga::back::pipeline_constants::process_overrides(module, info, Some((stage, entry)), constants).map_err(|e| format!("overrides: {e}"))?;
+    for checked in [false, true] {
+        let bounds = policies(checked);
+        let options = msl::Options { lang_version: if coop { (3, 0) } else { (2, 4) }, bounds_check_policies: bounds, ..Default::default() };
+        let pipeline = msl::PipelineOptions { entry_point: Some((stage, entry.to_string())), ..Default::default() };
+        msl::write_string(&module, &info, &options, &pipeline).map_err(|e| format!("MSL (checked {checked}): {e}"))?;
+        if coop {
+            continue;
+        }
+        for shader_model in [hlsl::ShaderModel::V5_1, hlsl::ShaderModel::V6_0] {
+            let options = hlsl::Options { shader_model, restrict_indexing: checked, ..Default::default() };
+            let pipeline = hlsl::PipelineOptions { entry_point: Some((stage, entry.to_string())) };
+            let mut out = String::new();
+            hlsl::Writer::new(&mut out, &options, &pipeline).write(&module, &info, None).map_err(|e| format!("HLSL {shader_model:?} (checked {checked}): {e}"))?;
+        }
+        for version in [glsl::Version::Desktop(430), glsl::Version::Embedded { version: 310, is_webgl: false }] {
+            let options = glsl::Options { version, ..Default::default() };
+            let pipeline = glsl::PipelineOptions { shader_stage: stage, entry_point: entry.to_string(), multiview: None };
+            let mut out = String::new();
+            glsl::Writer::new(&mut out, &module, &info, &options, &pipeline, bounds)
+                .and_then(|mut w| w.write())
+                .map_err(|e| format!("GLSL {version} (checked {checked}): {e}"))?;
+            let tag = match version {
+                glsl::Version::Embedded { .. } => "es",
+                _ => "desktop",
+            };
+            glsl_out.push((format!("{tag}-{}", checked as u8), out));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn every_shader_variant_translates_to_msl_hlsl_and_glsl() {
+    let (logged, files) = logged_variants();
+    if std::env::var_os("CONVOY_TRANSLATE_REQUIRE_LOG").is_some() {
+        assert!(files > 0 && !logged.is_empty(), "{} names no pipeline logs: run the suite with it set first", convoy::device::pipeline_log::ENV);
+    }
+    let mut variants: BTreeSet<Variant> = logged.clone();
+    let mut parsed = BTreeMap::new();
+    for shader in ALL_SHADERS {
+        let module = naga::front::wgsl::parse_str(shader.source).unwrap_or_else(|e| panic!("{}: {}", shader.name, e.emit_to_string(shader.source)));
+        let info = Validator::new(ValidationFlags::all(), Capabilities::all()).validate(&module).unwrap_or_else(|e| panic!("{}: {e:?}", shader.name));
+        for ep in &module.entry_points {
+            variants.insert((shader.name.to_string(), ep.name.clone(), Vec::new()));
+        }
+        parsed.insert(shader.name.to_string(), (module, info));
+    }
+    let mut failures = Vec::new();
+    let mut glsl_files: Vec<(String, String)> = Vec::new();
+    let mut per_shader: BTreeMap<&str, usize> = BTreeMap::new();
+    for (shader, entry, constants) in &variants {
+        let Some((module, info)) = parsed.get(shader) else {
+            failures.push(format!("{shader}: logged but not in ALL_SHADERS"));
+            continue;
+        };
+        let values: naga::back::PipelineConstants = constants.iter().map(|(k, bits)| (k.clone(), f64::from_bits(*bits))).collect();
+        let coop = shader == "conv2d_coop.wgsl";
+        let mut glsl_out = Vec::new();
+        match translate(module, info, entry, &values, coop, &mut glsl_out) {
+            Err(e) => failures.push(format!("{shader} {entry} {:?}: {e}", values)),
+            Ok(()) => {
+                for (tag, text) in glsl_out {
+                    glsl_files.push((format!("{}-{entry}-{}-{tag}.comp", shader.trim_end_matches(".wgsl"), glsl_files.len()), text));
+                }
+            }
+        }
+        *per_shader.entry(shader.as_str()).or_default() += 1;
+    }
+    println!("{} variants ({} from {files} pipeline logs): {per_shader:?}", variants.len(), logged.len());
+    assert!(failures.is_empty(), "{} of {} variants fail to translate:\n{}", failures.len(), variants.len(), failures.join("\n"));
+    validate_glsl(&glsl_files);
+}
+
+/// Runs Khronos' reference compiler on every GLSL translation, where it is installed
+/// (`glslang-tools`; `.ci/run` installs it and sets `CONVOY_REQUIRE_GLSLANG`): naga writing
+/// GLSL is not the same as a GL driver accepting it.
+fn validate_glsl(files: &[(String, String)]) {
+    let found = std::process::Command::new("glslangValidator").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(std::env::var_os("CONVOY_REQUIRE_GLSLANG").is_none(), "CONVOY_REQUIRE_GLSLANG is set but glslangValidator is not on PATH");
+        println!("glslangValidator not found: the GLSL translations were not compiled");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("convoy-translate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut bad = Vec::new();
+    for chunk in files.chunks(64) {
+        let paths: Vec<_> = chunk
+            .iter()
+            .map(|(name, text)| {
+                let p = dir.join(name);
+                std::fs::write(&p, text).unwrap();
+                p
+            })
+            .collect();
+        let out = std::process::Command::new("glslangValidator").args(&paths).output().unwrap();
+        if !out.status.success() {
+            let text = String::from_utf8_lossy(&out.stdout);
+            bad.extend(text.lines().filter(|l| l.contains("ERROR") || l.ends_with(".comp")).map(str::to_string));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("glslangValidator compiled {} GLSL translations", files.len());
+    assert!(bad.is_empty(), "glslangValidator refuses {} lines:\n{}", bad.len(), bad.join("\n"));
+}
