@@ -169,6 +169,10 @@ fn decision(device: &Device, node: &Node, saved: &crate::layers::Saved) -> Resul
             let arg = saved.extra.first().ok_or_else(|| crate::Error::Config("max pool record without its argmax".into()))?;
             Decision::MaxPool(device.read_u32(arg)?)
         }
+        Node::Augment { .. } => {
+            let draws = saved.extra.first().ok_or_else(|| crate::Error::Config("augmentation record without its draws".into()))?;
+            Decision::Augment(device.read_u32(draws)?.into_iter().map(|v| v as i32).collect())
+        }
         Node::Residual { main, shortcut, relu } => {
             if saved.inner.len() != main.len() + shortcut.len() {
                 bail!(Config, "residual record has {} sub-layers, the reference expects {}", saved.inner.len(), main.len() + shortcut.len());
