@@ -16,6 +16,9 @@ pub enum Decision {
     /// The device's max-pool choice per output element: the input position `h * in_w + w`
     /// its window took (for global max pooling, the window is the whole map).
     MaxPool(Vec<u32>),
+    /// An augmentation's draws per sample, `(a_y, t_y, a_x, t_x)` back to back: output index
+    /// `y` of an axis reads input index `a * y + t`.
+    Augment(Vec<i32>),
     /// A residual block: one decision per sub-layer of each chain, and the fused join ReLU's
     /// output if any.
     Residual {
@@ -35,6 +38,7 @@ impl Decision {
             Node::BatchNorm { relu: true, .. } | Node::ReLU | Node::Add { relu: true } | Node::Activation(Act::Rectifier { .. }) => "Relu",
             Node::MaxPool { .. } | Node::GlobalMaxPool { .. } => "MaxPool",
             Node::Residual { .. } => "Residual",
+            Node::Augment { .. } => "Augment",
             _ => "None",
         }
     }
@@ -45,6 +49,7 @@ impl Decision {
             Decision::Relu(_) => "Relu",
             Decision::MaxPool(_) => "MaxPool",
             Decision::Residual { .. } => "Residual",
+            Decision::Augment(_) => "Augment",
         }
     }
 }

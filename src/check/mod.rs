@@ -30,6 +30,6 @@ mod tests;
 
 
 pub use decisions::{check_structure, Decision};
-pub use net::{Act, Net, Node};
+pub use net::{Act, AxisKind, Net, Node};
 pub use reference::{own_decisions, predict, train_step, train_step_pair, train_step_pair_for, KinkReport, Step, TIE_MARGIN, TIE_THRESHOLD};
 pub use run::{check, check_zoo, decisions, rel_err, CheckConfig, Report, Worst, BOUND, GRAD_FLOOR, MIN_BATCHNORM_ROWS, ROUNDING_SLACK};

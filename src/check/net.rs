@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 
+use crate::kernels::augment::FillMode;
 use crate::kernels::conv2d::{Conv2dGeometry, Padding};
 use crate::kernels::depthwise::DepthwiseGeometry;
 use crate::kernels::pool::{Pool2dGeometry, PoolPadding};
@@ -123,6 +124,22 @@ pub enum Node {
         /// Keep height and width as 1 (Keras' `keepdims`).
         keepdims: bool,
     },
+    /// RandomFlip, RandomCrop or RandomTranslation. While training, output index `y` of each
+    /// axis of a sample reads input index `a * y + t` (`a = ±1`), an index outside the input
+    /// reading what `fill` says; `(a_y, t_y, a_x, t_x)` are the device's draws. In inference:
+    /// the identity, or a crop's centre window.
+    Augment {
+        /// A crop's output height and width; `None`: the input's.
+        crop: Option<(usize, usize)>,
+        /// How the vertical axis is drawn.
+        y: AxisKind,
+        /// How the horizontal axis is drawn.
+        x: AxisKind,
+        /// What an index outside the input reads.
+        fill: FillMode,
+        /// The value of the constant fill.
+        fill_value: f64,
+    },
     /// `x * scale[c] + offset[c]` along the last axis, each table of 1 or `channels` values:
     /// Rescaling, and Normalization as `(x - mean) / std` (or `mean + x * std` inverted).
     ChannelMap {
@@ -130,6 +147,25 @@ pub enum Node {
         scale: Vec<f64>,
         /// The addend, one value or one per channel.
         offset: Vec<f64>,
+    },
+}
+
+/// How an augmentation draws one axis (the device's draws are followed; this says what the
+/// reference draws when it decides itself, for finite differences).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum AxisKind {
+    /// Never moved.
+    Keep,
+    /// Reversed or not.
+    Flip,
+    /// A crop's start.
+    Offset,
+    /// Moved by a fraction of the side drawn from `[lower, upper]`.
+    Shift {
+        /// The smallest fraction (negative: up or left).
+        lower: f64,
+        /// The largest fraction.
+        upper: f64,
     },
 }
 
@@ -308,6 +344,41 @@ fn node_of(class: &str, cfg: &Value, relu: bool) -> Result<Node> {
                 Node::ChannelMap { offset: mean.iter().zip(&std).map(|(m, s)| -m / s).collect(), scale: std.iter().map(|s| 1.0 / s).collect() }
             }
         }
+        "RandomFlip" => {
+            let (v, h) = match cfg.get("mode").and_then(Value::as_str) {
+                Some("horizontal") => (false, true),
+                Some("vertical") => (true, false),
+                Some("horizontal_and_vertical") => (true, true),
+                other => bail!(Config, "RandomFlip config: `mode` {other:?} is not one of horizontal, vertical, horizontal_and_vertical"),
+            };
+            let axis = |on: bool| if on { AxisKind::Flip } else { AxisKind::Keep };
+            Node::Augment { crop: None, y: axis(v), x: axis(h), fill: FillMode::Constant, fill_value: 0.0 }
+        }
+        "RandomCrop" => Node::Augment {
+            crop: Some((usize_of(class, cfg, "height")?, usize_of(class, cfg, "width")?)),
+            y: AxisKind::Offset,
+            x: AxisKind::Offset,
+            fill: FillMode::Constant,
+            fill_value: 0.0,
+        },
+        "RandomTranslation" => {
+            let range = |key: &str| -> Result<AxisKind> {
+                let (lower, upper) = match cfg.get(key) {
+                    Some(Value::Array(a)) if a.len() == 2 => (a[0].as_f64(), a[1].as_f64()),
+                    Some(v) => (v.as_f64().map(|f| -f), v.as_f64()),
+                    None => (None, None),
+                };
+                match (lower, upper) {
+                    (Some(lower), Some(upper)) => Ok(AxisKind::Shift { lower, upper }),
+                    _ => bail!(Config, "RandomTranslation config: `{key}` must be a number or two, got {:?}", cfg.get(key)),
+                }
+            };
+            let fill = match cfg.get("fill_mode").and_then(Value::as_str) {
+                Some(m) => m.parse()?,
+                None => bail!(Config, "RandomTranslation config: `fill_mode` is missing in {cfg}"),
+            };
+            Node::Augment { crop: None, y: range("height_factor")?, x: range("width_factor")?, fill, fill_value: f64_of(class, cfg, "fill_value")? }
+        }
         "MaxPool2D" => {
             Node::MaxPool { pool: pair_of(class, cfg, "pool_size")?, strides: pair_of(class, cfg, "strides")?, padding: pool_padding(class, cfg)? }
         }
@@ -374,6 +445,14 @@ pub(crate) fn output_shape(node: &Node, input: &[usize]) -> Result<Vec<usize>> {
         Node::GlobalMaxPool { keepdims } => {
             let c = spatial("GlobalMaxPooling2D", input)?[2];
             if *keepdims { vec![1, 1, c] } else { vec![c] }
+        }
+        Node::Augment { crop, .. } => {
+            let [h, w, c] = spatial("an augmentation", input)?;
+            match *crop {
+                Some((ch, cw)) if ch == 0 || cw == 0 || ch > h || cw > w => bail!(Shape, "a {ch}x{cw} crop does not fit input {input:?}"),
+                Some((ch, cw)) => vec![ch, cw, c],
+                None => input.to_vec(),
+            }
         }
         Node::ChannelMap { scale, offset } => {
             let c = *input.last().unwrap_or(&0);

@@ -4,7 +4,8 @@ use rayon::prelude::*;
 
 use super::decisions::{check_structure, Decision};
 use super::activation;
-use super::net::{depthwise_geometry, pool_geometry, spatial, Act, Net, Node};
+use super::net::{depthwise_geometry, pool_geometry, spatial, Act, AxisKind, Net, Node};
+use crate::kernels::augment::FillMode;
 use super::ops::{self, Arith, Exact, Mixed, F32};
 use crate::kernels::conv2d::Conv2dGeometry;
 use crate::kernels::depthwise::DepthwiseGeometry;
@@ -121,6 +122,8 @@ enum Rec {
     Relu { mask: Vec<bool> },
     /// Per output, the flat index into the input that its value came from.
     MaxPool { src: Vec<u32>, in_len: usize },
+    /// Per output, the flat index into the input it copies, or `None` for a filled one.
+    Gather { src: Vec<Option<usize>>, in_len: usize },
     AvgPool { geom: Pool2dGeometry },
     GlobalAvgPool { in_shape: Vec<usize> },
     /// Flatten and Identity: the gradient is dy unchanged.
@@ -533,6 +536,19 @@ fn forward_node<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, 
             let shape = if *keepdims { vec![batch, 1, 1, c] } else { vec![batch, c] };
             (T { shape, data: y }, Rec::MaxPool { src, in_len: x.data.len() }, taken)
         }
+        Node::Augment { crop, y: ky, x: kx, fill, fill_value } => {
+            let [h, wd, c] = spatial("an augmentation", &x.shape[1..])?;
+            let (oh, ow) = crop.unwrap_or((h, wd));
+            let draws = match dec {
+                Some(Decision::Augment(d)) if d.len() == batch * 4 => d.clone(),
+                Some(Decision::Augment(d)) => bail!(Shape, "{name}: the device drew {} values for {batch} samples, not 4 each", d.len()),
+                Some(other) => bail!(Config, "{name}: an augmentation got a {other:?} decision"),
+                None => own_draws(batch, (h, wd), (oh, ow), *ky, *kx, cx.training),
+            };
+            let (y, src) = gather(&x.data, [batch, h, wd, c], (oh, ow), &draws, *fill, *fill_value);
+            let taken = own.then(|| Decision::Augment(draws));
+            (T { shape: vec![batch, oh, ow, c], data: y }, Rec::Gather { src, in_len: x.data.len() }, taken)
+        }
         Node::ChannelMap { scale, offset } => {
             let c = *x.shape.last().unwrap_or(&1);
             let pick = |t: &[f64], i: usize| t[i % c % t.len()];
@@ -568,6 +584,66 @@ fn forward_node<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, 
             (y, Rec::Residual { main: main_recs, shortcut: short_recs, join }, taken)
         }
     })
+}
+
+/// The draws the reference takes itself: in training a fixed pattern that differs between
+/// samples and axes (finite differences need the same draws at every evaluation), in
+/// inference the identity or a crop's centre window.
+fn own_draws(batch: usize, (h, w): (usize, usize), (oh, ow): (usize, usize), ky: AxisKind, kx: AxisKind, training: bool) -> Vec<i32> {
+    let axis = |kind: AxisKind, n: usize, out: usize, b: usize, k: usize| -> [i32; 2] {
+        if !training {
+            return [1, ((n - out) / 2) as i32];
+        }
+        match kind {
+            AxisKind::Keep => [1, 0],
+            AxisKind::Flip if (b >> k) & 1 == 1 => [-1, n as i32 - 1],
+            AxisKind::Flip => [1, 0],
+            AxisKind::Offset => [1, ((b * 7 + 3 * k) % (n - out + 1)) as i32],
+            AxisKind::Shift { lower, upper } => {
+                let (lo, hi) = ((lower * n as f64).round() as i64, (upper * n as f64).round() as i64);
+                [1, -(lo + (b as i64 * 5 + k as i64).rem_euclid(hi - lo + 1)) as i32]
+            }
+        }
+    };
+    (0..batch).flat_map(|b| [axis(ky, h, oh, b, 0), axis(kx, w, ow, b, 1)].concat()).collect()
+}
+
+/// The input index that index `i` of an `n`-pixel axis reads under `fill` (Keras'
+/// definitions of the modes); `None`: the fill value.
+fn fill_index(i: i64, n: i64, fill: FillMode) -> Option<usize> {
+    if (0..n).contains(&i) {
+        return Some(i as usize);
+    }
+    match fill {
+        FillMode::Constant => None,
+        // (d c b a | a b c d | d c b a)
+        FillMode::Reflect => {
+            let m = i.rem_euclid(2 * n);
+            Some(if m < n { m } else { 2 * n - 1 - m } as usize)
+        }
+        FillMode::Wrap => Some(i.rem_euclid(n) as usize),
+        FillMode::Nearest => Some(i.clamp(0, n - 1) as usize),
+    }
+}
+
+/// `y[b, i, j, c] = x[b, a_y * i + t_y, a_x * j + t_x, c]` under the fill rule, and per output
+/// the input index it copied.
+#[allow(clippy::type_complexity)]
+fn gather(x: &[f64], [batch, h, w, c]: [usize; 4], (oh, ow): (usize, usize), draws: &[i32], fill: FillMode, fill_value: f64) -> (Vec<f64>, Vec<Option<usize>>) {
+    let mut src = Vec::with_capacity(batch * oh * ow * c);
+    for b in 0..batch {
+        let d = &draws[b * 4..b * 4 + 4];
+        for i in 0..oh {
+            let sy = fill_index(d[0] as i64 * i as i64 + d[1] as i64, h as i64, fill);
+            for j in 0..ow {
+                let sx = fill_index(d[2] as i64 * j as i64 + d[3] as i64, w as i64, fill);
+                for ch in 0..c {
+                    src.push(sy.zip(sx).map(|(sy, sx)| ((b * h + sy) * w + sx) * c + ch));
+                }
+            }
+        }
+    }
+    (src.iter().map(|s| s.map_or(fill_value, |k| x[k])).collect(), src)
 }
 
 /// Applies a ReLU to `z` in place with the device's mask (`device[i] > 0`) or, without one,
@@ -881,6 +957,15 @@ fn backward_node<A: Arith>(w: &[Vec<f64>], rec: &Rec, mut dy: Vec<f64>, need_dx:
             let mut dx = vec![0.0; *in_len];
             for (&i, g) in src.iter().zip(&dy) {
                 dx[i as usize] = A::r(dx[i as usize] + g);
+            }
+            need_dx.then_some(dx)
+        }
+        Rec::Gather { src, in_len } => {
+            let mut dx = vec![0.0; *in_len];
+            for (s, g) in src.iter().zip(&dy) {
+                if let Some(k) = *s {
+                    dx[k] = A::r(dx[k] + g);
+                }
             }
             need_dx.then_some(dx)
         }

@@ -169,6 +169,10 @@ fn decision(device: &Device, node: &Node, saved: &crate::layers::Saved) -> Resul
             let arg = saved.extra.first().ok_or_else(|| crate::Error::Config("max pool record without its argmax".into()))?;
             Decision::MaxPool(device.read_u32(arg)?)
         }
+        Node::Augment { .. } => {
+            let draws = saved.extra.first().ok_or_else(|| crate::Error::Config("augmentation record without its draws".into()))?;
+            Decision::Augment(device.read_u32(draws)?.into_iter().map(|v| v as i32).collect())
+        }
         Node::Residual { main, shortcut, relu } => {
             if saved.inner.len() != main.len() + shortcut.len() {
                 bail!(Config, "residual record has {} sub-layers, the reference expects {}", saved.inner.len(), main.len() + shortcut.len());
@@ -530,6 +534,50 @@ mod tests {
         assert!(!bad.ok, "a flipped mask must fail the check: {bad:?}");
         assert!(bad.grad.error > BOUND, "{:?}", bad.grad);
         assert!(!bad.mismatches.is_empty(), "the flipped unit is far from zero: {bad:?}");
+    }
+
+    /// A model with every augmentation layer, on one replica and on two: the device's steps
+    /// match the reference that follows the draws read back from each replica, and a draw
+    /// changed on the host (sample 0's vertical flip at the first layer) fails the check.
+    #[test]
+    fn augmentation_passes_the_check_and_a_changed_draw_fails_it() {
+        use crate::layers::*;
+        use rand::{RngExt, SeedableRng};
+        let model = |devices: &str| {
+            let mut m = Sequential::new(&[7, 6, 3]);
+            m.add(RandomFlip::default().seed(3));
+            m.add(Conv2D::new(4, 3).padding(Padding::Same));
+            m.add(RandomTranslation::new(0.3, 0.5).seed(4));
+            m.add(Activation::new("tanh").unwrap());
+            m.add(RandomCrop::new(5, 4));
+            m.add(RandomFlip::new(FlipMode::Horizontal));
+            m.add(Conv2D::new(4, 3).padding(Padding::Same));
+            m.add(RandomTranslation::new(0.0, 0.0).height_range(-0.6, -0.2).width_range(0.1, 0.5).fill_mode(FillMode::Nearest));
+            m.add(RandomTranslation::new(0.4, 0.4).fill_mode(FillMode::Constant).fill_value(0.5));
+            m.add(GlobalAveragePooling2D::new());
+            m.add(Dense::new(4));
+            let devices = crate::device::open(devices).unwrap();
+            let n = devices.len();
+            m.compile(crate::model::CompileOptions::new(crate::optim::Optimizer::sgd(0.05)).devices(devices).seed(9).max_batch(10)).unwrap();
+            m.set_device_speeds(&vec![1.0; n]).unwrap();
+            m
+        };
+        let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+        let batches: Vec<Batch> = (0..3).map(|_| ((0..10 * 126).map(|_| rng.random()).collect(), (0..10).map(|_| rng.random_range(0..4)).collect())).collect();
+        for devices in ["software", "software:2"] {
+            let r = check(&mut model(devices), &batches).unwrap();
+            assert!(r.ok && r.steps == 3, "{devices}: {r:?}");
+        }
+        let mut edited = 0;
+        let bad = check_edited(&mut model("software"), &batches, |d| {
+            if let Decision::Augment(draws) = &mut d[0] {
+                (draws[0], draws[1]) = if draws[0] == 1 { (-1, 6) } else { (1, 0) };
+                edited += 1;
+            }
+        })
+        .unwrap();
+        assert_eq!(edited, 3, "one edit per step");
+        assert!(!bad.ok && bad.loss.error > bad.loss_bound, "a changed draw must fail the check: {bad:?}");
     }
 
     #[test]

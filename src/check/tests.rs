@@ -770,3 +770,61 @@ fn layer_norm_passes_the_check_on_the_device() {
     eprintln!("{r:?}");
     assert!(r.ok, "{r:?}");
 }
+
+/// Every augmentation, each after a layer whose gradient it must route back (but the
+/// first): both flips, a reflecting and a nearest-edge translation (one-sided), a crop.
+fn augment_model() -> Sequential {
+    let mut m = Sequential::new(&[7, 6, 3]);
+    m.add(RandomFlip::default().seed(3));
+    m.add(Conv2D::new(4, 3).padding(Padding::Same));
+    m.add(RandomTranslation::new(0.3, 0.5).seed(4));
+    m.add(Activation::new("tanh").unwrap());
+    m.add(RandomCrop::new(5, 4));
+    m.add(RandomFlip::new(FlipMode::Horizontal));
+    m.add(Conv2D::new(4, 3).padding(Padding::Same));
+    m.add(RandomTranslation::new(0.0, 0.0).height_range(-0.6, -0.2).width_range(0.1, 0.5).fill_mode(FillMode::Nearest));
+    m.add(RandomTranslation::new(0.4, 0.4).fill_mode(FillMode::Constant).fill_value(0.5));
+    m.add(RandomTranslation::new(0.4, 0.4).fill_mode(FillMode::Wrap));
+    m.add(GlobalAveragePooling2D::new());
+    m.add(Dense::new(4));
+    m
+}
+
+#[test]
+fn augment_nodes_match_central_differences() {
+    let mut m = augment_model();
+    let (net, layout) = prepare(&mut m, Loss::SparseCategoricalCrossentropy);
+    assert_eq!(net.nodes[4], Node::Augment { crop: Some((5, 4)), y: AxisKind::Offset, x: AxisKind::Offset, fill: FillMode::Constant, fill_value: 0.0 });
+    let (params, states) = weights(&layout, 31);
+    let (images, labels) = batch(&net, 6, 32);
+    let decisions = own_decisions(&net, &layout, &params, &states, &images).unwrap();
+    let Decision::Augment(crop) = &decisions[4] else { panic!("{:?}", decisions[4]) };
+    assert!(crop.chunks(4).any(|d| d[1] != crop[1]), "the reference's own crops differ between samples: {crop:?}");
+    let worst = gradcheck(&net, &layout, &params, &states, &images, &labels, &decisions, 33);
+    eprintln!("augment net: worst relative error {worst:e}");
+}
+
+/// In inference every augmentation is the identity but the crop, which takes the centre.
+#[test]
+fn augment_nodes_infer_as_the_identity_and_the_centre_crop() {
+    let mut m = Sequential::new(&[6, 5, 1]);
+    m.add(RandomFlip::default());
+    m.add(RandomTranslation::new(0.5, 0.5));
+    m.add(RandomCrop::new(3, 2));
+    m.add(Flatten::new());
+    m.add(Dense::new(6).use_bias(false));
+    let (net, layout) = prepare(&mut m, Loss::SparseCategoricalCrossentropy);
+    // The kernel picks one input pixel per output: the logits are the centre window.
+    let mut params = vec![0.0f64; layout.param_len];
+    for k in 0..6 {
+        params[layout.params[0].offset + k * 6 + k] = 1.0;
+    }
+    let (images, _) = batch(&net, 2, 41);
+    let logits = predict(&net, &layout, &params, &[], &images).unwrap();
+    let px = pixels(&net, &images);
+    for b in 0..2 {
+        for (k, (i, j)) in [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (3, 2)].into_iter().enumerate() {
+            assert_eq!(logits[b * 6 + k], px[b * 30 + i * 5 + j], "sample {b}, output {k}");
+        }
+    }
+}

@@ -13,6 +13,7 @@
 //!   allocating.
 
 pub mod activation;
+pub mod augment;
 pub mod batchnorm;
 pub mod concat;
 pub mod conv2d;
@@ -118,9 +119,10 @@ shader!(LOSS_SCALE, "loss_scale.wgsl");
 shader!(CONCAT, "concat.wgsl");
 shader!(ACTIVATION, "activation.wgsl", relu);
 shader!(LAYERNORM, "layernorm.wgsl");
+shader!(AUGMENT, "augment.wgsl");
 
 /// Every shader file, for validation tests.
-pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &CONV2D_COOP, &REDUCE, &BATCHNORM, &POOL, &DEPTHWISE, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE, &CONCAT, &ACTIVATION, &LAYERNORM];
+pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &CONV2D_COOP, &REDUCE, &BATCHNORM, &POOL, &DEPTHWISE, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE, &CONCAT, &ACTIVATION, &LAYERNORM, &AUGMENT];
 
 /// One recorded kernel launch: pipeline, bindings and grid, ready to replay.
 #[derive(Clone, Debug)]

@@ -27,9 +27,11 @@ pub use flatten::Flatten;
 pub use layer_norm::LayerNormalization;
 pub use merge::{Add, Concatenate};
 pub use pooling::{AveragePooling2D, GlobalAveragePooling2D, GlobalMaxPooling2D, MaxPool2D};
-pub use preprocessing::{Normalization, Rescaling};
+pub use preprocessing::{FlipMode, Normalization, RandomCrop, RandomFlip, RandomTranslation, Rescaling};
+pub(crate) use preprocessing::{factor_from_config, seed_from_config};
 pub use residual::Residual;
 
+pub use crate::kernels::augment::FillMode;
 pub use crate::kernels::conv2d::Padding;
 
 use crate::kernels::Dispatch;
@@ -137,7 +139,9 @@ pub struct Graph<'d> {
     pub batch: usize,
     /// Whether the step trains (Dropout drops, BatchNorm uses batch statistics) or infers.
     pub training: bool,
-    /// u32 `[1]`: the step counter, rewritten every step (dropout draws from it).
+    /// u32 `[4]`: the step counter (word 0; dropout and augmentation draw from it) and the
+    /// index of this replica's first sample in the step's whole batch (word 1), rewritten
+    /// every step.
     pub step: Tensor,
     /// The recorded kernels, in execution order.
     pub dispatches: Vec<Dispatch>,

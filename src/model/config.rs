@@ -91,6 +91,16 @@ fn only(class: &str, v: &Value, key: &str, want: Value) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a `data_format` other than `channels_last` (absent or `null`: Keras' default,
+/// channels last).
+fn channels_last(class: &str, v: &Value) -> Result<()> {
+    match v.get("data_format") {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::String(s)) if s == "channels_last" => Ok(()),
+        Some(other) => bail!(Config, "{class} `data_format` = {other} is not supported (only \"channels_last\": convoy is NHWC)"),
+    }
+}
+
 /// An optional boolean `key` of `class`'s config, false when absent.
 fn flag(class: &str, v: &Value, key: &str) -> Result<bool> {
     match v.get(key) {
@@ -235,6 +245,47 @@ fn builtin(class: &str, c: &Value, depth: usize) -> Result<Option<Box<dyn Layer>
         "Normalization" => {
             only(class, &c, "axis", (-1).into())?;
             let l = Normalization::new(floats(class, &c, "mean")?, floats(class, &c, "variance")?).invert(flag(class, &c, "invert")?);
+            l.validate()?;
+            Box::new(l)
+        }
+        "RandomFlip" => {
+            channels_last(class, &c)?;
+            let mode = match c.get("mode") {
+                None => FlipMode::HorizontalAndVertical,
+                Some(Value::String(m)) => m.parse()?,
+                Some(other) => bail!(Config, "{class} `mode` must be a string, got {other}"),
+            };
+            Box::new(RandomFlip::new(mode).seed(seed_from_config(class, &c)?))
+        }
+        "RandomCrop" => {
+            channels_last(class, &c)?;
+            let (h, w) = (size(class, &c, "height", MAX_SIDE)?, size(class, &c, "width", MAX_SIDE)?);
+            if h == 0 || w == 0 {
+                bail!(Config, "{class} `height` and `width` must be at least 1, got {h} and {w}");
+            }
+            Box::new(RandomCrop::new(h, w).seed(seed_from_config(class, &c)?))
+        }
+        "RandomTranslation" => {
+            channels_last(class, &c)?;
+            // Keras' default is "bilinear", which moves by fractions of a pixel: not here.
+            match c.get("interpolation") {
+                None => {}
+                Some(Value::String(s)) if s == "nearest" => {}
+                Some(other) => bail!(Config, "{class} `interpolation` = {other} is not supported: convoy shifts by whole pixels (\"nearest\")"),
+            }
+            let (lo_h, hi_h) = factor_from_config("height_factor", &c)?;
+            let (lo_w, hi_w) = factor_from_config("width_factor", &c)?;
+            let fill_mode = match c.get("fill_mode") {
+                None => FillMode::Reflect,
+                Some(Value::String(m)) => m.parse()?,
+                Some(other) => bail!(Config, "{class} `fill_mode` must be a string, got {other}"),
+            };
+            let l = RandomTranslation::new(0.0, 0.0)
+                .height_range(lo_h, hi_h)
+                .width_range(lo_w, hi_w)
+                .fill_mode(fill_mode)
+                .fill_value(opt_f32(class, &c, "fill_value")?.unwrap_or(0.0))
+                .seed(seed_from_config(class, &c)?);
             l.validate()?;
             Box::new(l)
         }

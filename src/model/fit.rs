@@ -467,7 +467,7 @@ impl Sequential {
                 if k == 0 {
                     continue;
                 }
-                let hb = HostBatch { images: &batch.images[at * sample..(at + k) * sample], labels: &batch.labels[at..at + k] };
+                let hb = HostBatch { images: &batch.images[at * sample..(at + k) * sample], labels: &batch.labels[at..at + k], first: at };
                 c.replicas.replicas[r].run_step(def, &hb, false, NO_UPDATE, 0, 1.0, false)?;
                 at += k;
             }
@@ -496,7 +496,7 @@ impl Sequential {
         let mut out = Vec::with_capacity(data.len());
         for batch in loader {
             let batch = batch?;
-            let hb = HostBatch { images: &batch.images, labels: &batch.labels };
+            let hb = HostBatch { images: &batch.images, labels: &batch.labels, first: 0 };
             let lead = c.replicas.lead();
             let logits = c.replicas.replicas[lead].logits(def, &hb)?;
             for row in logits.chunks(classes) {

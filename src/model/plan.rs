@@ -88,7 +88,8 @@ pub struct Shared {
     pub grads: Vec<Tensor>,
     /// Each state tensor (moving statistics), a view into one flat buffer.
     pub states: Vec<Tensor>,
-    /// u32 `[4]`: word 0 is the step counter (dropout masks).
+    /// u32 `[4]`: word 0 is the step counter (dropout masks, augmentation draws), word 1
+    /// the replica's first sample in the step's whole batch (augmentation draws).
     pub step: Tensor,
     /// Under `mixed_float16`, the loss-scale state (`kernels::loss_scale`): the loss
     /// gradient is multiplied by its scale.

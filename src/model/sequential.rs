@@ -418,7 +418,7 @@ impl Sequential {
         c.replicas.broadcast_weights()?;
         let lead = c.replicas.lead();
         let r = &mut c.replicas.replicas[lead];
-        let batch = crate::parallel::HostBatch { images, labels };
+        let batch = crate::parallel::HostBatch { images, labels, first: 0 };
         r.run_step(def, &batch, true, crate::parallel::NO_UPDATE, c.step as u32, 1.0 / labels.len() as f32, true)?;
         let mut grads = Vec::new();
         r.take_gradients(&mut grads)?;
@@ -443,7 +443,7 @@ impl Sequential {
         let r = &mut c.replicas.replicas[lead];
         let mut timer = Timestamps::new(&r.device, 2048)
             .ok_or_else(|| crate::Error::Device(format!("{} cannot time kernels: it has no timestamp queries", r.device.name())))?;
-        let batch = crate::parallel::HostBatch { images, labels };
+        let batch = crate::parallel::HostBatch { images, labels, first: 0 };
         let mut runs = Vec::new();
         for s in 0..=steps.max(1) {
             // `next_rate` spelled out on the fields: the replica is borrowed.

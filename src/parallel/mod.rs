@@ -166,7 +166,7 @@ impl ReplicaSet {
         let small = if n >= 32 { (n / 8).div_ceil(8) * 8 } else { n.div_ceil(2) }.min(n);
         let delay = self.calibration_delay.clone();
         let time_of = |rep: &mut Replica, k: usize| -> Result<f64> {
-            let batch = HostBatch { images: &images[..k * sample], labels: &labels[..k] };
+            let batch = HostBatch { images: &images[..k * sample], labels: &labels[..k], first: 0 };
             let mut grads = Vec::new();
             let mut t = 0.0;
             for _ in 0..2 {
@@ -274,7 +274,7 @@ impl ReplicaSet {
         let mut timing = vec![StepTiming::default(); self.replicas.len()];
         let recorded = on_each(&mut self.replicas, ran.len(), |r, rep| -> Result<(Option<replica::Recorded>, f64)> {
             let (lo, hi) = (starts[r], starts[r] + counts[r]);
-            let batch = HostBatch { images: &images[lo * sample..hi * sample], labels: &labels[lo..hi] };
+            let batch = HostBatch { images: &images[lo * sample..hi * sample], labels: &labels[lo..hi], first: lo };
             if batch.is_empty() {
                 return Ok((None, 0.0));
             }

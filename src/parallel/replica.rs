@@ -18,6 +18,10 @@ pub struct HostBatch<'a> {
     pub images: &'a [u8],
     /// One class index per image.
     pub labels: &'a [u32],
+    /// The index of the first image in the whole step's batch (a replica's share starts
+    /// past the shares before it): augmentation layers draw per sample of the whole batch,
+    /// so that a sample's draw does not depend on which replica runs it.
+    pub first: usize,
 }
 
 impl HostBatch<'_> {
@@ -307,7 +311,7 @@ impl Replica {
     fn stage(&mut self, def: &Definition, batch: &HostBatch, training: bool, hyper: Hyper, step: u32, scale: f32, enc: &mut wgpu::CommandEncoder) -> Result<(usize, usize)> {
         let n = batch.len();
         let dev = self.device.clone();
-        let step_words = [step, 0, 0, 0];
+        let step_words = [step, batch.first as u32, 0, 0];
         let targets: Vec<f32> = if def.loss == crate::model::losses::Loss::MeanSquaredError {
             let mut t = vec![0.0f32; n * def.classes];
             for (i, &l) in batch.labels.iter().enumerate() {

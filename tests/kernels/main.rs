@@ -1,6 +1,7 @@
 //! Kernel tests: each kernel against a plain-Rust f64 reference on random inputs of awkward
 //! shapes, and every WGSL file through naga.
 mod activation;
+mod augment;
 mod batchnorm;
 mod common;
 mod concat;

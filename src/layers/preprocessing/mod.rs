@@ -1,12 +1,23 @@
-//! Fixed per-channel maps placed inside a model: Rescaling and Normalization (given mean and
-//! variance). Neither has weights; both record one `channel_affine` pass forward and one
-//! `channel_scale` pass backward.
+//! Preprocessing placed inside a model. Fixed per-channel maps: Rescaling and Normalization
+//! (given mean and variance), which record one `channel_affine` pass forward and one
+//! `channel_scale` pass backward. Augmentation active only while training: RandomFlip,
+//! RandomCrop and RandomTranslation (`augment`), which draw a transform per sample on the
+//! device. None has weights.
 
+mod augment;
 mod normalization;
+mod random_crop;
+mod random_flip;
+mod random_translation;
 mod rescaling;
 
 pub use normalization::Normalization;
+pub use random_crop::RandomCrop;
+pub use random_flip::{FlipMode, RandomFlip};
+pub use random_translation::RandomTranslation;
 pub use rescaling::Rescaling;
+pub(crate) use augment::seed_from_config;
+pub(crate) use random_translation::factor_from_config;
 
 use super::{Graph, Saved};
 use crate::kernels::activation;
