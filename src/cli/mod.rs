@@ -20,6 +20,10 @@ use convoy::{Device, Result};
 #[derive(Parser, Debug)]
 #[command(name = "convoy", version, about = "Data-parallel CNN training on every GPU of the machine, through wgpu")]
 pub struct Cli {
+    /// The graphics API: vulkan, metal, dx12 or gl (default: Vulkan, Metal or DX12, GL only
+    /// where none of them has an adapter; also CONVOY_BACKEND).
+    #[arg(long, global = true, value_name = "API")]
+    pub backend: Option<String>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -51,6 +55,9 @@ pub enum Command {
 /// [`EXIT_NON_FINITE`] when the loss diverged, everything else with 0).
 pub fn run(cli: Cli) -> Result<ExitCode> {
     let done = |r: Result<()>| r.map(|()| ExitCode::SUCCESS);
+    if let Some(b) = &cli.backend {
+        convoy::device::adapters::set_backend(b)?;
+    }
     match cli.command {
         Command::Devices { json } => done(devices::run(json)),
         Command::Train(a) => train::run(a),

@@ -90,12 +90,55 @@ fn instance(backends: wgpu::Backends) -> wgpu::Instance {
     wgpu::Instance::new(desc)
 }
 
-/// Every adapter convoy would consider, hardware first, then software. GL adapters are only
-/// taken when no Vulkan/Metal/DX12 adapter exists: the same GPU shows up under both, and
-/// the GL path lacks the compute features the kernels want. Opens no device.
+/// The environment variable that picks the graphics API (`vulkan`, `metal`, `dx12`, `gl`),
+/// as the command line's `--backend` does.
+pub const BACKEND_ENV: &str = "CONVOY_BACKEND";
+
+static CHOSEN_BACKEND: std::sync::Mutex<Option<wgpu::Backends>> = std::sync::Mutex::new(None);
+
+/// The backend a name selects: `vulkan`, `metal`, `dx12` or `gl` (case-insensitive).
+pub fn parse_backend(name: &str) -> Result<wgpu::Backends> {
+    Ok(match name.trim().to_ascii_lowercase().as_str() {
+        "vulkan" => wgpu::Backends::VULKAN,
+        "metal" => wgpu::Backends::METAL,
+        "dx12" => wgpu::Backends::DX12,
+        "gl" => wgpu::Backends::GL,
+        _ => return Err(Error::Config(format!("backend `{name}`: expected vulkan, metal, dx12 or gl"))),
+    })
+}
+
+/// Makes [`adapters`] (and so every selection this process opens) use only the API `name`
+/// names, over [`BACKEND_ENV`]; what the command line's `--backend` calls.
+pub fn set_backend(name: &str) -> Result<()> {
+    *CHOSEN_BACKEND.lock().unwrap_or_else(|e| e.into_inner()) = Some(parse_backend(name)?);
+    Ok(())
+}
+
+/// The API chosen by [`set_backend`] or [`BACKEND_ENV`], if any; a bad variable is an error.
+pub fn chosen_backend() -> Result<Option<wgpu::Backends>> {
+    if let Some(b) = *CHOSEN_BACKEND.lock().unwrap_or_else(|e| e.into_inner()) {
+        return Ok(Some(b));
+    }
+    match std::env::var(BACKEND_ENV) {
+        Ok(v) if !v.trim().is_empty() => match parse_backend(&v) {
+            Ok(b) => Ok(Some(b)),
+            Err(_) => Err(Error::Config(format!("{BACKEND_ENV}=`{v}`: expected vulkan, metal, dx12 or gl"))),
+        },
+        _ => Ok(None),
+    }
+}
+
+/// Every adapter convoy would consider, hardware first, then software. Unless an API is
+/// chosen ([`set_backend`], [`BACKEND_ENV`]), GL adapters are only taken when no
+/// Vulkan/Metal/DX12 adapter exists: the same GPU shows up under both, and the GL path lacks
+/// the compute features the kernels want. Opens no device; a bad [`BACKEND_ENV`] counts as
+/// unset here and is reported by [`open`].
 pub fn adapters() -> Vec<AdapterEntry> {
-    let mut found = pollster::block_on(instance(wgpu::Backends::PRIMARY).enumerate_adapters(wgpu::Backends::PRIMARY));
-    if found.is_empty() {
+    let mut found = match chosen_backend().ok().flatten() {
+        Some(b) => pollster::block_on(instance(b).enumerate_adapters(b)),
+        None => pollster::block_on(instance(wgpu::Backends::PRIMARY).enumerate_adapters(wgpu::Backends::PRIMARY)),
+    };
+    if found.is_empty() && chosen_backend().ok().flatten().is_none() {
         found = pollster::block_on(instance(wgpu::Backends::GL).enumerate_adapters(wgpu::Backends::GL));
     }
     let rank = |a: &wgpu::Adapter| match a.get_info().device_type {
@@ -152,6 +195,9 @@ pub fn summarize(all: &[AdapterEntry]) -> Vec<AdapterSummary> {
 pub fn resolve(selection: &str, all: &[AdapterEntry]) -> Result<Vec<AdapterEntry>> {
     let sel = selection.trim();
     if all.is_empty() {
+        if let Ok(Some(b)) = chosen_backend() {
+            return Err(Error::Device(format!("no adapter found on the {b:?} backend (chosen with --backend or {BACKEND_ENV})")));
+        }
         return Err(Error::Device("no GPU or software adapter found (install a Vulkan driver, e.g. mesa-vulkan-drivers)".into()));
     }
     if sel.is_empty() || sel == "all" {
@@ -204,6 +250,7 @@ pub fn open(selection: &str) -> Result<Vec<Arc<Device>>> {
 /// Opens one device per selected adapter with an explicit shader-check choice, so a test
 /// can run the unchecked shaders that release builds ship whatever the build profile.
 pub fn open_with(selection: &str, checks: ShaderChecks) -> Result<Vec<Arc<Device>>> {
+    chosen_backend()?;
     let all = adapters();
     let picked = resolve(selection, &all)?;
     picked.iter().enumerate().map(|(ordinal, entry)| Device::open(entry, ordinal, checks).map(Arc::new)).collect()

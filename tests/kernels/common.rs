@@ -21,6 +21,10 @@ pub fn devices() -> [Arc<Device>; 2] {
     static DEVICES: OnceLock<[Arc<Device>; 2]> = OnceLock::new();
     DEVICES
         .get_or_init(|| {
+            // tests/gl.rs runs a slice of these files on the GL backend (llvmpipe through EGL).
+            if env!("CARGO_CRATE_NAME") == "gl" {
+                convoy::device::adapters::set_backend("gl").unwrap();
+            }
             let sel = test_selection().unwrap_or_else(|| "software".into());
             [ShaderChecks::Checked, ShaderChecks::Unchecked].map(|c| convoy::device::open_with(&sel, c).expect("a test device").remove(0))
         })
