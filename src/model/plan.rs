@@ -40,7 +40,8 @@ pub struct Definition {
     /// Loss scaling under `mixed_float16` (unused under `float32`).
     pub loss_scale: LossScale,
     /// Layers set `trainable = false` (Keras): their parameters get no update (and no weight
-    /// decay). Compiled into the replicas' update, so a change takes effect at `compile`.
+    /// decay), and their BatchNormalizations run in inference mode. Compiled into the
+    /// replicas, so a change takes effect at `compile`; saved with the model.
     pub frozen: std::collections::BTreeSet<usize>,
 }
 
@@ -99,6 +100,9 @@ pub struct Shared {
     /// The policy the replica was compiled with (the definition's may have changed since:
     /// it takes effect at the next `compile`).
     pub policy: DTypePolicy,
+    /// The layers frozen when the replica was compiled (`set_trainable` takes effect at the
+    /// next `compile`, for the update and for BatchNorm's mode alike).
+    pub frozen: std::collections::BTreeSet<usize>,
 }
 
 /// One replica's recorded step for one batch size, training or inference: its input, output and
@@ -217,6 +221,7 @@ impl Plan {
                 continue;
             }
             g.layer_index = i;
+            g.frozen = shared.frozen.contains(&i);
             let saved = layer.forward_all(&mut g, &xs, &weights(def, shared, i))?;
             slots[i + 1] = Some(saved.output.clone());
             records.push((i, xs[0].clone(), saved));
@@ -266,6 +271,7 @@ impl Plan {
                 };
                 backward_marks.push((i, g.dispatches.len()));
                 g.layer_index = i;
+                g.frozen = shared.frozen.contains(&i);
                 let need_dx = from.iter().any(|&j| j != 0);
                 let dxs = def.layers[i].backward_all(&mut g, xs, saved, &dy, &weights(def, shared, i), need_dx)?;
                 for (&j, dx) in from.iter().zip(dxs) {
