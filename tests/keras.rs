@@ -642,6 +642,34 @@ fn class_weight_multiplies_each_samples_loss_and_gradient() {
 }
 
 #[test]
+fn class_weight_weighs_mean_squared_error_by_each_samples_label() {
+    // Keras: class_weight becomes sample_weight[i] = class_weight[class of y_i], the class of
+    // a one-hot target being its argmax. convoy's MSE targets are the one-hot labels, so a
+    // sample weighs its label's weight, and one SGD step moves by -lr / N Σ w_i g_i.
+    let (train, _) = data(8, 8);
+    let (images, labels) = batch(train.as_ref(), 8);
+    let lr = 0.1f32;
+    let mut m = Sequential::new(&[8, 8, 3]);
+    m.add(Flatten::new()).add(Dense::new(10));
+    m.set_normalization(vec![0.5; 3], vec![0.25; 3]).unwrap();
+    m.compile(CompileOptions::new(Optimizer::sgd(lr)).loss(Loss::MeanSquaredError).devices(devices("software")).seed(2)).unwrap();
+    let weights: std::collections::BTreeMap<u32, f32> = (0..10).map(|c| (c, [0.5, 2.0, 0.0, 1.5, 3.0][c as usize % 5])).collect();
+    let before = m.get_weights().unwrap().0;
+    let (mut want, mut want_loss) = (before.iter().map(|&v| v as f64).collect::<Vec<_>>(), 0.0);
+    for (i, &l) in labels.iter().enumerate() {
+        let (loss, g) = m.compute_gradients(&images[i * 192..(i + 1) * 192], &[l]).unwrap();
+        let w = weights[&l] as f64;
+        want_loss += w * loss / 8.0;
+        want.iter_mut().zip(&g).for_each(|(p, g)| *p -= lr as f64 * w * *g as f64 / 8.0);
+    }
+    let h = m.fit(train.clone(), FitOptions { batch_size: 8, shuffle: false, class_weight: Some(weights), ..quiet(1) }).unwrap();
+    let got = m.get_weights().unwrap().0;
+    let miss = got.iter().zip(&want).map(|(g, w)| (*g as f64 - w).abs()).fold(0.0, f64::max);
+    assert!(miss < 1e-6, "the weighted step is off by {miss}");
+    assert!((h.history()["loss"][0] - want_loss).abs() < 1e-5 * want_loss, "weighted loss {:?}, want {want_loss}", h.history()["loss"]);
+}
+
+#[test]
 fn a_frozen_layer_gets_no_update_and_counts_as_non_trainable() {
     // Keras: layer.trainable = False, then compile: the layer's weights take no update (and no
     // weight decay) and count as non-trainable in the summary; trainable again after the next

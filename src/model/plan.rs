@@ -244,7 +244,11 @@ impl Plan {
                 let (scratch_loss, scratch_grad) = (device.alloc(&[batch], DType::F32)?, device.alloc(logits.shape(), DType::F32)?);
                 g.push(loss::softmax_cross_entropy(device, &logits, &labels, scale, &scratch_loss, &scratch_grad, &rank)?);
                 let t = device.alloc(logits.shape(), DType::F32)?;
-                g.push(loss::mean_squared_error(device, &logits, &t, scale, &loss, &dlogits)?);
+                // Keras' class_weight in training, by each sample's label (its one-hot target's class).
+                g.push(match training {
+                    true => loss::mean_squared_error_weighted(device, &logits, &t, &labels, &shared.class_weights, scale, &loss, &dlogits)?,
+                    false => loss::mean_squared_error(device, &logits, &t, scale, &loss, &dlogits)?,
+                });
                 targets = Some(t);
             }
         }
