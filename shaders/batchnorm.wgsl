@@ -362,3 +362,30 @@ fn backward_dx4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     let dgamma4 = vec4<f32>(dgamma_in[c], dgamma_in[c + 1u], dgamma_in[c + 2u], dgamma_in[c + 3u]);
     out4[i] = gamma4(c) * inv_std * (g - (dbeta4 + x_hat * dgamma4) / f32(p.rows));
 }
+
+// Backward of the inference forward, for a layer that trains in inference mode (Keras 3's
+// frozen BatchNormalization): the moving statistics are constants, so dx = dy * gamma *
+// inv_std, and gamma and beta get no gradient.
+@compute @workgroup_size(WG)
+fn backward_infer_dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                     @builtin(local_invocation_index) lid: u32) {
+    let i = linear_index(wid, nwg, lid);
+    if (i >= p.rows * p.cols) { return; }
+    let c = i % p.cols;
+    out[i] = grad(i) * (gamma[c] * inverseSqrt(moving_var_in[c] + p.epsilon));
+}
+
+// backward_infer_dx over rows * cols / 4 vec4s.
+@compute @workgroup_size(WG)
+fn backward_infer_dx4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                      @builtin(local_invocation_index) lid: u32) {
+    let i = linear_index(wid, nwg, lid);
+    if (i >= p.rows * (p.cols >> 2u)) { return; }
+    let c = (i << 2u) % p.cols;
+    var g = dy4[i];
+    if (p.relu != 0u) {
+        g = relu_grad4(g, y4[i]);
+    }
+    let var4 = vec4<f32>(moving_var_in[c], moving_var_in[c + 1u], moving_var_in[c + 2u], moving_var_in[c + 3u]);
+    out4[i] = g * (gamma4(c) * inverseSqrt(var4 + vec4<f32>(p.epsilon)));
+}

@@ -27,7 +27,7 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> loss: array<f32>;
 @group(0) @binding(5) var<storage, read_write> grad: array<f32>;
 @group(0) @binding(6) var<storage, read_write> rank: array<u32>;
-// cross-entropy's per-class weights, [k] (with p.weighted)
+// per-class weights, [k] (with p.weighted)
 @group(0) @binding(7) var<storage, read> class_weights: array<f32>;
 
 // Invocations per row, shared with `ROW_THREADS` in src/kernels/loss.rs. Rows are short
@@ -145,7 +145,9 @@ fn softmax_cross_entropy(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_wor
     }
 }
 
-// loss = mean over the row of (pred - target)^2; grad = scale * 2 * (pred - target) / k.
+// loss = mean over the row of (pred - target)^2; grad = scale * 2 * (pred - target) / k;
+// with p.weighted both times class_weights[label] (the targets are the label's one-hot, whose
+// class Keras takes as its argmax). Unweighted, bindings 2 and 7 are stand-ins, never read.
 @compute @workgroup_size(ROW)
 fn mean_squared_error(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                       @builtin(local_invocation_index) lid: u32) {
@@ -153,14 +155,16 @@ fn mean_squared_error(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgr
     if (row >= p.rows) { return; }
     let base = row * p.k;
     let kf = f32(p.k);
+    var weight = 1.0;
+    if (p.weighted != 0u) { weight = class_weights[min(labels[row], p.k - 1u)]; }
     var s = 0.0;
     for (var j = lid; j < p.k; j += ROW) {
         let d = a[base + j] - targets[base + j];
         s += d * d;
-        grad[base + j] = p.scale * 2.0 * d / kf;
+        grad[base + j] = weight * p.scale * 2.0 * d / kf;
     }
     let sums = reduce_sum(lid, s, 0.0, 0u);
     if (lid == 0u) {
-        loss[row] = sums.f / kf;
+        loss[row] = weight * (sums.f / kf);
     }
 }

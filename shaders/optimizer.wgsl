@@ -154,7 +154,8 @@ fn adam(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 
 // Clipping by global norm (Keras' global_clipnorm), before the update: `norm_partials` sums
 // the squares of the (unscaled) gradient in NORM_GROUPS workgroups, each striding over the
-// whole tensor, and `clip_factor` adds the partial sums in one workgroup and writes
+// whole tensor (frozen layers' elements masked out, as Keras takes the norm over trainable
+// variables only), and `clip_factor` adds the partial sums in one workgroup and writes
 // min(1, clipnorm / norm) where the update reads it. A fixed grid keeps the second pass one
 // workgroup whatever the model's size. A NaN norm leaves the factor 1 (the update then
 // carries the NaN, as without clipping).
@@ -179,7 +180,11 @@ fn reduce_red(lid: u32) -> f32 {
 @compute @workgroup_size(NORM_WG)
 fn norm_partials(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     var s = 0.0;
+    // Flag bit 1 here: `decays` holds 1 where the element counts toward the norm and 0 for
+    // a frozen layer's, which is skipped (a product by 0 would keep a NaN).
+    let masked = (p.flags & 2u) != 0u;
     for (var i = wid.x * NORM_WG + lid; i < p.n; i += NORM_GROUPS * NORM_WG) {
+        if (masked && decays[i] == 0.0) { continue; }
         let g = unscaled(i);
         s += g * g;
     }

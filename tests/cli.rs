@@ -17,6 +17,37 @@ fn devices_json_lists_the_software_adapter() {
     assert!(list.iter().any(|d| d["type"] == "Cpu" && d["default"] == true), "{v}");
 }
 
+/// The training state a model file's metadata holds (the `training` JSON string).
+fn training_state(path: &Path) -> serde_json::Value {
+    let bytes = std::fs::read(path).unwrap();
+    let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + len]).unwrap();
+    serde_json::from_str(header["__metadata__"]["training"].as_str().unwrap()).unwrap()
+}
+
+#[test]
+fn train_takes_label_smoothing_and_clipnorm() {
+    // Keras' label_smoothing and global_clipnorm from the command line: they reach compile
+    // (and so the file the run saves), and bad values are one line each, before any data.
+    let dir = tmp("smoothing");
+    let model = dir.join("m.safetensors");
+    let mut args = vec!["train", "--epochs", "1", "--json", "--save", model.to_str().unwrap(), "--devices", "software", "--label-smoothing", "0.2", "--clipnorm", "1.5"];
+    args.extend_from_slice(TINY);
+    let out = convoy(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(json(&out)["train_loss"].is_number());
+    let t = training_state(&model);
+    assert_eq!(t["label_smoothing"].as_f64(), Some(0.2f32 as f64), "{t}");
+    assert_eq!((t["optimizer"]["name"].as_str(), t["optimizer"]["global_clipnorm"].as_f64()), (Some("sgd"), Some(1.5)), "{t}");
+    for (flag, value) in [("--label-smoothing", "1"), ("--label-smoothing", "-0.1"), ("--label-smoothing", "nan"), ("--clipnorm", "0"), ("--clipnorm", "-2"), ("--clipnorm", "inf")] {
+        let out = convoy(&["train", "--devices", "software", flag, value, "--data", "synthetic:64,8", "--image-size", "8"]);
+        let want = if flag == "--clipnorm" { "a finite number > 0" } else { "[0, 1)" };
+        fails_with(&out, &[flag, want]);
+    }
+    let help = String::from_utf8_lossy(&convoy(&["train", "--help"]).stdout).to_string();
+    assert!(help.contains("--label-smoothing <F>") && help.contains("--clipnorm <F>") && help.contains("global_clipnorm"), "{help}");
+}
+
 #[test]
 fn train_json_save_evaluate_and_predict() {
     let dir = tmp("train");

@@ -106,6 +106,34 @@ fn a_graph_of_a_residual_block_computes_what_the_residual_layer_does() {
 }
 
 #[test]
+fn frozen_batch_norms_of_a_graph_compute_what_a_frozen_residual_layer_does() {
+    // set_trainable addresses a functional model's layers in topological order: freezing the
+    // graph's BatchNorms (and the convolutions of the block) is freezing the stack's stem
+    // BatchNorm and its residual layer. Each BatchNorm then runs in inference mode.
+    let (images, labels) = batch(6, &[8, 8, 3], 4);
+    let (mut stack, mut graph) = (residual_stack(), residual_graph());
+    for i in [1, 3] {
+        stack.set_trainable(i, false).unwrap();
+    }
+    for i in [1, 3, 4, 6, 7] {
+        graph.set_trainable(i, false).unwrap();
+    }
+    compile_on(&mut stack, devices(1));
+    compile_on(&mut graph, devices(1));
+    let (params, _, _) = stack.get_weights().unwrap();
+    graph.set_weights(&params).unwrap();
+    let (loss_s, grads_s) = stack.compute_gradients(&images, &labels).unwrap();
+    let (loss_g, grads_g) = graph.compute_gradients(&images, &labels).unwrap();
+    assert!((loss_s - loss_g).abs() < 1e-6, "loss {loss_s} against {loss_g}");
+    let worst = grads_s.iter().zip(&grads_g).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    let scale = grads_s.iter().map(|g| g.abs()).fold(0.0f32, f32::max);
+    assert!(worst <= 1e-5 * scale.max(1.0), "gradients differ by {worst} (largest {scale})");
+    // Inference mode: one sample's loss does not depend on the others in its batch.
+    let alone = (0..6).map(|i| graph.compute_gradients(&images[i * 192..(i + 1) * 192], &labels[i..i + 1]).unwrap().0).sum::<f64>() / 6.0;
+    assert!((loss_g - alone).abs() < 1e-5 * loss_g, "the batch's loss {loss_g}, its samples' {alone}");
+}
+
+#[test]
 fn a_two_branch_graph_matches_finite_differences() {
     let inputs = input(&[8, 8, 3]);
     let out = two_branch(&inputs);

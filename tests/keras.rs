@@ -642,6 +642,34 @@ fn class_weight_multiplies_each_samples_loss_and_gradient() {
 }
 
 #[test]
+fn class_weight_weighs_mean_squared_error_by_each_samples_label() {
+    // Keras: class_weight becomes sample_weight[i] = class_weight[class of y_i], the class of
+    // a one-hot target being its argmax. convoy's MSE targets are the one-hot labels, so a
+    // sample weighs its label's weight, and one SGD step moves by -lr / N Σ w_i g_i.
+    let (train, _) = data(8, 8);
+    let (images, labels) = batch(train.as_ref(), 8);
+    let lr = 0.1f32;
+    let mut m = Sequential::new(&[8, 8, 3]);
+    m.add(Flatten::new()).add(Dense::new(10));
+    m.set_normalization(vec![0.5; 3], vec![0.25; 3]).unwrap();
+    m.compile(CompileOptions::new(Optimizer::sgd(lr)).loss(Loss::MeanSquaredError).devices(devices("software")).seed(2)).unwrap();
+    let weights: std::collections::BTreeMap<u32, f32> = (0..10).map(|c| (c, [0.5, 2.0, 0.0, 1.5, 3.0][c as usize % 5])).collect();
+    let before = m.get_weights().unwrap().0;
+    let (mut want, mut want_loss) = (before.iter().map(|&v| v as f64).collect::<Vec<_>>(), 0.0);
+    for (i, &l) in labels.iter().enumerate() {
+        let (loss, g) = m.compute_gradients(&images[i * 192..(i + 1) * 192], &[l]).unwrap();
+        let w = weights[&l] as f64;
+        want_loss += w * loss / 8.0;
+        want.iter_mut().zip(&g).for_each(|(p, g)| *p -= lr as f64 * w * *g as f64 / 8.0);
+    }
+    let h = m.fit(train.clone(), FitOptions { batch_size: 8, shuffle: false, class_weight: Some(weights), ..quiet(1) }).unwrap();
+    let got = m.get_weights().unwrap().0;
+    let miss = got.iter().zip(&want).map(|(g, w)| (*g as f64 - w).abs()).fold(0.0, f64::max);
+    assert!(miss < 1e-6, "the weighted step is off by {miss}");
+    assert!((h.history()["loss"][0] - want_loss).abs() < 1e-5 * want_loss, "weighted loss {:?}, want {want_loss}", h.history()["loss"]);
+}
+
+#[test]
 fn a_frozen_layer_gets_no_update_and_counts_as_non_trainable() {
     // Keras: layer.trainable = False, then compile: the layer's weights take no update (and no
     // weight decay) and count as non-trainable in the summary; trainable again after the next
@@ -681,9 +709,120 @@ fn a_frozen_layer_gets_no_update_and_counts_as_non_trainable() {
     let mut m = model();
     let e = m.set_trainable(6, false).unwrap_err().to_string();
     assert!(e.contains("no layer 6") && e.contains("6 layers"), "{e}");
-    m.set_trainable(5, false).unwrap();
-    let e = m.compile(CompileOptions::new(Optimizer::sgd(0.1).global_clipnorm(1.0)).devices(devices("software"))).unwrap_err().to_string();
-    assert!(e.contains("global_clipnorm") && e.contains("frozen"), "{e}");
+}
+
+#[test]
+fn global_clipnorm_with_a_frozen_layer_measures_the_trainable_gradients_only() {
+    // Keras computes no gradient for a frozen layer, so global_clipnorm scales the trainable
+    // ones to norm c: one SGD step moves the trainable weights by exactly lr * c in norm and
+    // the frozen ones not at all. (With the frozen convolution's gradient in the norm, the
+    // step would be shorter.)
+    let (train, _) = data(16, 8);
+    let (images, labels) = batch(train.as_ref(), 16);
+    let (lr, clip) = (0.5f32, 0.01f32);
+    let layout = convoy::model::layout::Layout::new(model().input_shape(), model().layers()).unwrap();
+    let (p0, np, _, _) = layout.per_layer[0];
+    let conv: Vec<std::ops::Range<usize>> = layout.params[p0..p0 + np].iter().map(|e| e.range()).collect();
+    for selection in ["software", "software:2"] {
+        let mut m = model();
+        m.set_normalization(vec![0.5; 3], vec![0.25; 3]).unwrap();
+        m.set_trainable(0, false).unwrap();
+        compile_on(&mut m, Optimizer::sgd(lr).global_clipnorm(clip), selection);
+        let (_, g) = m.compute_gradients(&images, &labels).unwrap();
+        let frozen_norm = conv.iter().flat_map(|r| &g[r.clone()]).map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt();
+        assert!(frozen_norm > clip as f64, "{selection}: the frozen layer's gradient ({frozen_norm}) would not have shortened the step");
+        let before = m.get_weights().unwrap().0;
+        m.train_on_batch(&images, &labels).unwrap();
+        m.collect(0).unwrap();
+        let after = m.get_weights().unwrap().0;
+        assert!(conv.iter().all(|r| before[r.clone()] == after[r.clone()]), "{selection}: the frozen convolution moved");
+        let moved = before.iter().zip(&after).map(|(b, a)| (*b as f64 - *a as f64).powi(2)).sum::<f64>().sqrt();
+        let want = (lr * clip) as f64;
+        assert!((moved - want).abs() < 1e-3 * want, "{selection}: the weights moved {moved} in norm, want lr * clip = {want}");
+    }
+}
+
+#[test]
+fn a_frozen_batch_norm_runs_in_inference_mode_in_training_too() {
+    // Keras 3: bn.trainable = False makes a BatchNormalization use (and keep) its moving
+    // statistics in training, so each sample's loss no longer depends on the rest of its
+    // batch, and gamma and beta get no gradient. Trained unfrozen first, so the statistics
+    // are the data's, not the initial zeros and ones.
+    let (train, _) = data(64, 8);
+    let (images, labels) = batch(train.as_ref(), 8);
+    let layout = convoy::model::layout::Layout::new(model().input_shape(), model().layers()).unwrap();
+    let (p0, np, s0, ns) = layout.per_layer[1];
+    let bn_params: Vec<std::ops::Range<usize>> = layout.params[p0..p0 + np].iter().map(|e| e.range()).collect();
+    let bn_states: Vec<std::ops::Range<usize>> = layout.states[s0..s0 + ns].iter().map(|e| e.range()).collect();
+    for selection in ["software", "software:2"] {
+        let mut m = model();
+        compile_on(&mut m, Optimizer::sgd(0.05).momentum(0.9), selection);
+        m.fit(train.clone(), quiet(1)).unwrap();
+        m.set_trainable(1, false).unwrap();
+        compile_on(&mut m, Optimizer::sgd(0.05).momentum(0.9), selection);
+        let (params, states, _) = m.get_weights().unwrap();
+        let (loss, grads) = m.compute_gradients(&images, &labels).unwrap();
+        let alone = (0..8).map(|i| m.compute_gradients(&images[i * 192..(i + 1) * 192], &labels[i..i + 1]).unwrap().0).sum::<f64>() / 8.0;
+        assert!((loss - alone).abs() < 1e-5 * loss, "{selection}: the batch's loss {loss} is not the mean of its samples' {alone}");
+        assert!(bn_params.iter().all(|r| grads[r.clone()].iter().all(|&g| g == 0.0)), "{selection}: gamma and beta got a gradient");
+        m.fit(train.clone(), quiet(1)).unwrap();
+        let (p1, s1, _) = m.get_weights().unwrap();
+        assert!(bn_states.iter().all(|r| s1[r.clone()] == states[r.clone()]), "{selection}: the moving statistics moved");
+        assert!(bn_params.iter().all(|r| p1[r.clone()] == params[r.clone()]), "{selection}: gamma or beta moved");
+        assert_ne!(p1, params, "{selection}: nothing trained");
+    }
+    // Unfrozen, the same batch's loss depends on its composition again (batch statistics).
+    let mut m = model();
+    compile_on(&mut m, Optimizer::sgd(0.05), "software");
+    let (loss, _) = m.compute_gradients(&images, &labels).unwrap();
+    let alone = (0..8).map(|i| m.compute_gradients(&images[i * 192..(i + 1) * 192], &labels[i..i + 1]).unwrap().0).sum::<f64>() / 8.0;
+    assert!((loss - alone).abs() > 1e-3 * loss, "batch statistics: {loss} against {alone}");
+}
+
+#[test]
+fn frozen_flags_are_saved_and_old_files_load_as_trainable() {
+    // Keras writes "trainable": false in a frozen layer's config; load restores it, so a
+    // frozen stem stays frozen (and its BatchNorm in inference mode) when training resumes.
+    let mut m = Sequential::new(&[8, 8, 3]);
+    m.add(Conv2D::new(4, 3).padding(Padding::Same)).add(BatchNormalization::new()).add(ReLU::new());
+    let main: Vec<Box<dyn Layer>> = vec![Box::new(Conv2D::new(4, 3).padding(Padding::Same)), Box::new(BatchNormalization::new())];
+    m.add(Residual::new(main, vec![]));
+    m.add(Flatten::new()).add(Dense::new(10));
+    for i in [0, 1, 3] {
+        m.set_trainable(i, false).unwrap();
+    }
+    compile_on(&mut m, Optimizer::sgd(0.1), "software");
+    let arch = m.architecture();
+    let flags: Vec<Option<bool>> = (0..6).map(|i| arch["layers"][i]["config"].get("trainable").map(|v| v.as_bool().unwrap())).collect();
+    assert_eq!(flags, [Some(false), Some(false), None, Some(false), None, None]);
+    let path = std::env::temp_dir().join(format!("convoy-keras-frozen-{}.safetensors", std::process::id()));
+    m.save(&path).unwrap();
+    let (loaded, _) = Sequential::load(&path).unwrap();
+    assert_eq!((0..6).map(|i| loaded.is_trainable(i)).collect::<Vec<_>>(), [false, false, true, false, true, true]);
+    let mut resumed = Sequential::load_compiled(&path, devices("software"), 32).unwrap();
+    assert_eq!(resumed.summarize().unwrap().trainable_params, m.summarize().unwrap().trainable_params);
+    let (train, _) = data(32, 8);
+    let before = resumed.get_weights().unwrap();
+    resumed.fit(train, quiet(1)).unwrap();
+    let after = resumed.get_weights().unwrap();
+    assert_eq!(before.1, after.1, "the frozen BatchNorms' moving statistics moved after loading");
+    std::fs::remove_file(&path).unwrap();
+    // A file written before the flag was saved has no key: every layer trains.
+    let mut old = arch.clone();
+    for l in old["layers"].as_array_mut().unwrap() {
+        l["config"].as_object_mut().unwrap().remove("trainable");
+    }
+    let o = Sequential::from_architecture(&old).unwrap();
+    assert!((0..6).all(|i| o.is_trainable(i)));
+    let mut bad = arch.clone();
+    bad["layers"][1]["config"]["trainable"] = "no".into();
+    let e = Sequential::from_architecture(&bad).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("layer 1") && e.contains("trainable") && e.contains("\"no\""), "{e}");
+    // Only a model's own layers are frozen: a flag on a block's sub-layer is refused, not dropped.
+    let mut inner = arch.clone();
+    inner["layers"][3]["config"]["main"][1]["config"]["trainable"] = false.into();
+    let e = Sequential::from_architecture(&inner).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("BatchNormalization") && e.contains("whole residual block"), "{e}");
 }
 
 #[test]

@@ -63,6 +63,10 @@ pub enum Node {
         epsilon: f64,
         /// The ReLU that followed is applied to the output.
         relu: bool,
+        /// Frozen (Keras' `trainable = False`, on the layer or on the residual block around
+        /// it): inference mode in training too, as Keras 3 runs it. The moving statistics
+        /// normalise and stay as they are; gamma and beta get no gradient.
+        frozen: bool,
     },
     /// LayerNormalization over the last axis: each row normalised by its own mean and
     /// biased variance, in training and inference alike.
@@ -301,7 +305,7 @@ fn node_of(class: &str, cfg: &Value, relu: bool) -> Result<Node> {
         },
         "Dense" => Node::Dense { units: usize_of(class, cfg, "units")?, use_bias: bool_of(class, cfg, "use_bias")? },
         "BatchNormalization" => {
-            Node::BatchNorm { momentum: f64_of(class, cfg, "momentum")?, epsilon: f64_of(class, cfg, "epsilon")?, relu }
+            Node::BatchNorm { momentum: f64_of(class, cfg, "momentum")?, epsilon: f64_of(class, cfg, "epsilon")?, relu, frozen: false }
         }
         "LayerNormalization" => Node::LayerNorm { epsilon: f64_of(class, cfg, "epsilon")? },
         "ReLU" => {
@@ -419,6 +423,16 @@ fn node_of(class: &str, cfg: &Value, relu: bool) -> Result<Node> {
         bail!(Config, "a ReLU is marked fused into a {class}, but only BatchNormalization, Residual and Add fuse one");
     }
     Ok(node)
+}
+
+/// Marks every BatchNorm of a frozen layer (a residual block's too) as running in inference
+/// mode; nothing else computes differently when frozen.
+fn freeze(node: &mut Node) {
+    match node {
+        Node::BatchNorm { frozen, .. } => *frozen = true,
+        Node::Residual { main, shortcut, .. } => main.iter_mut().chain(shortcut.iter_mut()).for_each(freeze),
+        _ => {}
+    }
 }
 
 /// The per-sample output shape of `node` for the per-sample `input` shape.
@@ -569,7 +583,10 @@ impl Net {
                 continue;
             }
             let relu = (0..n).any(|k| def.fused[k] && from[k] == [i + 1]);
-            let node = node_of(layer.class_name(), &layer.config(), relu).map_err(|e| crate::Error::Config(format!("layer {i}: {e}")))?;
+            let mut node = node_of(layer.class_name(), &layer.config(), relu).map_err(|e| crate::Error::Config(format!("layer {i}: {e}")))?;
+            if def.frozen.contains(&i) {
+                freeze(&mut node);
+            }
             nodes.push(node);
             names.push(def.layout.layer_names.get(i).cloned().unwrap_or_else(|| format!("{}_{i}", layer.class_name())));
             inbound.push(from[i].iter().map(|&j| slot[j]).collect());

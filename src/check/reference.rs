@@ -116,7 +116,8 @@ enum Rec {
     Conv { x: T, geom: Conv2dGeometry, p: usize, bias: bool },
     Depthwise { x: T, geom: DepthwiseGeometry, p: usize, bias: bool },
     Dense { x: T, p: usize, bias: bool },
-    BatchNorm { xhat: Vec<f64>, inv_std: Vec<f64>, mask: Option<Vec<bool>>, p: usize },
+    /// `frozen`: the inference transform's record (x_hat unused by its backward).
+    BatchNorm { xhat: Vec<f64>, inv_std: Vec<f64>, mask: Option<Vec<bool>>, p: usize, frozen: bool },
     /// Per row of `c` channels, its inverse standard deviation.
     LayerNorm { xhat: Vec<f64>, inv_std: Vec<f64>, c: usize, p: usize },
     Relu { mask: Vec<bool> },
@@ -406,12 +407,12 @@ fn forward_node<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, 
             let y = ops::dense_forward::<A>(&x.data, inputs, &w[p], *units, use_bias.then(|| &w[p + 1][..]));
             (T { shape: vec![batch, *units], data: y }, Rec::Dense { x, p, bias: *use_bias }, none())
         }
-        Node::BatchNorm { momentum, epsilon, relu } => {
+        Node::BatchNorm { momentum, epsilon, relu, frozen } => {
             let p = cx.take_params(2);
             let s = cx.take_states(2);
             let c = *x.shape.last().unwrap();
             let rows = x.data.len() / c;
-            let (mean, inv_std) = if cx.training {
+            let (mean, inv_std) = if cx.training && !frozen {
                 let mean: Vec<f64> = ops::col_sums::<A>(rows, c, |i| x.data[i]).into_iter().map(|v| A::r(v / rows as f64)).collect();
                 // Biased, as the device normalises with and feeds to the moving variance.
                 let var: Vec<f64> = ops::col_sums::<A>(rows, c, |i| A::r(x.data[i] - mean[i % c]).powi(2)).into_iter().map(|v| A::r(v / rows as f64)).collect();
@@ -421,7 +422,7 @@ fn forward_node<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, 
                 }
                 (mean, var.iter().map(|v| A::r(1.0 / A::r(A::r(v + epsilon).sqrt()))).collect::<Vec<_>>())
             } else {
-                (cx.states[s].clone(), cx.states[s + 1].iter().map(|v| 1.0 / (v + epsilon).sqrt()).collect())
+                (cx.states[s].clone(), cx.states[s + 1].iter().map(|v| A::r(1.0 / A::r(A::r(v + epsilon).sqrt()))).collect())
             };
             let mut xhat = x.data;
             xhat.par_iter_mut().enumerate().for_each(|(i, v)| *v = A::r(A::r(*v - mean[i % c]) * inv_std[i % c]));
@@ -438,7 +439,7 @@ fn forward_node<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, 
             } else {
                 (None, none())
             };
-            (T { shape: x.shape, data: y }, Rec::BatchNorm { xhat, inv_std, mask, p }, taken)
+            (T { shape: x.shape, data: y }, Rec::BatchNorm { xhat, inv_std, mask, p, frozen: *frozen }, taken)
         }
         Node::LayerNorm { epsilon } => {
             let p = cx.take_params(2);
@@ -911,11 +912,17 @@ fn backward_node<A: Arith>(w: &[Vec<f64>], rec: &Rec, mut dy: Vec<f64>, need_dx:
             }
             need_dx.then(|| ops::dense_input_grad::<A>(&dy, &w[*p], inputs, units))
         }
-        Rec::BatchNorm { xhat, inv_std, mask, p } => {
+        Rec::BatchNorm { xhat, inv_std, mask, p, frozen } => {
             let c = inv_std.len();
             let rows = dy.len() / c;
             if let Some(mask) = mask {
                 dy.par_iter_mut().zip(mask).for_each(|(g, &m)| *g = if m { *g } else { 0.0 });
+            }
+            if *frozen {
+                // dx = dy * gamma * inv_std, the moving statistics being constants; gamma's and
+                // beta's gradients stay 0, as the device leaves them.
+                let gamma = &w[*p];
+                return need_dx.then(|| dy.par_iter().enumerate().map(|(i, g)| A::r(g * A::r(gamma[i % c] * inv_std[i % c]))).collect());
             }
             let dbeta = ops::col_sums::<A>(rows, c, |i| dy[i]);
             let dgamma = ops::col_sums::<A>(rows, c, |i| dy[i] * xhat[i]);

@@ -216,6 +216,8 @@ fn fewest_batchnorm_rows(model: &Sequential, share: usize) -> Option<(usize, Str
         .iter()
         .enumerate()
         .filter(|(_, l)| l.class_name() == "BatchNormalization" || l.config().to_string().contains("\"BatchNormalization\""))
+        // A frozen one normalises with its moving statistics: nothing cancels over few rows.
+        .filter(|(i, _)| !def.frozen.contains(i))
         // A residual block's BatchNorms all run at the block's output resolution (its stride
         // is taken by the first convolution of each chain).
         .map(|(i, _)| (share * layout.shapes[i][..layout.shapes[i].len() - 1].iter().product::<usize>(), layout.layer_names[i].clone()))
@@ -372,6 +374,13 @@ fn check_steps(model: &mut Sequential, batches: &[(Vec<u8>, Vec<u32>)], mut edit
         let entry_grads: Vec<Vec<f64>> = layout.params.iter().map(|e| f64s(&device_grads[e.range()])).collect();
         let mut opt_state: Vec<Vec<f64>> = o0.iter().map(|s| f64s(s)).collect();
         ref_optimizer::apply(&optimizer, t, lr as f64, &layout, &mut params, &entry_grads, &mut opt_state)?;
+        // A frozen layer's parameters and their optimizer state take no update.
+        for e in layout.params.iter().filter(|e| model.definition().frozen.contains(&e.layer)) {
+            params[e.range()].copy_from_slice(&f64s(&p0[e.range()]));
+            for (s, before) in opt_state.iter_mut().zip(&o0) {
+                s[e.range()].copy_from_slice(&f64s(&before[e.range()]));
+            }
+        }
         let (p1, s1, o1) = model.get_weights()?;
         for e in &layout.params {
             let r = e.range();

@@ -59,13 +59,22 @@ fn batch(net: &Net, n: usize, seed: u64) -> (Vec<u8>, Vec<u32>) {
 /// and a few random ones.
 #[allow(clippy::too_many_arguments)]
 fn gradcheck(net: &Net, layout: &Layout, params: &[f64], states: &[f64], images: &[u8], labels: &[u32], decisions: &[Decision], seed: u64) -> f64 {
+    gradcheck_except(net, layout, params, states, images, labels, decisions, seed, &[])
+}
+
+/// [`gradcheck`] of every parameter tensor but those listed (by index into `layout.params`).
+#[allow(clippy::too_many_arguments)]
+fn gradcheck_except(net: &Net, layout: &Layout, params: &[f64], states: &[f64], images: &[u8], labels: &[u32], decisions: &[Decision], seed: u64, skip: &[usize]) -> f64 {
     let scale = 1.0 / labels.len() as f64;
     let step = train_step(net, layout, params, states, images, labels, decisions, scale).unwrap();
     let loss_at = |p: &[f64]| -> f64 { train_step(net, layout, p, states, images, labels, decisions, scale).unwrap().losses.iter().sum::<f64>() * scale };
     let mut rng = StdRng::seed_from_u64(seed);
     let mut worst = 0.0f64;
     let h = 1e-6;
-    for (e, g) in layout.params.iter().zip(&step.grads) {
+    for (i, (e, g)) in layout.params.iter().zip(&step.grads).enumerate() {
+        if skip.contains(&i) {
+            continue;
+        }
         assert_eq!(g.len(), e.spec.len());
         assert!(g.iter().all(|v| v.is_finite()), "{}: non-finite gradient", e.name);
         let norm = g.iter().fold(0.0f64, |m, v| m.max(v.abs()));
@@ -132,6 +141,10 @@ fn conv_bn(filters: usize, kernel: usize, stride: usize, bias: bool) -> Vec<Box<
 /// fused join ReLU; max pooling as the ResNet stem's (3x3, stride 2, explicit padding 1);
 /// global average pooling.
 fn residual_net(loss: Loss) -> (Net, Layout) {
+    prepare(&mut residual_model(), loss)
+}
+
+fn residual_model() -> Sequential {
     let mut m = Sequential::new(&[6, 6, 3]);
     for l in conv_bn(4, 3, 1, false) {
         m.add_boxed(l);
@@ -154,7 +167,17 @@ fn residual_net(loss: Loss) -> (Net, Layout) {
     m.add(block(conv_bn(6, 1, 1, false), Vec::new()));
     m.add(GlobalAveragePooling2D::new());
     m.add(Dense::new(4));
-    prepare(&mut m, loss)
+    m
+}
+
+/// [`residual_model`] with the stem's BatchNorm (its ReLU fused) and the first residual
+/// block (two BatchNorms, one with a fused ReLU) frozen.
+fn frozen_residual_model() -> Sequential {
+    let mut m = residual_model();
+    assert_eq!((m.layers()[1].class_name(), m.layers()[3].class_name()), ("BatchNormalization", "Residual"));
+    m.set_trainable(1, false).unwrap();
+    m.set_trainable(3, false).unwrap();
+    m
 }
 
 #[test]
@@ -681,7 +704,7 @@ fn activation_model() -> Sequential {
 fn activation_nodes_match_central_differences() {
     let mut m = activation_model();
     let (net, layout) = prepare(&mut m, Loss::SparseCategoricalCrossentropy);
-    assert_eq!(net.nodes[3], Node::BatchNorm { momentum: 0.99f32 as f64, epsilon: 1e-3f32 as f64, relu: false }, "a capped ReLU must not fuse");
+    assert_eq!(net.nodes[3], Node::BatchNorm { momentum: 0.99f32 as f64, epsilon: 1e-3f32 as f64, relu: false, frozen: false }, "a capped ReLU must not fuse");
     assert!(matches!(net.nodes[4], Node::Activation(Act::Rectifier { max_value, negative_slope }) if max_value == 0.8f32 as f64 && negative_slope == 0.1f32 as f64));
     assert!(matches!(net.nodes[8], Node::GlobalMaxPool { keepdims: false }));
     let (params, states) = weights(&layout, 11);
@@ -826,5 +849,76 @@ fn augment_nodes_infer_as_the_identity_and_the_centre_crop() {
         for (k, (i, j)) in [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (3, 2)].into_iter().enumerate() {
             assert_eq!(logits[b * 6 + k], px[b * 30 + i * 5 + j], "sample {b}, output {k}");
         }
+    }
+}
+
+/// The parameter and state indices (into `layout.params` / `layout.states`) of the layers a
+/// model has frozen.
+fn frozen_entries(m: &Sequential, layout: &Layout) -> (Vec<usize>, Vec<usize>) {
+    let (mut params, mut states) = (Vec::new(), Vec::new());
+    for (i, &(p0, np, s0, ns)) in layout.per_layer.iter().enumerate() {
+        if !m.is_trainable(i) {
+            params.extend(p0..p0 + np);
+            states.extend(s0..s0 + ns);
+        }
+    }
+    (params, states)
+}
+
+#[test]
+fn frozen_batchnorms_run_in_inference_mode() {
+    // Keras 3: a BatchNormalization set trainable = False (itself, or a block around it)
+    // normalises with its moving statistics in training too, leaves them alone, and its
+    // gradient is the inference transform's: dx = dy * gamma / sqrt(var + eps).
+    let mut m = frozen_residual_model();
+    let (net, layout) = prepare(&mut m, Loss::SparseCategoricalCrossentropy);
+    assert!(matches!(net.nodes[1], Node::BatchNorm { relu: true, frozen: true, .. }), "{:?}", net.nodes[1]);
+    let Node::Residual { main, .. } = &net.nodes[2] else { panic!("{:?}", net.nodes[2]) };
+    // A chain's ReLU stays a node of its own (see `node_of`).
+    assert!(matches!(main[1], Node::BatchNorm { frozen: true, .. }) && main[2] == Node::ReLU && matches!(main[4], Node::BatchNorm { frozen: true, .. }), "{main:?}");
+    assert!(matches!(&net.nodes[4], Node::Residual { shortcut, .. } if matches!(shortcut[1], Node::BatchNorm { frozen: false, .. })));
+    let (params, states) = weights(&layout, 31);
+    let (images, labels) = batch(&net, 3, 32);
+    let decisions = own_decisions(&net, &layout, &params, &states, &images).unwrap();
+    let step = train_step(&net, &layout, &params, &states, &images, &labels, &decisions, 1.0 / 3.0).unwrap();
+    let (frozen_params, frozen_states) = frozen_entries(&m, &layout);
+    // The conv before each frozen BatchNorm still trains: its gradient goes through the
+    // inference transform, which the central differences check.
+    let gamma_beta: Vec<usize> = frozen_params.iter().copied().filter(|&i| matches!(layout.params[i].spec.name, "gamma" | "beta")).collect();
+    assert_eq!(gamma_beta.len(), 6);
+    for &i in &gamma_beta {
+        assert!(step.grads[i].iter().all(|&g| g == 0.0), "{}: a frozen BatchNorm's gradient must be 0", layout.params[i].name);
+    }
+    let worst = gradcheck_except(&net, &layout, &params, &states, &images, &labels, &decisions, 33, &gamma_beta);
+    eprintln!("frozen residual net: worst relative error {worst:e}");
+    for (i, e) in layout.states.iter().enumerate() {
+        let moved = step.states[i] != states[e.range()];
+        assert_eq!(moved, !frozen_states.contains(&i), "{}: moving statistics moved {moved}", e.name);
+    }
+}
+
+#[test]
+fn frozen_batchnorms_pass_the_check_on_the_device() {
+    for selection in ["software", "software:2"] {
+        let mut rng = StdRng::seed_from_u64(11);
+        let batches: Vec<(Vec<u8>, Vec<u32>)> = (0..3).map(|_| ((0..8 * 108).map(|_| rng.random()).collect(), (0..8).map(|_| rng.random_range(0..4)).collect())).collect();
+        // Trained unfrozen first, so that the moving statistics the frozen layers normalise
+        // with are no longer the initial zeros and ones (which would hide a dropped term).
+        let mut m = residual_model();
+        let devices = crate::device::open(selection).unwrap();
+        let n = devices.len();
+        let opts = || crate::model::CompileOptions::new(Optimizer::sgd(0.05).momentum(0.9)).devices(devices.clone()).seed(9).max_batch(8);
+        m.compile(opts()).unwrap();
+        for _ in 0..5 {
+            m.train_on_batch(&batches[2].0, &batches[2].1).unwrap();
+        }
+        m.set_trainable(1, false).unwrap();
+        m.set_trainable(3, false).unwrap();
+        m.compile(opts()).unwrap();
+        m.set_device_speeds(&vec![1.0; n]).unwrap();
+        let batches = &batches[..2];
+        let r = check(&mut m, batches).unwrap();
+        eprintln!("{selection}: {r:?}");
+        assert!(r.ok, "{selection}: {r:?}");
     }
 }

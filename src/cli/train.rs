@@ -46,6 +46,15 @@ pub struct TrainArgs {
     /// the benchmarks), adam or adamw (decoupled weight decay 0.004, Keras' default).
     #[arg(long, default_value = "sgd")]
     pub optimizer: String,
+    /// Keras' label_smoothing of the cross-entropy, in [0, 1): the targets become
+    /// (1 - F) * onehot + F / classes. 0 by default. A resumed run keeps its checkpoint's.
+    #[arg(long, value_name = "F", default_value_t = 0.0, allow_negative_numbers = true)]
+    pub label_smoothing: f32,
+    /// Keras' global_clipnorm: before every update the whole gradient (the trainable layers')
+    /// is scaled to L2 norm at most F, F > 0. None by default. A resumed run keeps its
+    /// checkpoint's.
+    #[arg(long, value_name = "F", allow_negative_numbers = true)]
+    pub clipnorm: Option<f32>,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Image side in pixels (folder and packed data are resized to it; from 96 px they train
@@ -89,6 +98,16 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
     if a.epochs == 0 || a.batch_size == 0 {
         bail!(Config, "--epochs and --batch-size must be positive (got {} and {})", a.epochs, a.batch_size);
     }
+    // Checked before any data or device is opened. 1 would make every target uniform,
+    // which no run means (Keras accepts it; the API does too).
+    if !(0.0..1.0).contains(&a.label_smoothing) {
+        bail!(Config, "--label-smoothing must be in [0, 1), got {}", a.label_smoothing);
+    }
+    if let Some(c) = a.clipnorm
+        && !(c.is_finite() && c > 0.0)
+    {
+        bail!(Config, "--clipnorm must be a finite number > 0, got {c}");
+    }
     if let Some(dir) = &a.checkpoint_dir
         && !dir.is_dir() {
             std::fs::create_dir_all(dir).map_err(|e| convoy::Error::io(dir, e))?;
@@ -130,7 +149,11 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
             }
             let lr = base_lr(&a);
             m.set_dtype_policy(precision);
-            m.compile(CompileOptions::new(Optimizer::from_name(&a.optimizer, lr)?).devices(devices.clone()).seed(a.seed).max_batch(a.batch_size))?;
+            let mut optimizer = Optimizer::from_name(&a.optimizer, lr)?;
+            if let Some(c) = a.clipnorm {
+                optimizer = optimizer.global_clipnorm(c);
+            }
+            m.compile(CompileOptions::new(optimizer).devices(devices.clone()).seed(a.seed).max_batch(a.batch_size).label_smoothing(a.label_smoothing))?;
             m
         }
     };

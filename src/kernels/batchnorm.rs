@@ -186,6 +186,28 @@ pub fn backward(
     ])
 }
 
+/// Backward of [`forward_infer`], for a layer that trains in inference mode (Keras 3 runs a
+/// BatchNormalization set `trainable = False` so, in training too): the moving statistics
+/// are constants there, so `dx = dy * gamma / sqrt(moving_var + eps)` and gamma and beta get
+/// no gradient. With `cfg.relu`, `dy` is first masked by `y > 0` as in [`backward`]; without
+/// it `y` is bound but not read. One per-element dispatch.
+///
+/// # Shapes
+/// y, dy, dx: `[..., C]`; gamma, moving_var: `[C]`.
+pub fn backward_infer(device: &Device, cfg: &BatchNormConfig, y: &Tensor, dy: &Tensor, gamma: &Tensor, moving_var: &Tensor, dx: &Tensor) -> Result<Vec<Dispatch>> {
+    const K: &str = "batchnorm backward_infer";
+    let split = check(K, cfg, dy, &[("y", y), ("dx", dx)], &[("gamma", gamma), ("moving_var", moving_var)], None)?;
+    disjoint(K, &[("dx", dx)], &[("y", y), ("dy", dy), ("gamma", gamma), ("moving_var", moving_var)])?;
+    let t = Bind::Tensor;
+    Ok(vec![per_element(
+        device,
+        "backward_infer_dx",
+        "backward_infer_dx4",
+        &Params::new(&split, cfg),
+        &[(2, t(y)), (3, t(dy)), (4, t(gamma)), (8, t(moving_var)), (16, t(dx))],
+    )?])
+}
+
 /// The path tokens of a first (partial) pass: the split's, and whether its lanes read four
 /// rows per step.
 fn partial_tokens(split: &Split) -> String {

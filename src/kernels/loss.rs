@@ -161,6 +161,29 @@ fn cross_entropy(
 /// # Shapes
 /// `pred`, `target`: `[batch, k]` -> `loss`: `[batch]`, `dpred`: `[batch, k]`.
 pub fn mean_squared_error(device: &Device, pred: &Tensor, target: &Tensor, scale: f32, loss: &Tensor, dpred: &Tensor) -> Result<Dispatch> {
+    mse(device, pred, target, None, scale, loss, dpred)
+}
+
+/// [`mean_squared_error`] with Keras' `class_weight`: each row's loss and gradient are
+/// multiplied by `class_weights[labels[row]]`. The targets are the one-hot encoding of the
+/// labels, and Keras takes the class of a one-hot target as its argmax: the label. Labels
+/// must be validated on the host (one past the last class reads the last class's weight).
+///
+/// # Shapes
+/// As [`mean_squared_error`]; `labels`: `[batch]` u32, `class_weights`: `[k]` f32.
+#[allow(clippy::too_many_arguments)]
+pub fn mean_squared_error_weighted(device: &Device, pred: &Tensor, target: &Tensor, labels: &Tensor, class_weights: &Tensor, scale: f32, loss: &Tensor, dpred: &Tensor) -> Result<Dispatch> {
+    let kn = "mean_squared_error";
+    let (rows, k) = rows_and_k(kn, "pred", pred)?;
+    expect_shape(kn, "labels", labels, &[rows])?;
+    expect_dtype(kn, "labels", labels, DType::U32)?;
+    expect_shape(kn, "class_weights", class_weights, &[k])?;
+    expect_dtype(kn, "class_weights", class_weights, DType::F32)?;
+    expect_separate(kn, &[("loss", loss), ("dpred", dpred)], &[("labels", labels), ("class_weights", class_weights)])?;
+    mse(device, pred, target, Some((labels, class_weights)), scale, loss, dpred)
+}
+
+fn mse(device: &Device, pred: &Tensor, target: &Tensor, weights: Option<(&Tensor, &Tensor)>, scale: f32, loss: &Tensor, dpred: &Tensor) -> Result<Dispatch> {
     let kn = "mean_squared_error";
     let (rows, k) = rows_and_k(kn, "pred", pred)?;
     expect_shape(kn, "target", target, &[rows, k])?;
@@ -170,5 +193,12 @@ pub fn mean_squared_error(device: &Device, pred: &Tensor, target: &Tensor, scale
         expect_dtype(kn, name, t, DType::F32)?;
     }
     expect_separate(kn, &[("loss", loss), ("dpred", dpred)], &[("pred", pred), ("target", target)])?;
-    launch(device, kn, rows, k, scale, 0.0, false, &[(1, pred), (3, target), (4, loss), (5, dpred)])
+    // Unweighted, the kernel never reads bindings 2 and 7; `pred` fills them.
+    let (labels, class_weights) = weights.unwrap_or((pred, pred));
+    let mut d = launch(device, kn, rows, k, scale, 0.0, weights.is_some(), &[(1, pred), (2, labels), (3, target), (4, loss), (5, dpred), (7, class_weights)])?
+        .tagged(if weights.is_some() { "weighted=yes" } else { "weighted=no" });
+    if weights.is_none() {
+        d.bytes -= 2.0 * pred.bytes() as f64; // the stand-ins are never read
+    }
+    Ok(d)
 }

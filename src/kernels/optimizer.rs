@@ -302,6 +302,27 @@ pub const NORM_GROUPS: usize = 256;
 /// # Shapes
 /// `grads`: any shape; `hyper`: `[4]`; `partials`: [`NORM_GROUPS`] elements.
 pub fn clip_by_global_norm(device: &Device, clipnorm: f32, grads: &Tensor, hyper: &Tensor, partials: &Tensor, loss_scale: Option<&Tensor>) -> Result<Vec<Dispatch>> {
+    clip_by_global_norm_except(device, clipnorm, grads, hyper, partials, loss_scale, &[])
+}
+
+/// [`clip_by_global_norm`] with the element ranges in `excluded` left out of the norm: the
+/// gradients of frozen layers, which Keras never computes (its norm is over the trainable
+/// variables' gradients only). Ranges need no alignment and may come in any order; where
+/// there are any, a per-element mask (uploaded here, kept by the dispatch) says which
+/// elements count.
+///
+/// # Shapes
+/// As [`clip_by_global_norm`]; every range lies within `0..grads.len()`.
+#[allow(clippy::too_many_arguments)]
+pub fn clip_by_global_norm_except(
+    device: &Device,
+    clipnorm: f32,
+    grads: &Tensor,
+    hyper: &Tensor,
+    partials: &Tensor,
+    loss_scale: Option<&Tensor>,
+    excluded: &[Range<usize>],
+) -> Result<Vec<Dispatch>> {
     if !(clipnorm.is_finite() && clipnorm > 0.0) {
         bail!(Config, "global_clipnorm must be finite and > 0, got {clipnorm}");
     }
@@ -318,12 +339,38 @@ pub fn clip_by_global_norm(device: &Device, clipnorm: f32, grads: &Tensor, hyper
     if loss_scale.is_some() {
         p.flags |= 8;
     }
-    // Without the loss scale the kernel never reads binding 7; `hyper` fills it.
-    let first = [(1, grads), (7, loss_scale.unwrap_or(hyper)), (8, partials)];
-    Ok(vec![
-        Dispatch::with_params(device, &OPTIMIZER, "norm_partials", &[], &p, &first, [NORM_GROUPS as u32, 1, 1]),
-        Dispatch::with_params(device, &OPTIMIZER, "clip_factor", &[], &p, &[(8, partials), (9, hyper)], [1, 1, 1]),
-    ])
+    if let Some(r) = excluded.iter().find(|r| r.start > r.end || r.end > grads.len()) {
+        bail!(Shape, "clip_by_global_norm: excluded range {r:?} is not within the {} gradients", grads.len());
+    }
+    let mask = excluded.iter().any(|r| !r.is_empty()).then(|| {
+        let mut counts = vec![1.0f32; grads.len()];
+        for r in excluded {
+            counts[r.clone()].fill(0.0);
+        }
+        // A buffer of its own, as the update's decay mask (see `update_clipped`).
+        wgpu::util::DeviceExt::create_buffer_init(
+            device.wgpu(),
+            &wgpu::util::BufferInitDescriptor { label: Some("global norm mask"), contents: bytemuck::cast_slice(&counts), usage: wgpu::BufferUsages::STORAGE },
+        )
+    });
+    if mask.is_some() {
+        p.flags |= 2;
+    }
+    let uniform = device.uniform(&p);
+    // Without the loss scale the kernel never reads binding 7 (`hyper` fills it), nor binding
+    // 6 without a mask (`grads` fills it).
+    let first = [
+        (0, uniform.as_entire_buffer_binding()),
+        (1, grads.binding()),
+        (6, mask.as_ref().map_or_else(|| grads.binding(), |m| m.as_entire_buffer_binding())),
+        (7, loss_scale.unwrap_or(hyper).binding()),
+        (8, partials.binding()),
+    ];
+    let mut norm = Dispatch::new(device, &OPTIMIZER, "norm_partials", &[], &first, [NORM_GROUPS as u32, 1, 1]).tagged(if mask.is_some() { "excluded=yes" } else { "excluded=no" });
+    if mask.is_none() {
+        norm.bytes -= grads.bytes() as f64; // the stand-in is never read
+    }
+    Ok(vec![norm, Dispatch::with_params(device, &OPTIMIZER, "clip_factor", &[], &p, &[(8, partials), (9, hyper)], [1, 1, 1])])
 }
 
 /// Splits `0..n` into `(range, weight decay)` stretches, merging neighbours of equal decay.

@@ -10,7 +10,9 @@ use crate::{bail, Result, Tensor};
 #[derive(Debug, Clone)]
 /// Batch normalization over the channel axis (Keras' `BatchNormalization`): normalizes with the
 /// batch's statistics while training and with the moving ones in evaluation, then scales by `gamma`
-/// and shifts by `beta`.
+/// and shifts by `beta`. Frozen (`Sequential::set_trainable(i, false)`, here or on the residual
+/// block around it), it runs in inference mode in training too, as in Keras 3: the moving
+/// statistics normalise and are not updated, and gamma and beta get no gradient.
 pub struct BatchNormalization {
     /// Weight of the old moving statistics in each update: `moving = momentum * moving + (1 -
     /// momentum) * batch`.
@@ -78,7 +80,8 @@ impl Layer for BatchNormalization {
     fn forward(&self, g: &mut Graph, x: &Tensor, w: &Weights) -> Result<Saved> {
         let y = g.activation(&x.shape()[1..])?;
         let (gamma, beta, mean, var) = (&w.params[0], &w.params[1], &w.states[0], &w.states[1]);
-        if g.training {
+        // Keras 3: a frozen BatchNormalization runs in inference mode, in training too.
+        if g.training && !g.frozen {
             let c = *x.shape().last().unwrap();
             let saved = g.device.alloc(&[2, c], crate::DType::F32)?;
             g.extend(batchnorm::forward_train(g.device, &self.cfg(), x, gamma, beta, mean, var, &saved, &y)?);
@@ -90,6 +93,12 @@ impl Layer for BatchNormalization {
     }
     fn backward(&self, g: &mut Graph, x: &Tensor, saved: &Saved, dy: &Tensor, w: &Weights, _need_dx: bool) -> Result<Option<Tensor>> {
         let dx = g.activation(&x.shape()[1..])?;
+        if g.frozen {
+            // The inference transform's gradient; gamma's and beta's stay as they are (zero:
+            // nothing writes them), as Keras computes none for a frozen layer.
+            g.extend(batchnorm::backward_infer(g.device, &self.cfg(), &saved.output, dy, &w.params[0], &w.states[1], &dx)?);
+            return Ok(Some(dx));
+        }
         let stats = saved.extra.first().ok_or_else(|| crate::Error::Config("BatchNormalization backward without a training forward".into()))?;
         g.extend(batchnorm::backward(g.device, &self.cfg(), x, &saved.output, dy, &w.params[0], stats, &dx, &w.grads[0], &w.grads[1])?);
         Ok(Some(dx))

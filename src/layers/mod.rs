@@ -137,7 +137,8 @@ pub struct Graph<'d> {
     pub device: &'d Device,
     /// Samples per step on this device.
     pub batch: usize,
-    /// Whether the step trains (Dropout drops, BatchNorm uses batch statistics) or infers.
+    /// Whether the step trains (Dropout drops, BatchNorm uses batch statistics unless
+    /// frozen) or infers.
     pub training: bool,
     /// u32 `[4]`: the step counter (word 0; dropout and augmentation draw from it) and the
     /// index of this replica's first sample in the step's whole batch (word 1), rewritten
@@ -150,12 +151,16 @@ pub struct Graph<'d> {
     pub layer_index: usize,
     /// The model's precision policy: how convolutions and dense layers multiply.
     pub policy: crate::model::DTypePolicy,
+    /// The layer being recorded is frozen (Keras' `trainable = False`): a BatchNormalization
+    /// in it (nested ones too) normalises with its moving statistics and leaves them alone in
+    /// training as well, as in Keras 3.
+    pub frozen: bool,
 }
 
 impl<'d> Graph<'d> {
     /// An empty recording for `batch` samples on `device`; `step` is the step-counter tensor.
     pub fn new(device: &'d Device, batch: usize, training: bool, step: Tensor) -> Self {
-        Graph { device, batch, training, step, dispatches: Vec::new(), layer_index: 0, policy: Default::default() }
+        Graph { device, batch, training, step, dispatches: Vec::new(), layer_index: 0, policy: Default::default(), frozen: false }
     }
     /// How the policy has products computed.
     pub fn gemm(&self) -> crate::kernels::gemm::GemmOptions {

@@ -114,7 +114,16 @@ fn chain(v: &Value, key: &str, depth: usize) -> Result<Vec<Box<dyn Layer>>> {
         .and_then(Value::as_array)
         .ok_or_else(|| crate::Error::Config(format!("residual config needs `{key}`")))?
         .iter()
-        .map(|l| layer_at(l, depth))
+        .enumerate()
+        .map(|(i, l)| {
+            // Freezing addresses a model's own layers (`set_trainable`): a flag on a block's
+            // sub-layer would be dropped without a word.
+            if l.get("config").and_then(|c| c.get("trainable")).is_some_and(|t| t != &Value::Bool(true)) {
+                let class = l.get("class_name").and_then(Value::as_str).unwrap_or("?");
+                bail!(Config, "residual `{key}` layer {i} ({class}) sets `trainable`: only a whole residual block can be frozen (set `trainable` on the block's config)");
+            }
+            layer_at(l, depth)
+        })
         .collect()
 }
 

@@ -52,7 +52,9 @@ pub struct FitOptions {
     pub steps_per_epoch: Option<usize>,
     /// Keras' `class_weight`: `{class: weight}`, each training sample's loss and gradient
     /// multiplied by its class's weight (classes not named weigh 1). The training `loss`
-    /// logged is the weighted one; validation is unweighted. Cross-entropy only.
+    /// logged is the weighted one; validation is unweighted. Under mean squared error a
+    /// sample's class is its label: the targets are the label's one-hot encoding, whose class
+    /// Keras takes as its argmax.
     pub class_weight: Option<BTreeMap<u32, f32>>,
 }
 
@@ -209,9 +211,6 @@ impl Sequential {
     fn class_weight_table(&mut self, class_weight: &BTreeMap<u32, f32>) -> Result<Vec<f32>> {
         let classes = self.def.classes;
         self.compiled()?;
-        if self.def.loss != crate::model::Loss::SparseCategoricalCrossentropy {
-            bail!(Config, "fit: class_weight needs the cross-entropy loss, the model is compiled with {:?}", self.def.loss);
-        }
         let mut table = vec![1.0f32; classes];
         for (&class, &w) in class_weight {
             if class as usize >= classes {

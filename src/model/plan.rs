@@ -40,7 +40,8 @@ pub struct Definition {
     /// Loss scaling under `mixed_float16` (unused under `float32`).
     pub loss_scale: LossScale,
     /// Layers set `trainable = false` (Keras): their parameters get no update (and no weight
-    /// decay). Compiled into the replicas' update, so a change takes effect at `compile`.
+    /// decay), and their BatchNormalizations run in inference mode. Compiled into the
+    /// replicas, so a change takes effect at `compile`; saved with the model.
     pub frozen: std::collections::BTreeSet<usize>,
 }
 
@@ -100,6 +101,9 @@ pub struct Shared {
     /// The policy the replica was compiled with (the definition's may have changed since:
     /// it takes effect at the next `compile`).
     pub policy: DTypePolicy,
+    /// The layers frozen when the replica was compiled (`set_trainable` takes effect at the
+    /// next `compile`, for the update and for BatchNorm's mode alike).
+    pub frozen: std::collections::BTreeSet<usize>,
 }
 
 /// One replica's recorded step for one batch size, training or inference: its input, output and
@@ -218,6 +222,7 @@ impl Plan {
                 continue;
             }
             g.layer_index = i;
+            g.frozen = shared.frozen.contains(&i);
             let saved = g.under_policy_of(layer.as_ref(), |g| layer.forward_all(g, &xs, &weights(def, shared, i)))?;
             slots[i + 1] = Some(saved.output.clone());
             records.push((i, xs[0].clone(), saved));
@@ -240,7 +245,11 @@ impl Plan {
                 let (scratch_loss, scratch_grad) = (device.alloc(&[batch], DType::F32)?, device.alloc(logits.shape(), DType::F32)?);
                 g.push(loss::softmax_cross_entropy(device, &logits, &labels, scale, &scratch_loss, &scratch_grad, &rank)?);
                 let t = device.alloc(logits.shape(), DType::F32)?;
-                g.push(loss::mean_squared_error(device, &logits, &t, scale, &loss, &dlogits)?);
+                // Keras' class_weight in training, by each sample's label (its one-hot target's class).
+                g.push(match training {
+                    true => loss::mean_squared_error_weighted(device, &logits, &t, &labels, &shared.class_weights, scale, &loss, &dlogits)?,
+                    false => loss::mean_squared_error(device, &logits, &t, scale, &loss, &dlogits)?,
+                });
                 targets = Some(t);
             }
         }
@@ -267,6 +276,7 @@ impl Plan {
                 };
                 backward_marks.push((i, g.dispatches.len()));
                 g.layer_index = i;
+                g.frozen = shared.frozen.contains(&i);
                 let need_dx = from.iter().any(|&j| j != 0);
                 let layer = def.layers[i].as_ref();
                 let dxs = g.under_policy_of(layer, |g| layer.backward_all(g, xs, saved, &dy, &weights(def, shared, i), need_dx))?;

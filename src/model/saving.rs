@@ -89,18 +89,27 @@ impl Sequential {
 
     /// The architecture as Keras-like JSON: input shape and each layer's class and config,
     /// and for a functional model each layer's `inbound` nodes (0 the input, `j` the output of
-    /// layer `j - 1`; see [`crate::model::layout::inbound_of`]).
+    /// layer `j - 1`; see [`crate::model::layout::inbound_of`]). A frozen layer's config holds
+    /// `"trainable": false`, as Keras writes it; a trainable one's leaves the key out.
     pub fn architecture(&self) -> Value {
         let layers: Vec<Value> = self
             .def
             .layers
             .iter()
             .enumerate()
-            // A layer added to a functional model after it was built reads the one before:
-            // written out, so that every layer of a graph's file names what it reads.
-            .map(|(i, l)| match self.def.inbound.is_empty() {
-                false => json!({ "class_name": l.class_name(), "config": l.config(), "inbound": crate::model::layout::inbound_of(&self.def.inbound, i) }),
-                true => json!({ "class_name": l.class_name(), "config": l.config() }),
+            .map(|(i, l)| {
+                let mut config = l.config();
+                if self.def.frozen.contains(&i)
+                    && let Some(c) = config.as_object_mut()
+                {
+                    c.insert("trainable".into(), false.into());
+                }
+                // A layer added to a functional model after it was built reads the one before:
+                // written out, so that every layer of a graph's file names what it reads.
+                match self.def.inbound.is_empty() {
+                    false => json!({ "class_name": l.class_name(), "config": config, "inbound": crate::model::layout::inbound_of(&self.def.inbound, i) }),
+                    true => json!({ "class_name": l.class_name(), "config": config }),
+                }
             })
             .collect();
         json!({ "input_shape": self.def.input_shape, "layers": layers })
@@ -237,6 +246,12 @@ impl Sequential {
         limits::at_most("layers in the architecture", list.len(), MAX_UNITS)?;
         for (i, l) in list.iter().enumerate() {
             model.add_boxed(layer_from_config(l)?);
+            // Keras' `trainable` (absent, as in files written before it was saved: trainable).
+            match l.get("config").and_then(|c| c.get("trainable")) {
+                None | Some(Value::Bool(true)) => {}
+                Some(Value::Bool(false)) => model.set_trainable(i, false)?,
+                Some(v) => return Err(Error::Config(format!("layer {i}: `trainable` must be true or false, got {v}"))),
+            }
             // A functional model's layers each name what they read; a stack's name nothing.
             match l.get("inbound") {
                 None if model.def.inbound.is_empty() => {}

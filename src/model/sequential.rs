@@ -196,11 +196,13 @@ impl Sequential {
         self
     }
 
-    /// Keras' `layer.trainable = False` for layer `index` (counted from 0, as `layers()`): its
-    /// parameters receive no update and no weight decay. As in Keras, it takes effect at the
-    /// next `compile` (which keeps the trained weights). A frozen BatchNormalization still
-    /// normalises with its batch's statistics and moves its moving statistics in training
-    /// (Keras 3 switches it to inference mode). Frozen layers are not saved with the model.
+    /// Keras' `layer.trainable = False` for layer `index` (counted from 0, as `layers()`, the
+    /// topological order for a functional model): its parameters receive no update and no
+    /// weight decay, and, as in Keras 3, a frozen BatchNormalization (or one inside a frozen
+    /// residual block) runs in inference mode in training too: it normalises with its moving
+    /// statistics, does not update them, and gets no gamma or beta gradient. As in Keras, it
+    /// takes effect at the next `compile` (which keeps the trained weights). The flag is saved
+    /// with the model (`"trainable": false` in the layer's config) and restored by `load`.
     pub fn set_trainable(&mut self, index: usize, trainable: bool) -> Result<()> {
         if index >= self.def.layers.len() {
             bail!(Config, "set_trainable: no layer {index} (the model has {} layers)", self.def.layers.len());
@@ -299,10 +301,6 @@ impl Sequential {
     /// fine-tune continues from the trained weights. The count of epochs trained is kept.
     pub fn compile(&mut self, mut opts: CompileOptions) -> Result<()> {
         opts.optimizer.validate()?;
-        if let (Some(c), Some(layer)) = (opts.optimizer.clipnorm(), self.def.frozen.first()) {
-            // The norm would take in the frozen layers' gradients, which Keras never computes.
-            bail!(Config, "global_clipnorm {c} with frozen layers (layer {layer}) is not supported yet");
-        }
         if !(0.0..=1.0).contains(&opts.label_smoothing) {
             bail!(Config, "label_smoothing must be in [0, 1], got {}", opts.label_smoothing);
         }

@@ -162,7 +162,8 @@ impl Optimizer {
 
     /// Keras' `global_clipnorm`: before every update, every gradient is scaled by
     /// `min(1, clipnorm / norm)`, `norm` being the L2 norm of the whole gradient (the sum over
-    /// the replicas, after the exchange, so every replica applies the same update).
+    /// the replicas, after the exchange, so every replica applies the same update) over the
+    /// trainable parameters: a frozen layer's gradient is left out, as Keras never computes it.
     pub fn global_clipnorm(mut self, clipnorm: f32) -> Self {
         match &mut self {
             Optimizer::Sgd { global_clipnorm, .. } | Optimizer::Adam { global_clipnorm, .. } | Optimizer::AdamW { global_clipnorm, .. } => {

@@ -127,6 +127,7 @@ impl Replica {
             },
             class_weights: device.upload(&[def.classes], &vec![1.0; def.classes])?,
             policy: def.policy,
+            frozen: def.frozen.clone(),
         };
         let opt_state = (0..optimizer.state_count()).map(|_| device.zeros(&[l.param_len])).collect::<Result<Vec<_>>>()?;
         let hyper = device.zeros(&[4])?;
@@ -167,7 +168,9 @@ impl Replica {
         let clipping = match optimizer.clipnorm() {
             Some(clipnorm) => {
                 let partials = device.zeros(&[optimizer::NORM_GROUPS])?;
-                let dispatches = optimizer::clip_by_global_norm(&device, clipnorm, &grads, &hyper, &partials, shared.loss_scale.as_ref())?;
+                // Over the trainable gradients only, as Keras (a frozen layer's are never used).
+                let excluded: Vec<std::ops::Range<usize>> = frozen.iter().map(|&(a, b)| a.min(l.param_len)..b.min(l.param_len)).collect();
+                let dispatches = optimizer::clip_by_global_norm_except(&device, clipnorm, &grads, &hyper, &partials, shared.loss_scale.as_ref(), &excluded)?;
                 Some(Clipping { _partials: partials, dispatches })
             }
             None => None,

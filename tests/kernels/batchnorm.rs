@@ -187,6 +187,48 @@ fn inference_forward_matches_f64() {
     });
 }
 
+/// Runs the inference forward then its backward (a frozen layer's training step) and checks
+/// dx against f64: `dy * gamma / sqrt(moving_var + eps)`, masked by the fused ReLU's output.
+/// The moving statistics must be left alone. Returns the relative error.
+pub(crate) fn check_infer_backward(name: &str, k: &Case, cfg: &BatchNormConfig, dy: &[f32]) -> f64 {
+    let d = device();
+    let [gamma, beta, mm, mv] = &parameters(k);
+    let (x, y, tdy, dx) = (upload(&k.x, &k.shape), stale(&k.shape), upload(dy, &k.shape), stale(&k.shape));
+    let mut dispatches = batchnorm::forward_infer(&d, cfg, &x, gamma, beta, mm, mv, &y).unwrap();
+    dispatches.extend(batchnorm::backward_infer(&d, cfg, &y, &tdy, gamma, mv, &dx).unwrap());
+    run(&dispatches);
+    let y = read(&y);
+    let want: Vec<f64> = dy
+        .iter()
+        .zip(&y)
+        .enumerate()
+        .map(|(i, (g, y))| {
+            let c = i % k.c;
+            let g = if cfg.relu && *y <= 0.0 { 0.0 } else { *g as f64 };
+            g * k.gamma[c] as f64 / (k.moving_var[c] as f64 + cfg.epsilon as f64).sqrt()
+        })
+        .collect();
+    let e = assert_close(&format!("{name}: inference dx"), &read(&dx), &want);
+    assert!(read(mm) == k.moving_mean && read(mv) == k.moving_var, "{name}: the inference backward changed the moving statistics");
+    e
+}
+
+#[test]
+fn inference_backward_matches_f64() {
+    on_each_variant(|_| {
+        let mut r = rng(37);
+        // Every shape, a single row included: nothing cancels here.
+        for shape in SHAPES {
+            for relu in [false, true] {
+                let k = case(&mut r, shape, 0.0);
+                let dy = random(&mut r, k.x.len());
+                let e = check_infer_backward(&format!("inference backward {shape:?} relu={relu}"), &k, &BatchNormConfig { relu, ..Default::default() }, &dy);
+                println!("inference backward {shape:?} relu={relu}: rel err {e:.2e}");
+            }
+        }
+    });
+}
+
 /// Runs forward_train then backward; checks dx, dgamma and dbeta. Returns the worst error.
 pub(crate) fn check_backward(name: &str, k: &Case, cfg: &BatchNormConfig, dy: &[f32]) -> f64 {
     let d = device();
@@ -318,4 +360,9 @@ fn bad_shapes_and_configs_are_refused() {
     assert!(batchnorm::forward_infer(&d, &cfg, &z(&[0, 8]), &g, &b, &mm, &mv, &z(&[0, 8])).is_err(), "no rows");
     assert!(batchnorm::backward(&d, &cfg, &x, &y, &y, &g, &saved, &z(&[2, 3, 3, 8]), &z(&[8]), &z(&[9])).is_err(), "dbeta must be [C]");
     assert!(batchnorm::backward(&d, &cfg, &x, &y, &y, &g, &saved, &y, &z(&[8]), &z(&[8])).is_err(), "dx may not alias y");
+    assert!(batchnorm::backward_infer(&d, &cfg, &y, &x, &g, &mv, &z(&[2, 3, 3, 8])).is_ok());
+    let e = batchnorm::backward_infer(&d, &cfg, &y, &x, &g, &z(&[9]), &z(&[2, 3, 3, 8])).unwrap_err().to_string();
+    assert!(e.contains("moving_var") && e.contains("[9]"), "message names the operand: {e}");
+    assert!(batchnorm::backward_infer(&d, &cfg, &y, &x, &g, &mv, &x).is_err(), "dx may not alias dy");
+    assert!(batchnorm::backward_infer(&d, &cfg, &z(&[2, 3, 3, 4]), &x, &g, &mv, &z(&[2, 3, 3, 8])).is_err(), "y must match dy");
 }

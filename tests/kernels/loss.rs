@@ -195,6 +195,44 @@ fn mean_squared_error_matches_reference() {
 }
 
 #[test]
+fn class_weights_scale_each_mean_squared_error_row() {
+    // Keras' class_weight under mean squared error: the targets are the label's one-hot, its
+    // class the label, so row i's loss and gradient are times w[label_i]. Rows of one pass
+    // and of lanes striding over the row, weighted and not (coverage of both).
+    take_paths();
+    on_each_variant(|_| {
+        let d = device();
+        let mut r = rng(26);
+        for (n, k) in [(1, 1), (5, 7), (4, 65), (3, 257)] {
+            let pred = random(&mut r, n * k);
+            let labels: Vec<u32> = (0..n).map(|_| r.random_range(0..k as u32)).collect();
+            let target: Vec<f32> = (0..n * k).map(|i| if i % k == labels[i / k] as usize { 1.0 } else { 0.0 }).collect();
+            let weights: Vec<f32> = (0..k).map(|c| [0.0, 0.5, 2.0, 3.25][c % 4]).collect();
+            let scale = 1.0 / n as f32;
+            let (tp, tt, tlab, tw) = (upload(&pred, &[n, k]), upload(&target, &[n, k]), d.upload_u32(&[n], &labels).unwrap(), upload(&weights, &[k]));
+            let (tloss, tgrad) = (upload(&vec![7.0; n], &[n]), upload(&vec![7.0; n * k], &[n, k]));
+            run(&[loss::mean_squared_error_weighted(&d, &tp, &tt, &tlab, &tw, scale, &tloss, &tgrad).unwrap()]);
+            let (loss, grad) = mse_ref(&pred, &target, k, scale as f64);
+            let w = |row: usize| weights[labels[row] as usize] as f64;
+            let want_loss: Vec<f64> = loss.iter().enumerate().map(|(i, l)| w(i) * l).collect();
+            let want_grad: Vec<f64> = grad.iter().enumerate().map(|(i, g)| w(i / k) * g).collect();
+            assert_close(&format!("weighted mse loss n={n} k={k}"), &read(&tloss), &want_loss);
+            assert_close(&format!("weighted mse dpred n={n} k={k}"), &read(&tgrad), &want_grad);
+            run(&[loss::mean_squared_error(&d, &tp, &tt, scale, &tloss, &tgrad).unwrap()]);
+            assert_close(&format!("unweighted mse loss n={n} k={k}"), &read(&tloss), &loss);
+        }
+        let (tp, tlab) = (d.zeros(&[2, 4]).unwrap(), d.upload_u32(&[2], &[0, 1]).unwrap());
+        let (tloss, tgrad, tt) = (d.zeros(&[2]).unwrap(), d.zeros(&[2, 4]).unwrap(), d.zeros(&[2, 4]).unwrap());
+        let e = loss::mean_squared_error_weighted(&d, &tp, &tt, &tlab, &upload(&[1.0; 3], &[3]), 1.0, &tloss, &tgrad).unwrap_err().to_string();
+        assert!(e.contains("class_weights") && e.contains("[3]"), "{e}");
+        let e = loss::mean_squared_error_weighted(&d, &tp, &tt, &d.upload_u32(&[3], &[0, 1, 2]).unwrap(), &upload(&[1.0; 4], &[4]), 1.0, &tloss, &tgrad).unwrap_err().to_string();
+        assert!(e.contains("labels"), "{e}");
+    });
+    let weighted = ["weighted=yes", "weighted=no", "classes=one_pass", "classes=strided"].map(|t| ("mean_squared_error", t.to_string()));
+    assert_paths_cover("weighted mse", &take_paths(), &weighted, &[]);
+}
+
+#[test]
 fn bad_shapes_are_errors() {
     let d = device();
     let logits = d.zeros(&[3, 10]).unwrap();

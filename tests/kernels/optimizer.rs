@@ -315,6 +315,41 @@ fn loss_scaling_skips_flagged_steps_and_moves_the_scale() {
     });
 }
 
+/// Keras' `global_clipnorm` with frozen layers: the norm is over the trainable gradients only
+/// (Keras computes no others), so the excluded ranges' values, huge or NaN, change nothing;
+/// checked against the f64 norm of the rest, with and without the loss scale, and the path
+/// coverage of the first pass with and without a mask.
+#[test]
+fn clipping_leaves_excluded_ranges_out_of_the_norm() {
+    take_paths();
+    on_each_variant(|_| {
+        let d = device();
+        let mut r = rng(32);
+        for (n, excluded) in [(8, vec![]), (300, vec![0..64, 256..300]), (65_536 + 77, vec![100..30_000, 64..90]), (200_003, vec![199_000..200_003])] {
+            for loss_scale in [None, Some(1024.0f32)] {
+                let (grads, partials) = (d.zeros(&[n]).unwrap(), d.zeros(&[optimizer::NORM_GROUPS]).unwrap());
+                let hyper = Hyper::for_step(0.1, &OptimizerKind::sgd(0.0, false), 1).unwrap().upload(&d).unwrap();
+                let ls = loss_scale.map(|s| d.upload_u32(&[4], &convoy::kernels::loss_scale::initial_state(s)).unwrap());
+                let mut g = random(&mut r, n);
+                let frozen = |i: usize| excluded.iter().any(|e: &std::ops::Range<usize>| e.contains(&i));
+                for (i, v) in g.iter_mut().enumerate().filter(|(i, _)| frozen(*i)) {
+                    *v = if i % 7 == 0 { f32::NAN } else { 1e6 };
+                }
+                let norm = g.iter().enumerate().filter(|(i, _)| !frozen(*i)).map(|(_, &v)| v as f64 * v as f64).sum::<f64>().sqrt();
+                let clip = (norm / 2.0) as f32;
+                d.write(&grads, &g.iter().map(|v| v * loss_scale.unwrap_or(1.0)).collect::<Vec<_>>()).unwrap();
+                run(&optimizer::clip_by_global_norm_except(&d, clip, &grads, &hyper, &partials, ls.as_ref(), &excluded).unwrap());
+                let (got, want) = (read(&hyper)[3] as f64, clip as f64 / norm);
+                assert!((got - want).abs() <= 1e-5 * want, "n={n} excluded={excluded:?} loss_scale={loss_scale:?}: clip factor {got}, want {want}");
+            }
+        }
+        let (z, partials, hyper) = (d.zeros(&[8]).unwrap(), d.zeros(&[optimizer::NORM_GROUPS]).unwrap(), d.zeros(&[4]).unwrap());
+        let e = optimizer::clip_by_global_norm_except(&d, 1.0, &z, &hyper, &partials, None, &[4..9]).unwrap_err().to_string();
+        assert!(e.contains("4..9") && e.contains("8 gradients"), "{e}");
+    });
+    assert_paths_cover("global norm", &take_paths(), &[("norm_partials", "excluded=no".into()), ("norm_partials", "excluded=yes".into())], &[]);
+}
+
 /// Keras' `global_clipnorm` (`tf.clip_by_global_norm`): every gradient times
 /// `min(1, c / ‖g‖₂)`, the norm taken over the whole tensor in f64 here, then the rule's step
 /// of [`reference_step`] on the clipped gradient.

@@ -146,7 +146,8 @@ fn dense_bias_gradient(r: &mut StdRng, batch: usize, units: usize, variant: &str
 /// Every path of BatchNormalization's training forward and backward: one and several row
 /// chunks (and their merges), four-row and one-row loads, one column tile and several
 /// (above 64 channels), vec4 and scalar per-element passes, and a folded grid; and of the
-/// inference forward (vec4 and scalar, each with and without the fused ReLU, folded).
+/// inference forward and backward (vec4 and scalar, each with and without the fused ReLU,
+/// folded).
 #[test]
 fn batchnorm_takes_every_path() {
     let mut r = rng(SEED + 1);
@@ -165,11 +166,15 @@ fn batchnorm_takes_every_path() {
             let cfg = BatchNormConfig { momentum: 0.6, relu, ..Default::default() };
             let name = format!("{variant} seed {:#x} batchnorm {shape:?} relu={relu}", SEED + 1);
             batchnorm_case(&mut r, &shape, &cfg, &name);
-            // Inference reads only the moving statistics: both ReLU settings on every width.
+            // Inference reads only the moving statistics: both ReLU settings on every width,
+            // forward and (a frozen layer training) backward.
             for relu in [false, true] {
                 let k = crate::batchnorm::case(&mut r, &shape, 0.0);
                 let name = format!("{variant} seed {:#x} batchnorm infer {shape:?} relu={relu}", SEED + 1);
-                crate::batchnorm::check_infer(&name, &k, &BatchNormConfig { relu, ..Default::default() });
+                let cfg = BatchNormConfig { relu, ..Default::default() };
+                crate::batchnorm::check_infer(&name, &k, &cfg);
+                let dy = random(&mut r, shape.iter().product());
+                crate::batchnorm::check_infer_backward(&name, &k, &cfg, &dy);
             }
         }
     });
@@ -180,6 +185,7 @@ fn batchnorm_takes_every_path() {
         let name = format!("unchecked seed {:#x} batchnorm folded {shape:?}", SEED + 1);
         batchnorm_case(&mut r, &shape, &cfg, &name);
         crate::batchnorm::check_infer(&name, &crate::batchnorm::case(&mut r, &shape, 0.0), &cfg);
+        crate::batchnorm::check_infer_backward(&name, &crate::batchnorm::case(&mut r, &shape, 0.0), &cfg, &random(&mut r, shape.iter().product()));
     });
     // The vec4 passes fold only past 65,535 * 256 vec4s: a 256 MiB tensor, for a GPU.
     if test_selection().is_some() {
@@ -189,6 +195,7 @@ fn batchnorm_takes_every_path() {
             let name = format!("unchecked seed {:#x} batchnorm vec4 folded {shape:?}", SEED + 1);
             batchnorm_case(&mut r, &shape, &cfg, &name);
             crate::batchnorm::check_infer(&name, &crate::batchnorm::case(&mut r, &shape, 0.0), &cfg);
+            crate::batchnorm::check_infer_backward(&name, &crate::batchnorm::case(&mut r, &shape, 0.0), &cfg, &random(&mut r, shape.iter().product()));
         });
     }
 
@@ -199,13 +206,13 @@ fn batchnorm_takes_every_path() {
     for entry in ["stats_finalize", "backward_merge"] {
         expected.extend(want(entry, &["chunks=single", "chunks=multi"]));
     }
-    for entry in ["normalize_train", "backward_dx", "normalize_infer"] {
+    for entry in ["normalize_train", "backward_dx", "normalize_infer", "backward_infer_dx"] {
         expected.extend(want(entry, &["scalar", "grid=1d", "grid=2d"]));
     }
-    for entry in ["normalize_train4", "backward_dx4", "normalize_infer4"] {
+    for entry in ["normalize_train4", "backward_dx4", "normalize_infer4", "backward_infer_dx4"] {
         expected.extend(want(entry, &["vec4", "grid=1d"]));
     }
-    let gpu_only: Vec<_> = ["normalize_train4", "backward_dx4", "normalize_infer4"].iter().flat_map(|e| want(e, &["grid=2d"])).collect();
+    let gpu_only: Vec<_> = ["normalize_train4", "backward_dx4", "normalize_infer4", "backward_infer_dx4"].iter().flat_map(|e| want(e, &["grid=2d"])).collect();
     assert_paths_cover("batchnorm", &take_paths(), &expected, &gpu_only);
 }
 
