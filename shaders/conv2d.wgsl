@@ -27,6 +27,12 @@
 // Split K: workgroup `split` sums k in [split * k_chunk, (split + 1) * k_chunk) and writes
 // its partial C at c[split * M * N ..]; `reduce_splits` adds the partials (and the bias).
 //
+// Grouped convolutions (GROUPED): p.groups products of M x N on one grid, product j over the
+// j-th slice of each operand (a_off, b_off, c_off: see `enter_group`), the slices' rows
+// a_ld, b_ld, c_ld elements apart. Its split partials are [splits, groups, M, N].
+// Dilated convolutions (DIL_H, DIL_W): the gathers' tap offsets are multiplied by the
+// dilation; stride is then 1 (the host refuses both), so no phase product is dilated.
+//
 // Every operand is bound as array<vec4<f32>>: a quad is one 16-byte load where the layout
 // allows (flags), and a scalar is `buf[i / 4][i % 4]` elsewhere. The host rounds binding
 // sizes up to 16 bytes; every index is guarded against the real sizes below.
@@ -74,7 +80,17 @@ struct Params {
     // 0x7f800000, f32's infinity: ROUND_F16's overflow, as a runtime value (a constant
     // infinity is an error in WGSL)
     inf_bits: u32,
+    // GROUPED: the number of products, and per operand the elements between rows (pixels)
+    // and between the slices of consecutive groups
+    groups: u32,
+    a_ld: u32,
+    a_step: u32,
+    b_ld: u32,
+    b_step: u32,
+    c_ld: u32,
+    c_step: u32,
     _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -102,6 +118,11 @@ override A_QUADS: bool = false;
 // (PHASE_ROWS); pipeline constants so that no other product carries their arithmetic.
 override PHASE_TAPS: bool = false;
 override PHASE_ROWS: bool = false;
+// A grouped convolution (see the top); pipeline constants like the phase ones.
+override GROUPED: bool = false;
+// A dilated convolution's tap spacing along height and width (1: adjacent taps).
+override DIL_H: u32 = 1u;
+override DIL_W: u32 = 1u;
 // The mixed_float16 policy where the tensor-core kernel cannot run: each operand is rounded
 // to f16 on its way into workgroup memory, so the product sees the numbers the tensor cores
 // would (f16 operands, f32 accumulation), computed on the f32 units.
@@ -138,15 +159,37 @@ fn flag(bit: u32) -> bool {
     return (p.flags & (1u << bit)) != 0u;
 }
 
-// Element index in x of x[n, oh * s - pt + i, ow * s - pl + j, c], or NONE in the padding.
-// Rows above the image wrap around to huge u32 values and fail the `< in_h` test.
+// GROUPED: where this workgroup's group starts in A (its image's channels or its matrix's
+// columns), in B (its columns, or its blocks' k) and in C (its columns), in elements.
+var<private> a_off: u32;
+var<private> b_off: u32;
+var<private> c_off: u32;
+
+fn enter_group(group: u32) {
+    a_off = group * p.a_step;
+    b_off = group * p.b_step;
+    c_off = group * p.c_step;
+}
+
+// Element index of channel `ch` of pixel `pix` of A's image (x, or dy in the input gradient)
+// whose pixels hold `depth` channels; in a grouped product, of the group's slice of a wider
+// image.
+fn image_index(pix: u32, ch: u32, depth: u32) -> u32 {
+    if (GROUPED) {
+        return pix * p.a_ld + a_off + ch;
+    }
+    return pix * depth + ch;
+}
+
+// Element index in x of x[n, oh * s - pt + i * dh, ow * s - pl + j * dw, c], or NONE in the
+// padding. Rows above the image wrap around to huge u32 values and fail the `< in_h` test.
 fn x_index(n: u32, oh: u32, ow: u32, i: u32, j: u32, ch: u32) -> u32 {
-    let ih = oh * p.stride_h + i - p.pad_top;
-    let iw = ow * p.stride_w + j - p.pad_left;
+    let ih = oh * p.stride_h + i * DIL_H - p.pad_top;
+    let iw = ow * p.stride_w + j * DIL_W - p.pad_left;
     if (ih >= p.in_h || iw >= p.in_w) {
         return NONE;
     }
-    return ((n * p.in_h + ih) * p.in_w + iw) * p.in_c + ch;
+    return image_index((n * p.in_h + ih) * p.in_w + iw, ch, p.in_c);
 }
 
 // Element index in a of A[m, k], or NONE where A is zero (outside A, or padding).
@@ -156,9 +199,15 @@ fn a_index(m: u32, k: u32) -> u32 {
     }
     switch A_KIND {
         case A_ROWS: {
+            if (GROUPED) {
+                return m * p.a_ld + a_off + k;
+            }
             return m * p.k + k;
         }
         case A_COLS: {
+            if (GROUPED) {
+                return k * p.a_ld + a_off + m;
+            }
             return k * p.m + m;
         }
         case A_IM2COL: {
@@ -184,8 +233,8 @@ fn a_index(m: u32, k: u32) -> u32 {
             let ih = t % p.in_h;
             let f = k % p.filters;
             let ij = k / p.filters;
-            let i = ij / p.kw;
-            let j = ij % p.kw;
+            let i = (ij / p.kw) * DIL_H;
+            let j = (ij % p.kw) * DIL_W;
             let th = ih + p.pad_top;
             let tw = iw + p.pad_left;
             if (th < i || tw < j) {
@@ -196,7 +245,7 @@ fn a_index(m: u32, k: u32) -> u32 {
             if (oh * p.stride_h != th - i || ow * p.stride_w != tw - j || oh >= p.out_h || ow >= p.out_w) {
                 return NONE;
             }
-            return (((t / p.in_h) * p.out_h + oh) * p.out_w + ow) * p.filters + f;
+            return image_index(((t / p.in_h) * p.out_h + oh) * p.out_w + ow, f, p.filters);
         }
     }
 }
@@ -206,11 +255,17 @@ fn b_index(k: u32, n: u32) -> u32 {
         return NONE;
     }
     if (B_KIND == B_ROWS) {
+        if (GROUPED) {
+            return k * p.b_ld + b_off + n;
+        }
         return k * p.n + n;
     }
     var block = k / p.kb;
     if (PHASE_TAPS) {
         block = phase_tap_block(block);
+    }
+    if (GROUPED) {
+        return (block * p.n + n) * p.b_ld + b_off + k % p.kb;
     }
     return (block * p.n + n) * p.kb + k % p.kb;
 }
@@ -441,12 +496,12 @@ fn init_conv_loads(m0: u32, k_begin: u32, lid: u32) {
 // x[n, oh * sh - pt + i, ow * sw - pl + j, c] for IM2COL_T's (n, oh, ow) and tap
 // (c, i, j, valid); zero in the padding.
 fn x_at_tap(nc: vec3<u32>, tap: vec4<u32>) -> f32 {
-    let ih = i32(nc.y * p.stride_h + tap.y) - i32(p.pad_top);
-    let iw = i32(nc.z * p.stride_w + tap.z) - i32(p.pad_left);
+    let ih = i32(nc.y * p.stride_h + tap.y * DIL_H) - i32(p.pad_top);
+    let iw = i32(nc.z * p.stride_w + tap.z * DIL_W) - i32(p.pad_left);
     if (tap.w == 0u || ih < 0 || ih >= i32(p.in_h) || iw < 0 || iw >= i32(p.in_w)) {
         return 0.0;
     }
-    let i = ((nc.x * p.in_h + u32(ih)) * p.in_w + u32(iw)) * p.in_c + tap.x;
+    let i = image_index((nc.x * p.in_h + u32(ih)) * p.in_w + u32(iw), tap.x, p.in_c);
     return a[i / 4u][i % 4u];
 }
 
@@ -457,7 +512,7 @@ fn fetch_im2col_scalar(k: u32) {
     for (var e = 0u; e < 4u; e++) {
         let ke = k + e;
         let ij = ke / p.in_c;
-        tap[e] = vec3<i32>(i32(ij / p.kw), i32(ij % p.kw), select(-1, i32(ke % p.in_c), ke < p.k));
+        tap[e] = vec3<i32>(i32((ij / p.kw) * DIL_H), i32((ij % p.kw) * DIL_W), select(-1, i32(ke % p.in_c), ke < p.k));
     }
     for (var s = 0u; s < A_SLOTS; s++) {
         let r = rows[s];
@@ -467,7 +522,7 @@ fn fetch_im2col_scalar(k: u32) {
             let ih = r.y + t.x;
             let iw = r.z + t.y;
             if (r.w != 0 && t.z >= 0 && ih >= 0 && ih < i32(p.in_h) && iw >= 0 && iw < i32(p.in_w)) {
-                let i = (u32(r.x + ih) * p.in_w + u32(iw)) * p.in_c + u32(t.z);
+                let i = image_index(u32(r.x + ih) * p.in_w + u32(iw), u32(t.z), p.in_c);
                 v[e] = a[i / 4u][i % 4u];
             }
         }
@@ -484,10 +539,10 @@ fn fetch_a_conv(k0: u32, lid: u32) {
             if (k0 + kk < p.k) {
                 if (A_QUADS) {
                     let t = taps[0];
-                    let ih = i32(nc.y * p.stride_h + t.y) - i32(p.pad_top);
-                    let iw = i32(nc.z * p.stride_w + t.z) - i32(p.pad_left);
+                    let ih = i32(nc.y * p.stride_h + t.y * DIL_H) - i32(p.pad_top);
+                    let iw = i32(nc.z * p.stride_w + t.z * DIL_W) - i32(p.pad_left);
                     if (t.w != 0u && ih >= 0 && ih < i32(p.in_h) && iw >= 0 && iw < i32(p.in_w)) {
-                        v = a[(((nc.x * p.in_h + u32(ih)) * p.in_w + u32(iw)) * p.in_c + t.x) / 4u];
+                        v = a[image_index((nc.x * p.in_h + u32(ih)) * p.in_w + u32(iw), t.x, p.in_c) / 4u];
                     }
                 } else {
                     v = vec4<f32>(x_at_tap(nc, taps[0]), x_at_tap(nc, taps[1]), x_at_tap(nc, taps[2]), x_at_tap(nc, taps[3]));
@@ -518,8 +573,8 @@ fn fetch_a_conv(k0: u32, lid: u32) {
     }
     let depth = select(p.filters, p.in_c, A_KIND == A_IM2COL);
     let ch = tap_now.x;
-    let i = i32(tap_now.y);
-    let j = i32(tap_now.z);
+    let i = i32(tap_now.y * DIL_H);
+    let j = i32(tap_now.z * DIL_W);
     // Four integer divisions a step cost the forward and input-gradient products 2-3%
     // (H100, resnet18 224 px).
     var t = tap_now;
@@ -542,7 +597,7 @@ fn fetch_a_conv(k0: u32, lid: u32) {
                 let ih = r.y + i;
                 let iw = r.z + j;
                 if (ih >= 0 && ih < i32(p.in_h) && iw >= 0 && iw < i32(p.in_w)) {
-                    v = a[((u32(r.x + ih) * p.in_w + u32(iw)) * p.in_c + ch) / 4u];
+                    v = a[image_index(u32(r.x + ih) * p.in_w + u32(iw), ch, p.in_c) / 4u];
                 }
             } else {
                 // dx[ih] gathers dy[oh] where oh * s = ih + pt - i: a whole oh only in one
@@ -559,7 +614,7 @@ fn fetch_a_conv(k0: u32, lid: u32) {
                         hit = oh * p.stride_h == u32(th) && ow * p.stride_w == u32(tw);
                     }
                     if (hit && oh < p.out_h && ow < p.out_w) {
-                        v = a[(((u32(r.x) + oh) * p.out_w + ow) * p.filters + ch) / 4u];
+                        v = a[image_index((u32(r.x) + oh) * p.out_w + ow, ch, p.filters) / 4u];
                     }
                 }
             }
@@ -574,16 +629,21 @@ fn bias_at(n: u32) -> f32 {
     return bias[q][r];
 }
 
-// Where C[m, n] is stored: row-major, or in a phase product at its pixel of dx.
+// Where C[m, n] is stored: row-major, or in a phase product at its pixel of dx; in a grouped
+// product, in the group's columns of a wider C.
 fn c_index(m: u32, n: u32) -> u32 {
-    if (!PHASE_ROWS) {
-        return m * p.n + n;
+    var row = m;
+    if (PHASE_ROWS) {
+        let qw = m % p.out_w;
+        let t = m / p.out_w;
+        let ih = (t % p.out_h) * p.step_h + p.dst_ph;
+        let iw = qw * p.step_w + p.dst_pw;
+        row = ((t / p.out_h) * p.dst_h + ih) * p.dst_w + iw;
     }
-    let qw = m % p.out_w;
-    let t = m / p.out_w;
-    let ih = (t % p.out_h) * p.step_h + p.dst_ph;
-    let iw = qw * p.step_w + p.dst_pw;
-    return (((t / p.out_h) * p.dst_h + ih) * p.dst_w + iw) * p.n + n;
+    if (GROUPED) {
+        return row * p.c_ld + c_off + n;
+    }
+    return row * p.n + n;
 }
 
 fn store(base: u32, m: u32, n: u32, v: vec4<f32>) {
@@ -671,19 +731,45 @@ struct Origin {
     split: u32,
     k_begin: u32,
     k_end: u32,
+    group: u32,
 }
 
 fn origin(tile: u32) -> Origin {
     let tn = tile % p.tiles_n;
     let rest = tile / p.tiles_n;
-    let split = rest / p.tiles_m;
+    var split = rest / p.tiles_m;
+    var group = 0u;
+    if (GROUPED) {
+        // groups between the tiles and the splits
+        group = split % p.groups;
+        split = split / p.groups;
+    }
     let k_begin = split * p.k_chunk;
-    return Origin((rest % p.tiles_m) * BM, tn * BN, split, k_begin, min(k_begin + p.k_chunk, p.k));
+    return Origin((rest % p.tiles_m) * BM, tn * BN, split, k_begin, min(k_begin + p.k_chunk, p.k), group);
+}
+
+// Workgroups of the grid that have a tile (the rest of a folded grid leaves at once).
+fn tile_count() -> u32 {
+    if (GROUPED) {
+        return p.tiles_m * p.tiles_n * p.splits * p.groups;
+    }
+    return p.tiles_m * p.tiles_n * p.splits;
+}
+
+// Where split `split`'s partial C starts (0 where there is no split: C itself).
+fn partial_base(split: u32) -> u32 {
+    if (GROUPED) {
+        return split * p.groups * p.m * p.n;
+    }
+    return split * p.m * p.n;
 }
 
 // The first K step's quads into registers (the convolution gathers first decompose what
 // their slots keep for the whole loop).
 fn fetch_first(o: Origin, lid: u32) {
+    if (GROUPED) {
+        enter_group(o.group);
+    }
     if (conv_fast()) {
         init_conv_loads(o.m0, o.k_begin, lid);
         fetch_a_conv(o.k_begin, lid);
@@ -697,7 +783,7 @@ fn fetch_first(o: Origin, lid: u32) {
 fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let tile = wid.x + wid.y * nwg.x;
-    if (tile >= p.tiles_m * p.tiles_n * p.splits) {
+    if (tile >= tile_count()) {
         return; // uniform: the whole workgroup leaves
     }
     let o = origin(tile);
@@ -731,7 +817,7 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     // The row loop must unroll (acc indexed by constants) or acc lives in local memory: with
     // the phase products' row mapping behind a runtime flag in `store` it did not, 2 TFLOP/s
     // on an H200. Spelt out as four-row calls instead of the loop it ran 10-15% slower.
-    let base = o.split * p.m * p.n;
+    let base = partial_base(o.split);
     let n = n0 + tx * 4u;
     if (n >= p.n) {
         return;
@@ -750,7 +836,10 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 fn reduce_splits(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                  @builtin(local_invocation_index) lid: u32) {
     let quad = (wid.x + wid.y * nwg.x) * WG + lid;
-    let len = p.m * p.n;
+    var len = p.m * p.n;
+    if (GROUPED) {
+        len *= p.groups;
+    }
     let i0 = quad * 4u;
     if (i0 >= len) {
         return;
@@ -781,7 +870,13 @@ fn reduce_splits(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
             if (flag(3u)) {
                 v += bias_at(ie % p.n);
             }
-            let ic = c_index(ie / p.n, ie % p.n);
+            var mn = ie;
+            if (GROUPED) {
+                // partial element ie is (group, m, n) of [groups, M, N]
+                enter_group(ie / (p.m * p.n));
+                mn = ie % (p.m * p.n);
+            }
+            let ic = c_index(mn / p.n, mn % p.n);
             let q = ic / 4u;
             let r = ic % 4u;
             c[q][r] = v;

@@ -70,7 +70,7 @@ fn store_b16(lid: u32, base: u32) {
 fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32, @builtin(subgroup_id) sg: u32) {
     let tile = wid.x + wid.y * nwg.x;
-    if (tile >= p.tiles_m * p.tiles_n * p.splits) {
+    if (tile >= tile_count()) {
         return; // uniform: the whole workgroup leaves
     }
     let o = origin(tile);
@@ -148,7 +148,7 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
 
     // Four rounds, one accumulator of every subgroup each: its 16x16 block row-major at
     // c_stage[sg * 256], then two quads per invocation out through `store`.
-    let base = split * p.m * p.n;
+    let base = partial_base(split);
     let stage = sg * 256u;
     for (var round = 0u; round < 4u; round++) {
         switch round {

@@ -150,6 +150,27 @@ fn depthwise_conv_gradients_match_finite_differences() {
     assert!(err < 5e-3, "depthwise with every option: relative error {err:.3e}");
 }
 
+/// Conv2D's groups and dilation_rate (Keras'): ResNeXt's grouped 3x3 with a stride, a
+/// dilated grouped one with an oblong rate, and one of a channel a group (a depthwise
+/// convolution with a multiplier, as a grouped Conv2D), without ReLUs (see the depthwise
+/// test above); with ReLUs the block is checked against the f64 reference
+/// (tests/conv_groups.rs).
+#[test]
+fn grouped_and_dilated_conv_gradients_match_finite_differences() {
+    let mut m = Sequential::new(&[7, 6, 3]);
+    m.add(Conv2D::new(8, 3).padding(Padding::Same).use_bias(false));
+    m.add(BatchNormalization::new());
+    m.add(Conv2D::new(8, 3).strides(2).padding(Padding::Same).groups(4).use_bias(false));
+    m.add(BatchNormalization::new());
+    m.add(Conv2D::new(6, 3).padding(Padding::Same).dilation_rate((2, 1)).groups(2));
+    m.add(Conv2D::new(12, 2).dilation_rate(2).groups(6));
+    m.add(Flatten::new());
+    m.add(Dense::new(4));
+    compile(&mut m, Loss::SparseCategoricalCrossentropy);
+    let err = check(&mut m, 5, 4, 6);
+    assert!(err < 5e-3, "grouped / dilated convolutions: relative error {err:.3e}");
+}
+
 /// The smooth activations, softmax, the per-channel maps, leaky and capped ReLUs (their
 /// kinks are rarely within eps) and global max pooling (its argmax is stable under a small
 /// step), through a residual chain whose ReLU6 must not be fused into the BatchNorm before it.

@@ -17,7 +17,9 @@ use crate::{bail, Result};
 /// One layer as the reference computes it (fused ReLUs folded into BatchNorm / Residual).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Node {
-    /// A 2-D convolution of NHWC input with a `[kh, kw, in, filters]` kernel.
+    /// A 2-D convolution of NHWC input with a `[kh, kw, in / groups, filters]` kernel: filter
+    /// `f` of group `f / (filters / groups)` reads only that group's input channels, taps
+    /// `dilation` apart.
     Conv2D {
         /// Output channels.
         filters: usize,
@@ -29,6 +31,10 @@ pub enum Node {
         padding: Padding,
         /// Whether a bias is added to every output channel.
         use_bias: bool,
+        /// Distance between kernel taps, vertical and horizontal (1: adjacent).
+        dilation: (usize, usize),
+        /// Channel groups convolved separately.
+        groups: usize,
     },
     /// A depthwise convolution of NHWC input with a `[kh, kw, in, depth_multiplier]` kernel:
     /// output channel `c * depth_multiplier + m` is input channel `c` convolved with
@@ -294,6 +300,9 @@ fn node_of(class: &str, cfg: &Value, relu: bool) -> Result<Node> {
             strides: pair_of(class, cfg, "strides")?,
             padding: padding_from_config(cfg.get("padding").unwrap_or(&Value::Null))?,
             use_bias: bool_of(class, cfg, "use_bias")?,
+            // Keras' defaults in a file from before them
+            dilation: if cfg.get("dilation_rate").is_some() { pair_of(class, cfg, "dilation_rate")? } else { (1, 1) },
+            groups: if cfg.get("groups").is_some() { usize_of(class, cfg, "groups")? } else { 1 },
         },
         "DepthwiseConv2D" => Node::DepthwiseConv2D {
             kernel: pair_of(class, cfg, "kernel_size")?,
@@ -438,10 +447,7 @@ fn freeze(node: &mut Node) {
 /// The per-sample output shape of `node` for the per-sample `input` shape.
 pub(crate) fn output_shape(node: &Node, input: &[usize]) -> Result<Vec<usize>> {
     Ok(match node {
-        Node::Conv2D { filters, kernel, strides, padding, .. } => {
-            let [h, w, c] = spatial("Conv2D", input)?;
-            Conv2dGeometry::new(&[1, h, w, c], *filters, *kernel, *strides, *padding)?.output_shape()[1..].to_vec()
-        }
+        Node::Conv2D { .. } => conv_geometry(node, 1, input)?.output_shape()[1..].to_vec(),
         Node::DepthwiseConv2D { .. } => depthwise_geometry(node, 1, input)?.output_shape()[1..].to_vec(),
         Node::Dense { units, .. } => {
             if input.len() != 1 {
@@ -496,6 +502,15 @@ pub(crate) fn spatial(class: &str, input: &[usize]) -> Result<[usize; 3]> {
     }
 }
 
+/// The geometry of a [`Node::Conv2D`] over `batch` samples of the per-sample `input`.
+pub(crate) fn conv_geometry(node: &Node, batch: usize, input: &[usize]) -> Result<Conv2dGeometry> {
+    let Node::Conv2D { filters, kernel, strides, padding, dilation, groups, .. } = node else {
+        bail!(Config, "conv_geometry of a {node:?}");
+    };
+    let [h, w, c] = spatial("Conv2D", input)?;
+    Conv2dGeometry::new_with(&[batch, h, w, c], *filters, *kernel, *strides, *dilation, *groups, *padding)
+}
+
 /// The geometry of a [`Node::DepthwiseConv2D`] over `batch` samples of the per-sample `input`.
 pub(crate) fn depthwise_geometry(node: &Node, batch: usize, input: &[usize]) -> Result<DepthwiseGeometry> {
     let Node::DepthwiseConv2D { kernel, strides, padding, depth_multiplier, dilation, .. } = node else {
@@ -515,9 +530,9 @@ pub(crate) fn pool_geometry(batch: usize, input: &[usize], pool: (usize, usize),
 /// then its shortcut's, as `Residual::walk` does.
 pub(crate) fn tensor_shapes(node: &Node, input: &[usize], params: bool, out: &mut Vec<Vec<usize>>) -> Result<()> {
     match node {
-        Node::Conv2D { filters, kernel, use_bias, .. } if params => {
+        Node::Conv2D { filters, kernel, use_bias, groups, .. } if params => {
             let c = spatial("Conv2D", input)?[2];
-            out.push(vec![kernel.0, kernel.1, c, *filters]);
+            out.push(vec![kernel.0, kernel.1, c / (*groups).max(1), *filters]);
             if *use_bias {
                 out.push(vec![*filters]);
             }

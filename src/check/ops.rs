@@ -139,10 +139,12 @@ fn tapped_by(t: usize, stride: usize, pad: usize, i: usize, out: usize) -> Optio
 }
 
 /// `y = conv(x, w) + bias`: per output pixel, per tap, per input channel, an axpy over the
-/// filters.
+/// filters of the channel's group (all of them in one group). Tap `i` is `i * dilation`
+/// pixels into the window.
 pub(crate) fn conv_forward<A: Arith>(g: &Conv2dGeometry, x: &[f64], w: &[f64], bias: Option<&[f64]>) -> Vec<f64> {
     let (x, w) = (&*operands::<A>(x), &*operands::<A>(w));
     let (c, f) = (g.in_c, g.filters);
+    let (cg, fg) = (g.group_in_c(), g.group_filters());
     let mut y = vec![0.0; g.batch * g.out_h * g.out_w * f];
     y.par_chunks_mut(g.out_w * f).enumerate().for_each(|(row, yrow)| {
         let (b, oh) = (row / g.out_h, row % g.out_h);
@@ -152,13 +154,14 @@ pub(crate) fn conv_forward<A: Arith>(g: &Conv2dGeometry, x: &[f64], w: &[f64], b
                 out.copy_from_slice(bias);
             }
             for i in 0..g.kh {
-                let Some(ih) = tap(oh, g.stride_h, g.pad_top, i, g.in_h) else { continue };
+                let Some(ih) = tap(oh, g.stride_h, g.pad_top, i * g.dilation_h, g.in_h) else { continue };
                 for j in 0..g.kw {
-                    let Some(iw) = tap(ow, g.stride_w, g.pad_left, j, g.in_w) else { continue };
+                    let Some(iw) = tap(ow, g.stride_w, g.pad_left, j * g.dilation_w, g.in_w) else { continue };
                     let xs = &x[((b * g.in_h + ih) * g.in_w + iw) * c..][..c];
-                    let ws = &w[(i * g.kw + j) * c * f..][..c * f];
+                    let ws = &w[(i * g.kw + j) * cg * f..][..cg * f];
                     for (ci, &xv) in xs.iter().enumerate() {
-                        axpy::<A>(out, xv, &ws[ci * f..(ci + 1) * f]);
+                        let (grp, cl) = (ci / cg, ci % cg);
+                        axpy::<A>(&mut out[grp * fg..(grp + 1) * fg], xv, &ws[cl * f + grp * fg..][..fg]);
                     }
                 }
             }
@@ -167,11 +170,11 @@ pub(crate) fn conv_forward<A: Arith>(g: &Conv2dGeometry, x: &[f64], w: &[f64], b
     y
 }
 
-/// The kernel transposed per tap to `[kh, kw, filters, in]`, so the input gradient is an
-/// axpy over input channels instead of a dot over filters (a dot does not vectorise
+/// The kernel transposed per tap to `[kh, kw, filters, in / groups]`, so the input gradient
+/// is an axpy over input channels instead of a dot over filters (a dot does not vectorise
 /// without reassociating its sum).
 fn transpose_taps(g: &Conv2dGeometry, w: &[f64]) -> Vec<f64> {
-    let (c, f) = (g.in_c, g.filters);
+    let (c, f) = (g.group_in_c(), g.filters);
     let mut t = vec![0.0; w.len()];
     for tap in 0..g.kh * g.kw {
         for ci in 0..c {
@@ -188,6 +191,7 @@ fn transpose_taps(g: &Conv2dGeometry, w: &[f64]) -> Vec<f64> {
 pub(crate) fn conv_input_grad<A: Arith>(g: &Conv2dGeometry, dy: &[f64], w: &[f64]) -> Vec<f64> {
     let (dy, w) = (&*operands::<A>(dy), &*operands::<A>(w));
     let (c, f) = (g.in_c, g.filters);
+    let (cg, fg) = (g.group_in_c(), g.group_filters());
     let wt = transpose_taps(g, w);
     let mut dx = vec![0.0; g.batch * g.in_h * g.in_w * c];
     dx.par_chunks_mut(g.in_w * c).enumerate().for_each(|(row, dxrow)| {
@@ -195,13 +199,14 @@ pub(crate) fn conv_input_grad<A: Arith>(g: &Conv2dGeometry, dy: &[f64], w: &[f64
         for iw in 0..g.in_w {
             let out = &mut dxrow[iw * c..(iw + 1) * c];
             for i in 0..g.kh {
-                let Some(oh) = tapped_by(ih, g.stride_h, g.pad_top, i, g.out_h) else { continue };
+                let Some(oh) = tapped_by(ih, g.stride_h, g.pad_top, i * g.dilation_h, g.out_h) else { continue };
                 for j in 0..g.kw {
-                    let Some(ow) = tapped_by(iw, g.stride_w, g.pad_left, j, g.out_w) else { continue };
+                    let Some(ow) = tapped_by(iw, g.stride_w, g.pad_left, j * g.dilation_w, g.out_w) else { continue };
                     let dys = &dy[((b * g.out_h + oh) * g.out_w + ow) * f..][..f];
-                    let ws = &wt[(i * g.kw + j) * f * c..][..f * c];
+                    let ws = &wt[(i * g.kw + j) * f * cg..][..f * cg];
                     for (fi, &d) in dys.iter().enumerate() {
-                        axpy::<A>(out, d, &ws[fi * c..(fi + 1) * c]);
+                        let grp = fi / fg;
+                        axpy::<A>(&mut out[grp * cg..(grp + 1) * cg], d, &ws[fi * cg..(fi + 1) * cg]);
                     }
                 }
             }
@@ -215,7 +220,8 @@ pub(crate) fn conv_input_grad<A: Arith>(g: &Conv2dGeometry, dy: &[f64], w: &[f64
 pub(crate) fn conv_weight_grad<A: Arith>(g: &Conv2dGeometry, x: &[f64], dy: &[f64]) -> Vec<f64> {
     let (x, dy) = (&*operands::<A>(x), &*operands::<A>(dy));
     let (c, f) = (g.in_c, g.filters);
-    let n = g.kh * g.kw * c * f;
+    let (cg, fg) = (g.group_in_c(), g.group_filters());
+    let n = g.kh * g.kw * cg * f;
     let rows = g.batch * g.out_h;
     let chunk = chunk_len(rows);
     (0..rows.div_ceil(chunk))
@@ -227,13 +233,14 @@ pub(crate) fn conv_weight_grad<A: Arith>(g: &Conv2dGeometry, x: &[f64], dy: &[f6
                 for ow in 0..g.out_w {
                     let dys = &dy[((b * g.out_h + oh) * g.out_w + ow) * f..][..f];
                     for i in 0..g.kh {
-                        let Some(ih) = tap(oh, g.stride_h, g.pad_top, i, g.in_h) else { continue };
+                        let Some(ih) = tap(oh, g.stride_h, g.pad_top, i * g.dilation_h, g.in_h) else { continue };
                         for j in 0..g.kw {
-                            let Some(iw) = tap(ow, g.stride_w, g.pad_left, j, g.in_w) else { continue };
+                            let Some(iw) = tap(ow, g.stride_w, g.pad_left, j * g.dilation_w, g.in_w) else { continue };
                             let xs = &x[((b * g.in_h + ih) * g.in_w + iw) * c..][..c];
-                            let dws = &mut dw[(i * g.kw + j) * c * f..][..c * f];
+                            let dws = &mut dw[(i * g.kw + j) * cg * f..][..cg * f];
                             for (ci, &xv) in xs.iter().enumerate() {
-                                axpy::<A>(&mut dws[ci * f..(ci + 1) * f], xv, dys);
+                                let (grp, cl) = (ci / cg, ci % cg);
+                                axpy::<A>(&mut dws[cl * f + grp * fg..][..fg], xv, &dys[grp * fg..(grp + 1) * fg]);
                             }
                         }
                     }

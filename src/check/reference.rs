@@ -4,7 +4,7 @@ use rayon::prelude::*;
 
 use super::decisions::{check_structure, Decision};
 use super::activation;
-use super::net::{depthwise_geometry, pool_geometry, spatial, Act, AxisKind, Net, Node};
+use super::net::{conv_geometry, depthwise_geometry, pool_geometry, spatial, Act, AxisKind, Net, Node};
 use crate::kernels::augment::FillMode;
 use super::ops::{self, Arith, Exact, Mixed, F32};
 use crate::kernels::conv2d::Conv2dGeometry;
@@ -389,8 +389,8 @@ fn forward_node<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, 
     let none = || own.then_some(Decision::None);
     let batch = x.shape[0];
     Ok(match node {
-        Node::Conv2D { filters, kernel, strides, padding, use_bias } => {
-            let geom = Conv2dGeometry::new(&x.shape, *filters, *kernel, *strides, *padding)?;
+        Node::Conv2D { use_bias, .. } => {
+            let geom = conv_geometry(node, batch, &x.shape[1..])?;
             let p = cx.take_params(1 + *use_bias as usize);
             let y = ops::conv_forward::<A>(&geom, &x.data, &w[p], use_bias.then(|| &w[p + 1][..]));
             (T { shape: geom.output_shape(), data: y }, Rec::Conv { x, geom, p, bias: *use_bias }, none())

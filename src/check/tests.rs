@@ -397,6 +397,84 @@ fn convolution_forward_matches_its_definition() {
 }
 
 #[test]
+fn grouped_and_dilated_convolution_forward_matches_its_definition() {
+    // (filters, groups, kernel, dilation, padding, explicit (top, left) for the definition)
+    let cases = [
+        (6, 2, (3, 3), (1, 1), Padding::Same, (1, 1)),
+        (4, 4, (2, 3), (2, 1), Padding::Valid, (0, 0)),
+        (8, 2, (3, 2), (2, 3), Padding::Same, (2, 1)),
+        (4, 1, (3, 3), (3, 2), Padding::Explicit(1, 2), (1, 2)),
+    ];
+    let (c, h, wd) = (4, 7, 8);
+    for (filters, groups, kernel, dilation, padding, (pt, pl)) in cases {
+        let mut conv = Conv2D::new(filters, 1).padding(padding).groups(groups).dilation_rate(dilation);
+        conv.kernel_size = kernel;
+        let (net, layout, params, states) = probe(conv, &[h, wd, c]);
+        assert_eq!(layout.params[0].spec.shape, vec![kernel.0, kernel.1, c / groups, filters]);
+        let (images, _) = batch(&net, 2, 8);
+        let logits = predict(&net, &layout, &params, &states, &images).unwrap();
+        let x = pixels(&net, &images);
+        let (w, bias) = (&params[layout.params[0].offset..], &params[layout.params[1].offset..]);
+        let (out_h, out_w) = (layout.shapes[0][0], layout.shapes[0][1]);
+        let (cg, fg) = (c / groups, filters / groups);
+        let mut expected = Vec::new();
+        for b in 0..2 {
+            for oh in 0..out_h {
+                for ow in 0..out_w {
+                    for f in 0..filters {
+                        let mut s = bias[f];
+                        for i in 0..kernel.0 {
+                            for j in 0..kernel.1 {
+                                let (y, xc) = ((oh + i * dilation.0) as isize - pt, (ow + j * dilation.1) as isize - pl);
+                                if (0..h as isize).contains(&y) && (0..wd as isize).contains(&xc) {
+                                    // filter f's group reads its own cg input channels
+                                    for cl in 0..cg {
+                                        let ci = (f / fg) * cg + cl;
+                                        s += x[((b * h + y as usize) * wd + xc as usize) * c + ci] * w[((i * kernel.1 + j) * cg + cl) * filters + f];
+                                    }
+                                }
+                            }
+                        }
+                        expected.push(s);
+                    }
+                }
+            }
+        }
+        let case = format!("{filters} filters, {groups} groups, {kernel:?} at {dilation:?}, {padding:?}");
+        assert_eq!(logits.len(), expected.len(), "{case}");
+        for (a, e) in logits.iter().zip(&expected) {
+            assert!((a - e).abs() < 1e-12, "{case}: {a} vs {e}");
+        }
+    }
+}
+
+/// Grouped and dilated convolutions between BatchNorms (ResNeXt's grouped 3x3 with a
+/// stride, a dilated one, one of a channel a group), through the reference's backward.
+#[test]
+fn grouped_and_dilated_gradients_match_central_differences() {
+    let mut m = Sequential::new(&[7, 8, 2]);
+    m.add(Conv2D::new(8, 3).padding(Padding::Same).use_bias(false));
+    m.add(BatchNormalization::new());
+    m.add(ReLU::new());
+    m.add(Conv2D::new(8, 3).strides(2).padding(Padding::Same).groups(4).use_bias(false));
+    m.add(BatchNormalization::new());
+    m.add(Conv2D::new(6, 3).padding(Padding::Same).dilation_rate((2, 1)).groups(2));
+    m.add(Conv2D::new(6, 2).dilation_rate(2).groups(6));
+    m.add(GlobalAveragePooling2D::new());
+    m.add(Dense::new(3));
+    let (net, layout) = prepare(&mut m, Loss::SparseCategoricalCrossentropy);
+    assert!(matches!(net.nodes[2], Node::Conv2D { strides: (2, 2), dilation: (1, 1), groups: 4, .. }));
+    assert!(matches!(net.nodes[4], Node::Conv2D { dilation: (2, 1), groups: 2, use_bias: true, .. }));
+    assert!(matches!(net.nodes[5], Node::Conv2D { dilation: (2, 2), groups: 6, .. }));
+    assert_eq!(net.param_shapes().unwrap(), layout.params.iter().map(|e| e.spec.shape.clone()).collect::<Vec<_>>());
+    let (params, states) = weights(&layout, 11);
+    let (images, labels) = batch(&net, 3, 12);
+    let decisions = own_decisions(&net, &layout, &params, &states, &images).unwrap();
+    let worst = gradcheck(&net, &layout, &params, &states, &images, &labels, &decisions, 13);
+    eprintln!("grouped / dilated net: worst relative error {worst:e}");
+}
+
+#[test]
 fn pooling_forward_matches_keras() {
     // 3x3 input, 2x2 windows, stride 2, "same": the padding goes to the bottom and right,
     // and the means divide by the input positions only (4, 2, 2, 1).

@@ -10,8 +10,14 @@
 //!
 //! 1x1 kernels at stride 1 without padding skip the image arithmetic: x is already the
 //! `[N*H*W, C]` matrix.
+//!
+//! Keras' `groups` and `dilation_rate` ride on the same products. A grouped convolution is
+//! `groups` products on one grid, each over its group's slice of the channels (see
+//! `gemm::Groups`); dilation multiplies the tap offsets of the gathers (the shader's `DIL_H`,
+//! `DIL_W`). As in Keras, dilation comes only with stride 1, so the input gradient of a
+//! dilated convolution is one unit-stride product and the phase products never see it.
 
-use super::gemm::{self, ALoad, BLoad, Gemm, GemmOptions, Phase};
+use super::gemm::{self, ALoad, BLoad, Gemm, GemmOptions, Groups, Phase};
 use super::{expect_shape, Dispatch};
 use crate::{bail, Device, Result, Tensor};
 
@@ -56,6 +62,14 @@ pub struct Conv2dGeometry {
     pub out_h: usize,
     /// Output width.
     pub out_w: usize,
+    /// Keras' `dilation_rate` along the height: tap `i` reads the input row `i * dilation_h`
+    /// below the window's first (1: adjacent taps).
+    pub dilation_h: usize,
+    /// The same along the width.
+    pub dilation_w: usize,
+    /// Keras' `groups`: filters `[j * F / g, (j + 1) * F / g)` read only the input channels
+    /// `[j * C / g, (j + 1) * C / g)`.
+    pub groups: usize,
 }
 
 /// Output length and leading padding along one axis (the depthwise convolution's too, with
@@ -80,8 +94,16 @@ pub(crate) fn axis(what: &str, input: usize, k: usize, s: usize, padding: Paddin
 
 impl Conv2dGeometry {
     /// Resolves the geometry of a convolution of an NHWC input of `input_shape` with
-    /// `filters` kernels of `kernel = (kh, kw)`.
+    /// `filters` kernels of `kernel = (kh, kw)` (no dilation, one group).
     pub fn new(input_shape: &[usize], filters: usize, kernel: (usize, usize), strides: (usize, usize), padding: Padding) -> Result<Self> {
+        Self::new_with(input_shape, filters, kernel, strides, (1, 1), 1, padding)
+    }
+
+    /// [`Conv2dGeometry::new`] with Keras' `dilation_rate` and `groups`. As in Keras, a
+    /// stride above 1 cannot come with a dilation above 1, and `groups` must divide both the
+    /// input channels and `filters`. "same" pads for the dilated kernel's extent
+    /// `(k - 1) * d + 1`, as TensorFlow does.
+    pub fn new_with(input_shape: &[usize], filters: usize, kernel: (usize, usize), strides: (usize, usize), dilation: (usize, usize), groups: usize, padding: Padding) -> Result<Self> {
         let &[batch, in_h, in_w, in_c] = input_shape else {
             bail!(Shape, "conv2d expects an NHWC input [batch, height, width, channels], got {input_shape:?}");
         };
@@ -94,12 +116,33 @@ impl Conv2dGeometry {
         if strides.0 == 0 || strides.1 == 0 {
             bail!(Config, "conv2d: strides {strides:?} must be positive");
         }
+        if dilation.0 == 0 || dilation.1 == 0 {
+            bail!(Config, "conv2d: dilation_rate {dilation:?} must be positive");
+        }
+        if (strides.0 > 1 || strides.1 > 1) && (dilation.0 > 1 || dilation.1 > 1) {
+            bail!(Config, "conv2d: strides {strides:?} with dilation_rate {dilation:?}: as in Keras, any stride != 1 is incompatible with any dilation_rate != 1");
+        }
+        if groups == 0 || !in_c.is_multiple_of(groups) || !filters.is_multiple_of(groups) {
+            bail!(Config, "conv2d: groups {groups} must divide both the input channels ({in_c}) and filters ({filters})");
+        }
         let (ph, pw) = match padding {
             Padding::Explicit(ph, pw) => (ph, pw),
             _ => (0, 0),
         };
-        let (out_h, pad_top) = axis("height", in_h, kernel.0, strides.0, padding, ph)?;
-        let (out_w, pad_left) = axis("width", in_w, kernel.1, strides.1, padding, pw)?;
+        // The window a dilated kernel spans, which every output-size rule uses.
+        let extent = ((kernel.0 - 1).saturating_mul(dilation.0).saturating_add(1), (kernel.1 - 1).saturating_mul(dilation.1).saturating_add(1));
+        if extent.0.max(extent.1) >= 1 << 30 {
+            bail!(Shape, "conv2d: kernel {kernel:?} at dilation_rate {dilation:?} spans {extent:?} pixels, too many (the limit is {})", 1 << 30);
+        }
+        if padding != Padding::Same {
+            for (what, size, pad, k, d, e) in [("height", in_h, ph, kernel.0, dilation.0, extent.0), ("width", in_w, pw, kernel.1, dilation.1, extent.1)] {
+                if d > 1 && size + 2 * pad < e {
+                    bail!(Shape, "conv2d: input {what} {size} with padding {pad} is smaller than the kernel's extent {e} ({k} taps at dilation {d}): the output would be empty");
+                }
+            }
+        }
+        let (out_h, pad_top) = axis("height", in_h, extent.0, strides.0, padding, ph)?;
+        let (out_w, pad_left) = axis("width", in_w, extent.1, strides.1, padding, pw)?;
         Ok(Conv2dGeometry {
             batch,
             in_h,
@@ -114,6 +157,9 @@ impl Conv2dGeometry {
             pad_left,
             out_h,
             out_w,
+            dilation_h: dilation.0,
+            dilation_w: dilation.1,
+            groups,
         })
     }
 
@@ -125,16 +171,24 @@ impl Conv2dGeometry {
     pub fn output_shape(&self) -> Vec<usize> {
         vec![self.batch, self.out_h, self.out_w, self.filters]
     }
-    /// `[kh, kw, in_c, filters]`, Keras' kernel layout.
+    /// `[kh, kw, in_c / groups, filters]`, Keras' kernel layout.
     pub fn kernel_shape(&self) -> Vec<usize> {
-        vec![self.kh, self.kw, self.in_c, self.filters]
+        vec![self.kh, self.kw, self.group_in_c(), self.filters]
+    }
+    /// Input channels one group reads.
+    pub fn group_in_c(&self) -> usize {
+        self.in_c / self.groups
+    }
+    /// Filters of one group.
+    pub fn group_filters(&self) -> usize {
+        self.filters / self.groups
     }
 
     /// Multiply-adds of the forward pass, counted as 2 flops each: the useful work of each
     /// of the three passes (the input gradient's GEMM at stride > 1 multiplies more zeros,
     /// which the profile does not count).
     pub fn flops(&self) -> u64 {
-        2 * (self.batch * self.out_h * self.out_w) as u64 * self.filters as u64 * (self.kh * self.kw * self.in_c) as u64
+        2 * (self.batch * self.out_h * self.out_w) as u64 * self.filters as u64 * (self.kh * self.kw * self.group_in_c()) as u64
     }
 
     /// A 1x1 kernel at stride 1 without padding: the image is already the GEMM's matrix.
@@ -150,11 +204,12 @@ impl Conv2dGeometry {
     }
 }
 
-/// `y[n, oh, ow, f] = sum_{i, j, c} x[n, oh*sh - pt + i, ow*sw - pl + j, c] * w[i, j, c, f]`,
-/// zero outside the image.
+/// `y[n, oh, ow, f] = sum_{i, j, c} x[n, oh*sh - pt + i*dh, ow*sw - pl + j*dw, c] * w[i, j, c, f]`,
+/// zero outside the image; in a grouped convolution c runs over the input channels of f's
+/// group (and indexes w from the group's first).
 ///
 /// # Shapes
-/// x `[batch, in_h, in_w, in_c]`, w `[kh, kw, in_c, filters]`, y `[batch, out_h, out_w, filters]`.
+/// x `[batch, in_h, in_w, in_c]`, w `[kh, kw, in_c / groups, filters]`, y `[batch, out_h, out_w, filters]`.
 pub fn forward(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tensor, y: &Tensor) -> Result<Vec<Dispatch>> {
     forward_with(device, geom, x, w, y, &GemmOptions::default())
 }
@@ -166,15 +221,18 @@ pub fn forward_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tens
     expect_shape(K, "kernel", w, &geom.kernel_shape())?;
     expect_shape(K, "y", y, &geom.output_shape())?;
     let a_load = if geom.is_pointwise() { ALoad::Rows } else { ALoad::Im2col };
+    let (c, f) = (geom.group_in_c(), geom.group_filters());
     let g = Gemm {
         label: K,
         m: geom.out_pixels(),
-        n: geom.filters,
-        k: geom.kh * geom.kw * geom.in_c,
+        n: f,
+        k: geom.kh * geom.kw * c,
         a_load,
         b_load: BLoad::Rows,
         conv: Some(geom),
         phase: None,
+        // x's channels and y's and w's columns, a group's slice of each.
+        groups: Groups::of(geom, (geom.in_c, c), (geom.filters, f), (geom.filters, f)),
         a: x,
         b: w,
         bias: None,
@@ -196,7 +254,7 @@ pub fn forward_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tens
 /// before its pixel, multiply the stuffed zeros in one GEMM instead.
 ///
 /// # Shapes
-/// dy `[batch, out_h, out_w, filters]`, w `[kh, kw, in_c, filters]`, dx `[batch, in_h, in_w, in_c]`.
+/// dy `[batch, out_h, out_w, filters]`, w `[kh, kw, in_c / groups, filters]`, dx `[batch, in_h, in_w, in_c]`.
 pub fn backward_data(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w: &Tensor, dx: &Tensor) -> Result<Vec<Dispatch>> {
     backward_data_with(device, geom, dy, w, dx, &GemmOptions::default())
 }
@@ -211,17 +269,19 @@ pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w
         let work = |(sub, _, taps): &(Conv2dGeometry, Phase, usize)| (sub.out_pixels() * taps) as f64;
         let total: f64 = phases.iter().map(work).sum();
         let mut dispatches = Vec::new();
+        let (c, f) = (geom.group_in_c(), geom.group_filters());
         for product in &phases {
             let (sub, phase, taps) = product;
             let g = Gemm {
                 label: K,
                 m: sub.out_pixels(),
-                n: geom.in_c,
-                k: taps * geom.filters,
+                n: c,
+                k: taps * f,
                 a_load: ALoad::Im2col,
-                b_load: BLoad::BlockedT(geom.filters),
+                b_load: BLoad::BlockedT(f),
                 conv: Some(sub),
                 phase: Some(*phase),
+                groups: data_groups(geom),
                 a: dy,
                 b: w,
                 bias: None,
@@ -234,16 +294,18 @@ pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w
         return Ok(dispatches);
     }
     let a_load = if geom.is_pointwise() { ALoad::Rows } else { ALoad::DyStuffed };
+    let (c, f) = (geom.group_in_c(), geom.group_filters());
     let g = Gemm {
         label: K,
         m: geom.in_pixels(),
-        n: geom.in_c,
-        k: geom.kh * geom.kw * geom.filters,
+        n: c,
+        k: geom.kh * geom.kw * f,
         a_load,
         // w[i, j] is a [C, F] block: B[(i, j, f), c] reads it transposed.
-        b_load: BLoad::BlockedT(geom.filters),
+        b_load: BLoad::BlockedT(f),
         conv: Some(geom),
         phase: None,
+        groups: data_groups(geom),
         a: dy,
         b: w,
         bias: None,
@@ -251,6 +313,13 @@ pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w
         flops: geom.flops() as f64,
     };
     gemm::launch(device, &g, opts)
+}
+
+/// The groups of an input gradient: dy's channels, w's blocks (k along the filters) and dx's
+/// columns, a group's slice of each.
+fn data_groups(geom: &Conv2dGeometry) -> Option<Groups> {
+    let (c, f) = (geom.group_in_c(), geom.group_filters());
+    Groups::of(geom, (geom.filters, f), (geom.filters, f), (geom.in_c, c))
 }
 
 /// The phase products of a strided input gradient: for each phase (ph, pw), the
@@ -282,6 +351,9 @@ fn phase_products(g: &Conv2dGeometry) -> Option<Vec<(Conv2dGeometry, Phase, usiz
                 pad_left: cols.pad,
                 out_h: rows.pixels,
                 out_w: cols.pixels,
+                dilation_h: 1,
+                dilation_w: 1,
+                groups: g.groups,
             };
             let phase = Phase {
                 tap_i0: rows.first_tap,
@@ -332,7 +404,7 @@ fn phase_axis(input: usize, k: usize, s: usize, pad: usize, phase: usize) -> Opt
 /// summed by a second dispatch.
 ///
 /// # Shapes
-/// x `[batch, in_h, in_w, in_c]`, dy `[batch, out_h, out_w, filters]`, dw `[kh, kw, in_c, filters]`.
+/// x `[batch, in_h, in_w, in_c]`, dy `[batch, out_h, out_w, filters]`, dw `[kh, kw, in_c / groups, filters]`.
 pub fn backward_weights(device: &Device, geom: &Conv2dGeometry, x: &Tensor, dy: &Tensor, dw: &Tensor) -> Result<Vec<Dispatch>> {
     backward_weights_with(device, geom, x, dy, dw, &GemmOptions::default())
 }
@@ -345,15 +417,18 @@ pub fn backward_weights_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor,
     expect_shape(K, "dw", dw, &geom.kernel_shape())?;
     // x seen as [N*H*W, C] is the stored transpose of A[C, N*H*W] in the pointwise case.
     let a_load = if geom.is_pointwise() { ALoad::Cols } else { ALoad::Im2colT };
+    let (c, f) = (geom.group_in_c(), geom.group_filters());
     let g = Gemm {
         label: K,
-        m: geom.kh * geom.kw * geom.in_c,
-        n: geom.filters,
+        m: geom.kh * geom.kw * c,
+        n: f,
         k: geom.out_pixels(),
         a_load,
         b_load: BLoad::Rows,
         conv: Some(geom),
         phase: None,
+        // x's channels, dy's columns and dw's columns, a group's slice of each.
+        groups: Groups::of(geom, (geom.in_c, c), (geom.filters, f), (geom.filters, f)),
         a: x,
         b: dy,
         bias: None,

@@ -57,6 +57,7 @@ fn product(
         b_load: if trans_b { BLoad::BlockedT(k) } else { BLoad::Rows },
         conv: None,
         phase: None,
+        groups: None,
         a,
         b,
         bias,

@@ -71,6 +71,11 @@ impl Tile {
     /// The largest tile that, with K split where K is long, still gives the GPU enough
     /// workgroups; big tiles reuse each loaded value more.
     pub fn choose(m: usize, n: usize, k: usize) -> Tile {
+        Tile::choose_grouped(m, n, k, 1)
+    }
+
+    /// [`Tile::choose`] for `groups` products of `m x n` on one grid.
+    fn choose_grouped(m: usize, n: usize, k: usize, groups: usize) -> Tile {
         if n <= 16 {
             return Tile::M64N16;
         }
@@ -85,8 +90,8 @@ impl Tile {
             &[Tile::M128N64, Tile::M64N64]
         };
         for &t in big {
-            let tiles = t.tiles(m, n);
-            if tiles * choose_splits(t, tiles, m, n, k).0 >= TARGET_WORKGROUPS {
+            let tiles = t.tiles(m, n) * groups;
+            if tiles * choose_splits(t, tiles, m * n * groups, k).0 >= TARGET_WORKGROUPS {
                 return t;
             }
         }
@@ -171,6 +176,9 @@ pub(crate) struct Gemm<'a> {
     pub conv: Option<&'a Conv2dGeometry>,
     /// One phase of the input gradient at stride > 1 (see [`Phase`]).
     pub phase: Option<Phase>,
+    /// A grouped convolution's products, one per group on one grid (see [`Groups`]); `m`,
+    /// `n` and `k` are then one group's.
+    pub groups: Option<Groups>,
     pub a: &'a Tensor,
     pub b: &'a Tensor,
     pub bias: Option<&'a Tensor>,
@@ -199,6 +207,33 @@ pub(crate) struct Phase {
     pub dst_w: usize,
     pub dst_ph: usize,
     pub dst_pw: usize,
+}
+
+/// The products of a grouped convolution, `count` of them on one grid: product `j` reads
+/// its operands and writes C from the `j`-th slice of each. Each operand is a row-major
+/// matrix (or NHWC image) whose rows (pixels) are `ld` elements apart, of which the group's
+/// slice starts `j * step` elements in: A's gathers index channel `ch` of pixel `p` as
+/// `p * ld + j * step + ch`, B (`Rows`) reads `b[k * ld + j * step + n]`, B (`BlockedT`)
+/// `b[(block * N + n) * ld + j * step + k % kb]`, and C is written at `m * ld + j * step + n`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Groups {
+    pub count: usize,
+    /// `(ld, step)` of A, B and C.
+    pub a: (usize, usize),
+    pub b: (usize, usize),
+    pub c: (usize, usize),
+}
+
+impl Groups {
+    /// The groups of `geom`'s products with these `(ld, step)`s, or None for one group (the
+    /// ungrouped pipelines stay as they were).
+    pub fn of(geom: &Conv2dGeometry, a: (usize, usize), b: (usize, usize), c: (usize, usize)) -> Option<Groups> {
+        (geom.groups > 1).then_some(Groups { count: geom.groups, a, b, c })
+    }
+    /// Whether every row and slice of an operand starts on a vec4.
+    fn quads(ld_step: (usize, usize)) -> bool {
+        ld_step.0.is_multiple_of(4) && ld_step.1.is_multiple_of(4)
+    }
 }
 
 #[repr(C)]
@@ -235,7 +270,14 @@ struct Params {
     dst_ph: u32,
     dst_pw: u32,
     inf_bits: u32,
-    _pad: u32,
+    groups: u32,
+    a_ld: u32,
+    a_step: u32,
+    b_ld: u32,
+    b_step: u32,
+    c_ld: u32,
+    c_step: u32,
+    _pad: [u32; 2],
 }
 
 const QUAD_A: u32 = 1;
@@ -258,13 +300,13 @@ const LONG_K: usize = 16 * 1024;
 const BALANCE_WAVES: usize = 4;
 const BALANCE_K: usize = 2048;
 
-/// K splits for a grid of `tiles`: enough workgroups to fill a large GPU, at least 512 k
+/// K splits for a grid of `tiles` over `outputs` elements of C: enough workgroups to fill a large GPU, at least 512 k
 /// per split so the partials stay few. A long K with a small output (a weight gradient)
 /// splits further, down to 256 k, until the GPU holds `TARGET_THREADS` invocations: on
 /// resnet20's first stage (M = 144, N = 16, K = 262,144) 86 splits of 64 invocations ran at
 /// 2.3 TFLOP/s. Returns the count and the rule that chose it, for the path label.
-fn choose_splits(tile: Tile, tiles: usize, m: usize, n: usize, k: usize) -> (usize, &'static str) {
-    let by_space = (MAX_WORKSPACE / (4 * m * n).max(1)).max(1);
+fn choose_splits(tile: Tile, tiles: usize, outputs: usize, k: usize) -> (usize, &'static str) {
+    let by_space = (MAX_WORKSPACE / (4 * outputs).max(1)).max(1);
     // A grid of a few waves leaves the last partly idle: resnet18's last-stage weight
     // gradient (288 tiles of 256 invocations, K = 12,544) ran at 18-20 TFLOP/s, its
     // third-stage ones (72 tiles split 8 ways: 576 workgroups, 2.2 waves of two a compute
@@ -313,8 +355,9 @@ fn conv_params(p: &mut Params, g: &Conv2dGeometry, kernel: &str) -> Result<()> {
     let u = |what, v| u32_of(kernel, what, v);
     p.in_h = u("in_h", g.in_h)?;
     p.in_w = u("in_w", g.in_w)?;
-    p.in_c = u("in_c", g.in_c)?;
-    p.filters = u("filters", g.filters)?;
+    // One group's channels: what the gathers decompose k over.
+    p.in_c = u("in_c", g.group_in_c())?;
+    p.filters = u("filters", g.group_filters())?;
     p.out_h = u("out_h", g.out_h)?;
     p.out_w = u("out_w", g.out_w)?;
     p.kh = u("kh", g.kh)?;
@@ -329,20 +372,26 @@ fn conv_params(p: &mut Params, g: &Conv2dGeometry, kernel: &str) -> Result<()> {
 /// Whether quads along A's contiguous direction are aligned vec4s that are wholly inside
 /// or wholly outside A (and the padding).
 fn a_quads(g: &Gemm) -> bool {
-    let c = g.conv.map_or(0, |c| c.in_c);
-    match g.a_load {
+    let c = g.conv.map_or(0, |c| c.group_in_c());
+    let own = match g.a_load {
         ALoad::Rows => g.k.is_multiple_of(4),
         ALoad::Cols => g.m.is_multiple_of(4),
         ALoad::Im2col | ALoad::Im2colT => c.is_multiple_of(4),
-        ALoad::DyStuffed => g.conv.is_some_and(|c| c.filters % 4 == 0),
-    }
+        ALoad::DyStuffed => g.conv.is_some_and(|c| c.group_filters() % 4 == 0),
+    };
+    own && g.groups.is_none_or(|gr| Groups::quads(gr.a))
 }
 
 fn b_quads(g: &Gemm) -> bool {
-    match g.b_load {
+    let own = match g.b_load {
         BLoad::Rows => g.n.is_multiple_of(4),
         BLoad::BlockedT(kb) => kb % 4 == 0,
-    }
+    };
+    own && g.groups.is_none_or(|gr| Groups::quads(gr.b))
+}
+
+fn c_quads(g: &Gemm) -> bool {
+    g.n.is_multiple_of(4) && g.groups.is_none_or(|gr| Groups::quads(gr.c))
 }
 
 /// Records `g` as one GEMM dispatch, plus a reduction when K is split. `c` is overwritten.
@@ -362,13 +411,17 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     if g.m == 0 || g.n == 0 {
         return Ok(Vec::new());
     }
+    let group_count = g.groups.map_or(1, |gr| gr.count);
+    if g.groups.is_some() && g.bias.is_some() {
+        bail!(Config, "{kernel}: a grouped product takes no bias (the convolution adds its own)");
+    }
     // The cooperative kernel gives each 32-invocation subgroup a 32x32 region: the 128-row
     // tiles have one subgroup per region.
     let coop = opts.mixed && device.has_coop16() && g.n > 16;
     let tile = match opts.tile {
         Some(t) => t,
         None if coop => if g.n > 32 { Tile::M128N64 } else { Tile::M128N32 },
-        None => Tile::choose(g.m, g.n, g.k),
+        None => Tile::choose_grouped(g.m, g.n, g.k, group_count),
     };
     let coop = coop && matches!(tile, Tile::M128N64 | Tile::M128N32);
     let (shader, entry): (&Shader, &'static str) = if coop { (&CONV2D_COOP, "gemm_coop") } else { (&CONV2D, "gemm") };
@@ -379,7 +432,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     let k_steps = g.k.div_ceil(bk).max(1);
     let (want, rule) = match opts.splits {
         Some(s) => (s, "split=forced"),
-        None => choose_splits(tile, tiles_m * tiles_n, g.m, g.n, g.k),
+        None => choose_splits(tile, tiles_m * tiles_n * group_count, g.m * g.n * group_count, g.k),
     };
     let want = want.clamp(1, k_steps);
     // Whole K steps per split; recount so no split is empty.
@@ -400,17 +453,37 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         tiles_n: u32_of(kernel, "column tiles", tiles_n)?,
         splits: splits as u32,
         inf_bits: f32::INFINITY.to_bits(),
+        groups: 1,
         ..Params::default()
     };
-    u32_of(kernel, "M * N * splits", g.m * g.n * splits)?;
+    u32_of(kernel, "M * N * splits * groups", g.m * g.n * splits * group_count)?;
+    let mut constants = tile.constants(g.a_load, g.b_load);
+    let mut conv_token = "";
     if let Some(conv) = g.conv {
         conv_params(&mut p, conv, kernel)?;
+        // Pipeline constants, so that undilated products keep their pipelines.
+        for (name, d) in [("DIL_H", conv.dilation_h), ("DIL_W", conv.dilation_w)] {
+            if d != 1 {
+                constants.push((name, d as f64));
+                conv_token = "dilated";
+            }
+        }
+    }
+    if let Some(gr) = &g.groups {
+        let u = |what, v| u32_of(kernel, what, v);
+        p.groups = u("groups", gr.count)?;
+        (p.a_ld, p.a_step, p.b_ld, p.b_step) = (u("A's row stride", gr.a.0)?, u("A's group step", gr.a.1)?, u("B's row stride", gr.b.0)?, u("B's group step", gr.b.1)?);
+        (p.c_ld, p.c_step) = (u("C's row stride", gr.c.0)?, u("C's group step", gr.c.1)?);
+        // The last group's last element of each operand must be indexable in u32.
+        for (what, (ld, step), rows) in [("A", gr.a, g.m.max(g.k)), ("B", gr.b, g.k.max(g.n)), ("C", gr.c, g.m)] {
+            u32_of(kernel, what, rows.saturating_mul(ld).saturating_add(gr.count.saturating_mul(step)))?;
+        }
+        constants.push(("GROUPED", 1.0));
     }
     if let BLoad::BlockedT(kb) = g.b_load {
         p.kb = u32_of(kernel, "kb", kb)?;
     }
     p.flags |= if a_quads(g) { QUAD_A } else { 0 } | if b_quads(g) { QUAD_B } else { 0 };
-    let mut constants = tile.constants(g.a_load, g.b_load);
     if bk != tile.bk() {
         constants.retain(|(name, _)| *name != "BK");
         constants.push(("BK", bk as f64));
@@ -428,14 +501,15 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         constants.push(("PHASE_TAPS", 1.0));
         phase_token = if g.k == 0 { "phase taps=none".into() } else { "phase".into() };
     }
-    p.flags |= if g.n.is_multiple_of(4) { QUAD_C } else { 0 };
+    p.flags |= if c_quads(g) { QUAD_C } else { 0 };
 
     let bias = g.bias.unwrap_or(g.b); // bound but unread without the BIAS flag
     let flops = g.flops;
-    let groups = grid(device, (tiles_m * tiles_n * splits) as u64)?;
+    let groups = grid(device, (tiles_m * tiles_n * splits * group_count) as u64)?;
     let bias_token = if g.bias.is_some() { "bias" } else { "" };
     let coop_token = if coop { "coop" } else if opts.mixed { "round_f16" } else { "" };
-    let gemm_path = format!("tile={tile:?} a={:?} {b_token} {split_token} {} {phase_token} {coop_token}", g.a_load, quad_tokens(p.flags));
+    let group_token = if g.groups.is_some() { "grouped" } else { "" };
+    let gemm_path = format!("tile={tile:?} a={:?} {b_token} {split_token} {} {phase_token} {coop_token} {group_token} {conv_token}", g.a_load, quad_tokens(p.flags));
     // Whichever dispatch writes c stores a phase product's rows at their dx pixels.
     let rows = g.phase.is_some();
     if splits == 1 {
@@ -458,7 +532,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     // writes it. The bind groups keep the buffer alive as long as the dispatches.
     let workspace = device.wgpu().create_buffer(&wgpu::BufferDescriptor {
         label: Some("gemm split-K partials"),
-        size: ((g.m * g.n * splits) as u64 * 4).div_ceil(16) * 16,
+        size: ((g.m * g.n * splits * group_count) as u64 * 4).div_ceil(16) * 16,
         usage: wgpu::BufferUsages::STORAGE,
         mapped_at_creation: false,
     });
@@ -469,9 +543,22 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         (3, quad_binding(kernel, bias)?),
         (4, partials.clone()),
     ];
-    let gemm = with_uniform(device, shader, entry, &constants, &p, &bindings, groups).named(kernel, flops).tagged(&gemm_path);
+    // The partials of split s and group j are the compact M x N block s * groups + j; the
+    // reduce stores each group's block into C's slice.
+    let mut partial = p;
+    if g.groups.is_some() {
+        (partial.c_ld, partial.c_step) = (p.n, u32_of(kernel, "M * N", g.m * g.n)?);
+    }
+    let gemm = with_uniform(device, shader, entry, &constants, &partial, &bindings, groups).named(kernel, flops).tagged(&gemm_path);
     p.flags |= if g.bias.is_some() { BIAS } else { 0 };
-    let reduce = reduce_dispatch(device, kernel, &p, rows, partials, bias, g.c)?.named(kernel, 0.0).tagged(bias_token);
+    let mut rows_constants = Vec::new();
+    if rows {
+        rows_constants.push(("PHASE_ROWS", 1.0));
+    }
+    if g.groups.is_some() {
+        rows_constants.push(("GROUPED", 1.0));
+    }
+    let reduce = reduce_dispatch(device, kernel, &p, &rows_constants, partials, bias, g.c)?.named(kernel, 0.0).tagged(format!("{bias_token} {group_token}"));
     Ok(vec![gemm, reduce])
 }
 
@@ -490,22 +577,24 @@ fn with_uniform(
     Dispatch::new(device, shader, entry, constants, &all, groups)
 }
 
-/// `c = sum over p.splits partials of M * N` (+ bias when flagged).
+/// `c = sum over p.splits partials of M * N` (+ bias when flagged), for each of p.groups;
+/// `rows` are the constants that say where C's rows go (`PHASE_ROWS`, `GROUPED`).
 fn reduce_dispatch(
     device: &Device,
     kernel: &str,
     p: &Params,
-    phase_rows: bool,
+    rows: &[(&'static str, f64)],
     partials: wgpu::BufferBinding<'_>,
     bias: &Tensor,
     c: &Tensor,
 ) -> Result<Dispatch> {
-    let quads = (p.m as usize * p.n as usize).div_ceil(4);
+    let quads = (p.m as usize * p.n as usize * p.groups.max(1) as usize).div_ceil(4);
     let groups = grid(device, quads.div_ceil(WG as usize) as u64)?;
     let bindings = [(1, partials), (3, quad_binding(kernel, bias)?), (4, quad_binding(kernel, c)?)];
     let quads = if p.flags & QUAD_C != 0 { "quad_c" } else { "scalar_c" };
-    let constants: &[(&str, f64)] = if phase_rows { &[WG_CONST, ("PHASE_ROWS", 1.0)] } else { &[WG_CONST] };
-    Ok(with_uniform(device, &CONV2D, "reduce_splits", constants, p, &bindings, groups).tagged(format!("{quads} splits={}", p.splits)))
+    let mut constants = vec![WG_CONST];
+    constants.extend_from_slice(rows);
+    Ok(with_uniform(device, &CONV2D, "reduce_splits", &constants, p, &bindings, groups).tagged(format!("{quads} splits={}", p.splits)))
 }
 
 /// Rows per chunk of the column sums: long enough to amortise the second pass, short
@@ -551,6 +640,6 @@ pub(crate) fn column_sums(device: &Device, kernel: &str, a: &Tensor, rows: usize
     // The reduction sees the partials as [chunks, 1, cols]; `a` fills the unread bias slot.
     p.m = 1;
     p.flags = if cols.is_multiple_of(4) { QUAD_C } else { 0 };
-    let reduce = reduce_dispatch(device, kernel, &p, false, partials, a, out)?;
+    let reduce = reduce_dispatch(device, kernel, &p, &[], partials, a, out)?;
     Ok(vec![sums, reduce])
 }

@@ -2,14 +2,23 @@
 
 use serde_json::json;
 
-use super::{Graph, Init, Layer, ParamSpec, Saved, Weights};
+use super::{Graph, Init, Layer, Pair, ParamSpec, Saved, Weights};
 use crate::kernels::conv2d::{self, Conv2dGeometry, Padding};
 use crate::kernels::{elementwise, reduce};
 use crate::{bail, Result, Tensor};
 
 #[derive(Debug, Clone)]
-/// A 2-D convolution (Keras' `Conv2D`): `[batch, h, w, in]` input, `[kh, kw, in, filters]` kernel,
-/// optional `[filters]` bias.
+/// A 2-D convolution (Keras' `Conv2D`): `[batch, h, w, in]` input, `[kh, kw, in / groups, filters]`
+/// kernel, optional `[filters]` bias.
+///
+/// ```
+/// use convoy::layers::{Conv2D, Layer, Padding};
+/// // ResNeXt's grouped 3x3 (32 groups of 4 channels), and a dilated 3x3 seeing 5x5
+/// let grouped = Conv2D::new(128, 3).padding(Padding::Same).groups(32).use_bias(false);
+/// assert_eq!(grouped.params(&[56, 56, 128])[0].shape, vec![3, 3, 4, 128]);
+/// let dilated = Conv2D::new(16, 3).dilation_rate(2);
+/// assert_eq!(dilated.output_shape(&[32, 32, 8]).unwrap(), vec![28, 28, 16]);
+/// ```
 pub struct Conv2D {
     /// Output channels.
     pub filters: usize,
@@ -23,11 +32,17 @@ pub struct Conv2D {
     pub use_bias: bool,
     /// `glorot_uniform` (Keras' default) or `he_normal`.
     pub kernel_initializer: &'static str,
+    /// `(dh, dw)`: the taps' spacing along height and width (1: adjacent). Keras allows it
+    /// above 1 only with strides of 1.
+    pub dilation_rate: (usize, usize),
+    /// Filter groups: filters `[j * F / g, (j + 1) * F / g)` see only the input channels
+    /// `[j * C / g, (j + 1) * C / g)`; `g` must divide both.
+    pub groups: usize,
 }
 
 impl Conv2D {
     /// `filters` output channels with a square `kernel_size`, Keras' defaults otherwise:
-    /// stride 1, `valid` padding, a bias, Glorot-uniform kernel.
+    /// stride 1, `valid` padding, no dilation, one group, a bias, Glorot-uniform kernel.
     pub fn new(filters: usize, kernel_size: usize) -> Self {
         Conv2D {
             filters,
@@ -36,7 +51,22 @@ impl Conv2D {
             padding: Padding::Valid,
             use_bias: true,
             kernel_initializer: "glorot_uniform",
+            dilation_rate: (1, 1),
+            groups: 1,
         }
+    }
+    /// `2` or `(dh, dw)`: tap `i` reads the input `i * dh` rows below the window's first.
+    /// Only with strides of 1, as in Keras.
+    pub fn dilation_rate(mut self, d: impl Into<Pair>) -> Self {
+        let Pair(h, w) = d.into();
+        self.dilation_rate = (h, w);
+        self
+    }
+    /// Splits the channels into `g` groups convolved separately (ResNeXt's grouped
+    /// convolution; `g` = input channels = filters is a depthwise one).
+    pub fn groups(mut self, g: usize) -> Self {
+        self.groups = g;
+        self
     }
     /// The same stride vertically and horizontally.
     pub fn strides(mut self, s: usize) -> Self {
@@ -66,7 +96,7 @@ impl Conv2D {
         }
         let mut full = vec![batch];
         full.extend_from_slice(input);
-        Conv2dGeometry::new(&full, self.filters, self.kernel_size, self.strides, self.padding)
+        Conv2dGeometry::new_with(&full, self.filters, self.kernel_size, self.strides, self.dilation_rate, self.groups, self.padding)
     }
 }
 
@@ -82,7 +112,9 @@ impl Layer for Conv2D {
     }
     fn params(&self, input: &[usize]) -> Vec<ParamSpec> {
         let (kh, kw) = self.kernel_size;
-        let cin = input.get(2).copied().unwrap_or(0);
+        // Each filter sees its group's channels (output_shape refuses a group count that does
+        // not divide them before the layout asks).
+        let cin = input.get(2).copied().unwrap_or(0) / self.groups.max(1);
         // Saturating: the layout refuses a kernel this large before it is initialised.
         let fan_in = kh.saturating_mul(kw).saturating_mul(cin);
         let init = match self.kernel_initializer {
@@ -104,6 +136,8 @@ impl Layer for Conv2D {
             "kernel_size": [self.kernel_size.0, self.kernel_size.1],
             "strides": [self.strides.0, self.strides.1],
             "padding": padding_to_config(self.padding),
+            "dilation_rate": [self.dilation_rate.0, self.dilation_rate.1],
+            "groups": self.groups,
             "use_bias": self.use_bias,
             "kernel_initializer": self.kernel_initializer,
         })

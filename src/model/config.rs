@@ -170,6 +170,13 @@ fn builtin(class: &str, c: &Value, depth: usize) -> Result<Option<Box<dyn Layer>
             l.padding = padding_from_config(c.get("padding").unwrap_or(&Value::Null))?;
             l.use_bias = c.get("use_bias").and_then(Value::as_bool).unwrap_or(true);
             l.kernel_initializer = if c.get("kernel_initializer").and_then(Value::as_str) == Some("he_normal") { "he_normal" } else { "glorot_uniform" };
+            // absent (files from before them): Keras' defaults
+            if c.get("dilation_rate").is_some() {
+                l.dilation_rate = pair(class, &c, "dilation_rate")?;
+            }
+            if c.get("groups").is_some() {
+                l.groups = size(class, &c, "groups", MAX_UNITS)?;
+            }
             Box::new(l)
         }
         "DepthwiseConv2D" => {

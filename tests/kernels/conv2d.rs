@@ -6,15 +6,16 @@ use convoy::kernels::gemm::{GemmOptions, Tile};
 
 use crate::common::*;
 
-/// Calls `f(n, oh, ow, i, j, ih, iw)` for every tap that lands inside the image.
+/// Calls `f(n, oh, ow, i, j, ih, iw)` for every tap that lands inside the image (tap `i` of a
+/// dilated kernel `i * dilation` pixels into the window).
 fn taps(g: &Conv2dGeometry, mut f: impl FnMut(usize, usize, usize, usize, usize, usize, usize)) {
     for n in 0..g.batch {
         for oh in 0..g.out_h {
             for ow in 0..g.out_w {
                 for i in 0..g.kh {
                     for j in 0..g.kw {
-                        let ih = (oh * g.stride_h + i) as isize - g.pad_top as isize;
-                        let iw = (ow * g.stride_w + j) as isize - g.pad_left as isize;
+                        let ih = (oh * g.stride_h + i * g.dilation_h) as isize - g.pad_top as isize;
+                        let iw = (ow * g.stride_w + j * g.dilation_w) as isize - g.pad_left as isize;
                         if ih >= 0 && iw >= 0 && (ih as usize) < g.in_h && (iw as usize) < g.in_w {
                             f(n, oh, ow, i, j, ih as usize, iw as usize);
                         }
@@ -33,19 +34,25 @@ impl Idx<'_> {
     fn y(&self, n: usize, h: usize, w: usize, f: usize) -> usize {
         ((n * self.0.out_h + h) * self.0.out_w + w) * self.0.filters + f
     }
+    /// `c` counts from the first input channel of `f`'s group.
     fn w(&self, i: usize, j: usize, c: usize, f: usize) -> usize {
-        ((i * self.0.kw + j) * self.0.in_c + c) * self.0.filters + f
+        ((i * self.0.kw + j) * self.0.group_in_c() + c) * self.0.filters + f
+    }
+    /// Every (input channel, its index within the group, filter) the convolution pairs: all
+    /// of them in one group, only a group's own in a grouped convolution.
+    fn pairs(&self) -> Vec<(usize, usize, usize)> {
+        let (cg, fg) = (self.0.group_in_c(), self.0.group_filters());
+        (0..self.0.filters).flat_map(|f| (0..cg).map(move |cl| ((f / fg) * cg + cl, cl, f))).collect()
     }
 }
 
 pub(crate) fn forward_ref(g: &Conv2dGeometry, x: &[f32], w: &[f32]) -> Vec<f64> {
     let ix = Idx(g);
+    let pairs = ix.pairs();
     let mut y = vec![0.0f64; g.output_shape().iter().product()];
     taps(g, |n, oh, ow, i, j, ih, iw| {
-        for c in 0..g.in_c {
-            for f in 0..g.filters {
-                y[ix.y(n, oh, ow, f)] += x[ix.x(n, ih, iw, c)] as f64 * w[ix.w(i, j, c, f)] as f64;
-            }
+        for &(c, cl, f) in &pairs {
+            y[ix.y(n, oh, ow, f)] += x[ix.x(n, ih, iw, c)] as f64 * w[ix.w(i, j, cl, f)] as f64;
         }
     });
     y
@@ -53,12 +60,11 @@ pub(crate) fn forward_ref(g: &Conv2dGeometry, x: &[f32], w: &[f32]) -> Vec<f64> 
 
 pub(crate) fn backward_data_ref(g: &Conv2dGeometry, dy: &[f32], w: &[f32]) -> Vec<f64> {
     let ix = Idx(g);
+    let pairs = ix.pairs();
     let mut dx = vec![0.0f64; g.input_shape().iter().product()];
     taps(g, |n, oh, ow, i, j, ih, iw| {
-        for c in 0..g.in_c {
-            for f in 0..g.filters {
-                dx[ix.x(n, ih, iw, c)] += dy[ix.y(n, oh, ow, f)] as f64 * w[ix.w(i, j, c, f)] as f64;
-            }
+        for &(c, cl, f) in &pairs {
+            dx[ix.x(n, ih, iw, c)] += dy[ix.y(n, oh, ow, f)] as f64 * w[ix.w(i, j, cl, f)] as f64;
         }
     });
     dx
@@ -66,12 +72,11 @@ pub(crate) fn backward_data_ref(g: &Conv2dGeometry, dy: &[f32], w: &[f32]) -> Ve
 
 pub(crate) fn backward_weights_ref(g: &Conv2dGeometry, x: &[f32], dy: &[f32]) -> Vec<f64> {
     let ix = Idx(g);
+    let pairs = ix.pairs();
     let mut dw = vec![0.0f64; g.kernel_shape().iter().product()];
     taps(g, |n, oh, ow, i, j, ih, iw| {
-        for c in 0..g.in_c {
-            for f in 0..g.filters {
-                dw[ix.w(i, j, c, f)] += x[ix.x(n, ih, iw, c)] as f64 * dy[ix.y(n, oh, ow, f)] as f64;
-            }
+        for &(c, cl, f) in &pairs {
+            dw[ix.w(i, j, cl, f)] += x[ix.x(n, ih, iw, c)] as f64 * dy[ix.y(n, oh, ow, f)] as f64;
         }
     });
     dw

@@ -79,7 +79,7 @@ fn conv_case(g: &Conv2dGeometry, opts: &GemmOptions, seed: u64) -> [f64; 3] {
 /// stride-2 input gradient, a 1x1 downsample whose odd phases meet no tap), both tiles it
 /// runs (wide and 17-32 columns), edges of every tile size, K split automatically and by
 /// force; narrow outputs fall back to the f32 product. The coverage assertion fails when a
-/// cooperative path went untested.
+/// cooperative path went untested. Grouped and dilated convolutions go through the same gathers.
 #[test]
 fn mixed_products_match_f64_within_f16_bounds() {
     let coop = device().has_coop16();
@@ -100,6 +100,11 @@ fn mixed_products_match_f64_within_f16_bounds() {
             Conv2dGeometry::new(&[6, 14, 14, 64], 128, (1, 1), (2, 2), Padding::Explicit(0, 0)).unwrap(),
             Conv2dGeometry::new(&[5, 9, 9, 12], 32, (3, 3), (2, 2), Padding::Same).unwrap(),
             Conv2dGeometry::new(&[3, 7, 7, 5], 33, (3, 3), (1, 1), Padding::Valid).unwrap(),
+            // Keras' groups (32 filters and 32 input channels a group: the tensor cores, phase
+            // products included) and dilation_rate; groups = C falls back to f32 rounding.
+            Conv2dGeometry::new_with(&[4, 10, 10, 64], 64, (3, 3), (2, 2), (1, 1), 2, Padding::Same).unwrap(),
+            Conv2dGeometry::new_with(&[3, 11, 11, 8], 48, (3, 3), (1, 1), (2, 2), 1, Padding::Same).unwrap(),
+            Conv2dGeometry::new_with(&[2, 7, 7, 6], 12, (3, 3), (1, 1), (3, 2), 6, Padding::Same).unwrap(),
         ];
         for (i, g) in convs.iter().enumerate() {
             for e in conv_case(g, &MIXED, 60 + i as u64) {
@@ -114,7 +119,7 @@ fn mixed_products_match_f64_within_f16_bounds() {
     for a in ["a=Rows", "a=Cols", "a=Im2col", "a=Im2colT", "a=DyStuffed"] {
         expected.push((entry, a.to_string()));
     }
-    for t in ["b=Rows", "b=BlockedT", "phase", "taps=none", "split=none", "split=forced", "quad_a", "scalar_a", "quad_c", "scalar_c"] {
+    for t in ["b=Rows", "b=BlockedT", "phase", "taps=none", "split=none", "split=forced", "quad_a", "scalar_a", "quad_c", "scalar_c", "grouped", "dilated"] {
         expected.push((entry, t.to_string()));
     }
     if coop {

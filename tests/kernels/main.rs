@@ -6,6 +6,7 @@ mod batchnorm;
 mod common;
 mod concat;
 mod conv2d;
+mod conv_groups;
 mod coop;
 mod dense;
 mod depthwise;
