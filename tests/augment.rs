@@ -21,6 +21,8 @@ fn devices(replicas: usize) -> Vec<Arc<convoy::Device>> {
     match std::env::var("CONVOY_TEST_DEVICE").ok().filter(|s| !s.trim().is_empty()) {
         Some(sel) if replicas == 1 => convoy::device::open(&sel).unwrap(),
         _ if replicas == 1 => convoy::device::open("software").unwrap(),
+        // The same adapter several times: two replicas on one GPU, as `--devices 0,0`.
+        Some(sel) => convoy::device::open(&vec![sel; replicas].join(",")).unwrap(),
         _ => convoy::device::open(&format!("software:{replicas}")).unwrap(),
     }
 }

@@ -14,6 +14,14 @@ use convoy::model::{CompileOptions, FitOptions, Sequential};
 use convoy::optim::Optimizer;
 use serde_json::json;
 
+/// Two replicas: `software:2`, or the adapter `CONVOY_TEST_DEVICE` names twice (`0,0`).
+fn two_replicas() -> Vec<std::sync::Arc<convoy::Device>> {
+    match std::env::var("CONVOY_TEST_DEVICE").ok().filter(|s| !s.trim().is_empty()) {
+        Some(sel) => convoy::device::open(&format!("{sel},{sel}")).unwrap(),
+        None => convoy::device::open("software:2").unwrap(),
+    }
+}
+
 /// The software adapter, or the adapter `CONVOY_TEST_DEVICE` names (the GPU machine's runs).
 fn devices() -> Vec<Arc<convoy::Device>> {
     convoy::device::open(std::env::var("CONVOY_TEST_DEVICE").ok().filter(|s| !s.trim().is_empty()).as_deref().unwrap_or("software")).unwrap()
@@ -137,7 +145,7 @@ fn the_block_matches_the_f64_reference_on_one_device_and_two_replicas() {
     assert!(r.ok, "{r:#?}");
 
     let mut m = grouped_block();
-    m.compile(CompileOptions::new(Optimizer::sgd(0.1)).devices(convoy::device::open("software:2").unwrap()).seed(6).max_batch(16)).unwrap();
+    m.compile(CompileOptions::new(Optimizer::sgd(0.1)).devices(two_replicas()).seed(6).max_batch(16)).unwrap();
     m.set_device_speeds(&[3.0, 1.0]).unwrap();
     assert_eq!(m.device_shares(8), vec![6, 2]);
     let r = convoy::check::check(&mut m, &batches).unwrap();

@@ -65,6 +65,8 @@ fn imagenet_subset_trains_checkpoints_and_resumes_at_the_next_epoch() {
     assert_eq!(resumed.history.get("val_top_k_accuracy"), Some(&[1.0][..]), "{:?}", resumed.history.history());
     assert_eq!(resumed.history.get("top_k_accuracy"), Some(&[1.0][..]));
     assert!(resumed.history.get("val_accuracy").is_some_and(|v| (0.0..=1.0).contains(&v[0])));
+    // 86 MB of JPEGs and checkpoints per run otherwise stay in the temporary directory.
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -209,7 +209,11 @@ fn batch(seed: u8) -> (Vec<u8>, Vec<u32>) {
 #[test]
 fn a_custom_layer_trains_on_replicas_and_freezes_like_a_built_in_one() {
     let one = model_with_scale(vec![device()]);
-    let two = model_with_scale(convoy::device::open("software:2").unwrap());
+    // Two replicas: `software:2`, or the test adapter twice (`0,0`) on the GPU machine.
+    let two = model_with_scale(match std::env::var("CONVOY_TEST_DEVICE") {
+        Ok(sel) => convoy::device::open(&format!("{sel},{sel}")).unwrap(),
+        Err(_) => convoy::device::open("software:2").unwrap(),
+    });
     let mut models = [one, two];
     for m in models.iter_mut() {
         for s in 0..3 {
@@ -245,7 +249,7 @@ fn saved_models_with_custom_layers_load_once_registered() {
     m.save(&path).unwrap();
 
     // The command line cannot know the layer: its error says to load the model from Rust.
-    let out = common::convoy(&["evaluate", "--load", path.to_str().unwrap(), "--devices", "software"]);
+    let out = common::convoy(&["evaluate", "--load", path.to_str().unwrap(), "--devices", &selection()]);
     common::fails_with(&out, &["ChannelScale", "register_layer", "from Rust"]);
 
     // Names of built-in layers are refused; the same type twice is fine.
