@@ -78,8 +78,24 @@ impl Device {
                     && c.ab_type == wgpu::CooperativeScalarType::F16
                     && c.cr_type == wgpu::CooperativeScalarType::F32
             });
-        let (device, queue) = pollster::block_on(adapter.request_device(&desc))
-            .map_err(|e| Error::Device(format!("cannot open adapter {} ({}): {e}", entry.index, entry.info.name)))?;
+        let (device, queue) = match pollster::block_on(adapter.request_device(&desc)) {
+            Ok(pair) => pair,
+            // A driver may list limits it then refuses to create a device with: try again
+            // with WebGPU's defaults, keeping the adapter's buffer sizes, and say which failed.
+            Err(first) => {
+                let mut portable = wgpu::Limits::default();
+                let own = adapter.limits();
+                portable.max_buffer_size = own.max_buffer_size;
+                portable.max_storage_buffer_binding_size = own.max_storage_buffer_binding_size;
+                let retry = wgpu::DeviceDescriptor { required_limits: portable, ..desc.clone() };
+                pollster::block_on(adapter.request_device(&retry)).map_err(|second| {
+                    Error::Device(format!(
+                        "cannot open adapter {} ({}, {:?}): {first} (with its own limits), {second} (with WebGPU's default limits)",
+                        entry.index, entry.info.name, entry.info.backend
+                    ))
+                })?
+            }
+        };
         let lost = Arc::new(Mutex::new(None));
         let sink = lost.clone();
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
