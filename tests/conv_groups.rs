@@ -154,3 +154,20 @@ fn the_block_matches_the_f64_reference_on_one_device_and_two_replicas() {
     let each = m.replica_weights().unwrap();
     assert_eq!(each[0].0, each[1].0, "the replicas hold the same weights after the steps");
 }
+
+/// Keras' `Conv2D(4, (3, 1), strides=(1, 2), groups=2, dilation_rate=1)`: oblong kernels and
+/// strides through the builders, checked with the custom-layer harness (config round trip,
+/// weight counts, one step) and finite differences of the layer alone.
+#[test]
+fn oblong_kernels_and_strides_round_trip_and_match_finite_differences() {
+    let layer = Conv2D::new(4, (3, 1)).strides((1, 2)).groups(2).padding(Padding::Same);
+    assert_eq!((layer.kernel_size, layer.strides), ((3, 1), (1, 2)));
+    assert_eq!(layer.output_shape(&[5, 7, 2]).unwrap(), vec![5, 4, 4]);
+    let config = layer.config();
+    assert_eq!((config["kernel_size"].clone(), config["strides"].clone()), (json!([3, 1]), json!([1, 2])));
+    let device = devices().remove(0);
+    let report = convoy::testing::layer_roundtrip(&device, &layer, &[5, 7, 2]).unwrap();
+    assert_eq!(report.params, 3 * 1 * 1 * 4 + 4);
+    let grads = convoy::testing::gradcheck(&device, &layer, &[5, 7, 2]).unwrap();
+    grads.check().unwrap_or_else(|e| panic!("{e}\n{grads}"));
+}

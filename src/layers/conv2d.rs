@@ -41,12 +41,14 @@ pub struct Conv2D {
 }
 
 impl Conv2D {
-    /// `filters` output channels with a square `kernel_size`, Keras' defaults otherwise:
-    /// stride 1, `valid` padding, no dilation, one group, a bias, Glorot-uniform kernel.
-    pub fn new(filters: usize, kernel_size: usize) -> Self {
+    /// `filters` output channels with a `kernel_size` of `3` or `(kh, kw)`, Keras' defaults
+    /// otherwise: stride 1, `valid` padding, no dilation, one group, a bias, Glorot-uniform
+    /// kernel.
+    pub fn new(filters: usize, kernel_size: impl Into<Pair>) -> Self {
+        let Pair(kh, kw) = kernel_size.into();
         Conv2D {
             filters,
-            kernel_size: (kernel_size, kernel_size),
+            kernel_size: (kh, kw),
             strides: (1, 1),
             padding: Padding::Valid,
             use_bias: true,
@@ -68,9 +70,10 @@ impl Conv2D {
         self.groups = g;
         self
     }
-    /// The same stride vertically and horizontally.
-    pub fn strides(mut self, s: usize) -> Self {
-        self.strides = (s, s);
+    /// `2` or `(sh, sw)`: the window moves `sh` rows and `sw` columns a step.
+    pub fn strides(mut self, s: impl Into<Pair>) -> Self {
+        let Pair(h, w) = s.into();
+        self.strides = (h, w);
         self
     }
     /// `Padding::Valid` (no padding, the default), `Padding::Same` (output `ceil(in / stride)`) or
