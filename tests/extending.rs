@@ -239,6 +239,37 @@ fn a_custom_layer_trains_on_replicas_and_freezes_like_a_built_in_one() {
     assert_ne!(before[..at], after[..at], "the layers around it did not train");
 }
 
+/// An identity layer `$name` that saves and registers as `$class`.
+macro_rules! passthrough_layer {
+    ($name:ident, $class:literal) => {
+        #[derive(Debug)]
+        struct $name;
+        impl Layer for $name {
+            fn class_name(&self) -> &'static str {
+                $class
+            }
+            fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>> {
+                Ok(input.to_vec())
+            }
+            fn config(&self) -> serde_json::Value {
+                json!({})
+            }
+            fn forward(&self, _: &mut Graph, x: &Tensor, _: &Weights) -> Result<Saved> {
+                Ok(Saved::output(x.clone()))
+            }
+            fn backward(&self, _: &mut Graph, _: &Tensor, _: &Saved, dy: &Tensor, _: &Weights, n: bool) -> Result<Option<Tensor>> {
+                Ok(n.then(|| dy.clone()))
+            }
+        }
+        impl FromConfig for $name {
+            const CLASS_NAME: &'static str = $class;
+            fn from_config(_: &serde_json::Value) -> Result<Self> {
+                Ok($name)
+            }
+        }
+    };
+}
+
 #[test]
 fn saved_models_with_custom_layers_load_once_registered() {
     let dir = common::tmp("registry");
@@ -253,31 +284,7 @@ fn saved_models_with_custom_layers_load_once_registered() {
     common::fails_with(&out, &["ChannelScale", "register_layer", "from Rust"]);
 
     // Names of built-in layers are refused; the same type twice is fine.
-    #[derive(Debug)]
-    struct NotDense;
-    impl Layer for NotDense {
-        fn class_name(&self) -> &'static str {
-            "Dense"
-        }
-        fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>> {
-            Ok(input.to_vec())
-        }
-        fn config(&self) -> serde_json::Value {
-            json!({})
-        }
-        fn forward(&self, _: &mut Graph, x: &Tensor, _: &Weights) -> Result<Saved> {
-            Ok(Saved::output(x.clone()))
-        }
-        fn backward(&self, _: &mut Graph, _: &Tensor, _: &Saved, dy: &Tensor, _: &Weights, n: bool) -> Result<Option<Tensor>> {
-            Ok(n.then(|| dy.clone()))
-        }
-    }
-    impl FromConfig for NotDense {
-        const CLASS_NAME: &'static str = "Dense";
-        fn from_config(_: &serde_json::Value) -> Result<Self> {
-            Ok(NotDense)
-        }
-    }
+    passthrough_layer!(NotDense, "Dense");
     let e = convoy::register_layer::<NotDense>().unwrap_err().to_string();
     assert!(e.contains("`Dense`") && e.contains("built-in"), "{e}");
 
@@ -291,31 +298,7 @@ fn saved_models_with_custom_layers_load_once_registered() {
     assert_eq!((report.params, report.states), (2, 0));
     assert_eq!(layer_from_config(&report.saved).unwrap().class_name(), "ChannelScale");
 
-    #[derive(Debug)]
-    struct Impostor;
-    impl FromConfig for Impostor {
-        const CLASS_NAME: &'static str = "ChannelScale";
-        fn from_config(_: &serde_json::Value) -> Result<Self> {
-            Ok(Impostor)
-        }
-    }
-    impl Layer for Impostor {
-        fn class_name(&self) -> &'static str {
-            "ChannelScale"
-        }
-        fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>> {
-            Ok(input.to_vec())
-        }
-        fn config(&self) -> serde_json::Value {
-            json!({})
-        }
-        fn forward(&self, _: &mut Graph, x: &Tensor, _: &Weights) -> Result<Saved> {
-            Ok(Saved::output(x.clone()))
-        }
-        fn backward(&self, _: &mut Graph, _: &Tensor, _: &Saved, dy: &Tensor, _: &Weights, n: bool) -> Result<Option<Tensor>> {
-            Ok(n.then(|| dy.clone()))
-        }
-    }
+    passthrough_layer!(Impostor, "ChannelScale");
     let e = convoy::register_layer::<Impostor>().unwrap_err().to_string();
     assert!(e.contains("already registered"), "{e}");
     let _ = std::fs::remove_dir_all(dir);
