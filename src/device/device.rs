@@ -65,7 +65,7 @@ impl Device {
             label: Some("convoy"),
             required_features: features,
             // The defaults cap storage bindings at 128 MB and workgroup memory at 16 KB.
-            required_limits: adapter.limits(),
+            required_limits: if portable_limits()? { webgpu_limits(&adapter.limits()) } else { adapter.limits() },
             experimental_features: experimental,
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,
@@ -83,11 +83,7 @@ impl Device {
             // A driver may list limits it then refuses to create a device with: try again
             // with WebGPU's defaults, keeping the adapter's buffer sizes, and say which failed.
             Err(first) => {
-                let mut portable = wgpu::Limits::default();
-                let own = adapter.limits();
-                portable.max_buffer_size = own.max_buffer_size;
-                portable.max_storage_buffer_binding_size = own.max_storage_buffer_binding_size;
-                let retry = wgpu::DeviceDescriptor { required_limits: portable, ..desc.clone() };
+                let retry = wgpu::DeviceDescriptor { required_limits: webgpu_limits(&adapter.limits()), ..desc.clone() };
                 pollster::block_on(adapter.request_device(&retry)).map_err(|second| {
                     Error::Device(format!(
                         "cannot open adapter {} ({}, {:?}): {first} (with its own limits), {second} (with WebGPU's default limits)",
@@ -419,4 +415,23 @@ pub fn map_and_wait(device: &wgpu::Device, buffer: &wgpu::Buffer, mode: wgpu::Ma
     rx.recv()
         .map_err(|_| Error::Gpu("mapping callback never ran".into()))?
         .map_err(|e| Error::Gpu(format!("mapping a buffer failed: {e}")))
+}
+
+/// The environment variable that opens devices with WebGPU's default limits (`webgpu`) instead
+/// of everything the adapter offers (`adapter`, the default): the portability test mode, in
+/// which the kernels must fit what Metal, DX12, Vulkan and GL all grant.
+pub const LIMITS_ENV: &str = "CONVOY_LIMITS";
+
+fn portable_limits() -> Result<bool> {
+    match std::env::var(LIMITS_ENV).as_deref().map(str::trim) {
+        Err(_) | Ok("") | Ok("adapter") => Ok(false),
+        Ok("webgpu") => Ok(true),
+        Ok(other) => Err(Error::Config(format!("{LIMITS_ENV}=`{other}`: expected adapter or webgpu"))),
+    }
+}
+
+/// WebGPU's default limits, with the adapter's buffer and binding sizes (large batches need
+/// them, and every backend offers its own).
+fn webgpu_limits(own: &wgpu::Limits) -> wgpu::Limits {
+    wgpu::Limits { max_buffer_size: own.max_buffer_size, max_storage_buffer_binding_size: own.max_storage_buffer_binding_size, ..wgpu::Limits::default() }
 }
