@@ -88,9 +88,11 @@ fn augment_draw(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     draws_out[b] = vec4<i32>(y.x, y.y, x.x, x.y);
 }
 
+// i modulo m in 0..m, with `%` only on non-negative operands: GLSL leaves `%` of a negative
+// operand undefined, and llvmpipe's GL gave reflect fills wrong pixels (tests/gl.rs's kernels).
 fn pmod(i: i32, m: i32) -> i32 {
-    let r = i % m;
-    return select(r, r + m, r < 0);
+    if (i >= 0) { return i % m; }
+    return m - 1 - (-(i + 1)) % m;
 }
 
 // The input index that index i (possibly outside 0..n) reads; -1: the fill value.

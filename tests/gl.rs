@@ -16,6 +16,9 @@ mod pool;
 mod batchnorm;
 #[path = "kernels/conv2d.rs"]
 mod conv2d;
+// Its reflect fill once took `%` of a negative number, which GLSL leaves undefined.
+#[path = "kernels/augment.rs"]
+mod augment;
 
 #[allow(dead_code)]
 #[path = "common/mod.rs"]
