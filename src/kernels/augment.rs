@@ -15,6 +15,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
+use super::elementwise::hash;
 use super::{expect_dtype, expect_separate, expect_shape, grid_for, u32_of, Dispatch, AUGMENT, WG_CONST};
 use crate::{bail, DType, Device, Result, Tensor};
 
@@ -145,12 +146,6 @@ struct Params {
     _pad: u32,
 }
 
-/// The shader's hash of counter `i` under `seed` at training step `step` (dropout's).
-pub fn hash(i: u32, seed: u32, step: u32) -> u32 {
-    let mut h = i.wrapping_mul(747796405).wrapping_add((seed ^ step.wrapping_mul(2654435769)).wrapping_mul(2891336453)).wrapping_add(1);
-    h = ((h >> ((h >> 28) + 4)) ^ h).wrapping_mul(277803737);
-    (h >> 22) ^ h
-}
 
 /// The host twin of [`draw`]: `(a_y, t_y, a_x, t_x)` of samples `first..first + batch` of
 /// an `in_h x in_w` input at training step `step`.

@@ -94,13 +94,15 @@ pub fn dropout(device: &Device, x: &Tensor, y: &Tensor, rate: f32, seed: u32, st
     launch(device, "dropout", p, &[(1, x), (3, y), (4, step)])
 }
 
+/// The host twin of the shaders' counter hash (dropout's mask, the augmentation layers'
+/// draws): counter `i` under `seed` at training step `step`.
+pub fn hash(i: u32, seed: u32, step: u32) -> u32 {
+    let mut h = i.wrapping_mul(747796405).wrapping_add((seed ^ step.wrapping_mul(2654435769)).wrapping_mul(2891336453)).wrapping_add(1);
+    h = ((h >> ((h >> 28) + 4)) ^ h).wrapping_mul(277803737);
+    (h >> 22) ^ h
+}
+
 /// The host twin of the shader's mask, for tests: true where element `i` is kept.
 pub fn dropout_keeps(i: u32, rate: f32, seed: u32, step: u32) -> bool {
-    let mut h = i
-        .wrapping_mul(747796405)
-        .wrapping_add((seed ^ step.wrapping_mul(2654435769)).wrapping_mul(2891336453))
-        .wrapping_add(1);
-    h = ((h >> ((h >> 28) + 4)) ^ h).wrapping_mul(277803737);
-    h ^= h >> 22;
-    (h >> 8) as f32 * (1.0 / 16777216.0) >= rate
+    (hash(i, seed, step) >> 8) as f32 * (1.0 / 16777216.0) >= rate
 }
