@@ -206,7 +206,8 @@ fn legacy_name(layer: &str, specs: &[ParamSpec], k: usize) -> String {
     if unique { format!("{layer}/{}", specs[k].name) } else { format!("{layer}/{k}_{}", specs[k].name) }
 }
 
-fn fill(out: &mut [f32], init: Init, rng: &mut StdRng) {
+/// Fills `out` with values drawn from `init` (Keras' initialisers).
+pub(crate) fn fill(out: &mut [f32], init: Init, rng: &mut StdRng) {
     match init {
         Init::Zeros => out.fill(0.0),
         Init::Ones => out.fill(1.0),

@@ -303,22 +303,14 @@ impl<'d> Rig<'d> {
     }
 }
 
-/// Values for a tensor of `spec`: random from its initialiser; constants moved by up to 0.1
-/// when `jitter` (parameters), kept exactly (state such as moving statistics).
+/// Values for a tensor of `spec`: drawn from its initialiser as a model's are; constants
+/// moved by up to 0.1 when `jitter` (parameters, so biases and scales are exercised), kept
+/// exactly otherwise (state such as moving statistics).
 fn draw(spec: &ParamSpec, rng: &mut StdRng, jitter: bool) -> Vec<f32> {
-    let n = spec.len();
-    let constant = |c: f32, rng: &mut StdRng| -> Vec<f32> { (0..n).map(|_| if jitter { c + rng.random_range(-0.1f32..0.1) } else { c }).collect() };
-    match spec.init {
-        Init::Zeros => constant(0.0, rng),
-        Init::Ones => constant(1.0, rng),
-        Init::GlorotUniform { fan_in, fan_out } => {
-            let limit = (6.0 / (fan_in + fan_out).max(1) as f32).sqrt();
-            (0..n).map(|_| rng.random_range(-limit..limit)).collect()
-        }
-        Init::HeNormal { fan_in } => {
-            // A uniform of the same variance: the check needs the scale, not the shape.
-            let limit = (6.0 / fan_in.max(1) as f32).sqrt();
-            (0..n).map(|_| rng.random_range(-limit..limit)).collect()
-        }
+    let mut out = vec![0.0; spec.len()];
+    crate::model::layout::fill(&mut out, spec.init, rng);
+    if jitter && matches!(spec.init, Init::Zeros | Init::Ones) {
+        out.iter_mut().for_each(|v| *v += rng.random_range(-0.1f32..0.1));
     }
+    out
 }
