@@ -550,21 +550,9 @@ mod tests {
     /// changed on the host (sample 0's vertical flip at the first layer) fails the check.
     #[test]
     fn augmentation_passes_the_check_and_a_changed_draw_fails_it() {
-        use crate::layers::*;
         use rand::{RngExt, SeedableRng};
         let model = |devices: &str| {
-            let mut m = Sequential::new(&[7, 6, 3]);
-            m.add(RandomFlip::default().seed(3));
-            m.add(Conv2D::new(4, 3).padding(Padding::Same));
-            m.add(RandomTranslation::new(0.3, 0.5).seed(4));
-            m.add(Activation::new("tanh").unwrap());
-            m.add(RandomCrop::new(5, 4));
-            m.add(RandomFlip::new(FlipMode::Horizontal));
-            m.add(Conv2D::new(4, 3).padding(Padding::Same));
-            m.add(RandomTranslation::new(0.0, 0.0).height_range(-0.6, -0.2).width_range(0.1, 0.5).fill_mode(FillMode::Nearest));
-            m.add(RandomTranslation::new(0.4, 0.4).fill_mode(FillMode::Constant).fill_value(0.5));
-            m.add(GlobalAveragePooling2D::new());
-            m.add(Dense::new(4));
+            let mut m = super::super::tests::augment_model();
             let devices = crate::device::open(devices).unwrap();
             let n = devices.len();
             m.compile(crate::model::CompileOptions::new(crate::optim::Optimizer::sgd(0.05)).devices(devices).seed(9).max_batch(10)).unwrap();

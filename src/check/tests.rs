@@ -874,7 +874,8 @@ fn layer_norm_passes_the_check_on_the_device() {
 
 /// Every augmentation, each after a layer whose gradient it must route back (but the
 /// first): both flips, a reflecting and a nearest-edge translation (one-sided), a crop.
-fn augment_model() -> Sequential {
+/// `check`'s own test (run.rs) runs it on the device too.
+pub(super) fn augment_model() -> Sequential {
     let mut m = Sequential::new(&[7, 6, 3]);
     m.add(RandomFlip::default().seed(3));
     m.add(Conv2D::new(4, 3).padding(Padding::Same));
