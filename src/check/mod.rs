@@ -24,6 +24,7 @@ mod ops;
 pub mod optimizer;
 mod reference;
 mod run;
+mod winograd;
 
 #[cfg(test)]
 mod tests;

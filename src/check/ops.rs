@@ -22,6 +22,9 @@ pub(crate) trait Arith: Copy + Send + Sync + 'static {
     fn r(x: f64) -> f64;
     /// Whether the products of convolutions and dense layers take f16-rounded operands.
     const F16_OPERANDS: bool = false;
+    /// Whether convolutions the device computes through Winograd's F(m x m, 3 x 3) are
+    /// computed the same way (`check::winograd`): the plain-f32 model of the float32 policy.
+    const WINOGRAD: bool = false;
 }
 
 /// No rounding: the f64 reference.
@@ -44,6 +47,7 @@ impl Arith for F32 {
     fn r(x: f64) -> f64 {
         x as f32 as f64
     }
+    const WINOGRAD: bool = true;
 }
 
 /// [`F32`] with the products of convolutions and dense layers on f16-rounded operands: a

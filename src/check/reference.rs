@@ -9,6 +9,7 @@ use crate::kernels::augment::FillMode;
 use super::ops::{self, Arith, Exact, Mixed, F32};
 use crate::kernels::conv2d::Conv2dGeometry;
 use crate::kernels::depthwise::DepthwiseGeometry;
+use crate::kernels::winograd::Pass;
 use crate::kernels::pool::Pool2dGeometry;
 use crate::model::layout::Layout;
 use crate::model::losses::Loss;
@@ -383,6 +384,15 @@ fn sub_decision(d: Option<&Decision>, main: bool) -> Result<Option<&[Decision]>>
     }
 }
 
+/// The Winograd tile the device computes `geom`'s forward and input gradient with, where
+/// the arithmetic `A` models it (see `Arith::WINOGRAD`).
+fn winograd_tile<A: Arith>(geom: &Conv2dGeometry) -> Result<Option<usize>> {
+    if !A::WINOGRAD {
+        return Ok(None);
+    }
+    crate::kernels::winograd::automatic(geom, false)
+}
+
 /// One node's forward; returns its output, its record and (deciding itself) its decision.
 fn forward_node<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, dec: Option<&Decision>, x: T) -> Result<(T, Rec, Option<Decision>)> {
     let own = dec.is_none();
@@ -392,7 +402,17 @@ fn forward_node<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, 
         Node::Conv2D { use_bias, .. } => {
             let geom = conv_geometry(node, batch, &x.shape[1..])?;
             let p = cx.take_params(1 + *use_bias as usize);
-            let y = ops::conv_forward::<A>(&geom, &x.data, &w[p], use_bias.then(|| &w[p + 1][..]));
+            let y = match winograd_tile::<A>(&geom)? {
+                Some(m) => {
+                    // The device adds the bias after the convolution.
+                    let mut y = super::winograd::convolve::<A>(&geom, Pass::Forward, m, &x.data, &w[p]);
+                    if *use_bias {
+                        y.iter_mut().enumerate().for_each(|(i, v)| *v = A::r(*v + w[p + 1][i % geom.filters]));
+                    }
+                    y
+                }
+                None => ops::conv_forward::<A>(&geom, &x.data, &w[p], use_bias.then(|| &w[p + 1][..])),
+            };
             (T { shape: geom.output_shape(), data: y }, Rec::Conv { x, geom, p, bias: *use_bias }, none())
         }
         Node::DepthwiseConv2D { use_bias, .. } => {
@@ -893,7 +913,10 @@ fn backward_node<A: Arith>(w: &[Vec<f64>], rec: &Rec, mut dy: Vec<f64>, need_dx:
             if *bias {
                 grads[p + 1] = ops::col_sums::<A>(dy.len() / geom.filters, geom.filters, |i| dy[i]);
             }
-            need_dx.then(|| ops::conv_input_grad::<A>(geom, &dy, &w[*p]))
+            need_dx.then(|| match winograd_tile::<A>(geom).ok().flatten() {
+                Some(m) => super::winograd::convolve::<A>(geom, Pass::BackwardData, m, &dy, &w[*p]),
+                None => ops::conv_input_grad::<A>(geom, &dy, &w[*p]),
+            })
         }
         Rec::Depthwise { x, geom, p, bias } => {
             grads[*p] = ops::depthwise_weight_grad::<A>(geom, &x.data, &dy);

@@ -1001,3 +1001,24 @@ fn frozen_batchnorms_pass_the_check_on_the_device() {
         assert!(r.ok, "{selection}: {r:?}");
     }
 }
+
+/// The plain-f32 model's Winograd convolution, run in f64, is the direct convolution: both
+/// tile sizes, both passes, every padding Winograd takes, tiles overhanging odd images.
+#[test]
+fn winograd_model_is_the_convolution() {
+    use crate::kernels::winograd::Pass;
+    let mut r = StdRng::seed_from_u64(7);
+    for (shape, filters, padding) in [([2, 5, 7, 3], 4, Padding::Same), ([1, 6, 6, 2], 5, Padding::Valid), ([1, 4, 5, 3], 2, Padding::Explicit(2, 2))] {
+        let g = crate::kernels::conv2d::Conv2dGeometry::new(&shape, filters, (3, 3), (1, 1), padding).unwrap();
+        let rand = |r: &mut StdRng, n: usize| (0..n).map(|_| r.random_range(-1.0..1.0)).collect::<Vec<f64>>();
+        let (x, w, dy) = (rand(&mut r, g.input_shape().iter().product()), rand(&mut r, g.kernel_shape().iter().product()), rand(&mut r, g.output_shape().iter().product()));
+        let close = |a: &[f64], b: &[f64], what: &str| {
+            let e = a.iter().zip(b).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+            assert!(e < 1e-12, "{what} {g:?}: {e:e}");
+        };
+        for m in [2, 4] {
+            close(&super::winograd::convolve::<ops::Exact>(&g, Pass::Forward, m, &x, &w), &ops::conv_forward::<ops::Exact>(&g, &x, &w, None), "forward");
+            close(&super::winograd::convolve::<ops::Exact>(&g, Pass::BackwardData, m, &dy, &w), &ops::conv_input_grad::<ops::Exact>(&g, &dy, &w), "input gradient");
+        }
+    }
+}

@@ -41,6 +41,10 @@ pub struct Device {
     lost: Arc<Mutex<Option<String>>>,
     /// Whether the tensor-core GEMM can run here (see [`Device::has_coop16`]).
     coop16: bool,
+    /// Working memory that kernels use only between their own dispatches (the Winograd
+    /// convolution's transformed tiles), one tensor per slot shared by every plan: the
+    /// dispatches of all plans run in one queue's order, so no two uses overlap.
+    scratch: Mutex<Vec<Option<Tensor>>>,
 }
 
 impl std::fmt::Debug for Device {
@@ -108,6 +112,7 @@ impl Device {
             checks,
             modules: Mutex::default(),
             pipelines: Mutex::default(),
+            scratch: Mutex::default(),
             pool: Arc::new(Pool::default()),
             lost,
             coop16,
@@ -250,8 +255,27 @@ impl Device {
 
     /// Frees the pool's idle buffers and lets the driver reclaim them (see `Pool::release_idle`).
     pub fn release_idle(&self) {
+        // A scratch tensor sized for a batch that did not fit would hold on to its memory.
+        self.scratch.lock().unwrap().clear();
         self.pool.release_idle();
         let _ = self.device.poll(wgpu::PollType::wait_indefinitely());
+    }
+
+    /// `floats` of the shared working memory of `slot` (see the `scratch` field), grown
+    /// when a plan needs more: plans recorded before keep the smaller tensor they bound.
+    pub(crate) fn scratch(&self, slot: usize, floats: usize) -> Result<Tensor> {
+        let mut slots = self.scratch.lock().unwrap();
+        if slots.len() <= slot {
+            slots.resize(slot + 1, None);
+        }
+        if let Some(t) = &slots[slot] {
+            if t.len() >= floats {
+                return t.view(0, &[floats]);
+            }
+        }
+        let t = self.alloc(&[floats], DType::F32)?;
+        slots[slot] = Some(t.clone());
+        Ok(t)
     }
 
     /// An uninitialised tensor from the pool (contents may be stale).

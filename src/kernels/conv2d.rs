@@ -9,7 +9,8 @@
 //!   across workgroups and reduced by a second dispatch.
 //!
 //! 1x1 kernels at stride 1 without padding skip the image arithmetic: x is already the
-//! `[N*H*W, C]` matrix.
+//! `[N*H*W, C]` matrix. Unit-stride 3x3 convolutions of 32 channels and more take the forward
+//! and the input gradient through Winograd's F(4x4, 3x3) instead ([`super::winograd`]).
 //!
 //! Keras' `groups` and `dilation_rate` ride on the same products. A grouped convolution is
 //! `groups` products on one grid, each over its group's slice of the channels (see
@@ -18,6 +19,7 @@
 //! dilated convolution is one unit-stride product and the phase products never see it.
 
 use super::gemm::{self, ALoad, BLoad, Gemm, GemmOptions, Groups, Phase};
+use super::winograd::{self, Pass};
 use super::{expect_shape, Dispatch};
 use crate::{bail, Device, Result, Tensor};
 
@@ -220,6 +222,9 @@ pub fn forward_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tens
     expect_shape(K, "x", x, &geom.input_shape())?;
     expect_shape(K, "kernel", w, &geom.kernel_shape())?;
     expect_shape(K, "y", y, &geom.output_shape())?;
+    if let Some(m) = winograd::choose(device, geom, Pass::Forward, opts)? {
+        return winograd::convolve(device, K, geom, Pass::Forward, m, x, w, y, opts, geom.flops() as f64);
+    }
     let a_load = if geom.is_pointwise() { ALoad::Rows } else { ALoad::Im2col };
     let (c, f) = (geom.group_in_c(), geom.group_filters());
     let g = Gemm {
@@ -265,6 +270,9 @@ pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w
     expect_shape(K, "dy", dy, &geom.output_shape())?;
     expect_shape(K, "kernel", w, &geom.kernel_shape())?;
     expect_shape(K, "dx", dx, &geom.input_shape())?;
+    if let Some(m) = winograd::choose(device, geom, Pass::BackwardData, opts)? {
+        return winograd::convolve(device, K, geom, Pass::BackwardData, m, dy, w, dx, opts, geom.flops() as f64);
+    }
     if let Some(phases) = phase_products(geom) {
         let work = |(sub, _, taps): &(Conv2dGeometry, Phase, usize)| (sub.out_pixels() * taps) as f64;
         let total: f64 = phases.iter().map(work).sum();

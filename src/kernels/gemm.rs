@@ -124,6 +124,10 @@ pub struct GemmOptions {
     /// ([`Device::has_coop16`]) and the output is wider than 16 columns; elsewhere the f32
     /// kernel rounds its operands to f16 first, so the numbers are the same everywhere.
     pub mixed: bool,
+    /// Winograd's F(m x m, 3 x 3) for a convolution's forward and input gradient (see
+    /// [`super::winograd`]): `Some(0)` never, `Some(2)` or `Some(4)` that tile (an error for a
+    /// convolution it cannot compute), `None` the engine's choice.
+    pub winograd: Option<usize>,
 }
 
 /// How `A[m, k]` is gathered; values match `A_*` in the shader.

@@ -28,6 +28,7 @@ pub mod loss_scale;
 pub mod optimizer;
 pub mod pool;
 pub mod reduce;
+pub mod winograd;
 
 use crate::device::Device;
 use crate::{bail, Result};
@@ -120,9 +121,10 @@ shader!(CONCAT, "concat.wgsl");
 shader!(ACTIVATION, "activation.wgsl", relu);
 shader!(LAYERNORM, "layernorm.wgsl");
 shader!(AUGMENT, "augment.wgsl");
+shader!(WINOGRAD, "winograd.wgsl");
 
 /// Every shader file, for validation tests.
-pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &CONV2D_COOP, &REDUCE, &BATCHNORM, &POOL, &DEPTHWISE, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE, &CONCAT, &ACTIVATION, &LAYERNORM, &AUGMENT];
+pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &CONV2D_COOP, &REDUCE, &BATCHNORM, &POOL, &DEPTHWISE, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE, &CONCAT, &ACTIVATION, &LAYERNORM, &AUGMENT, &WINOGRAD];
 
 /// One recorded kernel launch: pipeline, bindings and grid, ready to replay.
 #[derive(Clone, Debug)]

@@ -220,3 +220,72 @@ fn every_pass_counts_the_forward_useful_flops() {
     assert_eq!(split.len(), 2);
     assert_eq!((split[0].flops, split[1].flops), (useful, 0.0));
 }
+
+/// Winograd's F(2x2, 3x3) and F(4x4, 3x3), forced and as the engine chooses it, against the
+/// direct f64 loops: tiles that overhang the image (odd sizes), every padding it takes (0, 1
+/// and 2, whose input gradients pad 2, 1 and 0), scalar and vec4 channel counts, the grouped
+/// GEMM through each tile and a K split, and 250 images. A path-coverage assertion fails if
+/// a transform, a tile size or the engine's own choice went untested.
+#[test]
+fn winograd_matches_direct_loops() {
+    use Padding::*;
+    take_paths();
+    on_each_variant(|variant| {
+        let cases: [([usize; 4], usize, Padding); 6] = [
+            ([1, 5, 7, 3], 6, Same),
+            ([3, 9, 9, 8], 12, Explicit(1, 1)),
+            ([2, 8, 8, 16], 4, Valid),
+            ([1, 6, 11, 4], 8, Explicit(2, 2)),
+            ([2, 7, 7, 32], 36, Same),
+            ([1, 4, 4, 5], 7, Explicit(0, 2)),
+        ];
+        for m in [2, 4] {
+            for (n, &(shape, filters, padding)) in cases.iter().enumerate() {
+                let geom = Conv2dGeometry::new(&shape, filters, (3, 3), (1, 1), padding).unwrap();
+                let opts = GemmOptions { winograd: Some(m), ..Default::default() };
+                check(&geom, &opts, &format!("{variant} winograd m={m} {shape:?} f={filters} {padding:?}"), 300 + n as u64);
+            }
+            // The grouped product through a forced tile and K split.
+            let geom = Conv2dGeometry::new(&[2, 6, 6, 40], 8, (3, 3), (1, 1), Same).unwrap();
+            let opts = GemmOptions { winograd: Some(m), tile: Some(Tile::M32N32), splits: Some(3), ..Default::default() };
+            check(&geom, &opts, &format!("{variant} winograd m={m} split"), 310);
+        }
+        // The engine's own choice, over 250 images (1,000 tiles).
+        let geom = Conv2dGeometry::new(&[250, 6, 6, 32], 32, (3, 3), (1, 1), Same).unwrap();
+        check(&geom, &GemmOptions::default(), &format!("{variant} winograd auto 250"), 320);
+    });
+    let mut expected = Vec::new();
+    for m in ["m=2", "m=4"] {
+        for entry in ["weights", "input", "output"] {
+            expected.push((entry, m.to_string()));
+        }
+        expected.push(("weights", "flip".to_string()));
+    }
+    expected.push(("gemm", "winograd".to_string()));
+    expected.push(("gemm", "split=forced".to_string()));
+    assert_paths_cover("winograd", &take_paths(), &expected, &[]);
+}
+
+#[test]
+fn winograd_takes_only_what_it_can_compute() {
+    let d = device();
+    let forced = |m| GemmOptions { winograd: Some(m), ..Default::default() };
+    let zeros = |s: &[usize]| d.zeros(s).unwrap();
+    // A stride-2 convolution, a 5x5 kernel, a padding of 3, a tile of 3: errors when forced.
+    for (shape, k, s, pad, m) in [([1, 8, 8, 4], 3, 2, 1, 4), ([1, 8, 8, 4], 5, 1, 2, 4), ([1, 8, 8, 4], 3, 1, 3, 2), ([1, 8, 8, 4], 3, 1, 1, 3)] {
+        let g = Conv2dGeometry::new(&shape, 4, (k, k), (s, s), Padding::Explicit(pad, pad)).unwrap();
+        let (x, w, y) = (zeros(&g.input_shape()), zeros(&g.kernel_shape()), zeros(&g.output_shape()));
+        let e = conv2d::forward_with(&d, &g, &x, &w, &y, &forced(m)).unwrap_err().to_string();
+        assert!(e.contains("Winograd"), "{e}");
+    }
+    // The engine leaves narrow convolutions and the mixed policy on the direct GEMM.
+    let tokens = |g: &Conv2dGeometry, opts: &GemmOptions| {
+        let (x, w, y) = (zeros(&g.input_shape()), zeros(&g.kernel_shape()), zeros(&g.output_shape()));
+        conv2d::forward_with(&d, g, &x, &w, &y, opts).unwrap().iter().map(|d| d.path.clone()).collect::<Vec<_>>().join(" | ")
+    };
+    let wide = Conv2dGeometry::new(&[1, 8, 8, 32], 32, (3, 3), (1, 1), Padding::Same).unwrap();
+    let narrow = Conv2dGeometry::new(&[1, 8, 8, 16], 32, (3, 3), (1, 1), Padding::Same).unwrap();
+    assert!(tokens(&wide, &GemmOptions::default()).contains("winograd"));
+    assert!(!tokens(&narrow, &GemmOptions::default()).contains("winograd"));
+    assert!(!tokens(&wide, &GemmOptions { winograd: Some(0), ..Default::default() }).contains("winograd"));
+}
