@@ -144,21 +144,23 @@ pub(crate) fn choose(device: &Device, geom: &Conv2dGeometry, pass: Pass, opts: &
 
 /// The engine's own choice before the device's binding size is consulted: F(4x4, 3x3) for a
 /// float32 convolution Winograd can compute with at least [`MIN_CHANNELS`] input and output
-/// channels, each a multiple of 4 (the GEMM's vec4 loads), unless `CONVOY_WINOGRAD=off`. The
+/// channels, each a multiple of 4 (the GEMM's vec4 loads); `CONVOY_WINOGRAD` may say otherwise. The
 /// f64 check's plain-f32 model follows it too.
 pub(crate) fn automatic(geom: &Conv2dGeometry, mixed: bool) -> Result<Option<usize>> {
     let wide = |c: usize| c >= MIN_CHANNELS && c.is_multiple_of(4);
-    let on = !mixed && computable(geom) && wide(geom.in_c) && wide(geom.filters) && !disabled()?;
-    Ok(on.then_some(DEFAULT_M))
+    let on = !mixed && computable(geom) && wide(geom.in_c) && wide(geom.filters);
+    Ok(if on { env_tile()? } else { None })
 }
 
-/// `CONVOY_WINOGRAD=off` keeps every convolution on the direct GEMM (as
-/// `torch.backends.cudnn` flags do for cuDNN's algorithms): for comparing results or speed.
-fn disabled() -> Result<bool> {
+/// `CONVOY_WINOGRAD`: `off` keeps every convolution on the direct GEMM (as
+/// `torch.backends.cudnn` flags do for cuDNN's algorithms), for comparing results or speed;
+/// `2` or `4` picks the tile where the engine takes Winograd; unset or `on`, F(4x4).
+fn env_tile() -> Result<Option<usize>> {
     match std::env::var("CONVOY_WINOGRAD").as_deref() {
-        Err(_) | Ok("") | Ok("on") => Ok(false),
-        Ok("off") => Ok(true),
-        Ok(other) => bail!(Config, "CONVOY_WINOGRAD={other:?}: expected `on` or `off`"),
+        Err(_) | Ok("") | Ok("on") | Ok("4") => Ok(Some(DEFAULT_M)),
+        Ok("2") => Ok(Some(2)),
+        Ok("off") => Ok(None),
+        Ok(other) => bail!(Config, "CONVOY_WINOGRAD={other:?}: expected `on`, `off`, `2` or `4`"),
     }
 }
 
