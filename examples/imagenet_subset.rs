@@ -6,7 +6,12 @@
 //!
 //! cargo run --release --example imagenet_subset -- DIR [--model resnet50|resnet18]
 //!     [--image-size 160..224] [--epochs N] [--batch-size N] [--devices SEL]
-//!     [--checkpoint-dir DIR] [--resume]
+//!     [--checkpoint-dir DIR] [--resume] [--init FILE]
+//!
+//! `--init FILE` fine-tunes a convoy model instead of training from scratch, e.g. an ImageNet
+//! ResNet-50 from `convoy import --from torchvision --model resnet50 r50.safetensors --out FILE`:
+//! its classifier head is replaced for the folder's classes, and the run is a fine-tuning one
+//! (a tenth of the learning rate, L2 1e-4, the same schedule).
 //!
 //! DIR holds DIR/train/<class>/*.jpg and DIR/val/<class>/*.jpg; `packed:FILE` (from
 //! `convoy pack --image-size 256` for 224 px training) reads a packed file instead. The
@@ -36,6 +41,8 @@ pub struct Config {
     pub devices: String,
     pub checkpoint_dir: PathBuf,
     pub resume: bool,
+    /// A convoy model to fine-tune (its head replaced when the classes differ) instead of `model`.
+    pub init: Option<PathBuf>,
     /// 0: silent, 1: a progress bar and a line per epoch.
     pub verbose: u8,
 }
@@ -51,13 +58,14 @@ impl Default for Config {
             devices: "all".into(),
             checkpoint_dir: "imagenet_subset_checkpoints".into(),
             resume: false,
+            init: None,
             verbose: 1,
         }
     }
 }
 
 const USAGE: &str = "usage: imagenet_subset DIR|packed:FILE [--model resnet50|resnet18] [--image-size 160..224] \
-[--epochs N] [--batch-size N] [--devices SEL] [--checkpoint-dir DIR] [--resume]";
+[--epochs N] [--batch-size N] [--devices SEL] [--checkpoint-dir DIR] [--resume] [--init FILE]";
 
 /// The command line (without the program name) as a [`Config`]; a bad argument is one line
 /// naming it, ending with the usage.
@@ -95,6 +103,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> convoy::Result<Conf
             "--batch-size" => cfg.batch_size = number(&value)?,
             "--devices" => cfg.devices = value,
             "--checkpoint-dir" => cfg.checkpoint_dir = value.into(),
+            "--init" => cfg.init = Some(value.into()),
             _ => return Err(bad(format!("unknown option {arg}"))),
         }
     }
@@ -123,14 +132,22 @@ pub fn train(cfg: &Config) -> convoy::Result<Run> {
     let checkpoint = cfg.checkpoint_dir.join("checkpoint.safetensors");
     // Goyal et al.'s linear scaling: 0.1 at batch 256.
     let base = 0.1 * cfg.batch_size as f32 / 256.0;
+    // Fine-tuning starts from trained features: a tenth of the rate keeps them.
+    let base = if cfg.init.is_some() { base / 10.0 } else { base };
     let mut model = if cfg.resume && checkpoint.exists() {
         // The optimizer (momentum included) and the epochs trained come back with the weights.
         Sequential::load_compiled(&checkpoint, devices, cfg.batch_size)?
     } else {
         let shape = train.image_shape();
-        let mut m = match cfg.model.as_str() {
-            "resnet18" => convoy::model::zoo::resnet18(&shape, train.num_classes()),
-            _ => convoy::model::zoo::resnet50(&shape, train.num_classes()),
+        let mut m = match (&cfg.init, cfg.model.as_str()) {
+            // The imported model's normalisation (ImageNet's) comes with it.
+            (Some(init), _) => {
+                let (m, _) = Sequential::load(init)?;
+                let m = if m.input_shape() != shape { m.with_input_shape(&shape)? } else { m };
+                if m.output_shape()? != [train.num_classes()] { m.with_new_head(train.num_classes(), 0)? } else { m }
+            }
+            (None, "resnet18") => convoy::model::zoo::resnet18(&shape, train.num_classes()),
+            (None, _) => convoy::model::zoo::resnet50(&shape, train.num_classes()),
         };
         // L2 1e-4 in the gradient: torchvision's reference recipe (SGD weight_decay=1e-4).
         m.compile(CompileOptions::new(Optimizer::sgd(base).momentum(0.9).nesterov(true).l2(1e-4)).metrics(vec![Metric::Accuracy, Metric::TopKAccuracy(5)]).devices(devices).max_batch(cfg.batch_size))?;

@@ -19,6 +19,7 @@ pub mod check;
 pub mod data;
 pub mod device;
 pub mod error;
+pub mod import;
 pub mod kernels;
 pub mod layers;
 pub mod limits;

@@ -50,6 +50,7 @@ fn imagenet_subset_trains_checkpoints_and_resumes_at_the_next_epoch() {
         devices: "software".into(),
         checkpoint_dir: dir.join("ckpt"),
         resume: false,
+        init: None,
         verbose: 0,
     };
     let first = train(&cfg).unwrap();
@@ -76,6 +77,7 @@ fn imagenet_subset_arguments() {
     assert_eq!((cfg.data.as_str(), cfg.model.as_str(), cfg.image_size, cfg.resume), ("folder:data/imagenette", "resnet50", 224, false));
     let cfg = args("packed:x.pack --model resnet18 --image-size 160 --epochs 3 --batch-size 64 --resume").unwrap();
     assert_eq!((cfg.data.as_str(), cfg.model.as_str(), cfg.image_size, cfg.epochs, cfg.batch_size, cfg.resume), ("packed:x.pack", "resnet18", 160, 3, 64, true));
+    assert_eq!(args("d --init imported.safetensors").unwrap().init, Some("imported.safetensors".into()));
     for (line, needle) in [("d --image-size 96", "160..224"), ("d --model vgg", "resnet50 or resnet18"), ("d --epochs", "needs a value"), ("--epochs 0 d", "positive"), ("", "no data"), ("d --lr 1", "unknown option --lr")] {
         let err = args(line).err().unwrap_or_else(|| panic!("'{line}' was accepted")).to_string();
         assert!(err.contains(needle) && err.contains("usage:") && !err.contains('\n'), "'{line}': {err}");

@@ -47,6 +47,9 @@ pub struct PredictArgs {
     pub devices: String,
     #[arg(long, default_value_t = 256)]
     pub batch_size: usize,
+    /// With --json: every class's probability in each line ("scores"), not only the best.
+    #[arg(long)]
+    pub scores: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -119,6 +122,9 @@ pub fn run_predict(a: PredictArgs) -> Result<()> {
                     Some((c, p)) => json!({ "class": c, "label": label(*c), "probability": p }),
                     None => json!({ "class": null, "label": null, "probability": null }),
                 };
+                if a.scores {
+                    row["scores"] = json!(probs[i].iter().map(|&v| if v.is_finite() { json!(v) } else { serde_json::Value::Null }).collect::<Vec<_>>());
+                }
                 match &files {
                     Some(f) => row["file"] = json!(f[i].display().to_string()),
                     None => row["index"] = json!(i),

@@ -5,6 +5,7 @@ mod bench;
 mod check;
 mod devices;
 mod evaluate;
+mod import;
 mod summary;
 mod pack;
 mod train;
@@ -49,6 +50,10 @@ pub enum Command {
     Summary(summary::SummaryArgs),
     /// Decode an image folder once into a packed file for --data packed:FILE.
     Pack(pack::PackArgs),
+    /// Import a PyTorch state dict (torchvision's or timm's names, as safetensors) as a convoy model.
+    Import(import::ImportArgs),
+    /// Export a zoo model to a PyTorch state dict (safetensors) under torchvision's or timm's names.
+    Export(import::ExportArgs),
 }
 
 /// Runs the subcommand; `Ok` carries the exit code (`train` ends with
@@ -67,6 +72,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Check(a) => done(check::run(a)),
         Command::Summary(a) => done(summary::run(a)),
         Command::Pack(a) => done(pack::run(a)),
+        Command::Import(a) => done(import::run_import(a)),
+        Command::Export(a) => done(import::run_export(a)),
     }
 }
 

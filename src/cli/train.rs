@@ -76,6 +76,19 @@ pub struct TrainArgs {
     /// products on its f32 units, with a notice).
     #[arg(long, default_value = "float32")]
     pub precision: String,
+    /// Start from this convoy model (from `convoy import`, or a saved run): its layers, weights,
+    /// normalisation and input size (the default --image-size). The classifier head is replaced
+    /// by a fresh Dense when the data's class count (or --classes) differs from the model's.
+    #[arg(long, value_name = "FILE")]
+    pub init: Option<PathBuf>,
+    /// With --init: the new head's classes (default: the data's; at least the data's).
+    #[arg(long)]
+    pub classes: Option<usize>,
+    /// With --init: train only the classifier head for the first K of --epochs (the rest
+    /// frozen, its BatchNorm layers in inference mode, as Keras' trainable = False), then
+    /// every layer.
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    pub freeze_epochs: usize,
     /// Write a Chrome trace (open in Perfetto) of the run.
     #[arg(long)]
     pub trace: Option<PathBuf>,
@@ -89,6 +102,51 @@ pub struct TrainArgs {
 /// --lr, or the rate each optimizer is usually started at.
 fn base_lr(a: &TrainArgs) -> f32 {
     a.lr.unwrap_or(if a.optimizer == "sgd" { 0.05 } else { 1e-3 })
+}
+
+/// The optimizer and compile settings of the command line.
+fn compile_options(a: &TrainArgs, devices: &[Arc<convoy::Device>]) -> Result<CompileOptions> {
+    let mut optimizer = Optimizer::from_name(&a.optimizer, base_lr(a))?;
+    if let Some(c) = a.clipnorm {
+        optimizer = optimizer.global_clipnorm(c);
+    }
+    Ok(CompileOptions::new(optimizer).devices(devices.to_vec()).seed(a.seed).max_batch(a.batch_size).label_smoothing(a.label_smoothing))
+}
+
+fn compile(mut m: Sequential, a: &TrainArgs, devices: &[Arc<convoy::Device>], precision: DTypePolicy) -> Result<Sequential> {
+    m.set_dtype_policy(precision);
+    m.compile(compile_options(a, devices)?)?;
+    Ok(m)
+}
+
+/// The --init model for `train`'s images and classes: at the data's image size, with a new
+/// head when the classes differ, its base frozen for a first phase of --freeze-epochs.
+fn fine_tuned(m: Sequential, a: &TrainArgs, train: &dyn Dataset) -> Result<Sequential> {
+    let shape = train.image_shape();
+    let mut m = if m.input_shape() != shape { m.with_input_shape(&shape)? } else { m };
+    let classes = a.classes.unwrap_or(train.num_classes());
+    if classes < train.num_classes() {
+        bail!(Config, "--classes {classes} is fewer than the {} classes of {}", train.num_classes(), a.data);
+    }
+    if m.output_shape()? != [classes] {
+        m = m.with_new_head(classes, a.seed)?;
+    }
+    if a.freeze_epochs > 0 {
+        freeze_base(&mut m, true)?;
+    }
+    Ok(m)
+}
+
+/// Freezes (or unfreezes) every layer but the last (the classifier head); whether that changed
+/// anything.
+fn freeze_base(m: &mut Sequential, frozen: bool) -> Result<bool> {
+    let n = m.layers().len();
+    let mut changed = false;
+    for i in 0..n.saturating_sub(1) {
+        changed |= m.is_trainable(i) == frozen;
+        m.set_trainable(i, !frozen)?;
+    }
+    Ok(changed)
 }
 
 pub fn run(a: TrainArgs) -> Result<ExitCode> {
@@ -116,7 +174,20 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
     if a.resume && checkpoint.is_none() {
         bail!(Config, "--resume needs --checkpoint-dir");
     }
-    let (train, val): (Arc<dyn Dataset>, Arc<dyn Dataset>) = from_spec(&a.data, a.image_size, a.seed)?;
+    if a.init.is_none() && (a.classes.is_some() || a.freeze_epochs > 0) {
+        bail!(Config, "--classes and --freeze-epochs need --init FILE (the model to start from)");
+    }
+    if a.freeze_epochs > a.epochs {
+        bail!(Config, "--freeze-epochs {} is more than --epochs {} (where the run ends)", a.freeze_epochs, a.epochs);
+    }
+    if a.init.is_some() && a.model != "auto" {
+        bail!(Config, "--init takes the model from its file; leave out --model {}", a.model);
+    }
+    // The model to start from is read first: its input size is the data's by default, and a
+    // bad file fails before any data is decoded.
+    let init = a.init.as_ref().map(Sequential::load).transpose()?.map(|(m, _)| m);
+    let image_size = a.image_size.or(init.as_ref().map(|m| m.input_shape()[0]));
+    let (train, val): (Arc<dyn Dataset>, Arc<dyn Dataset>) = from_spec(&a.data, image_size, a.seed)?;
     let augment = augment_for(&a.data, train.image_shape()[0]);
     let precision = DTypePolicy::from_name(&a.precision)?;
     let schedule = match a.schedule.as_str() {
@@ -126,6 +197,7 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
     };
     let devices = convoy::device::open(&a.devices)?;
     let model_name = match a.model.as_str() {
+        _ if a.init.is_some() => format!("init:{}", a.init.as_ref().unwrap().display()),
         "auto" if devices.iter().all(|d| d.is_software()) => "mlp".to_string(),
         "auto" => "resnet20".to_string(),
         other => other.to_string(),
@@ -140,21 +212,18 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
             }
             m
         }
+        _ if init.is_some() => {
+            let m = fine_tuned(init.unwrap(), &a, train.as_ref())?;
+            compile(m, &a, &devices, precision)?
+        }
         _ => {
-            let mut m = zoo::by_name(&model_name, &train.image_shape(), train.num_classes())?;
+            let m = zoo::by_name(&model_name, &train.image_shape(), train.num_classes())?;
             let shape = train.image_shape();
             // stderr, so that --json's stdout stays one document
             if let Some(w) = zoo::cifar_form_warning(&model_name, shape[0].max(shape[1])) {
                 eprintln!("{w}");
             }
-            let lr = base_lr(&a);
-            m.set_dtype_policy(precision);
-            let mut optimizer = Optimizer::from_name(&a.optimizer, lr)?;
-            if let Some(c) = a.clipnorm {
-                optimizer = optimizer.global_clipnorm(c);
-            }
-            m.compile(CompileOptions::new(optimizer).devices(devices.clone()).seed(a.seed).max_batch(a.batch_size).label_smoothing(a.label_smoothing))?;
-            m
+            compile(m, &a, &devices, precision)?
         }
     };
     // --epochs is where the run ends, so a resumed one starts at the epochs trained.
@@ -168,30 +237,56 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
         let names: Vec<String> = devices.iter().map(|d| format!("{} ({})", d.name(), d.backend())).collect();
         eprintln!("training on {}", names.join(", "));
     }
-    // Every step after a non-finite loss only spreads NaN through the weights.
-    let mut callbacks: Vec<Box<dyn convoy::callbacks::Callback>> = vec![Box::new(TerminateOnNaN::new())];
-    if let Some(path) = &checkpoint {
-        callbacks.push(Box::new(ModelCheckpoint::new(path.to_string_lossy().to_string())));
+    // With --freeze-epochs, the head alone up to epoch K, then every layer; a resumed run
+    // starts in whichever phase its epoch is.
+    let mut phases = Vec::new();
+    if a.freeze_epochs > initial_epoch {
+        phases.push((a.freeze_epochs, true));
     }
-    // The step counts from epoch 0, so a resumed run continues the same curve.
-    if let Some(schedule) = schedule {
-        callbacks.push(Box::new(LearningRateScheduler::from_schedule(base_lr(&a), schedule)));
+    if a.epochs > a.freeze_epochs.max(initial_epoch) {
+        phases.push((a.epochs, false));
     }
-    let history = model.fit(
-        train,
-        FitOptions {
-            epochs: a.epochs,
-            initial_epoch,
-            batch_size: a.batch_size,
-            seed: a.seed,
-            validation_data: Some(val),
-            callbacks,
-            augment: Some(augment),
-            verbose: 1,
-            trace: a.trace.clone(),
-            ..Default::default()
-        },
-    )?;
+    let mut history = None;
+    for (end, frozen) in phases {
+        let start = model.compiled_epoch();
+        if start >= end {
+            continue;
+        }
+        if a.freeze_epochs > 0 && freeze_base(&mut model, frozen)? {
+            // Keras too compiles again after a change of `trainable`; the weights stay.
+            model.compile(compile_options(&a, &devices)?)?;
+        }
+        // Every step after a non-finite loss only spreads NaN through the weights.
+        let mut callbacks: Vec<Box<dyn convoy::callbacks::Callback>> = vec![Box::new(TerminateOnNaN::new())];
+        if let Some(path) = &checkpoint {
+            callbacks.push(Box::new(ModelCheckpoint::new(path.to_string_lossy().to_string())));
+        }
+        // The step counts from epoch 0, so a resumed run (and the second phase) continues the same curve.
+        if let Some(schedule) = schedule.clone() {
+            callbacks.push(Box::new(LearningRateScheduler::from_schedule(base_lr(&a), schedule)));
+        }
+        let h = model.fit(
+            train.clone(),
+            FitOptions {
+                epochs: end,
+                initial_epoch: start,
+                batch_size: a.batch_size,
+                seed: a.seed,
+                validation_data: Some(val.clone()),
+                callbacks,
+                augment: Some(augment.clone()),
+                verbose: 1,
+                trace: a.trace.clone(),
+                ..Default::default()
+            },
+        )?;
+        let stop = h.history().get("loss").is_some_and(|l| l.last().is_some_and(|v| !v.is_finite())) || model.compiled_epoch() < end;
+        history = Some(h);
+        if stop {
+            break;
+        }
+    }
+    let history = history.ok_or_else(|| convoy::Error::Config("no epoch to train".into()))?;
     let h = history.history();
     let last = |k: &str| h.get(k).and_then(|v| v.last().copied()).unwrap_or(f64::NAN);
     // A finite loss can still come with diverged weights (the last update), so they are

@@ -13,6 +13,10 @@ use crate::{bail, Result, Tensor};
 /// and shifts by `beta`. Frozen (`Sequential::set_trainable(i, false)`, here or on the residual
 /// block around it), it runs in inference mode in training too, as in Keras 3: the moving
 /// statistics normalise and are not updated, and gamma and beta get no gradient.
+///
+/// The moving variance is fed the biased batch variance (divided by the rows, as Keras 3);
+/// PyTorch feeds its running variance the unbiased one. Statistics imported from PyTorch
+/// ([`crate::import`]) follow convoy's rule from the first training step on.
 pub struct BatchNormalization {
     /// Weight of the old moving statistics in each update: `moving = momentum * moving + (1 -
     /// momentum) * batch`.

@@ -12,6 +12,7 @@ pub mod profile;
 mod registry;
 pub mod saving;
 mod sequential;
+mod transfer;
 mod summary;
 mod unlabelled;
 pub mod zoo;

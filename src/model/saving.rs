@@ -46,7 +46,16 @@ impl Sequential {
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
         let (params, states, opt) = self.get_weights()?;
-        let layout = &self.def.layout;
+        // A model loaded or imported and not compiled yet holds its weights in the layout of
+        // its layers, which only `compile` stores in the definition.
+        let built;
+        let layout = match self.compiled {
+            Some(_) => &self.def.layout,
+            None => {
+                built = self.def.build_layout()?;
+                &built
+            }
+        };
         let mut tensors: Vec<(String, Vec<usize>, &[f32])> = Vec::new();
         for e in &layout.params {
             tensors.push((e.name.clone(), e.spec.shape.clone(), &params[e.range()]));

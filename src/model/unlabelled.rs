@@ -21,7 +21,9 @@ impl UnlabelledFolder {
     /// Lists the images of `dir` (decoding none yet) for a model taking `image_size` px.
     pub fn open(dir: impl AsRef<Path>, image_size: usize) -> Result<UnlabelledFolder> {
         let dir = dir.as_ref().to_path_buf();
-        let images = ImageFolder::flat(&dir, image_size)?;
+        // Resized to 256 before the 224 crop from 96 px, as validation images are (it read
+        // them at the crop size before: a model saw new photos framed tighter than its data).
+        let images = ImageFolder::flat(&dir, image_size)?.with_resize_size(crate::data::resize_size(image_size))?;
         Ok(UnlabelledFolder { dir, images })
     }
 

@@ -56,11 +56,11 @@ pub fn resnet18_cifar(input: &[usize], classes: usize) -> Sequential {
     resnet(input, 64, &[64, 128, 256, 512], 2, classes)
 }
 
-/// torchvision's ImageNet stem: 7x7 stride-2 conv 3 -> 64 (padding 3) + BN + ReLU, then a 3x3
+/// torchvision's ImageNet stem: 7x7 stride-2 conv 3 -> `width` (64; padding 3) + BN + ReLU, then a 3x3
 /// stride-2 max pool with padding 1, so the stages start at a quarter of the input side.
-fn imagenet_stem(input: &[usize]) -> Sequential {
+fn imagenet_stem(input: &[usize], width: usize) -> Sequential {
     let mut m = Sequential::new(input);
-    for l in conv_bn(64, 7, 2) {
+    for l in conv_bn(width, 7, 2) {
         m.add_boxed(l);
     }
     m.add(ReLU::new());
@@ -68,11 +68,10 @@ fn imagenet_stem(input: &[usize]) -> Sequential {
     m
 }
 
-/// torchvision's Bottleneck (v1.5: the stride on the 3x3): 1x1 -> 3x3 -> 1x1 with 4x
-/// expansion, each + BN, ReLU between; a 1x1 projection + BN wherever the shape changes
+/// torchvision's Bottleneck (v1.5: the stride on the 3x3): 1x1 -> 3x3 of `width` -> 1x1 to
+/// `out_c` (4x `width` in torchvision's), each + BN, ReLU between; a 1x1 projection + BN wherever the shape changes
 /// (the first block of every stage, stage 1 included since 64 -> 256 channels); then ReLU.
-fn bottleneck_block(model: &mut Sequential, in_c: usize, width: usize, stride: usize) {
-    let out_c = 4 * width;
+fn bottleneck_block(model: &mut Sequential, in_c: usize, width: usize, out_c: usize, stride: usize) {
     let mut main = conv_bn(width, 1, 1);
     main.push(Box::new(ReLU::new()));
     main.extend(conv_bn(width, 3, stride));
@@ -83,26 +82,55 @@ fn bottleneck_block(model: &mut Sequential, in_c: usize, width: usize, stride: u
     model.add(ReLU::new());
 }
 
-/// An ImageNet ResNet: the stem, four stages over 64, 128, 256, 512 (times 4 for bottleneck
-/// blocks) with stride 2 at the start of stages 2-4, global average pool, dense with bias.
-fn resnet_imagenet(input: &[usize], blocks: [usize; 4], bottleneck: bool, classes: usize) -> Sequential {
-    let mut m = imagenet_stem(input);
-    let mut c = 64;
-    for (s, (&n, filters)) in blocks.iter().zip([64, 128, 256, 512]).enumerate() {
+/// The channel counts of an ImageNet ResNet: torchvision's ([`ResNetWidths::torchvision`]),
+/// or those of a file being imported, which [`crate::import`] reads from its tensors' shapes
+/// (so that a narrow network of the same topology, as the tests' fixtures, imports through the
+/// same code as the real one).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResNetWidths {
+    /// The stem convolution's filters (64).
+    pub stem: usize,
+    /// Per stage, the filters of the block's 3x3 convolution (64, 128, 256, 512).
+    pub inner: [usize; 4],
+    /// Per stage, the block's output channels: `inner` for basic blocks, 4x `inner` for
+    /// torchvision's bottlenecks.
+    pub out: [usize; 4],
+}
+
+impl ResNetWidths {
+    /// torchvision's: a stem of 64, stages of 64, 128, 256, 512, times 4 at the output of a
+    /// bottleneck.
+    pub fn torchvision(bottleneck: bool) -> Self {
+        let inner = [64, 128, 256, 512];
+        ResNetWidths { stem: 64, inner, out: inner.map(|c| if bottleneck { 4 * c } else { c }) }
+    }
+}
+
+/// An ImageNet ResNet of `blocks` per stage: the stem, four stages with stride 2 at the start
+/// of stages 2-4, global average pool, dense with bias. A basic block's output is its `inner`
+/// width (`widths.out` is not read).
+pub fn resnet_with(input: &[usize], blocks: [usize; 4], bottleneck: bool, widths: &ResNetWidths, classes: usize) -> Sequential {
+    let mut m = imagenet_stem(input, widths.stem);
+    let mut c = widths.stem;
+    for (s, &n) in blocks.iter().enumerate() {
         for b in 0..n {
             let stride = if s > 0 && b == 0 { 2 } else { 1 };
             if bottleneck {
-                bottleneck_block(&mut m, c, filters, stride);
-                c = 4 * filters;
+                bottleneck_block(&mut m, c, widths.inner[s], widths.out[s], stride);
+                c = widths.out[s];
             } else {
-                basic_block(&mut m, c, filters, stride);
-                c = filters;
+                basic_block(&mut m, c, widths.inner[s], stride);
+                c = widths.inner[s];
             }
         }
     }
     m.add(GlobalAveragePooling2D::new());
     m.add(Dense::new(classes));
     m
+}
+
+fn resnet_imagenet(input: &[usize], blocks: [usize; 4], bottleneck: bool, classes: usize) -> Sequential {
+    resnet_with(input, blocks, bottleneck, &ResNetWidths::torchvision(bottleneck), classes)
 }
 
 /// torchvision's `resnet18`: basic blocks [2, 2, 2, 2]; 11,689,512 parameters at 1000 classes.
@@ -165,6 +193,37 @@ fn mobile_bn(x: &SymbolicTensor, relu6: bool) -> Result<SymbolicTensor> {
     if relu6 { ReLU::new().max_value(6.0).call(&x) } else { Ok(x) }
 }
 
+/// MobileNetV2's stages: (expansion t, output channels c, blocks n, first stride s), the
+/// paper's Table 2.
+pub const MOBILENET_V2_STAGES: [(usize, usize, usize, usize); 7] = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)];
+
+/// The channel counts of a MobileNetV2: torchvision's ([`MobileNetV2Widths::torchvision`]), or
+/// those of a file being imported (see [`ResNetWidths`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MobileNetV2Widths {
+    /// The stem convolution's filters (32).
+    pub stem: usize,
+    /// Per inverted residual block (17): the expanded width its depthwise convolution sees
+    /// (the block's input width for the first, which has no expansion) and its output width.
+    pub blocks: Vec<(usize, usize)>,
+    /// The last 1x1 convolution's filters (1280).
+    pub last: usize,
+}
+
+impl MobileNetV2Widths {
+    /// torchvision's at `width_mult` 1.
+    pub fn torchvision() -> Self {
+        let (mut blocks, mut c) = (Vec::new(), 32);
+        for (t, out, n, _) in MOBILENET_V2_STAGES {
+            for _ in 0..n {
+                blocks.push((c * t, out));
+                c = out;
+            }
+        }
+        MobileNetV2Widths { stem: 32, blocks, last: 1280 }
+    }
+}
+
 /// MobileNetV2 (Sandler et al. 2018) as torchvision builds it, with the functional API: a
 /// 3x3 stride-2 stem of 32, seventeen inverted residual blocks (a 1x1 expansion by `t` unless
 /// `t` is 1, a 3x3 depthwise convolution with the stride, a linear 1x1 projection, and the
@@ -172,23 +231,27 @@ fn mobile_bn(x: &SymbolicTensor, relu6: bool) -> Result<SymbolicTensor> {
 /// global average pooling and the classifier (torchvision's dropout before it is left out).
 /// 3,504,872 trainable parameters at 1000 classes, as torchvision's.
 pub fn mobilenet_v2(input: &[usize], classes: usize) -> Result<Sequential> {
-    // (expansion t, output channels c, blocks n, first stride s), the paper's Table 2.
-    const STAGES: [(usize, usize, usize, usize); 7] = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)];
-    let inputs = crate::model::input(input);
-    let mut x = mobile_conv(&inputs, 32, 3, 2, true)?;
-    let mut c = 32;
-    for (t, out, n, s) in STAGES {
-        for b in 0..n {
-            let stride = if b == 0 { s } else { 1 };
-            let mut y = if t == 1 { x.clone() } else { mobile_conv(&x, c * t, 1, 1, true)? };
-            y = DepthwiseConv2D::new(3).strides(stride).padding(Padding::Explicit(1, 1)).use_bias(false).depthwise_initializer("he_normal").call(&y)?;
-            y = mobile_bn(&y, true)?;
-            y = mobile_conv(&y, out, 1, 1, false)?;
-            x = if stride == 1 && c == out { Add::new().call_many(&[&x, &y])? } else { y };
-            c = out;
-        }
+    mobilenet_v2_with(input, &MobileNetV2Widths::torchvision(), classes)
+}
+
+/// [`mobilenet_v2`] with other widths; the first block has no expansion whatever its width.
+pub fn mobilenet_v2_with(input: &[usize], widths: &MobileNetV2Widths, classes: usize) -> Result<Sequential> {
+    let strides: Vec<usize> = MOBILENET_V2_STAGES.iter().flat_map(|&(_, _, n, s)| (0..n).map(move |b| if b == 0 { s } else { 1 })).collect();
+    if widths.blocks.len() != strides.len() {
+        bail!(Config, "MobileNetV2 has {} blocks, got widths for {}", strides.len(), widths.blocks.len());
     }
-    let x = mobile_conv(&x, 1280, 1, 1, true)?;
+    let inputs = crate::model::input(input);
+    let mut x = mobile_conv(&inputs, widths.stem, 3, 2, true)?;
+    let mut c = widths.stem;
+    for (b, (&(hidden, out), &stride)) in widths.blocks.iter().zip(&strides).enumerate() {
+        let mut y = if b == 0 { x.clone() } else { mobile_conv(&x, hidden, 1, 1, true)? };
+        y = DepthwiseConv2D::new(3).strides(stride).padding(Padding::Explicit(1, 1)).use_bias(false).depthwise_initializer("he_normal").call(&y)?;
+        y = mobile_bn(&y, true)?;
+        y = mobile_conv(&y, out, 1, 1, false)?;
+        x = if stride == 1 && c == out { Add::new().call_many(&[&x, &y])? } else { y };
+        c = out;
+    }
+    let x = mobile_conv(&x, widths.last, 1, 1, true)?;
     let x = GlobalAveragePooling2D::new().call(&x)?;
     let out = Dense::new(classes).call(&x)?;
     Sequential::functional(&inputs, &out)
