@@ -57,7 +57,7 @@ def efficiency(params, ips, batch, eff2, machines, gbps, alpha):
     link = gbps / 8 * 1e9 * LINK_EFFICIENCY
     done = 0.0
     for i in range(k):
-        b = min(BUCKET, size - i * BUCKET)
+        b = size / k
         ready = step8 - backward + (i + 1) / k * backward + b / HOST_GBS
         ring = 2 * (machines - 1) / machines * b / link + 2 * (machines - 1) * alpha
         done = max(done, ready) + ring

@@ -142,10 +142,16 @@ pub struct Pending<T> {
     ready: Condvar,
 }
 
+impl<T> Default for Pending<T> {
+    fn default() -> Self {
+        Pending { value: Mutex::new(None), ready: Condvar::new() }
+    }
+}
+
 impl<T> Pending<T> {
     /// A result not in yet.
     pub fn new() -> Self {
-        Pending { value: Mutex::new(None), ready: Condvar::new() }
+        Self::default()
     }
     /// Fills in the result and wakes the waiters.
     pub fn set(&self, v: T) {
