@@ -36,6 +36,9 @@ pub enum Error {
     /// A computation disagreed with its reference (`convoy check`).
     #[error("check: {0}")]
     Mismatch(String),
+    /// Training across processes under `mpirun` (`crate::distributed`) cannot start or go on.
+    #[error("mpi: {0}")]
+    Mpi(String),
 }
 
 /// The crate's result type, with [`Error`] as its error.

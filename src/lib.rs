@@ -18,6 +18,7 @@ pub mod callbacks;
 pub mod check;
 pub mod data;
 pub mod device;
+pub mod distributed;
 pub mod error;
 pub mod import;
 pub mod kernels;

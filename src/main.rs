@@ -8,10 +8,20 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
-    match cli::run(args) {
-        Ok(code) => code,
+    // Under `mpirun` (a build with the `mpi` feature), join the other ranks first.
+    let out = convoy::distributed::init().and_then(|()| cli::run(args));
+    match out {
+        Ok(code) => {
+            convoy::distributed::finalize();
+            code
+        }
         Err(e) => {
-            eprintln!("error: {e}");
+            match convoy::distributed::world() {
+                Some(w) => eprintln!("error: rank {} of {}: {e}", w.rank(), w.size()),
+                None => eprintln!("error: {e}"),
+            }
+            // One rank's error ends every rank (the others would wait for it forever).
+            convoy::distributed::abort(1);
             ExitCode::FAILURE
         }
     }

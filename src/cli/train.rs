@@ -151,6 +151,10 @@ fn freeze_base(m: &mut Sequential, frozen: bool) -> Result<bool> {
 
 pub fn run(a: TrainArgs) -> Result<ExitCode> {
     let started = Instant::now();
+    // Under `mpirun` only rank 0 speaks; the others train silently beside it.
+    let world = convoy::distributed::world();
+    let root = world.is_none_or(|w| w.rank() == 0);
+    let quiet = a.json || !root;
     check_output(&a.save)?;
     check_output(&a.trace)?;
     if a.epochs == 0 || a.batch_size == 0 {
@@ -207,7 +211,7 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
             // Loading warns when the checkpoint's weights are not finite: resuming from
             // diverged weights would only train NaN.
             let m = Sequential::load_compiled_with(path, devices.clone(), a.batch_size, precision)?;
-            if !a.json {
+            if !quiet {
                 eprintln!("resuming from {} at epoch {}", path.display(), m.compiled_epoch());
             }
             m
@@ -220,7 +224,7 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
             let m = zoo::by_name(&model_name, &train.image_shape(), train.num_classes())?;
             let shape = train.image_shape();
             // stderr, so that --json's stdout stays one document
-            if let Some(w) = zoo::cifar_form_warning(&model_name, shape[0].max(shape[1])) {
+            if let Some(w) = zoo::cifar_form_warning(&model_name, shape[0].max(shape[1])).filter(|_| root) {
                 eprintln!("{w}");
             }
             compile(m, &a, &devices, precision)?
@@ -232,10 +236,13 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
         let from = checkpoint.as_ref().map_or(String::new(), |c| c.display().to_string());
         bail!(Config, "--resume: {from} has trained {initial_epoch} epochs already and --epochs {} (where the run ends) asks for no more", a.epochs);
     }
-    if !a.json {
+    if !quiet {
         eprint!("{}", model.summary()?);
         let names: Vec<String> = devices.iter().map(|d| format!("{} ({})", d.name(), d.backend())).collect();
-        eprintln!("training on {}", names.join(", "));
+        match world {
+            Some(w) => eprintln!("training on {} ranks; rank 0 on {}", w.size(), names.join(", ")),
+            None => eprintln!("training on {}", names.join(", ")),
+        }
     }
     // With --freeze-epochs, the head alone up to epoch K, then every layer; a resumed run
     // starts in whichever phase its epoch is.
@@ -293,7 +300,7 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
     // checked too before anything is written.
     let bad_weights = model.non_finite_tensors()?;
     let diverged = !last("loss").is_finite() || !last("val_loss").is_finite() || !bad_weights.is_empty();
-    if diverged {
+    if diverged && root {
         let trained = a.save.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "the model".into());
         if let Some(line) = non_finite_warning(std::path::Path::new(&trained), &bad_weights) {
             eprintln!("{line}");
@@ -340,6 +347,8 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
         // The rate of the last step, and how it got there.
         "learning_rate": n.num("learning_rate", last("learning_rate")),
         "schedule": a.schedule,
+        // Processes under mpirun (1 alone); `devices` are rank 0's.
+        "ranks": world.map_or(1, |w| w.size()),
         "commit": env!("CONVOY_COMMIT"),
         "command": std::env::args().collect::<Vec<_>>().join(" "),
     });
@@ -349,9 +358,9 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
         out["skipped_steps"] = n.num("skipped_steps", last("skipped_steps"));
     }
     let out = n.finish(out);
-    if a.json {
+    if a.json && root {
         println!("{out}");
-    } else {
+    } else if root {
         println!(
             "trained {} epochs: val_accuracy {:.4}, val_loss {:.4}, {:.0} images/s, {:.1} s",
             model.compiled_epoch(),

@@ -72,6 +72,27 @@ pub fn batch_count(len: usize, batch_size: usize, drop_remainder: bool) -> usize
     }
 }
 
+/// One rank's part of every batch when several processes train together under `mpirun`
+/// (`crate::distributed`): batch `b` of the epoch's order is the global batch, split across
+/// the ranks in rank order in proportion to `speeds` (as `crate::parallel::split` splits a
+/// batch across devices), and this rank loads only its part of it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Shard {
+    /// Relative speed of each rank.
+    pub speeds: Vec<f64>,
+    /// This process's rank.
+    pub rank: usize,
+}
+
+impl Shard {
+    /// The positions in a global batch of `n` samples that are this rank's.
+    pub fn range(&self, n: usize) -> std::ops::Range<usize> {
+        let counts = crate::parallel::split(n, &self.speeds);
+        let start: usize = counts[..self.rank].iter().sum();
+        start..start + counts[self.rank]
+    }
+}
+
 /// An iterator over the batches of one epoch, filled by a background thread through a queue of
 /// `depth` batches.
 ///
@@ -98,6 +119,23 @@ impl Loader {
         seed: u64,
         depth: usize,
     ) -> Result<Self> {
+        Self::sharded(dataset, indices, batch_size, drop_remainder, augment, seed, depth, None)
+    }
+
+    /// [`Loader::new`] yielding only `shard`'s part of each batch (an empty batch where the
+    /// part is empty); its samples draw their augmentation at their place in the whole batch,
+    /// so a sample is augmented the same whichever rank loads it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sharded(
+        dataset: Arc<dyn Dataset>,
+        indices: Vec<usize>,
+        batch_size: usize,
+        drop_remainder: bool,
+        augment: Option<Augment>,
+        seed: u64,
+        depth: usize,
+        shard: Option<Shard>,
+    ) -> Result<Self> {
         let source = dataset.source();
         if batch_size == 0 {
             crate::bail!(Config, "batch size must be positive, got 0 (data: {source})");
@@ -114,7 +152,7 @@ impl Loader {
         }
         let (tx, rx) = sync_channel(depth);
         let stop = Arc::new(AtomicBool::new(false));
-        let job = Job { dataset, indices, batch_size, batches, augment, seed, stop: stop.clone() };
+        let job = Job { dataset, indices, batch_size, batches, augment, seed, stop: stop.clone(), shard };
         let worker = std::thread::Builder::new()
             .name("convoy-loader".into())
             .spawn(move || job.run(tx))
@@ -168,6 +206,7 @@ struct Job {
     augment: Option<Augment>,
     seed: u64,
     stop: Arc<AtomicBool>,
+    shard: Option<Shard>,
 }
 
 impl Job {
@@ -176,7 +215,8 @@ impl Job {
             if self.stop.load(Ordering::Relaxed) {
                 return;
             }
-            let batch = self.fill(b * self.batch_size, chunk);
+            let part = self.shard.as_ref().map_or(0..chunk.len(), |s| s.range(chunk.len()));
+            let batch = self.fill(b * self.batch_size + part.start, &chunk[part]);
             let failed = batch.is_err();
             if self.stop.load(Ordering::Relaxed) || tx.send(batch).is_err() || failed {
                 return;

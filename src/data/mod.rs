@@ -23,7 +23,7 @@ pub use decode::dct_scale;
 pub use cifar::{CIFAR10_URL, CIFAR100_URL, cifar10, cifar10_from_bytes, cifar100, cifar100_from_bytes};
 pub use folder::ImageFolder;
 pub use in_memory::InMemory;
-pub use loader::{Batch, Loader, batch_count, epoch_indices};
+pub use loader::{Batch, Loader, Shard, batch_count, epoch_indices};
 pub use packed::{PACKED_MAGIC, PACKED_VERSION, PackReport, Packed, pack_folder, packed, packed_from_bytes};
 pub use spec::{SPEC_FORMS, augment_for, from_spec};
 pub use stats::channel_stats;

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::callbacks::{Callback, Context, History, Logs, ProgressBar, Saver, Weights};
-use crate::data::{batch_count, channel_stats, epoch_indices, Augment, Dataset, Loader, Subset};
+use crate::data::{batch_count, channel_stats, epoch_indices, Augment, Dataset, Loader, Shard, Subset};
+use crate::distributed::Ranks;
 use crate::model::losses::Metric;
 use crate::model::Sequential;
-use crate::parallel::{HostBatch, StepOutput, NO_UPDATE};
+use crate::parallel::{GlobalBatch, HostBatch, StepOutput, NO_UPDATE};
 use crate::{bail, Result};
 
 /// `fit`'s arguments, with Keras' names and defaults.
@@ -104,6 +105,21 @@ impl Tally {
             }
         }
     }
+    /// Sums the tally over the ranks under `mpirun`, and `extra` with it (returned summed), so
+    /// every rank logs the same figures of the whole data.
+    fn sum_across(&mut self, ranks: &Ranks, metrics: &[Metric], extra: &[f64]) -> Result<Vec<f64>> {
+        self.hits.resize(metrics.len(), 0);
+        let mut v = vec![self.samples as f64, self.loss, f64::from(u8::from(self.nonfinite))];
+        v.extend(self.hits.iter().map(|&h| h as f64));
+        v.extend_from_slice(extra);
+        let v = ranks.sum_f64(v)?;
+        (self.samples, self.loss, self.nonfinite) = (v[0] as usize, v[1], v[2] > 0.0);
+        for (h, x) in self.hits.iter_mut().zip(&v[3..]) {
+            *h = *x as usize;
+        }
+        Ok(v[3 + metrics.len()..].to_vec())
+    }
+
     fn logs(&self, metrics: &[Metric], prefix: &str) -> Logs {
         let n = self.samples.max(1) as f64;
         let mut logs = Logs::new();
@@ -139,6 +155,22 @@ impl Divergence {
 
 fn divergence_message(loss: f32, step: u64, epoch: usize, batch: u64, lr: f32) -> String {
     format!("warning: the loss became non-finite ({loss}) at step {step} (epoch {epoch}, batch {batch}) with learning rate {lr}; try a lower learning rate")
+}
+
+/// The ranks' relative speeds for the next epoch from the samples per busy second each
+/// `measured` in the last: kept while every rank is within 10% of its share (every distinct
+/// share is a step compiled anew), else the measured ones. A rank that measured nothing
+/// (no samples) keeps the current speeds.
+fn reshare(now: &[f64], measured: &[f64]) -> Vec<f64> {
+    if measured.iter().any(|&m| !(m.is_finite() && m > 0.0)) {
+        return now.to_vec();
+    }
+    let norm = |v: &[f64]| -> Vec<f64> {
+        let s: f64 = v.iter().sum();
+        v.iter().map(|x| x / s).collect()
+    };
+    let (a, b) = (norm(now), norm(measured));
+    if a.iter().zip(&b).any(|(x, y)| (x - y).abs() > 0.1 * x) { b } else { now.to_vec() }
 }
 
 /// Where an epoch's host time went so far: waiting for input, device work (staging,
@@ -279,8 +311,18 @@ impl Sequential {
         let c = self.compiled()?;
         c.replicas.settle()?;
         c.replicas.forget_finished();
+        let ranks = c.replicas.ranks();
+        if let Some(ranks) = ranks {
+            // Every rank trains rank 0's model from rank 0's step.
+            c.replicas.broadcast_from_rank0()?;
+            let at = ranks.sum_f64(if ranks.rank() == 0 { vec![c.step as f64, c.epoch as f64] } else { vec![0.0; 2] })?;
+            (c.step, c.epoch) = (at[0] as u64, at[1] as usize);
+        }
+        let rank = ranks.map_or(0, |r| r.rank());
+        // Each rank's relative speed: its share of every global batch (equal until measured).
+        let mut rank_speeds = vec![1.0; ranks.map_or(1, |r| r.size())];
         let mut history = History::new();
-        let mut progress = ProgressBar::new().verbose(opts.verbose);
+        let mut progress = ProgressBar::new().verbose(if rank == 0 { opts.verbose } else { 0 });
         let mut steps = batch_count(data.len(), opts.batch_size, opts.drop_remainder);
         let mut samples = if opts.drop_remainder { steps * opts.batch_size } else { data.len() };
         if let Some(s) = opts.steps_per_epoch {
@@ -330,7 +372,10 @@ impl Sequential {
             let trained = self.compiled()?.epoch;
             let mut indices = epoch_indices(data.len(), opts.shuffle, opts.seed, trained);
             indices.truncate(samples);
-            let loader = Loader::new(data.clone(), indices, opts.batch_size, opts.drop_remainder, opts.augment, opts.seed ^ (trained as u64) << 32, 4)?;
+            let shard = ranks.map(|_| Shard { speeds: rank_speeds.clone(), rank });
+            let loader = Loader::sharded(data.clone(), indices, opts.batch_size, opts.drop_remainder, opts.augment, opts.seed ^ (trained as u64) << 32, 4, shard.clone())?;
+            // Seconds this rank's devices were busy, for its speed.
+            let mut busy = 0.0;
             let mut tally = Tally::default();
             let t_epoch = Instant::now();
             let mut shares = Shares::default();
@@ -360,7 +405,10 @@ impl Sequential {
                     let c = self.compiled.as_mut().expect("checked above");
                     c.replicas.calibrate(def, &batch.images, &batch.labels, c.step as u32)?;
                 }
-                let timing = self.train_on_batch_async(&batch.images, &batch.labels)?;
+                let global = opts.batch_size.min(samples - b * opts.batch_size);
+                let first = shard.as_ref().map_or(0, |s| s.range(global).start);
+                let timing = self.train_share_async(&batch.images, &batch.labels, GlobalBatch { first, size: global })?;
+                busy += timing.iter().map(|t| t.upload).fold(0.0, f64::max) + timing.iter().map(|t| t.compute).fold(0.0, f64::max);
                 // The slowest replica sets the pace of each phase.
                 shares.compute += timing.iter().map(|t| t.upload).fold(0.0, f64::max);
                 shares.compute += timing.iter().map(|t| t.compute).fold(0.0, f64::max);
@@ -376,7 +424,8 @@ impl Sequential {
                     let logs = batch_logs(&tally, &c.metrics, size, &shares, t_epoch);
                     stop |= hook!(on_batch_end(done_batch, &logs));
                 }
-                if stop {
+                // Ranks stop together, at the epoch's end (see `crate::distributed`).
+                if stop && ranks.is_none() {
                     break;
                 }
                 t_wait = Instant::now();
@@ -394,7 +443,17 @@ impl Sequential {
             }
             let c = self.compiled()?;
             // `collect(0)` finished the last exchange, so every replica holds the same weights.
-            c.replicas.sync_states()?;
+            c.replicas.sync_states_across_ranks()?;
+            if let Some(ranks) = ranks {
+                // One sum over the ranks: the epoch's tally, any rank's request to stop, and
+                // each rank's samples per busy second (in its own slot) for the next shares.
+                let rate = tally.samples as f64 / busy.max(1e-9);
+                let mut extra = vec![f64::from(u8::from(stop))];
+                extra.extend((0..rank_speeds.len()).map(|r| if r == rank { rate } else { 0.0 }));
+                let extra = tally.sum_across(ranks, &c.metrics, &extra)?;
+                stop = extra[0] > 0.0;
+                rank_speeds = reshare(&rank_speeds, &extra[1..]);
+            }
             c.epoch += 1;
             let elapsed = t_epoch.elapsed().as_secs_f64();
             let mut logs = tally.logs(&c.metrics, "");
@@ -421,7 +480,7 @@ impl Sequential {
         if let Some(path) = &opts.trace {
             let mut tracks = vec!["training loop".to_string()];
             tracks.extend(self.devices().iter().map(|d| format!("replica {}: {}", d.ordinal, d.name())));
-            crate::trace::finish(path, &tracks)?;
+            crate::trace::finish(&crate::distributed::trace_path(path), &tracks)?;
         }
         Ok(history)
     }
@@ -432,10 +491,11 @@ impl Sequential {
     /// weights. Its per-sample outputs stay for one [`Sequential::collect`] until the next
     /// step. [`Sequential::train_on_batch_async`] overlaps steps instead.
     pub fn train_on_batch(&mut self, images: &[u8], labels: &[u32]) -> Result<Logs> {
-        let hyper = self.next_step("train_on_batch", images, labels)?;
+        let hyper = self.next_step("train_on_batch", images, labels, false)?;
+        let global = self.global_batch(labels.len());
         let def = &self.def;
         let c = self.compiled.as_mut().expect("next_step checked it");
-        let outs = c.replicas.train_step_sync(def, images, labels, hyper, c.step as u32)?;
+        let outs = c.replicas.train_step_sync(def, images, labels, global, hyper, c.step as u32)?;
         c.step += 1;
         let mut tally = Tally::default();
         tally.add(&c.metrics, &outs);
@@ -443,14 +503,19 @@ impl Sequential {
     }
 
     /// Loss and metrics over `data` (`loss`, `accuracy`, ..., `samples`), in batches of
-    /// `batch_size` (at most the compiled `max_batch`).
+    /// `batch_size` (at most the compiled `max_batch`). Under `mpirun` each rank evaluates
+    /// every size-th sample and the figures are summed over the ranks: every rank calls it.
     pub fn evaluate(&mut self, data: Arc<dyn Dataset>, batch_size: usize) -> Result<Logs> {
         self.check_data(data.as_ref())?;
         let def = &self.def;
         let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
         c.replicas.settle()?;
         c.replicas.sync_states()?;
-        let indices: Vec<usize> = (0..data.len()).collect();
+        let ranks = c.replicas.ranks();
+        let indices: Vec<usize> = match ranks {
+            Some(r) => (r.rank()..data.len()).step_by(r.size()).collect(),
+            None => (0..data.len()).collect(),
+        };
         // Inference does not depend on the batch: a larger one runs in pieces that fit.
         let loader = Loader::new(data.clone(), indices, batch_size.clamp(1, c.max_batch), false, None, 0, 4)?;
         let mut tally = Tally::default();
@@ -476,6 +541,9 @@ impl Sequential {
                 }
             }
             tally.add(&c.metrics, &outs);
+        }
+        if let Some(ranks) = ranks {
+            tally.sum_across(ranks, &c.metrics, &[])?;
         }
         let mut logs = tally.logs(&c.metrics, "");
         logs.insert("samples".into(), tally.samples as f64);

@@ -43,7 +43,12 @@ impl Sequential {
     /// Writes the model to `path` atomically: a temporary file in the same directory,
     /// renamed over `path` once complete, so a crash never leaves a half-written file.
     /// `path` is anything path-like (`"model.safetensors"`, a `PathBuf`), as in Keras.
+    /// Under `mpirun` only rank 0 writes (every rank holds the same model; the others' files
+    /// would race for one path on a shared disk), so checkpoints are written once too.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        if crate::distributed::world().is_some_and(|w| w.rank() > 0) {
+            return Ok(());
+        }
         let path = path.as_ref();
         let (params, states, opt) = self.get_weights()?;
         // A model loaded or imported and not compiled yet holds its weights in the layout of

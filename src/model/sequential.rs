@@ -11,7 +11,7 @@ use crate::model::profile::{KernelTime, Profile};
 use crate::device::Timestamps;
 use crate::optim::Optimizer;
 use crate::kernels::optimizer::Hyper;
-use crate::parallel::{Replica, ReplicaSet, StepOutput, StepTiming};
+use crate::parallel::{GlobalBatch, Replica, ReplicaSet, StepOutput, StepTiming};
 use crate::{bail, Device, Result};
 
 /// A model's state on the host, in the flat layout: parameters, moving statistics, and the
@@ -378,20 +378,40 @@ impl Sequential {
     /// steps in flight a call waits for the oldest (its outputs wait for `collect`). With
     /// several devices the weights are exchanged at the next step or `collect(0)`, so
     /// `get_weights` sees this step's update after `collect(0)`.
+    ///
+    /// Under `mpirun` (`crate::distributed`) every rank calls it with its own batch, all of
+    /// one size: the step's global batch is theirs together.
     pub fn train_on_batch_async(&mut self, images: &[u8], labels: &[u32]) -> Result<Vec<StepTiming>> {
-        let hyper = self.next_step("train_on_batch_async", images, labels)?;
+        let global = self.global_batch(labels.len());
+        self.train_share_async(images, labels, global)
+    }
+
+    /// The global batch a batch of `n` given to every rank makes: the ranks' batches in
+    /// rank order (the whole batch alone).
+    pub(crate) fn global_batch(&self, n: usize) -> GlobalBatch {
+        match crate::distributed::world() {
+            Some(w) => GlobalBatch { first: w.rank() * n, size: w.size() * n },
+            None => GlobalBatch::whole(n),
+        }
+    }
+
+    /// [`Sequential::train_on_batch_async`] of a share of the global batch `global` (`fit`
+    /// under `mpirun`): the share may be empty, as a short last batch leaves a rank.
+    pub(crate) fn train_share_async(&mut self, images: &[u8], labels: &[u32], global: GlobalBatch) -> Result<Vec<StepTiming>> {
+        let hyper = self.next_step("train_on_batch_async", images, labels, global.size > 0)?;
         let def = &self.def;
         let c = self.compiled.as_mut().expect("next_step checked it");
-        let timing = c.replicas.train_step(def, images, labels, hyper, c.step as u32)?;
+        let timing = c.replicas.train_step(def, images, labels, global, hyper, c.step as u32)?;
         c.step += 1;
         Ok(timing)
     }
 
     /// Checks a training batch (sizes, labels, a compiled model, `max_batch`) and returns
-    /// the optimizer inputs of the step it will be.
-    pub(crate) fn next_step(&mut self, who: &str, images: &[u8], labels: &[u32]) -> Result<Hyper> {
+    /// the optimizer inputs of the step it will be. An empty batch passes only as a rank's
+    /// empty share of a global one (`share`).
+    pub(crate) fn next_step(&mut self, who: &str, images: &[u8], labels: &[u32], share: bool) -> Result<Hyper> {
         let sample: usize = self.def.input_shape.iter().product();
-        if labels.is_empty() || images.len() != labels.len() * sample {
+        if (labels.is_empty() && !share) || images.len() != labels.len() * sample {
             bail!(Shape, "{who}: {} image bytes for {} labels of {:?}", images.len(), labels.len(), self.def.input_shape);
         }
         if let Some(bad) = labels.iter().position(|&l| l as usize >= self.def.classes) {
@@ -400,7 +420,9 @@ impl Sequential {
         // Weights trained on the current normalisation belong to it.
         self.normalization_fixed = true;
         let c = self.compiled()?;
-        c.check_batch(&format!("{who}: a batch of"), labels.len())?;
+        if !labels.is_empty() {
+            c.check_batch(&format!("{who}: a batch of"), labels.len())?;
+        }
         c.learning_rate = c.next_rate();
         Hyper::for_step(c.learning_rate, &c.optimizer.kind(), c.step + 1)
     }

@@ -43,12 +43,33 @@ use rayon::prelude::*;
 pub use replica::{HostBatch, Replica, StepOutput, NO_UPDATE};
 pub use split::{choose, drop_negligible, split, StepCost};
 
+use crate::distributed::{Pending, Ranks};
 use crate::kernels::optimizer::Hyper;
 use crate::model::plan::Definition;
 use crate::Result;
 
 /// Training steps a replica set keeps in flight at most (see `ReplicaSet::train_step`).
 const MAX_IN_FLIGHT: usize = 2;
+
+/// Where a process's batch sits in the step's global batch: samples `first..first + n` of
+/// `size`. One process alone trains the whole batch ([`GlobalBatch::whole`]); under `mpirun`
+/// (`crate::distributed`) each rank trains its share, and the loss gradient is scaled by one
+/// over the global `size`, so the sum across ranks is the gradient of the mean loss.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GlobalBatch {
+    /// The position of the process's first sample in the global batch (augmentation layers
+    /// draw per sample of the global batch).
+    pub first: usize,
+    /// Samples in the global batch, over all processes.
+    pub size: usize,
+}
+
+impl GlobalBatch {
+    /// A batch of `n` that is the whole step.
+    pub fn whole(n: usize) -> Self {
+        GlobalBatch { first: 0, size: n }
+    }
+}
 
 /// Where one step's time went on the host, per replica (seconds).
 #[derive(Clone, Debug, Default)]
@@ -101,13 +122,21 @@ pub struct ReplicaSet {
     pub calibration_delay: Vec<f64>,
     /// Accumulated host-side timing per replica since the last `take_timing`.
     timing: Vec<StepTiming>,
+    /// The other processes training with this one, under `mpirun`: each bucket's host sum
+    /// is then summed across them before its upload.
+    ranks: Option<&'static Ranks>,
 }
 
 impl ReplicaSet {
     /// A set splitting batches evenly until speeds are measured.
     pub fn new(replicas: Vec<Replica>) -> Self {
         let n = replicas.len();
-        ReplicaSet { replicas, speed: vec![1.0; n], measured: vec![0.0; n], steps_since_resplit: 0, resplits_due: 6, fixed_split: false, pending_exchange: None, in_flight: Default::default(), finished: Default::default(), sync_last: false, samples: vec![0; n], timing: vec![StepTiming::default(); n], book: std::sync::Mutex::new((vec![0; n], vec![true; n])), calibrated: false, left_out: Vec::new(), calibration_delay: vec![0.0; n] }
+        ReplicaSet { replicas, speed: vec![1.0; n], measured: vec![0.0; n], steps_since_resplit: 0, resplits_due: 6, fixed_split: false, pending_exchange: None, in_flight: Default::default(), finished: Default::default(), sync_last: false, samples: vec![0; n], timing: vec![StepTiming::default(); n], book: std::sync::Mutex::new((vec![0; n], vec![true; n])), calibrated: false, left_out: Vec::new(), calibration_delay: vec![0.0; n], ranks: crate::distributed::world() }
+    }
+
+    /// The processes this set trains with under `mpirun`; `None` alone.
+    pub fn ranks(&self) -> Option<&'static Ranks> {
+        self.ranks
     }
 
     /// Replicas (devices) in the set.
@@ -245,7 +274,9 @@ impl ReplicaSet {
     /// while the devices still run step k-1, then k-1's gradients are summed and applied,
     /// then k is submitted behind them; k's own exchange finishes in the next call (or in
     /// `flush`). Outputs (loss and ranks) come later from `collect`.
-    pub fn train_step(&mut self, def: &Definition, images: &[u8], labels: &[u32], hyper: Hyper, step: u32) -> Result<Vec<StepTiming>> {
+    /// `global` places the batch in the step's global batch (a process's share under `mpirun`);
+    /// a share may be empty, and the process still takes part in the exchange.
+    pub fn train_step(&mut self, def: &Definition, images: &[u8], labels: &[u32], global: GlobalBatch, hyper: Hyper, step: u32) -> Result<Vec<StepTiming>> {
         // Each plan reads its loss back through two buffers, alternately: a third step in
         // flight would take the buffer of the first before it was read. So the oldest step
         // is waited for first (`fit` keeps one in flight, so it never waits here).
@@ -262,8 +293,8 @@ impl ReplicaSet {
         }
         let counts = self.shares(n);
         let sample = images.len() / n.max(1);
-        let scale = 1.0 / n as f32;
-        let exchange = parts.len() > 1;
+        let scale = 1.0 / global.size as f32;
+        let exchange = parts.len() > 1 || self.ranks.is_some();
         let mut starts = Vec::with_capacity(counts.len());
         let mut at = 0;
         for &c in &counts {
@@ -274,7 +305,7 @@ impl ReplicaSet {
         let mut timing = vec![StepTiming::default(); self.replicas.len()];
         let recorded = on_each(&mut self.replicas, ran.len(), |r, rep| -> Result<(Option<replica::Recorded>, f64)> {
             let (lo, hi) = (starts[r], starts[r] + counts[r]);
-            let batch = HostBatch { images: &images[lo * sample..hi * sample], labels: &labels[lo..hi], first: lo };
+            let batch = HostBatch { images: &images[lo * sample..hi * sample], labels: &labels[lo..hi], first: global.first + lo };
             if batch.is_empty() {
                 return Ok((None, 0.0));
             }
@@ -375,6 +406,8 @@ impl ReplicaSet {
         let mapped: Vec<AtomicUsize> = parts.iter().map(|_| AtomicUsize::new(0)).collect();
         // Slices summed so far, over all buckets: bucket b is complete at (b + 1) * threads.
         let (summed, failed) = (AtomicUsize::new(0), AtomicBool::new(false));
+        let relay = self.ranks.map(|ranks| Relay::new(ranks, buckets, threads));
+        let relay = relay.as_ref();
         let waited: Vec<Result<(f64, f64)>> = std::thread::scope(|s| {
             let handles: Vec<_> = self
                 .replicas
@@ -390,6 +423,9 @@ impl ReplicaSet {
                             let (mut compute, mut summing) = (0.0, 0.0);
                             // This thread's sum of a slice, reused across the buckets.
                             let mut acc = Vec::new();
+                            // Buckets whose sum across the ranks this replica has uploaded.
+                            let mut applied = 0;
+                            let io_all = io;
                             for (b, io) in io.iter().enumerate() {
                                 if ran.contains(&r) {
                                     let _s = crate::trace::span("wait for gradient bucket", 1 + r);
@@ -399,6 +435,23 @@ impl ReplicaSet {
                                 mapped[p].store(b + 1, Ordering::Release);
                                 if !spin_until(|| mapped.iter().all(|m| m.load(Ordering::Acquire) > b), failed) {
                                     return Ok((compute, summing));
+                                }
+                                if let Some(relay) = relay {
+                                    {
+                                        let _s = crate::trace::span("host all-reduce", 1 + r);
+                                        let t0 = Instant::now();
+                                        let start = io.sum_slice_host(p, threads, &mut acc)?;
+                                        relay.give(b, start, &acc, io.bytes);
+                                        summing += t0.elapsed().as_secs_f64();
+                                    }
+                                    // The sums across the ranks that are in go up now, in
+                                    // order; the others after the last bucket.
+                                    while let Some(sum) = relay.ready(applied).filter(|_| applied <= b) {
+                                        let _s = crate::trace::span("upload + update", 1 + r);
+                                        apply_summed(rep, &mut rec, &io_all[applied], p, applied, buckets, &sum)?;
+                                        applied += 1;
+                                    }
+                                    continue;
                                 }
                                 {
                                     let _s = crate::trace::span("host all-reduce", 1 + r);
@@ -419,6 +472,18 @@ impl ReplicaSet {
                                 let _s = crate::trace::span("upload + update", 1 + r);
                                 let last = b + 1 == buckets;
                                 rep.apply_bucket(b, b + 2 < buckets, if last { rec.as_mut() } else { None })?;
+                            }
+                            while let Some(relay) = relay.filter(|_| applied < buckets) {
+                                let t0 = Instant::now();
+                                let sum = {
+                                    let _s = crate::trace::span("wait for the sum across ranks", 1 + r);
+                                    let Some(sum) = relay.wait(applied, failed) else { return Ok((compute, summing)) };
+                                    sum
+                                };
+                                summing += t0.elapsed().as_secs_f64();
+                                let _s = crate::trace::span("upload + update", 1 + r);
+                                apply_summed(rep, &mut rec, &io_all[applied], p, applied, buckets, &sum)?;
+                                applied += 1;
                             }
                             if let Some(rec) = rec.take() {
                                 let _s = crate::trace::span("submit rest of next step", 1 + r);
@@ -517,12 +582,12 @@ impl ReplicaSet {
 
     /// Runs a training step and waits for it (Keras' synchronous `train_on_batch`): returns
     /// its outputs, which also stay for `collect` until the next synchronous step.
-    pub fn train_step_sync(&mut self, def: &Definition, images: &[u8], labels: &[u32], hyper: Hyper, step: u32) -> Result<Vec<StepOutput>> {
+    pub fn train_step_sync(&mut self, def: &Definition, images: &[u8], labels: &[u32], global: GlobalBatch, hyper: Hyper, step: u32) -> Result<Vec<StepOutput>> {
         self.settle()?;
         if self.sync_last {
             self.finished.pop_back();
         }
-        self.train_step(def, images, labels, hyper, step)?;
+        self.train_step(def, images, labels, global, hyper, step)?;
         self.settle()?;
         self.sync_last = true;
         Ok(self.finished.back().map(|(outs, _)| outs.clone()).unwrap_or_default())
@@ -585,6 +650,54 @@ impl ReplicaSet {
         let mean: Vec<f32> = mean.into_iter().map(|x| x as f32).collect();
         for r in &self.replicas {
             r.write_states(&mean)?;
+        }
+        Ok(())
+    }
+
+    /// [`sync_states`](Self::sync_states) over every replica of every rank under `mpirun`
+    /// (each rank's samples-weighted sum and sample count summed across the ranks), so every
+    /// replica of every rank holds the same moving statistics; `sync_states` alone without
+    /// ranks. A collective: every rank calls it at the same point (`fit` does at each
+    /// epoch's end), even one whose replicas saw no sample.
+    pub fn sync_states_across_ranks(&self) -> Result<()> {
+        let Some(ranks) = self.ranks else { return self.sync_states() };
+        self.broadcast_weights()?;
+        let weights: Vec<usize> = std::mem::replace(&mut self.book.lock().unwrap().0, vec![0; self.replicas.len()]);
+        let len = self.replicas[0].read_states()?.len();
+        // The weighted sum of the statistics, then the weight.
+        let mut acc = vec![0.0f64; len + 1];
+        for (r, &w) in weights.iter().enumerate().filter(|&(_, &w)| w > 0) {
+            for (a, x) in acc.iter_mut().zip(self.replicas[r].read_states()?) {
+                *a += w as f64 * x as f64;
+            }
+            acc[len] += w as f64;
+        }
+        let acc = ranks.sum_f64(acc)?;
+        if acc[len] == 0.0 || len == 0 {
+            return Ok(());
+        }
+        let mean: Vec<f32> = acc[..len].iter().map(|s| (s / acc[len]) as f32).collect();
+        for r in &self.replicas {
+            r.write_states(&mean)?;
+        }
+        Ok(())
+    }
+
+    /// Gives every replica of every rank rank 0's weights, moving statistics and optimizer
+    /// state (a no-op without ranks): the model rank 0 built or loaded is the one trained.
+    /// A collective, as [`sync_states_across_ranks`](Self::sync_states_across_ranks).
+    pub fn broadcast_from_rank0(&mut self) -> Result<()> {
+        let Some(ranks) = self.ranks else { return Ok(()) };
+        self.settle()?;
+        self.broadcast_weights()?;
+        let lead = &self.replicas[self.lead()];
+        let params = ranks.broadcast(lead.read_params()?)?;
+        let states = ranks.broadcast(lead.read_states()?)?;
+        let opt: Vec<Vec<f32>> = lead.read_optimizer_state()?.into_iter().map(|s| ranks.broadcast(s)).collect::<Result<_>>()?;
+        for r in &self.replicas {
+            r.write_params(&params)?;
+            r.write_states(&states)?;
+            r.write_optimizer_state(&opt)?;
         }
         Ok(())
     }
@@ -659,6 +772,74 @@ struct PendingExchange {
     hyper: Hyper,
 }
 
+/// The stage across the ranks of a step's exchange (`crate::distributed`): the replica
+/// threads' slices of a bucket's host sum are gathered here, the last slice in hands the
+/// bucket to the MPI thread (so buckets go out in order on every rank), and each replica
+/// uploads the sum across the ranks once it is in.
+struct Relay {
+    ranks: &'static Ranks,
+    /// Slices per bucket: one per replica thread.
+    slices: usize,
+    /// Per bucket: its host sum so far and the slices in it.
+    gathering: Vec<std::sync::Mutex<(Vec<f32>, usize)>>,
+    /// Per bucket: its sum across the ranks, once handed to the MPI thread.
+    sums: Vec<std::sync::OnceLock<std::sync::Arc<Pending<Vec<f32>>>>>,
+}
+
+impl Relay {
+    fn new(ranks: &'static Ranks, buckets: usize, slices: usize) -> Self {
+        Relay { ranks, slices, gathering: (0..buckets).map(|_| Default::default()).collect(), sums: (0..buckets).map(|_| Default::default()).collect() }
+    }
+
+    /// Adds one thread's `slice` of bucket `b` (`bytes` long), which starts at byte `start`.
+    fn give(&self, b: usize, start: u64, slice: &[f32], bytes: u64) {
+        let mut g = self.gathering[b].lock().unwrap();
+        let (sum, given) = &mut *g;
+        if sum.is_empty() {
+            sum.resize((bytes / 4) as usize, 0.0);
+        }
+        let at = (start / 4) as usize;
+        sum[at..at + slice.len()].copy_from_slice(slice);
+        *given += 1;
+        // Sent under the lock: the next bucket cannot be complete before this one is sent.
+        if *given == self.slices {
+            let _ = self.sums[b].set(self.ranks.sum_f32(std::mem::take(sum)));
+        }
+    }
+
+    /// Waits for bucket `b`'s sum across the ranks (asleep: the MPI thread and the other
+    /// ranks on this host need the cores), or until another thread `failed`.
+    fn wait(&self, b: usize, failed: &AtomicBool) -> Option<std::sync::Arc<Vec<f32>>> {
+        loop {
+            if failed.load(Ordering::Acquire) {
+                return None;
+            }
+            match self.sums[b].get() {
+                Some(sum) => {
+                    if let Some(v) = sum.wait_timeout(Duration::from_millis(1)) {
+                        return Some(v);
+                    }
+                }
+                None => std::thread::yield_now(),
+            }
+        }
+    }
+
+    /// Bucket `b`'s sum across the ranks, if it is in.
+    fn ready(&self, b: usize) -> Option<std::sync::Arc<Vec<f32>>> {
+        self.sums.get(b)?.get()?.get()
+    }
+}
+
+/// Writes bucket `b`'s sum across the ranks into replica `rep`'s staging slot (`p`: its place
+/// among the replicas taking part) and submits its upload and update, as the one-process
+/// path does once its host sum is in; after the last bucket, with the next step `rec`.
+fn apply_summed(rep: &mut Replica, rec: &mut Option<replica::Recorded>, io: &BucketIo, p: usize, b: usize, buckets: usize, sum: &[f32]) -> Result<()> {
+    io.stagings[p].get_mapped_range_mut(0..io.bytes).map_err(|e| crate::Error::Gpu(format!("all-reduce map: {e:?}")))?.copy_from_slice(bytemuck::cast_slice(sum));
+    let last = b + 1 == buckets;
+    rep.apply_bucket(b, b + 2 < buckets, if last { rec.as_mut() } else { None })
+}
+
 /// "700x", "3.2x", "1.05x".
 fn format_ratio(r: f64) -> String {
     if r >= 10.0 {
@@ -686,10 +867,8 @@ impl BucketIo {
     /// thread, as waking the pool costs more than it saves. `CONVOY_SUM_CHUNK` overrides the
     /// chunk (a tuning hook).
     fn sum_slice(&self, part: usize, parts: usize, acc: &mut Vec<f32>) -> Result<()> {
-        static CHUNK_BYTES: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-        let chunk = *CHUNK_BYTES.get_or_init(|| std::env::var("CONVOY_SUM_CHUNK").ok().and_then(|v| v.parse().ok()).filter(|&c: &u64| c >= 256).unwrap_or(1 << 20) / 256 * 256);
-        let per = self.bytes.div_ceil(256 * parts as u64) * 256;
-        let (start, end) = ((part as u64 * per).min(self.bytes), ((part as u64 + 1) * per).min(self.bytes));
+        let chunk = sum_chunk_bytes();
+        let (start, end) = self.slice(part, parts);
         let map_err = |e: wgpu::MapRangeError| crate::Error::Gpu(format!("all-reduce map: {e:?}"));
         let sum_chunk = |acc: &mut Vec<f32>, c: u64| -> Result<()> {
             let (lo, hi) = (start + c * chunk, (start + (c + 1) * chunk).min(end));
@@ -713,6 +892,46 @@ impl BucketIo {
             chunks => (0..chunks).into_par_iter().try_for_each_init(Vec::new, sum_chunk),
         }
     }
+}
+
+impl BucketIo {
+    /// The byte range of slice `part` of `parts`.
+    fn slice(&self, part: usize, parts: usize) -> (u64, u64) {
+        let per = self.bytes.div_ceil(256 * parts as u64) * 256;
+        ((part as u64 * per).min(self.bytes), ((part as u64 + 1) * per).min(self.bytes))
+    }
+
+    /// Sums slice `part` of `parts` over the mapped readbacks into `out` (host memory, for
+    /// the sum across the ranks) and returns the byte the slice starts at; cut in chunks
+    /// for the rayon pool as [`BucketIo::sum_slice`].
+    fn sum_slice_host(&self, part: usize, parts: usize, out: &mut Vec<f32>) -> Result<u64> {
+        let (start, end) = self.slice(part, parts);
+        let chunk = (sum_chunk_bytes() / 4) as usize;
+        out.clear();
+        out.resize(((end - start) / 4) as usize, 0.0);
+        let add = |c: usize, acc: &mut [f32]| -> Result<()> {
+            let lo = start + (c * chunk * 4) as u64;
+            for readback in &self.readbacks {
+                let view = readback.get_mapped_range(lo..lo + acc.len() as u64 * 4).map_err(|e| crate::Error::Gpu(format!("all-reduce map: {e:?}")))?;
+                for (a, g) in acc.iter_mut().zip(bytemuck::cast_slice::<u8, f32>(&view)) {
+                    *a += g;
+                }
+            }
+            Ok(())
+        };
+        if out.len() <= chunk {
+            add(0, out)?;
+        } else {
+            out.par_chunks_mut(chunk).enumerate().try_for_each(|(c, acc)| add(c, acc))?;
+        }
+        Ok(start)
+    }
+}
+
+/// The piece of a slice one rayon task sums: 1 MB, or `CONVOY_SUM_CHUNK` bytes (a tuning hook).
+fn sum_chunk_bytes() -> u64 {
+    static CHUNK_BYTES: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *CHUNK_BYTES.get_or_init(|| std::env::var("CONVOY_SUM_CHUNK").ok().and_then(|v| v.parse().ok()).filter(|&c: &u64| c >= 256).unwrap_or(1 << 20) / 256 * 256)
 }
 
 /// Spins until `done` or until another thread `failed`; says which. Yields between
