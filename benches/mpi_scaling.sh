@@ -25,6 +25,9 @@ export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # The two ranks of one box talk through shared memory (vader), as the GPU rows measure.
 export OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1
+# The GPU machine's own PMIx has no `preg` components (mpirun then crashes in
+# pmix_preg_base_generate_ppn): name the built-in one.
+export PMIX_MCA_gds=hash PMIX_MCA_preg=native
 BIN=${BIN:-.gpu/convoy-mpi}
 nvidia-smi -L
 timeout 60 mpirun --oversubscribe -np 2 .gpu/mpi_allreduce 2>/dev/null | tee "$OUT/mpi_allreduce.json"

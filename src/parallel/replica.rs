@@ -691,7 +691,7 @@ struct Bucket {
 /// small enough that the last bucket, which cannot overlap anything, is short: 8 MB, or a
 /// quarter of a small model's gradients (at least 64 KB).
 /// `CONVOY_BUCKET_BYTES` overrides it (tests use tiny buckets to exercise the cuts).
-fn bucket_bytes(total: u64) -> u64 {
+pub(crate) fn bucket_bytes(total: u64) -> u64 {
     let default = (total / 4).clamp(64 << 10, 8 << 20);
     std::env::var("CONVOY_BUCKET_BYTES").ok().and_then(|v| v.parse().ok()).filter(|&b| b > 0).unwrap_or(default)
 }

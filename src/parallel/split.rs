@@ -102,11 +102,13 @@ impl StepCost {
 /// For every set of the k fastest replicas (by their time for the whole batch) the shares
 /// that make them finish together are worked out from their costs, rounded as `split`
 /// rounds them, and the step's time is the slowest share's plus, with two or more replicas,
-/// `exchange(k)` (the host all-reduce, readback, upload and update of k replicas). A larger
+/// `exchange(k, compute)`: what the host all-reduce, readback, upload and update of k
+/// replicas add to a step whose slowest share computes for `compute` seconds (the exchange
+/// runs bucket by bucket beside the backward, so it depends on both). A larger
 /// set is taken only if it is predicted faster by more than `margin` (a fraction, e.g. 0.05),
 /// so a device whose inclusion cannot make the step faster, counting its fixed cost and the
 /// exchange, gets no samples. The fastest replica is always in.
-pub fn choose(batch: usize, cost: &[StepCost], exchange: impl Fn(usize) -> f64, margin: f64) -> Vec<f64> {
+pub fn choose(batch: usize, cost: &[StepCost], exchange: impl Fn(usize, f64) -> f64, margin: f64) -> Vec<f64> {
     let r = cost.len();
     let mut order: Vec<usize> = (0..r).collect();
     order.sort_by(|&a, &b| cost[a].time(batch).total_cmp(&cost[b].time(batch)).then(a.cmp(&b)));
@@ -122,7 +124,8 @@ pub fn choose(batch: usize, cost: &[StepCost], exchange: impl Fn(usize) -> f64, 
             speed[i] = ((t - cost[i].fixed) / cost[i].per_sample).max(1e-6);
         }
         let shares = split(batch, &speed);
-        let step = set.iter().map(|&i| cost[i].time(shares[i])).fold(0.0, f64::max) + if k > 1 { exchange(k) } else { 0.0 };
+        let compute = set.iter().map(|&i| cost[i].time(shares[i])).fold(0.0, f64::max);
+        let step = compute + if k > 1 { exchange(k, compute) } else { 0.0 };
         match &best {
             Some((b, _)) if step >= b * (1.0 - margin) => {}
             _ => best = Some((step, speed)),
@@ -182,7 +185,7 @@ mod tests {
 
     #[test]
     fn the_split_follows_ratios_from_1_to_1000_and_leaves_out_a_device_that_cannot_help() {
-        let exchange = |k: usize| if k > 1 { 2e-3 } else { 0.0 };
+        let exchange = |k: usize, _: f64| if k > 1 { 2e-3 } else { 0.0 };
         let mut last_share = usize::MAX;
         for ratio in [1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0, 300.0, 700.0, 1000.0] {
             let cost = pair(ratio);
@@ -194,7 +197,7 @@ mod tests {
             last_share = shares[1];
             // Never predicted slower than the fast device alone.
             let alone = cost[0].time(128);
-            let mixed = cost.iter().zip(&shares).map(|(c, &n)| c.time(n)).fold(0.0, f64::max) + if shares[1] > 0 { exchange(2) } else { 0.0 };
+            let mixed = cost.iter().zip(&shares).map(|(c, &n)| c.time(n)).fold(0.0, f64::max) + if shares[1] > 0 { exchange(2, 0.0) } else { 0.0 };
             assert!(mixed <= alone * 1.0001, "{ratio}: {shares:?} takes {mixed} against {alone} alone");
             if ratio == 1.0 {
                 assert_eq!(shares, vec![64, 64]);
@@ -208,11 +211,22 @@ mod tests {
         cost.reverse();
         assert_eq!(split(128, &choose(128, &cost, exchange, 0.05)), vec![0, 128]);
         // Equal devices whose exchange costs more than half a step stay alone.
-        assert_eq!(split(128, &choose(128, &pair(1.0), |_| 20e-3, 0.05)), vec![128, 0]);
+        assert_eq!(split(128, &choose(128, &pair(1.0), |_, _| 20e-3, 0.05)), vec![128, 0]);
         // Fixed cost counted: a device as fast per sample but with 12 ms of fixed cost a step
         // cannot help a 13.8 ms step (its share plus the 2 ms exchange come to 14.9 ms).
         let cost = vec![StepCost { fixed: 1e-3, per_sample: 1e-4 }, StepCost { fixed: 12e-3, per_sample: 1e-4 }];
         assert_eq!(split(128, &choose(128, &cost, exchange, 0.05)), vec![128, 0]);
+    }
+
+    /// An exchange that runs beside the backward adds only what does not fit there: two equal
+    /// devices whose 6 ms serial exchange would eat the whole gain share the batch once 4.5 ms
+    /// of it hide behind the backward (2/3 of the 7.4 ms half step).
+    #[test]
+    fn an_exchange_hidden_by_the_backward_keeps_an_equal_device() {
+        let serial = |k: usize, _: f64| if k > 1 { 6.3e-3 } else { 0.0 };
+        assert_eq!(split(128, &choose(128, &pair(1.0), serial, 0.05)), vec![128, 0]);
+        let beside = |k: usize, compute: f64| if k > 1 { 0.3e-3 + 1.5e-3 + (4.5e-3 - compute * 2.0 / 3.0).max(0.0) } else { 0.0 };
+        assert_eq!(split(128, &choose(128, &pair(1.0), beside, 0.05)), vec![64, 64]);
     }
 
     #[test]
