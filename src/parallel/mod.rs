@@ -247,12 +247,21 @@ impl ReplicaSet {
             rep.write_states(s)?;
         }
         let exchange = exchange_cost(def.layout.param_len);
-        let group_speed = choose(n, &cost, exchange, 0.05);
+        let group_speed = choose(n, &cost, &exchange, 0.05);
         let fastest = groups[order[0]][0];
         let mut speed = vec![0.0; self.replicas.len()];
         for (g, members) in groups.iter().enumerate() {
             if group_speed[g] == 0.0 {
-                self.say_left_out(members[0], cost[g].time(n) / cost[order[0]].time(n), fastest);
+                // What it would have given beside the fastest, said with the decision.
+                let alone = cost[order[0]].time(n);
+                let pair = split::predict(n, &cost, &[order[0], g], &exchange);
+                let why = format!(
+                    "a step of {n}: {:.1} ms alone, {:.1} ms with it, {:.1} ms of that the exchange",
+                    1e3 * alone,
+                    1e3 * (pair.compute + pair.exchange),
+                    1e3 * pair.exchange
+                );
+                self.say_left_out(members[0], cost[g].time(n) / alone, fastest, &why);
             }
             for &r in members {
                 speed[r] = group_speed[g] / members.len() as f64;
@@ -539,7 +548,7 @@ impl ReplicaSet {
             for &r in &parts {
                 if want[r] == 0.0 {
                     let ratio = want[fastest] / (self.measured[r] / parts.iter().map(|&p| self.measured[p]).sum::<f64>()).max(1e-12);
-                    self.say_left_out(r, ratio, fastest);
+                    self.say_left_out(r, ratio, fastest, "");
                 }
             }
             self.speed = want;
@@ -733,8 +742,9 @@ impl ReplicaSet {
 
     /// Says once, on stderr and in `left_out`, that replica `r`, `ratio` times slower than
     /// replica `fastest`, takes no part from now on.
-    fn say_left_out(&mut self, r: usize, ratio: f64, fastest: usize) {
-        let note = format!("{}: {} slower than {}, left out (choose with --devices)", self.replicas[r].device.name(), format_ratio(ratio), self.replicas[fastest].device.name());
+    fn say_left_out(&mut self, r: usize, ratio: f64, fastest: usize, why: &str) {
+        let why = if why.is_empty() { String::new() } else { format!(" ({why})") };
+        let note = format!("{}: {} slower than {}{why}, left out (choose with --devices)", self.replicas[r].device.name(), format_ratio(ratio), self.replicas[fastest].device.name());
         eprintln!("{note}");
         self.left_out.push(note);
     }
@@ -756,15 +766,18 @@ const BACKWARD_SHARE: f64 = 2.0 / 3.0;
 /// part of them.
 fn exchange_cost(params: usize) -> impl Fn(usize, f64) -> f64 {
     let a: Vec<f32> = vec![1.0; params.max(1)];
-    let mut b: Vec<f32> = vec![0.0; params.max(1)];
-    let t0 = Instant::now();
-    for _ in 0..2 {
+    // Written once before timing: a fresh allocation's first pass is page faults, which
+    // doubled the estimate at random and set an equal GPU aside in some runs and not others.
+    let mut b: Vec<f32> = vec![2.0; params.max(1)];
+    let mut pass = f64::INFINITY;
+    for _ in 0..3 {
+        let t0 = Instant::now();
         for (x, y) in b.iter_mut().zip(&a) {
             *x += y;
         }
         std::hint::black_box(&mut b);
+        pass = pass.min(t0.elapsed().as_secs_f64());
     }
-    let pass = t0.elapsed().as_secs_f64() / 2.0;
     let bytes = 4 * params.max(1) as u64;
     let buckets = bytes.div_ceil(replica::bucket_bytes(bytes)).max(1) as f64;
     move |k, compute| {

@@ -114,24 +114,42 @@ pub fn choose(batch: usize, cost: &[StepCost], exchange: impl Fn(usize, f64) -> 
     order.sort_by(|&a, &b| cost[a].time(batch).total_cmp(&cost[b].time(batch)).then(a.cmp(&b)));
     let mut best: Option<(f64, Vec<f64>)> = None;
     for k in 1..=r {
-        let set = &order[..k];
-        // Equal finish time T: sum over the set of (T - fixed) / per_sample = batch.
-        let inv: f64 = set.iter().map(|&i| 1.0 / cost[i].per_sample).sum();
-        let lead: f64 = set.iter().map(|&i| cost[i].fixed / cost[i].per_sample).sum();
-        let t = (batch as f64 + lead) / inv;
-        let mut speed = vec![0.0; r];
-        for &i in set {
-            speed[i] = ((t - cost[i].fixed) / cost[i].per_sample).max(1e-6);
-        }
-        let shares = split(batch, &speed);
-        let compute = set.iter().map(|&i| cost[i].time(shares[i])).fold(0.0, f64::max);
-        let step = compute + if k > 1 { exchange(k, compute) } else { 0.0 };
+        let p = predict(batch, cost, &order[..k], &exchange);
+        let step = p.compute + p.exchange;
         match &best {
             Some((b, _)) if step >= b * (1.0 - margin) => {}
-            _ => best = Some((step, speed)),
+            _ => best = Some((step, p.speed)),
         }
     }
     best.map(|(_, s)| s).unwrap_or_default()
+}
+
+/// A step of `batch` samples on the replicas of `set`, as [`choose`] predicts it.
+#[derive(Clone, Debug)]
+pub struct Prediction {
+    /// Speeds for [`split`] that make the set finish together (0 outside it).
+    pub speed: Vec<f64>,
+    /// Seconds until the slowest share has computed.
+    pub compute: f64,
+    /// Seconds the exchange adds (none for one replica).
+    pub exchange: f64,
+}
+
+/// Shares of `batch` for the replicas of `set` such that they finish together, rounded as
+/// [`split`] rounds them, and the step's compute and exchange time.
+pub fn predict(batch: usize, cost: &[StepCost], set: &[usize], exchange: impl Fn(usize, f64) -> f64) -> Prediction {
+    // Equal finish time T: sum over the set of (T - fixed) / per_sample = batch.
+    let inv: f64 = set.iter().map(|&i| 1.0 / cost[i].per_sample).sum();
+    let lead: f64 = set.iter().map(|&i| cost[i].fixed / cost[i].per_sample).sum();
+    let t = (batch as f64 + lead) / inv;
+    let mut speed = vec![0.0; cost.len()];
+    for &i in set {
+        speed[i] = ((t - cost[i].fixed) / cost[i].per_sample).max(1e-6);
+    }
+    let shares = split(batch, &speed);
+    let compute = set.iter().map(|&i| cost[i].time(shares[i])).fold(0.0, f64::max);
+    let exchange = if set.len() > 1 { exchange(set.len(), compute) } else { 0.0 };
+    Prediction { speed, compute, exchange }
 }
 
 #[cfg(test)]
