@@ -119,6 +119,12 @@ fn at(i: u32, j: u32) -> f32 {
     return m[i * 6u + j];
 }
 
+// Tile t's image and the first row and column of its destination pixels.
+fn tile_origin(t: u32) -> vec3<u32> {
+    let rest = t / p.tiles_w;
+    return vec3<u32>(rest / p.tiles_h, (rest % p.tiles_h) * M_OUT, (t % p.tiles_w) * M_OUT);
+}
+
 fn linear(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.x + wid.y * nwg.x) * WG + lid;
 }
@@ -175,13 +181,11 @@ fn input(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     if (t >= p.tiles) {
         return;
     }
-    let tw = t % p.tiles_w;
-    let rest = t / p.tiles_w;
-    let th = rest % p.tiles_h;
-    let b = rest / p.tiles_h;
+    let o = tile_origin(t);
+    let b = o.x;
     // Rows above the image wrap to huge u32 values and fail the `< src_h` test.
-    let h0 = th * M_OUT - p.pad_top;
-    let w0 = tw * M_OUT - p.pad_left;
+    let h0 = o.y - p.pad_top;
+    let w0 = o.z - p.pad_left;
     var d: array<f32, MAX_TILE>;
     for (var r = 0u; r < ALPHA; r++) {
         for (var s = 0u; s < ALPHA; s++) {
@@ -225,10 +229,8 @@ fn output(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     if (t >= p.tiles) {
         return;
     }
-    let tw = t % p.tiles_w;
-    let rest = t / p.tiles_w;
-    let th = rest % p.tiles_h;
-    let b = rest / p.tiles_h;
+    let o = tile_origin(t);
+    let b = o.x;
     var mm: array<f32, MAX_TILE>;
     for (var e = 0u; e < ALPHA * ALPHA; e++) {
         mm[e] = src[(e * p.tiles + t) * p.dst_c + f];
@@ -245,9 +247,9 @@ fn output(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
         }
     }
     for (var a = 0u; a < M_OUT; a++) {
-        let oh = th * M_OUT + a;
+        let oh = o.y + a;
         for (var e = 0u; e < M_OUT; e++) {
-            let ow = tw * M_OUT + e;
+            let ow = o.z + e;
             var v = 0.0;
             for (var nu = 0u; nu < ALPHA; nu++) {
                 v = fma(am[a * ALPHA + nu], at(e, nu), v);
