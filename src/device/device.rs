@@ -446,7 +446,19 @@ pub fn map_and_wait(device: &wgpu::Device, buffer: &wgpu::Buffer, mode: wgpu::Ma
 /// which the kernels must fit what Metal, DX12, Vulkan and GL all grant.
 pub const LIMITS_ENV: &str = "CONVOY_LIMITS";
 
+/// Set by [`use_portable_limits`]: devices opened after it take WebGPU's default limits.
+static PORTABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Opens every later device with WebGPU's default limits, as `CONVOY_LIMITS=webgpu` does,
+/// from code (a test binary that must not race other threads over the environment).
+pub fn use_portable_limits() {
+    PORTABLE.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 fn portable_limits() -> Result<bool> {
+    if PORTABLE.load(std::sync::atomic::Ordering::Relaxed) {
+        return Ok(true);
+    }
     match std::env::var(LIMITS_ENV).as_deref().map(str::trim) {
         Err(_) | Ok("") | Ok("adapter") => Ok(false),
         Ok("webgpu") => Ok(true),

@@ -11,7 +11,7 @@ pub mod timestamps;
 
 pub use adapters::{adapters, open, open_with, resolve, summarize, AdapterEntry, AdapterSummary};
 pub use checks::ShaderChecks;
-pub use device::{map_and_wait, Device};
+pub use device::{map_and_wait, use_portable_limits, Device, LIMITS_ENV};
 pub use staging::{Readback, StagingRing};
 pub use tensor::{DType, Tensor};
 pub use timestamps::Timestamps;

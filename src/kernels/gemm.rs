@@ -60,6 +60,18 @@ impl Tile {
     pub fn bk(self) -> usize {
         self.shape().3 as usize
     }
+    /// Bytes of workgroup memory the tile takes with K steps of `bk`: in the f32 kernel two
+    /// buffers each of A's and B's K step; in the tensor-core kernel (`coop`) the same in f16
+    /// with 8 halves of padding a row (stored either way round), plus the accumulators'
+    /// 8 floats an invocation on their way out.
+    pub fn workgroup_bytes(self, coop: bool, bk: usize) -> usize {
+        let (bm, bn) = (self.bm(), self.bn());
+        if !coop {
+            return 2 * bk * (bm + bn) * 4;
+        }
+        let (a, b) = ((bk * (bm + 8)).max(bm * (bk + 8)), (bk * (bn + 8)).max(bn * (bk + 8)));
+        2 * (a + b) * 2 + self.threads() * 8 * 4
+    }
     fn threads(self) -> usize {
         let (_, wm, wn, _) = self.shape();
         (wm * wn) as usize
@@ -69,13 +81,16 @@ impl Tile {
     }
 
     /// The largest tile that, with K split where K is long, still gives the GPU enough
-    /// workgroups; big tiles reuse each loaded value more.
-    pub fn choose(m: usize, n: usize, k: usize) -> Tile {
-        Tile::choose_grouped(m, n, k, 1)
+    /// workgroups; big tiles reuse each loaded value more. `workgroup_limit` is the device's
+    /// `max_compute_workgroup_storage_size`: a tile that needs more is never chosen (WebGPU's
+    /// default 16 KB leaves out the 128-row tiles, whose 20-24 KB wgpu would not refuse).
+    pub fn choose(m: usize, n: usize, k: usize, workgroup_limit: usize) -> Tile {
+        Tile::choose_grouped(m, n, k, 1, workgroup_limit)
     }
 
     /// [`Tile::choose`] for `groups` products of `m x n` on one grid.
-    fn choose_grouped(m: usize, n: usize, k: usize, groups: usize) -> Tile {
+    fn choose_grouped(m: usize, n: usize, k: usize, groups: usize, workgroup_limit: usize) -> Tile {
+        let fits = |t: Tile| t.workgroup_bytes(false, t.bk()) <= workgroup_limit;
         if n <= 16 {
             return Tile::M64N16;
         }
@@ -89,7 +104,7 @@ impl Tile {
         } else {
             &[Tile::M128N64, Tile::M64N64]
         };
-        for &t in big {
+        for &t in big.iter().filter(|&&t| fits(t)) {
             let tiles = t.tiles(m, n) * groups;
             if tiles * choose_splits(t, tiles, m * n * groups, k).0 >= TARGET_WORKGROUPS {
                 return t;
@@ -421,18 +436,25 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     }
     // The cooperative kernel gives each 32-invocation subgroup a 32x32 region: the 128-row
     // tiles have one subgroup per region.
-    let coop = opts.mixed && device.has_coop16() && g.n > 16;
-    let tile = match opts.tile {
-        Some(t) => t,
-        None if coop => if g.n > 32 { Tile::M128N64 } else { Tile::M128N32 },
-        None => Tile::choose_grouped(g.m, g.n, g.k, group_count),
-    };
-    let coop = coop && matches!(tile, Tile::M128N64 | Tile::M128N32);
-    let (shader, entry): (&Shader, &'static str) = if coop { (&CONV2D_COOP, "gemm_coop") } else { (&CONV2D, "gemm") };
-    let (tiles_m, tiles_n) = (g.m.div_ceil(tile.bm()), g.n.div_ceil(tile.bn()));
+    let limit = device.limits().max_compute_workgroup_storage_size as usize;
     // The cooperative kernel's wide tile takes K 32 at a time: two 16-deep products per
     // barrier.
-    let bk = if coop && tile == Tile::M128N64 { 32 } else { tile.bk() };
+    let coop_bk = |t: Tile| if t == Tile::M128N64 { 32 } else { t.bk() };
+    let coop_tile = if g.n > 32 { Tile::M128N64 } else { Tile::M128N32 };
+    let coop = opts.mixed && device.has_coop16() && g.n > 16 && coop_tile.workgroup_bytes(true, coop_bk(coop_tile)) <= limit;
+    let tile = match opts.tile {
+        Some(t) => t,
+        None if coop => coop_tile,
+        None => Tile::choose_grouped(g.m, g.n, g.k, group_count, limit),
+    };
+    let coop = coop && matches!(tile, Tile::M128N64 | Tile::M128N32);
+    let bytes = tile.workgroup_bytes(coop, if coop { coop_bk(tile) } else { tile.bk() });
+    if bytes > limit {
+        bail!(Config, "{kernel}: tile {tile:?} needs {bytes} bytes of workgroup memory, more than {}'s {limit}", device.name());
+    }
+    let (shader, entry): (&Shader, &'static str) = if coop { (&CONV2D_COOP, "gemm_coop") } else { (&CONV2D, "gemm") };
+    let (tiles_m, tiles_n) = (g.m.div_ceil(tile.bm()), g.n.div_ceil(tile.bn()));
+    let bk = if coop { coop_bk(tile) } else { tile.bk() };
     let k_steps = g.k.div_ceil(bk).max(1);
     let (want, rule) = match opts.splits {
         Some(s) => (s, "split=forced"),
@@ -646,4 +668,22 @@ pub(crate) fn column_sums(device: &Device, kernel: &str, a: &Tensor, rows: usize
     p.flags = if cols.is_multiple_of(4) { QUAD_C } else { 0 };
     let reduce = reduce_dispatch(device, kernel, &p, &[], partials, a, out)?;
     Ok(vec![sums, reduce])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Tile;
+
+    #[test]
+    fn tiles_say_their_workgroup_memory_and_the_choice_keeps_under_the_limit() {
+        let f32_bytes: Vec<usize> = Tile::ALL.iter().map(|t| t.workgroup_bytes(false, t.bk())).collect();
+        assert_eq!(f32_bytes, vec![24_576, 20_480, 16_384, 8_192, 10_240]);
+        assert_eq!(Tile::M128N64.workgroup_bytes(true, 32), 38_912);
+        // WebGPU's default 16 KB: never a 128-row tile, whatever the product.
+        for (m, n, k, groups) in [(1 << 20, 64, 576, 1), (1 << 20, 32, 288, 1), (4, 64, 65_536, 1), (50_176, 64, 64, 36), (147, 64, 1 << 18, 1), (33, 70, 10, 1)] {
+            let t = Tile::choose_grouped(m, n, k, groups, 16 << 10);
+            assert!(t.workgroup_bytes(false, t.bk()) <= 16 << 10, "{m}x{n}x{k}: {t:?}");
+            assert_eq!(Tile::choose_grouped(m, n, k, groups, usize::MAX) == t, !matches!(Tile::choose_grouped(m, n, k, groups, usize::MAX), Tile::M128N64 | Tile::M128N32));
+        }
+    }
 }

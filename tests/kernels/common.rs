@@ -25,6 +25,10 @@ pub fn devices() -> [Arc<Device>; 2] {
             if env!("CARGO_CRATE_NAME") == "gl" {
                 convoy::device::adapters::set_backend("gl").unwrap();
             }
+            // tests/portable.rs: WebGPU's default limits, as CONVOY_LIMITS=webgpu.
+            if env!("CARGO_CRATE_NAME") == "portable" {
+                convoy::device::use_portable_limits();
+            }
             let sel = test_selection().unwrap_or_else(|| "software".into());
             [ShaderChecks::Checked, ShaderChecks::Unchecked].map(|c| convoy::device::open_with(&sel, c).expect("a test device").remove(0))
         })
@@ -137,4 +141,12 @@ pub fn assert_close(case: &str, got: &[f32], want: &[f64]) -> f64 {
     let e = rel_err(got, want);
     assert!(e < TOL, "{case}: relative error {e:.3e} >= {TOL:e}");
     e
+}
+
+/// The GEMM tiles this thread's device has the workgroup memory for: every one with the
+/// adapter's own limits, the 64-row and smaller ones with WebGPU's defaults
+/// (tests/portable.rs).
+pub fn tiles() -> Vec<convoy::kernels::gemm::Tile> {
+    let limit = device().limits().max_compute_workgroup_storage_size as usize;
+    convoy::kernels::gemm::Tile::ALL.into_iter().filter(|t| t.workgroup_bytes(false, t.bk()) <= limit).collect()
 }

@@ -2,7 +2,7 @@
 //! triple loops.
 
 use convoy::kernels::dense;
-use convoy::kernels::gemm::{GemmOptions, Tile};
+use convoy::kernels::gemm::GemmOptions;
 
 use crate::common::*;
 
@@ -51,7 +51,7 @@ fn matmul_in_every_transpose_combination() {
 
 #[test]
 fn matmul_through_every_tile_and_k_split() {
-    for tile in Tile::ALL {
+    for tile in tiles() {
         for splits in [1, 2, 5] {
             let opts = GemmOptions { tile: Some(tile), splits: Some(splits), ..Default::default() };
             for (ta, tb) in [(false, false), (true, true)] {
