@@ -262,7 +262,7 @@ impl Device {
     }
 
     /// `floats` of the shared working memory of `slot` (see the `scratch` field), grown
-    /// when a plan needs more: plans recorded before keep the smaller tensor they bound.
+    /// when a plan needs more: plans recorded before keep the smaller buffer they bound.
     pub(crate) fn scratch(&self, slot: usize, floats: usize) -> Result<Tensor> {
         let mut slots = self.scratch.lock().unwrap();
         if slots.len() <= slot {
@@ -273,7 +273,17 @@ impl Device {
                 return t.view(0, &[floats]);
             }
         }
-        let t = self.alloc(&[floats], DType::F32)?;
+        // Not from the pool: a replaced or released scratch tensor would go back there and be
+        // handed to the next tensor while plans recorded with it still write it (as the
+        // split-K partials, it lives as long as the last bind group that uses it). Kernel
+        // tests on four threads of one H100 saw a dense output overwritten that way.
+        let bytes = DType::F32.bytes(floats);
+        let max = self.device.limits().max_storage_buffer_binding_size;
+        if bytes > max {
+            bail!(Shape, "scratch of {floats} floats needs {bytes} bytes, more than {}'s largest binding ({max})", self.info.name);
+        }
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor { label: Some("convoy scratch"), size: bytes.div_ceil(16) * 16, usage: super::pool::USAGE, mapped_at_creation: false });
+        let t = Tensor::from_lease(Lease { buffer, pool: std::sync::Weak::new() }, vec![floats], DType::F32);
         slots[slot] = Some(t.clone());
         Ok(t)
     }
