@@ -277,19 +277,16 @@ impl Device {
         // handed to the next tensor while plans recorded with it still write it (as the
         // split-K partials, it lives as long as the last bind group that uses it). Kernel
         // tests on four threads of one H100 saw a dense output overwritten that way.
-        let bytes = DType::F32.bytes(floats);
-        let max = self.device.limits().max_storage_buffer_binding_size;
-        if bytes > max {
-            bail!(Shape, "scratch of {floats} floats needs {bytes} bytes, more than {}'s largest binding ({max})", self.info.name);
-        }
+        let bytes = self.binding_bytes(&[floats], DType::F32)?;
         let buffer = self.device.create_buffer(&wgpu::BufferDescriptor { label: Some("convoy scratch"), size: bytes.div_ceil(16) * 16, usage: super::pool::USAGE, mapped_at_creation: false });
         let t = Tensor::from_lease(Lease { buffer, pool: std::sync::Weak::new() }, vec![floats], DType::F32);
         slots[slot] = Some(t.clone());
         Ok(t)
     }
 
-    /// An uninitialised tensor from the pool (contents may be stale).
-    pub fn alloc(&self, shape: &[usize], dtype: DType) -> Result<Tensor> {
+    /// Bytes of a tensor of `shape` and `dtype`, or an error naming the shape where they do
+    /// not fit one binding of this device.
+    fn binding_bytes(&self, shape: &[usize], dtype: DType) -> Result<u64> {
         let max = self.device.limits().max_storage_buffer_binding_size;
         // The shape comes from a model's declared sizes and a batch size: an overflowing
         // product is too large for any binding, not a panic.
@@ -300,6 +297,12 @@ impl Device {
         if bytes > max {
             bail!(Shape, "tensor {shape:?} needs {bytes} bytes, more than {}'s largest binding ({max})", self.info.name);
         }
+        Ok(bytes)
+    }
+
+    /// An uninitialised tensor from the pool (contents may be stale).
+    pub fn alloc(&self, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let bytes = self.binding_bytes(shape, dtype)?;
         let (buffer, _) = self.pool.take(&self.device, bytes);
         Ok(Tensor::from_lease(Lease { buffer, pool: Arc::downgrade(&self.pool) }, shape.to_vec(), dtype))
     }

@@ -223,7 +223,7 @@ pub fn forward_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tens
     expect_shape(K, "kernel", w, &geom.kernel_shape())?;
     expect_shape(K, "y", y, &geom.output_shape())?;
     if let Some(m) = winograd::choose(device, geom, Pass::Forward, opts)? {
-        return winograd::convolve(device, K, geom, Pass::Forward, m, x, w, y, opts, geom.flops() as f64);
+        return winograd::convolve(device, K, geom, Pass::Forward, m, x, w, y, opts);
     }
     let a_load = if geom.is_pointwise() { ALoad::Rows } else { ALoad::Im2col };
     let (c, f) = (geom.group_in_c(), geom.group_filters());
@@ -271,7 +271,7 @@ pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w
     expect_shape(K, "kernel", w, &geom.kernel_shape())?;
     expect_shape(K, "dx", dx, &geom.input_shape())?;
     if let Some(m) = winograd::choose(device, geom, Pass::BackwardData, opts)? {
-        return winograd::convolve(device, K, geom, Pass::BackwardData, m, dy, w, dx, opts, geom.flops() as f64);
+        return winograd::convolve(device, K, geom, Pass::BackwardData, m, dy, w, dx, opts);
     }
     if let Some(phases) = phase_products(geom) {
         let work = |(sub, _, taps): &(Conv2dGeometry, Phase, usize)| (sub.out_pixels() * taps) as f64;

@@ -187,9 +187,8 @@ struct Params {
 
 /// Records `pass` of `geom` with F(m x m, 3 x 3): `src` is x (forward) or dy, `w` the
 /// kernel `[3, 3, in_c, filters]`, `dst` y or dx (overwritten). The GEMM is labelled
-/// `kernel` and carries `flops`, the direct convolution's useful count; the transforms count
-/// none.
-pub(crate) fn convolve(device: &Device, kernel: &'static str, geom: &Conv2dGeometry, pass: Pass, m: usize, src: &Tensor, w: &Tensor, dst: &Tensor, opts: &GemmOptions, flops: f64) -> Result<Vec<Dispatch>> {
+/// `kernel` and carries the direct convolution's useful flops; the transforms count none.
+pub(crate) fn convolve(device: &Device, kernel: &'static str, geom: &Conv2dGeometry, pass: Pass, m: usize, src: &Tensor, w: &Tensor, dst: &Tensor, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
     let plan = Plan::new(geom, pass, m);
     let (tiles_h, tiles_w, tiles) = plan.tiles();
     let (k, n) = (plan.src.2, plan.dst.2);
@@ -240,7 +239,7 @@ pub(crate) fn convolve(device: &Device, kernel: &'static str, geom: &Conv2dGeome
         b: &uw,
         bias: None,
         c: &mm,
-        flops,
+        flops: geom.flops() as f64,
     };
     let product = GemmOptions { winograd: None, ..*opts };
     all.extend(gemm::launch(device, &g, &product)?.into_iter().map(|d| d.tagged("winograd")));
