@@ -14,7 +14,7 @@ pub fn run(json: bool) -> Result<()> {
     }
     for a in &list {
         println!(
-            "{}{} {} [{} {}, {}] bus {} max binding {} MB, workgroup memory {} KB{}",
+            "{}{} {} [{} {}, {}] bus {} max binding {} MB, workgroup memory {} KB{}{}",
             a.index,
             if a.default { "*" } else { " " },
             a.name,
@@ -24,7 +24,8 @@ pub fn run(json: bool) -> Result<()> {
             if a.pci_bus_id.is_empty() { "-" } else { &a.pci_bus_id },
             a.max_storage_buffer_binding_size >> 20,
             a.max_compute_workgroup_storage_size >> 10,
-            if a.features.is_empty() { String::new() } else { format!(", {}", a.features.join(" ")) }
+            if a.features.is_empty() { String::new() } else { format!(", {}", a.features.join(" ")) },
+            if a.compute_shaders { "" } else { " - no compute shaders: cannot be used" }
         );
     }
     println!("* used by default (`--devices all`)");

@@ -6,6 +6,7 @@ mod check;
 mod devices;
 mod evaluate;
 mod import;
+mod logger;
 mod summary;
 mod pack;
 mod train;
@@ -60,6 +61,7 @@ pub enum Command {
 /// [`EXIT_NON_FINITE`] when the loss diverged, everything else with 0).
 pub fn run(cli: Cli) -> Result<ExitCode> {
     let done = |r: Result<()>| r.map(|()| ExitCode::SUCCESS);
+    logger::init()?;
     if let Some(b) = &cli.backend {
         convoy::device::adapters::set_backend(b)?;
     }

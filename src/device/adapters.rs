@@ -32,6 +32,29 @@ impl AdapterEntry {
     pub fn is_software(&self) -> bool {
         self.info.device_type == wgpu::DeviceType::Cpu
     }
+
+    /// Whether wgpu can run compute shaders on it. Not so on NVIDIA's GL driver: wgpu's GL
+    /// backend asks EGL for OpenGL 3.3 wherever desktop GL exists, and NVIDIA gives exactly
+    /// that (`3.3.0 NVIDIA 580.159.04`); wgpu counts its compute-shader extension as support,
+    /// but naga writes compute shaders only for GLSL 4.30 and ES 3.10 up, so creating the
+    /// device (wgpu's own validation pipelines) and every pipeline fail ("Parent device is
+    /// lost").
+    pub fn computes(&self) -> bool {
+        let listed = self.adapter.get_downlevel_capabilities().flags.contains(wgpu::DownlevelFlags::COMPUTE_SHADERS);
+        listed && (self.info.backend != wgpu::Backend::Gl || gl_version_computes(&self.info.driver_info))
+    }
+
+    /// Why it cannot be opened, if it cannot: the one-line error [`Device::open`] gives.
+    ///
+    /// [`Device::open`]: crate::Device::open
+    pub fn unusable(&self) -> Option<String> {
+        (!self.computes()).then(|| {
+            format!(
+                "adapter {} ({}, {:?}) cannot run compute shaders through wgpu: its context is OpenGL `{}` (wgpu asks for 3.3 where desktop GL exists), and wgpu's shader translation needs 4.3 or ES 3.1; use the GPU's Vulkan adapter",
+                self.index, self.info.name, self.info.backend, self.info.driver_info
+            )
+        })
+    }
 }
 
 /// What `convoy devices --json` prints for one adapter.
@@ -55,6 +78,9 @@ pub struct AdapterSummary {
     /// Whether the default selection (`all`) trains on it: every hardware adapter, or the first
     /// software one when there is none.
     pub default: bool,
+    /// Whether wgpu can run compute shaders on it ([`AdapterEntry::computes`]): convoy opens
+    /// only adapters that can.
+    pub compute_shaders: bool,
     /// Largest storage buffer binding, in bytes: bounds the largest tensor.
     pub max_storage_buffer_binding_size: u64,
     /// Largest buffer, in bytes.
@@ -160,8 +186,22 @@ pub fn adapters() -> Vec<AdapterEntry> {
 }
 
 fn default_set(all: &[AdapterEntry]) -> Vec<AdapterEntry> {
-    let hardware: Vec<_> = all.iter().filter(|a| !a.is_software()).cloned().collect();
-    if hardware.is_empty() { all.iter().filter(|a| a.is_software()).take(1).cloned().collect() } else { hardware }
+    let hardware: Vec<_> = all.iter().filter(|a| !a.is_software() && a.computes()).cloned().collect();
+    if hardware.is_empty() { all.iter().filter(|a| a.is_software() && a.computes()).take(1).cloned().collect() } else { hardware }
+}
+
+/// Whether a GL context whose `GL_VERSION` reads `version` (`4.5 (Core Profile) Mesa 23.2.1`,
+/// `OpenGL ES 3.2 NVIDIA 580.159.04`) is one naga writes compute shaders for: desktop 4.3 or
+/// ES 3.1 up. A string without a version leaves the decision to wgpu.
+fn gl_version_computes(version: &str) -> bool {
+    let es = version.contains("OpenGL ES");
+    let parsed = version.split_whitespace().find_map(|word| {
+        let mut parts = word.split('.');
+        let major: u32 = parts.next()?.parse().ok()?;
+        let minor: u32 = parts.next()?.chars().take_while(char::is_ascii_digit).collect::<String>().parse().ok()?;
+        Some((major, minor))
+    });
+    parsed.is_none_or(|v| v >= if es { (3, 1) } else { (4, 3) })
 }
 
 /// The `convoy devices --json` record of every adapter, marking the default selection.
@@ -180,6 +220,7 @@ pub fn summarize(all: &[AdapterEntry]) -> Vec<AdapterSummary> {
                 pci_bus_id: a.info.device_pci_bus_id.clone(),
                 driver: format!("{} {}", a.info.driver, a.info.driver_info).trim().to_string(),
                 default: defaults.contains(&a.index),
+                compute_shaders: a.computes(),
                 max_storage_buffer_binding_size: l.max_storage_buffer_binding_size,
                 max_buffer_size: l.max_buffer_size,
                 max_compute_workgroup_storage_size: l.max_compute_workgroup_storage_size,
@@ -201,7 +242,12 @@ pub fn resolve(selection: &str, all: &[AdapterEntry]) -> Result<Vec<AdapterEntry
         return Err(Error::Device("no GPU or software adapter found (install a Vulkan driver, e.g. mesa-vulkan-drivers)".into()));
     }
     if sel.is_empty() || sel == "all" {
-        return Ok(default_set(all));
+        let set = default_set(all);
+        if set.is_empty() {
+            let why: Vec<String> = all.iter().filter_map(AdapterEntry::unusable).collect();
+            return Err(Error::Device(why.join("; ")));
+        }
+        return Ok(set);
     }
     let mut chosen = Vec::new();
     for part in sel.split(',').map(str::trim) {
@@ -254,4 +300,20 @@ pub fn open_with(selection: &str, checks: ShaderChecks) -> Result<Vec<Arc<Device
     let all = adapters();
     let picked = resolve(selection, &all)?;
     picked.iter().enumerate().map(|(ordinal, entry)| Device::open(entry, ordinal, checks).map(Arc::new)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gl_version_computes;
+
+    #[test]
+    fn gl_contexts_without_compute_shaders_are_recognised() {
+        // NVIDIA's EGL as wgpu opens it, Mesa's llvmpipe, and GLES contexts.
+        assert!(!gl_version_computes("3.3.0 NVIDIA 580.159.04"));
+        assert!(gl_version_computes("4.5 (Core Profile) Mesa 23.2.1-1ubuntu3.1~22.04.3"));
+        assert!(gl_version_computes("4.6.0 NVIDIA 580.159.04"));
+        assert!(gl_version_computes("OpenGL ES 3.2 NVIDIA 580.159.04"));
+        assert!(!gl_version_computes("OpenGL ES 3.0 Mesa 22.0"));
+        assert!(gl_version_computes("unknown"));
+    }
 }

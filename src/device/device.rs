@@ -56,6 +56,9 @@ impl std::fmt::Debug for Device {
 impl Device {
     /// Opens `entry` as replica `ordinal`, compiling every shader module as `checks` says.
     pub fn open(entry: &AdapterEntry, ordinal: usize, checks: ShaderChecks) -> Result<Device> {
+        if let Some(why) = entry.unusable() {
+            return Err(Error::Device(why));
+        }
         let adapter = &entry.adapter;
         let features = adapter.features() & WANTED_FEATURES;
         let experimental = if features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
@@ -68,8 +71,7 @@ impl Device {
         let desc = wgpu::DeviceDescriptor {
             label: Some("convoy"),
             required_features: features,
-            // The defaults cap storage bindings at 128 MB and workgroup memory at 16 KB.
-            required_limits: if portable_limits()? { webgpu_limits(&adapter.limits()) } else { adapter.limits() },
+            required_limits: requested_limits(&adapter.limits())?,
             experimental_features: experimental,
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,
@@ -454,9 +456,11 @@ pub fn map_and_wait(device: &wgpu::Device, buffer: &wgpu::Buffer, mode: wgpu::Ma
         .map_err(|e| Error::Gpu(format!("mapping a buffer failed: {e}")))
 }
 
-/// The environment variable that opens devices with WebGPU's default limits (`webgpu`) instead
-/// of everything the adapter offers (`adapter`, the default): the portability test mode, in
-/// which the kernels must fit what Metal, DX12, Vulkan and GL all grant.
+/// The environment variable that picks the limits devices are opened with: `portable` (the
+/// default) asks for WebGPU's defaults except the buffer, binding and workgroup-memory sizes,
+/// which the kernels scale to; `webgpu` for WebGPU's defaults except the buffer and binding
+/// sizes (16 KB of workgroup memory: the portability test mode); `adapter` for everything
+/// the adapter offers.
 pub const LIMITS_ENV: &str = "CONVOY_LIMITS";
 
 /// Set by [`use_portable_limits`]: devices opened after it take WebGPU's default limits.
@@ -468,19 +472,29 @@ pub fn use_portable_limits() {
     PORTABLE.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
-fn portable_limits() -> Result<bool> {
+/// The limits to ask `adapter_limits`' adapter for, as [`LIMITS_ENV`] says.
+fn requested_limits(adapter_limits: &wgpu::Limits) -> Result<wgpu::Limits> {
     if PORTABLE.load(std::sync::atomic::Ordering::Relaxed) {
-        return Ok(true);
+        return Ok(webgpu_limits(adapter_limits));
     }
     match std::env::var(LIMITS_ENV).as_deref().map(str::trim) {
-        Err(_) | Ok("") | Ok("adapter") => Ok(false),
-        Ok("webgpu") => Ok(true),
-        Ok(other) => Err(Error::Config(format!("{LIMITS_ENV}=`{other}`: expected adapter or webgpu"))),
+        Err(_) | Ok("") | Ok("portable") => Ok(wgpu::Limits {
+            // The GEMM tiles are chosen by the workgroup memory the device grants
+            // (`Tile::workgroup_bytes`): the fast ones need 24-38 KB, which Metal and DX12
+            // (32 KB) and Vulkan's GPUs (48 KB and more) offer beyond WebGPU's 16 KB.
+            max_compute_workgroup_storage_size: adapter_limits.max_compute_workgroup_storage_size,
+            ..webgpu_limits(adapter_limits)
+        }),
+        Ok("webgpu") => Ok(webgpu_limits(adapter_limits)),
+        Ok("adapter") => Ok(adapter_limits.clone()),
+        Ok(other) => Err(Error::Config(format!("{LIMITS_ENV}=`{other}`: expected portable, webgpu or adapter"))),
     }
 }
 
-/// WebGPU's default limits, with the adapter's buffer and binding sizes (large batches need
-/// them, and every backend offers its own).
+/// WebGPU's default limits (no more than what the adapter has, for GL adapters below them),
+/// with the adapter's buffer and binding sizes: large batches need them, and every backend
+/// offers its own.
 fn webgpu_limits(own: &wgpu::Limits) -> wgpu::Limits {
     wgpu::Limits { max_buffer_size: own.max_buffer_size, max_storage_buffer_binding_size: own.max_storage_buffer_binding_size, ..wgpu::Limits::default() }
+        .or_worse_values_from(own)
 }

@@ -276,10 +276,10 @@ impl Sequential {
         Ok(())
     }
     /// The loss scale now and the steps skipped so far (for a non-finite gradient), read from
-    /// the first device; `None` unless the model was compiled under `mixed_float16`.
+    /// the first device taking part; `None` unless the model was compiled under `mixed_float16`.
     pub fn loss_scale(&self) -> Result<Option<(f32, u64)>> {
         let Some(c) = self.compiled.as_ref() else { return Ok(None) };
-        c.replicas.replicas[0].loss_scale()
+        c.replicas.replicas[c.replicas.lead()].loss_scale()
     }
     /// The per-channel mean and std of the input normalisation.
     pub fn normalization(&self) -> (&[f32], &[f32]) {
@@ -328,7 +328,7 @@ impl Sequential {
             Some(c) => {
                 c.replicas.settle()?;
                 c.replicas.sync_states()?;
-                let r = &c.replicas.replicas[0];
+                let r = &c.replicas.replicas[c.replicas.lead()];
                 Some((r.read_params()?, r.read_states()?, Vec::new()))
             }
             None => None,
@@ -532,6 +532,8 @@ impl Sequential {
     /// a sync (end of epoch, `get_weights`) they are all the same.
     pub fn replica_weights(&self) -> Result<Vec<(Vec<f32>, Vec<f32>)>> {
         let c = self.compiled.as_ref().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
+        // Replicas set aside take the current values when used, as here.
+        c.replicas.broadcast_weights()?;
         c.replicas.replicas.iter().map(|r| Ok((r.read_params()?, r.read_states()?))).collect()
     }
 
@@ -582,7 +584,8 @@ impl Sequential {
         }
         let c = self.compiled.as_ref().ok_or_else(|| crate::Error::Config("the model has no weights yet: compile it first".into()))?;
         c.replicas.sync_states()?;
-        let r = &c.replicas.replicas[0];
+        // The lead replica is current; one set aside may not be (see `sync_states`).
+        let r = &c.replicas.replicas[c.replicas.lead()];
         Ok((r.read_params()?, r.read_states()?, r.read_optimizer_state()?))
     }
 }

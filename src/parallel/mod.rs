@@ -627,18 +627,19 @@ impl ReplicaSet {
         Ok(Some((out, t0.elapsed())))
     }
 
-    /// Brings the weights and optimizer state of replicas set aside up to date, then averages
-    /// BatchNorm's moving statistics across the replicas that trained since the last average
-    /// (see the module docs): the moving mean of one device trained on the whole batch is
-    /// the samples-weighted mean of the replicas', so one that saw no sample, idle or set
-    /// aside, weighs nothing and its stale statistics do not dilute the others'
-    /// (`crate::check`'s f64 reference weighs them the same way). Every replica then holds
-    /// the same values.
+    /// Averages BatchNorm's moving statistics across the replicas that trained since the last
+    /// average (see the module docs): the moving mean of one device trained on the whole
+    /// batch is the samples-weighted mean of the replicas', so one that saw no sample, idle
+    /// or set aside, weighs nothing and its stale statistics do not dilute the others'
+    /// (`crate::check`'s f64 reference weighs them the same way). Every current replica then
+    /// holds the same values; replicas set aside take them, with the weights, only when they
+    /// are used again ([`broadcast_weights`](Self::broadcast_weights)): copying a model into
+    /// a slow device at every epoch's end cost a fast one's short epochs 14% (H100 and
+    /// lavapipe, mlp).
     pub fn sync_states(&self) -> Result<()> {
         if self.replicas.len() < 2 {
             return Ok(());
         }
-        self.broadcast_weights()?;
         let weights: Vec<usize> = std::mem::replace(&mut self.book.lock().unwrap().0, vec![0; self.replicas.len()]);
         let total: usize = weights.iter().sum();
         if total == 0 {
@@ -657,7 +658,8 @@ impl ReplicaSet {
             }
         }
         let mean: Vec<f32> = mean.into_iter().map(|x| x as f32).collect();
-        for r in &self.replicas {
+        let current = self.book.lock().unwrap().1.clone();
+        for (r, _) in self.replicas.iter().zip(current).filter(|(_, fresh)| *fresh) {
             r.write_states(&mean)?;
         }
         Ok(())
@@ -711,8 +713,8 @@ impl ReplicaSet {
         Ok(())
     }
 
-    /// Copies the weights and optimizer state of a current replica to every replica that
-    /// missed updates while set aside. With a step in flight or an exchange pending (a
+    /// Copies the weights, moving statistics and optimizer state of a current replica to
+    /// every replica that missed updates while set aside. With a step in flight or an exchange pending (a
     /// `get_weights` between `train_on_batch_async` and `collect(0)`) it copies nothing and
     /// the replicas stay marked, so no replica takes weights an update has yet to reach;
     /// `train_step` settles before a replica rejoins.
@@ -728,9 +730,10 @@ impl ReplicaSet {
             return Ok(());
         }
         let lead = &self.replicas[fresh[0]];
-        let (params, opt) = (lead.read_params()?, lead.read_optimizer_state()?);
+        let (params, states, opt) = (lead.read_params()?, lead.read_states()?, lead.read_optimizer_state()?);
         for &r in &stale {
             self.replicas[r].write_params(&params)?;
+            self.replicas[r].write_states(&states)?;
             self.replicas[r].write_optimizer_state(&opt)?;
         }
         let mut book = self.book.lock().unwrap();
