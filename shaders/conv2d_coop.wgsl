@@ -14,12 +14,17 @@
 // by 8 halves (16 bytes) so that a block's rows start in different banks.
 //
 // Subgroup s (the host runs this only where subgroups have 32 invocations, so a tile of
-// THREADS invocations has THREADS / 32 of them, one per 32x32 region) owns rows
-// (s / (BN / 32)) * 32 and columns (s % (BN / 32)) * 32 of the tile: 2 x 2 accumulators.
+// THREADS invocations has THREADS / 32 of them, one per SG_M x 32 region) owns rows
+// (s / (BN / 32)) * SG_M and columns (s % (BN / 32)) * 32 of the tile: 2 x 2 accumulators,
+// or 4 x 2 in the wide tile (128 x 128 on 256 invocations, SG_M 64), where each operand
+// loaded from workgroup memory feeds twice the products.
 // At the end the accumulators go through workgroup memory, one 16x16 block of each subgroup
 // at a time, so that every invocation stores quads with conv2d.wgsl's `store` (bias, phase
 // rows, partial splits, edges).
 
+// Rows of the tile one subgroup owns: 32 (2 x 2 accumulators) or 64 (4 x 2, for tiles of
+// 128 x 128 with 256 invocations).
+override SG_M: u32 = 32u;
 override AS: u32 = BM + 8u;
 override BS: u32 = BN + 8u;
 override AKS: u32 = BK + 8u;
@@ -84,12 +89,17 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     store_b16(lid, 0u);
     workgroupBarrier();
 
-    let rm = (sg / (BN / 32u)) * 32u;
+    let rm = (sg / (BN / 32u)) * SG_M;
     let rn = (sg % (BN / 32u)) * 32u;
+    let tall = SG_M == 64u;
     var c00 = coop_mat16x16<f32, C>();
     var c01 = coop_mat16x16<f32, C>();
     var c10 = coop_mat16x16<f32, C>();
     var c11 = coop_mat16x16<f32, C>();
+    var c20 = coop_mat16x16<f32, C>();
+    var c21 = coop_mat16x16<f32, C>();
+    var c30 = coop_mat16x16<f32, C>();
+    var c31 = coop_mat16x16<f32, C>();
     var buf = 0u;
     for (var k0 = o.k_begin; k0 < k_end; k0 += BK) {
         let more = k0 + BK < k_end;
@@ -106,6 +116,8 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
             // inside the load's pointer argument (../shared/gpu-facts.md).
             var a0: coop_mat16x16<f16, A>;
             var a1: coop_mat16x16<f16, A>;
+            var a2: coop_mat16x16<f16, A>;
+            var a3: coop_mat16x16<f16, A>;
             // The kinds spelt out, with a non-short-circuit `|`: naga's uniformity analysis
             // takes a function's result and a `||` (lowered to a branch) as non-uniform, and
             // cooperative loads need uniform control flow.
@@ -114,11 +126,23 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
                 let ia1 = ia0 + 16u;
                 a0 = coopLoad<coop_mat16x16<f16, A>>(&a16[ia0], AS);
                 a1 = coopLoad<coop_mat16x16<f16, A>>(&a16[ia1], AS);
+                if (tall) {
+                    let ia2 = ia0 + 32u;
+                    let ia3 = ia0 + 48u;
+                    a2 = coopLoad<coop_mat16x16<f16, A>>(&a16[ia2], AS);
+                    a3 = coopLoad<coop_mat16x16<f16, A>>(&a16[ia3], AS);
+                }
             } else {
                 let ia0 = buf * A16 + rm * AKS + kk;
                 let ia1 = ia0 + 16u * AKS;
                 a0 = coopLoadT<coop_mat16x16<f16, A>>(&a16[ia0], AKS);
                 a1 = coopLoadT<coop_mat16x16<f16, A>>(&a16[ia1], AKS);
+                if (tall) {
+                    let ia2 = ia0 + 32u * AKS;
+                    let ia3 = ia0 + 48u * AKS;
+                    a2 = coopLoadT<coop_mat16x16<f16, A>>(&a16[ia2], AKS);
+                    a3 = coopLoadT<coop_mat16x16<f16, A>>(&a16[ia3], AKS);
+                }
             }
             var b0: coop_mat16x16<f16, B>;
             var b1: coop_mat16x16<f16, B>;
@@ -137,6 +161,12 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
             c01 = coopMultiplyAdd(a0, b1, c01);
             c10 = coopMultiplyAdd(a1, b0, c10);
             c11 = coopMultiplyAdd(a1, b1, c11);
+            if (tall) {
+                c20 = coopMultiplyAdd(a2, b0, c20);
+                c21 = coopMultiplyAdd(a2, b1, c21);
+                c30 = coopMultiplyAdd(a3, b0, c30);
+                c31 = coopMultiplyAdd(a3, b1, c31);
+            }
         }
         if (more) {
             store_a16(lid, (1u - buf) * A16);
@@ -146,23 +176,28 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
         buf = 1u - buf;
     }
 
-    // Four rounds, one accumulator of every subgroup each: its 16x16 block row-major at
-    // c_stage[sg * 256], then two quads per invocation out through `store`.
+    // One round per accumulator (four, or eight for SG_M 64), one accumulator of every
+    // subgroup each: its 16x16 block row-major at c_stage[sg * 256], then two quads per
+    // invocation out through `store`.
     let base = partial_base(split);
     let stage = sg * 256u;
-    for (var round = 0u; round < 4u; round++) {
+    for (var round = 0u; round < SG_M / 8u; round++) {
         switch round {
             case 0u: { coopStoreT(c00, &c_stage[stage], 16u); }
             case 1u: { coopStoreT(c01, &c_stage[stage], 16u); }
             case 2u: { coopStoreT(c10, &c_stage[stage], 16u); }
-            default: { coopStoreT(c11, &c_stage[stage], 16u); }
+            case 3u: { coopStoreT(c11, &c_stage[stage], 16u); }
+            case 4u: { coopStoreT(c20, &c_stage[stage], 16u); }
+            case 5u: { coopStoreT(c21, &c_stage[stage], 16u); }
+            case 6u: { coopStoreT(c30, &c_stage[stage], 16u); }
+            default: { coopStoreT(c31, &c_stage[stage], 16u); }
         }
         workgroupBarrier();
         for (var j = 0u; j < 2u; j++) {
             let v = lid + j * THREADS;
             let owner = v / 64u;
             let within = v % 64u;
-            let row = (owner / (BN / 32u)) * 32u + (round / 2u) * 16u + within / 4u;
+            let row = (owner / (BN / 32u)) * SG_M + (round / 2u) * 16u + within / 4u;
             let col = (owner % (BN / 32u)) * 32u + (round % 2u) * 16u + (within % 4u) * 4u;
             let m = m0 + row;
             let n = n0 + col;

@@ -76,8 +76,8 @@ fn conv_case(g: &Conv2dGeometry, opts: &GemmOptions, seed: u64) -> [f64; 3] {
 
 /// Every gather the f32 engine has, through the cooperative kernel: plain and transposed
 /// operands, the convolution's three products (vec4 and scalar images, phase products of a
-/// stride-2 input gradient, a 1x1 downsample whose odd phases meet no tap), both tiles it
-/// runs (wide and 17-32 columns), edges of every tile size, K split automatically and by
+/// stride-2 input gradient, a 1x1 downsample whose odd phases meet no tap), the three tiles
+/// it runs (over 64 columns, 33-64 and 17-32), edges of every tile size, K split automatically and by
 /// force; narrow outputs fall back to the f32 product. The coverage assertion fails when a
 /// cooperative path went untested. Grouped and dilated convolutions go through the same gathers.
 #[test]
@@ -123,7 +123,7 @@ fn mixed_products_match_f64_within_f16_bounds() {
         expected.push((entry, t.to_string()));
     }
     if coop {
-        expected.extend([("gemm_coop", "tile=M128N64".to_string()), ("gemm_coop", "tile=M128N32".to_string())]);
+        expected.extend([("gemm_coop", "tile=M128N64".to_string()), ("gemm_coop", "bn=128".to_string()), ("gemm_coop", "tile=M128N32".to_string())]);
     }
     // Narrow outputs on a tensor-core device, every product elsewhere.
     expected.push(("gemm", "round_f16".to_string()));
