@@ -528,8 +528,9 @@ impl Sequential {
         self.compiled.as_ref().map(|c| c.epoch).unwrap_or(0)
     }
 
-    /// Each device's own parameters and moving statistics, as they are (no averaging): after
-    /// a sync (end of epoch, `get_weights`) they are all the same.
+    /// Each device's own parameters and moving statistics, without averaging (replicas set
+    /// aside first take the current ones): after a sync (end of epoch, `get_weights`) they are
+    /// all the same.
     pub fn replica_weights(&self) -> Result<Vec<(Vec<f32>, Vec<f32>)>> {
         let c = self.compiled.as_ref().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
         // Replicas set aside take the current values when used, as here.

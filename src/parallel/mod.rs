@@ -633,9 +633,9 @@ impl ReplicaSet {
     /// or set aside, weighs nothing and its stale statistics do not dilute the others'
     /// (`crate::check`'s f64 reference weighs them the same way). Every current replica then
     /// holds the same values; replicas set aside take them, with the weights, only when they
-    /// are used again ([`broadcast_weights`](Self::broadcast_weights)): copying a model into
-    /// a slow device at every epoch's end cost a fast one's short epochs 14% (H100 and
-    /// lavapipe, mlp).
+    /// are used again ([`broadcast_weights`](Self::broadcast_weights)), so a slow device set
+    /// aside costs a fast one's short epochs no copy (H100 + lavapipe, mlp: 0.95-0.96x of the
+    /// H100 alone with this, 0.86x in session 8's code that copied at every epoch's end).
     pub fn sync_states(&self) -> Result<()> {
         if self.replicas.len() < 2 {
             return Ok(());
