@@ -60,7 +60,10 @@ impl Device {
             return Err(Error::Device(why));
         }
         let adapter = &entry.adapter;
-        let features = adapter.features() & WANTED_FEATURES;
+        let mode = limits_mode()?;
+        // The WebGPU test mode also leaves out every optional feature: each kernel family must
+        // run without subgroups, f16, timestamps or cooperative matrices.
+        let features = if mode == LimitsMode::WebGpu { wgpu::Features::empty() } else { adapter.features() & WANTED_FEATURES };
         let experimental = if features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
             // SAFETY: only the cooperative-matrix kernels use experimental features, and they
             // are validated against the adapter's reported configurations before use.
@@ -71,7 +74,7 @@ impl Device {
         let desc = wgpu::DeviceDescriptor {
             label: Some("convoy"),
             required_features: features,
-            required_limits: requested_limits(&adapter.limits())?,
+            required_limits: mode.limits(&adapter.limits()),
             experimental_features: experimental,
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,
@@ -459,35 +462,57 @@ pub fn map_and_wait(device: &wgpu::Device, buffer: &wgpu::Buffer, mode: wgpu::Ma
 /// The environment variable that picks the limits devices are opened with: `portable` (the
 /// default) asks for WebGPU's defaults except the buffer, binding and workgroup-memory sizes,
 /// which the kernels scale to; `webgpu` for WebGPU's defaults except the buffer and binding
-/// sizes (16 KB of workgroup memory: the portability test mode); `adapter` for everything
-/// the adapter offers.
+/// sizes (16 KB of workgroup memory) and no optional feature: the portability test mode;
+/// `adapter` for everything the adapter offers.
 pub const LIMITS_ENV: &str = "CONVOY_LIMITS";
 
 /// Set by [`use_portable_limits`]: devices opened after it take WebGPU's default limits.
 static PORTABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Opens every later device with WebGPU's default limits, as `CONVOY_LIMITS=webgpu` does,
-/// from code (a test binary that must not race other threads over the environment).
+/// Opens every later device with WebGPU's default limits and no optional feature, as
+/// `CONVOY_LIMITS=webgpu` does, from code (a test binary that must not race other threads
+/// over the environment).
 pub fn use_portable_limits() {
     PORTABLE.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// The limits to ask `adapter_limits`' adapter for, as [`LIMITS_ENV`] says.
-fn requested_limits(adapter_limits: &wgpu::Limits) -> Result<wgpu::Limits> {
+/// What [`LIMITS_ENV`] asks devices to be opened with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LimitsMode {
+    /// WebGPU's defaults except the buffer, binding and workgroup-memory sizes.
+    Portable,
+    /// WebGPU's defaults except the buffer and binding sizes, and no optional feature.
+    WebGpu,
+    /// Everything the adapter offers.
+    Adapter,
+}
+
+fn limits_mode() -> Result<LimitsMode> {
     if PORTABLE.load(std::sync::atomic::Ordering::Relaxed) {
-        return Ok(webgpu_limits(adapter_limits));
+        return Ok(LimitsMode::WebGpu);
     }
     match std::env::var(LIMITS_ENV).as_deref().map(str::trim) {
-        Err(_) | Ok("") | Ok("portable") => Ok(wgpu::Limits {
-            // The GEMM tiles are chosen by the workgroup memory the device grants
-            // (`Tile::workgroup_bytes`): the fast ones need 24-38 KB, which Metal and DX12
-            // (32 KB) and Vulkan's GPUs (48 KB and more) offer beyond WebGPU's 16 KB.
-            max_compute_workgroup_storage_size: adapter_limits.max_compute_workgroup_storage_size,
-            ..webgpu_limits(adapter_limits)
-        }),
-        Ok("webgpu") => Ok(webgpu_limits(adapter_limits)),
-        Ok("adapter") => Ok(adapter_limits.clone()),
+        Err(_) | Ok("") | Ok("portable") => Ok(LimitsMode::Portable),
+        Ok("webgpu") => Ok(LimitsMode::WebGpu),
+        Ok("adapter") => Ok(LimitsMode::Adapter),
         Ok(other) => Err(Error::Config(format!("{LIMITS_ENV}=`{other}`: expected portable, webgpu or adapter"))),
+    }
+}
+
+impl LimitsMode {
+    /// The limits to ask an adapter with `own` limits for.
+    fn limits(self, own: &wgpu::Limits) -> wgpu::Limits {
+        match self {
+            LimitsMode::Portable => wgpu::Limits {
+                // The GEMM tiles are chosen by the workgroup memory the device grants
+                // (`Tile::workgroup_bytes`): the fast ones need 24-48 KB, which Metal and DX12
+                // (32 KB) and Vulkan's GPUs (48 KB and more) offer beyond WebGPU's 16 KB.
+                max_compute_workgroup_storage_size: own.max_compute_workgroup_storage_size,
+                ..webgpu_limits(own)
+            },
+            LimitsMode::WebGpu => webgpu_limits(own),
+            LimitsMode::Adapter => own.clone(),
+        }
     }
 }
 
