@@ -21,7 +21,7 @@ use crate::dense::{matmul_ref, shapes};
 const F16_U: f64 = 1.0 / 2048.0;
 const MIXED_TOL: f64 = 1e-3;
 
-const MIXED: GemmOptions = GemmOptions { tile: None, splits: None, mixed: true, winograd: None };
+const MIXED: GemmOptions = GemmOptions { tile: None, splits: None, mixed: true, winograd: None, engine: None };
 
 fn abs(v: &[f32]) -> Vec<f32> {
     v.iter().map(|x| x.abs()).collect()
