@@ -1,6 +1,6 @@
 //! Train on the built-in synthetic task: no download needed. On GPUs it trains ResNet-20;
-//! on a software adapter (about a GFLOP/s) a small MLP, which reaches over 90% validation
-//! accuracy there in a few minutes.
+//! on a software adapter (19-20 GFLOP/s on two cores) a small MLP, which reaches over 90%
+//! validation accuracy there in its first epoch, about 6 s.
 //!
 //! cargo run --release --example quickstart [-- DEVICES]
 

@@ -45,6 +45,54 @@ fn quiet(epochs: usize, val: Option<Arc<dyn Dataset>>) -> FitOptions {
     FitOptions { epochs, batch_size: 32, validation_data: val, verbose: 0, ..Default::default() }
 }
 
+/// The synthetic images, each taking `ms` milliseconds to load: a loader slower than the steps.
+struct SlowToLoad(Arc<dyn Dataset>, u64);
+
+impl Dataset for SlowToLoad {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn image_shape(&self) -> [usize; 3] {
+        self.0.image_shape()
+    }
+    fn num_classes(&self) -> usize {
+        self.0.num_classes()
+    }
+    fn class_names(&self) -> Vec<String> {
+        self.0.class_names()
+    }
+    fn source(&self) -> String {
+        "slow to load".into()
+    }
+    fn load(&self, i: usize, out: &mut [u8]) -> convoy::Result<u32> {
+        std::thread::sleep(std::time::Duration::from_millis(self.1));
+        self.0.load(i, out)
+    }
+}
+
+/// `input_wait` (the progress bar's "input-bound" above 0.2) is the share of the epoch the
+/// devices sat idle for input: most of it when each sample takes 5 ms to load, next to none
+/// from memory (the loader keeps batches ready). It used to count from a step's submission
+/// to the next batch, the step running all the while, and as a share of the host's timers
+/// alone, which miss the step a software adapter runs inside its submission: the mlp read
+/// as 34% input-bound on lavapipe with its dense kernels at 97% of the step.
+#[test]
+fn input_wait_is_the_time_the_devices_sat_idle() {
+    let (train, _) = synthetic_split(128 * 12, 10, 32, 5).unwrap();
+    let train: Arc<dyn Dataset> = Arc::new(train);
+    let mut m = zoo::mlp(&[32, 32, 3], 10);
+    m.compile(CompileOptions::new(Optimizer::sgd(0.01)).devices(devices()).max_batch(128)).unwrap();
+    let wait = |m: &mut Sequential, data: Arc<dyn Dataset>, steps: usize| {
+        let opts = FitOptions { epochs: 1, batch_size: 128, steps_per_epoch: Some(steps), verbose: 0, ..Default::default() };
+        m.fit(data, opts).unwrap().history()["input_wait"][0]
+    };
+    // From memory first: the first steps also build the pipelines, while the loader works.
+    let fast = wait(&mut m, train.clone(), 12);
+    let slow = wait(&mut m, Arc::new(SlowToLoad(train, 5)), 4);
+    assert!(slow > 0.5, "5 ms a sample: input_wait {slow}");
+    assert!(fast < 0.2, "from memory: input_wait {fast}");
+}
+
 #[test]
 fn fit_learns_and_history_has_keras_keys() {
     let (train, val) = data(600, 100);

@@ -14,7 +14,7 @@ mod conv2d;
 mod dense;
 
 use convoy::kernels::conv2d::{Conv2dGeometry, Padding};
-use convoy::kernels::gemm::{GemmOptions, Tile};
+use convoy::kernels::gemm::{Engine, GemmOptions, Tile};
 
 #[test]
 fn the_engine_keeps_its_tiles_within_webgpus_workgroup_memory() {
@@ -26,7 +26,9 @@ fn the_engine_keeps_its_tiles_within_webgpus_workgroup_memory() {
     // takes on a device with the adapter's own limits (tests/kernels/paths.rs reaches it).
     let g = Conv2dGeometry::new(&[32, 64, 64, 16], 64, (3, 3), (2, 2), Padding::Same).unwrap();
     let (x, w, y) = (d.zeros(&g.input_shape()).unwrap(), d.zeros(&g.kernel_shape()).unwrap(), d.zeros(&g.output_shape()).unwrap());
-    let forward = convoy::kernels::conv2d::forward(&d, &g, &x, &w, &y).unwrap();
+    // The tiled kernel's choice (a software adapter's own is the CPU kernel, which has no tiles).
+    let tiled = GemmOptions { engine: Some(Engine::Tiled), ..Default::default() };
+    let forward = convoy::kernels::conv2d::forward_with(&d, &g, &x, &w, &y, &tiled).unwrap();
     assert!(forward[0].path.contains("tile=M64N64"), "{}", forward[0].path);
     // Forced, a 128-row tile is an error naming its size and the limit.
     let forced = GemmOptions { tile: Some(Tile::M128N64), ..Default::default() };

@@ -7,7 +7,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 use std::thread::JoinHandle;
 
 use rand::SeedableRng;
@@ -163,6 +163,16 @@ impl Loader {
     /// Batches this epoch will yield when no sample fails.
     pub fn num_batches(&self) -> usize {
         self.batches
+    }
+
+    /// The next item if the thread has it ready, without waiting: `None` while it is still
+    /// filling the batch (`next` then waits for it), `Some(None)` at the end.
+    pub fn try_next(&mut self) -> Option<Option<Result<Batch>>> {
+        match self.rx.as_ref().map(|rx| rx.try_recv()) {
+            Some(Ok(item)) => Some(Some(item)),
+            Some(Err(TryRecvError::Empty)) => None,
+            Some(Err(TryRecvError::Disconnected)) | None => Some(self.next()),
+        }
     }
 }
 

@@ -156,6 +156,38 @@ pub struct GemmOptions {
     /// [`super::winograd`]): `Some(0)` never, `Some(2)` or `Some(4)` that tile (an error for a
     /// convolution it cannot compute), `None` the engine's choice.
     pub winograd: Option<usize>,
+    /// The kernel that computes the product instead of the device's own (see [`Engine`]), so
+    /// tests reach both kernels on any adapter.
+    pub engine: Option<Engine>,
+}
+
+/// Which kernel computes a product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    /// Workgroup tiles staged through workgroup memory ([`Tile`], `shaders/conv2d.wgsl`, and
+    /// the tensor-core kernel where the device has one): what GPUs run.
+    Tiled,
+    /// An 8 x 8 block of C per invocation, from memory into registers, with no workgroup
+    /// memory and no barrier (`shaders/gemm_cpu.wgsl`): what a software adapter runs, whose
+    /// invocations are SIMD lanes of one CPU thread.
+    Cpu,
+}
+
+impl Engine {
+    /// Both engines, for tests that run each.
+    pub const ALL: [Engine; 2] = [Engine::Tiled, Engine::Cpu];
+
+    /// The engine for a product on `device` under `opts`: the forced one; else the tiled
+    /// engine where a tile is forced or the device is hardware, the CPU engine on a software
+    /// adapter. A tile forced on the CPU engine is an error naming both.
+    pub fn of(device: &Device, opts: &GemmOptions, kernel: &str) -> Result<Engine> {
+        match (opts.engine, opts.tile) {
+            (Some(Engine::Cpu), Some(tile)) => bail!(Config, "{kernel}: tile {tile:?} is the tiled engine's; the CPU engine computes 8 x 8 blocks"),
+            (Some(engine), _) => Ok(engine),
+            (None, Some(_)) => Ok(Engine::Tiled),
+            (None, None) => Ok(if device.is_software() { Engine::Cpu } else { Engine::Tiled }),
+        }
+    }
 }
 
 /// How `A[m, k]` is gathered; values match `A_*` in the shader.
@@ -174,7 +206,7 @@ pub(crate) enum ALoad {
 }
 
 impl ALoad {
-    fn kind(self) -> u32 {
+    pub(super) fn kind(self) -> u32 {
         self as u32
     }
 }
@@ -189,7 +221,7 @@ pub(crate) enum BLoad {
 }
 
 impl BLoad {
-    fn kind(self) -> u32 {
+    pub(super) fn kind(self) -> u32 {
         match self {
             BLoad::Rows => 0,
             BLoad::BlockedT(_) => 1,
@@ -268,9 +300,10 @@ impl Groups {
     }
 }
 
+/// The uniform parameters of `shaders/conv2d.wgsl` (and the kernels appended to it).
 #[repr(C)]
 #[derive(Clone, Copy, Default, Pod, Zeroable)]
-struct Params {
+pub(super) struct Params {
     m: u32,
     n: u32,
     k: u32,
@@ -312,13 +345,20 @@ struct Params {
     _pad: [u32; 2],
 }
 
+impl Params {
+    /// Workgroups along K.
+    pub(super) fn splits(&self) -> usize {
+        self.splits as usize
+    }
+}
+
 const QUAD_A: u32 = 1;
 const QUAD_B: u32 = 2;
 const QUAD_C: u32 = 4;
 const BIAS: u32 = 8;
 
 /// Workspace above this many bytes is not worth the extra traffic of splitting K.
-const MAX_WORKSPACE: usize = 64 << 20;
+pub(super) const MAX_WORKSPACE: usize = 64 << 20;
 
 /// Invocations that keep a large GPU busy (~130 compute units with about a thousand
 /// resident invocations each): a weight gradient's small output splits K until it has them.
@@ -414,7 +454,7 @@ fn a_quads(g: &Gemm) -> bool {
     own && g.groups.is_none_or(|gr| Groups::quads(gr.a))
 }
 
-fn b_quads(g: &Gemm) -> bool {
+pub(super) fn b_quads(g: &Gemm) -> bool {
     let own = match g.b_load {
         BLoad::Rows => g.n.is_multiple_of(4),
         BLoad::BlockedT(kb) => kb % 4 == 0,
@@ -422,7 +462,7 @@ fn b_quads(g: &Gemm) -> bool {
     own && g.groups.is_none_or(|gr| Groups::quads(gr.b))
 }
 
-fn c_quads(g: &Gemm) -> bool {
+pub(super) fn c_quads(g: &Gemm) -> bool {
     g.n.is_multiple_of(4) && g.groups.is_none_or(|gr| Groups::quads(gr.c))
 }
 
@@ -447,6 +487,9 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     if g.groups.is_some() && g.bias.is_some() {
         bail!(Config, "{kernel}: a grouped product takes no bias (the convolution adds its own)");
     }
+    if Engine::of(device, opts, kernel)? == Engine::Cpu {
+        return super::gemm_cpu::launch(device, g, opts);
+    }
     // The cooperative kernel gives each 32-invocation subgroup a 32x32 region: the 128-row
     // tiles have one subgroup per region.
     let limit = device.limits().max_compute_workgroup_storage_size as usize;
@@ -470,35 +513,65 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     let bn = if wide { COOP_WIDE_BN } else { tile.bn() };
     let (tiles_m, tiles_n) = (g.m.div_ceil(tile.bm()), g.n.div_ceil(bn));
     let bk = if coop { coop_bk(tile) } else { tile.bk() };
-    let k_steps = g.k.div_ceil(bk).max(1);
-    let (want, rule) = match opts.splits {
+    let split = match opts.splits {
         Some(s) => (s, "split=forced"),
         None => choose_splits(tile, tiles_m * tiles_n * group_count, g.m * g.n * group_count, g.k),
     };
-    let want = want.clamp(1, k_steps);
+    let mut constants = tile.constants(g.a_load, g.b_load);
+    if bk != tile.bk() {
+        constants.retain(|(name, _)| *name != "BK");
+        constants.push(("BK", bk as f64));
+    }
+    if opts.mixed && !coop {
+        constants.push(("ROUND_F16", 1.0));
+    }
+    if wide {
+        constants.push(("BN", COOP_WIDE_BN as f64));
+        constants.push(("SG_M", 64.0));
+    }
+    let (p, tokens) = product_params(g, (tiles_m, tiles_n), bk, split, &mut constants)?;
+    let coop_token = if wide { "coop bn=128" } else if coop { "coop" } else if opts.mixed { "round_f16" } else { "" };
+    let workgroups = tiles_m * tiles_n * p.splits as usize * group_count;
+    record(device, g, (shader, entry), &constants, p, workgroups, format!("tile={tile:?} {tokens} {coop_token}"))
+}
+
+/// The parameters of `g` on a grid of `tiles` (rows, columns) of C whose K advances `k_step`
+/// at a time, K split as `split` (count, rule) asks: sizes, the convolution's geometry,
+/// groups, phases, and which operands are read as vec4s (flags, and the pipeline constants
+/// the gathers specialise on, added to `constants`). Returns them with the path tokens they
+/// decide (see [`Dispatch::path`]).
+pub(super) fn product_params(
+    g: &Gemm,
+    tiles: (usize, usize),
+    k_step: usize,
+    split: (usize, &'static str),
+    constants: &mut Vec<(&'static str, f64)>,
+) -> Result<(Params, String)> {
+    let kernel = g.label;
+    let group_count = g.groups.map_or(1, |gr| gr.count);
+    let k_steps = g.k.div_ceil(k_step).max(1);
+    let want = split.0.clamp(1, k_steps);
     // Whole K steps per split; recount so no split is empty.
-    let k_chunk = k_steps.div_ceil(want) * bk;
+    let k_chunk = k_steps.div_ceil(want) * k_step;
     let splits = g.k.div_ceil(k_chunk).max(1);
-    let split_token = if splits == 1 { "split=none".to_string() } else { format!("{rule} splits={splits}") };
+    let split_token = if splits == 1 { "split=none".to_string() } else { format!("{} splits={splits}", split.1) };
     let b_token = match g.b_load {
         BLoad::Rows => "b=Rows",
         BLoad::BlockedT(_) => "b=BlockedT",
     };
-
     let mut p = Params {
         m: u32_of(kernel, "M", g.m)?,
         n: u32_of(kernel, "N", g.n)?,
         k: u32_of(kernel, "K", g.k)?,
         k_chunk: u32_of(kernel, "K per split", k_chunk)?,
-        tiles_m: u32_of(kernel, "row tiles", tiles_m)?,
-        tiles_n: u32_of(kernel, "column tiles", tiles_n)?,
+        tiles_m: u32_of(kernel, "row tiles", tiles.0)?,
+        tiles_n: u32_of(kernel, "column tiles", tiles.1)?,
         splits: splits as u32,
         inf_bits: f32::INFINITY.to_bits(),
         groups: 1,
         ..Params::default()
     };
     u32_of(kernel, "M * N * splits * groups", g.m * g.n * splits * group_count)?;
-    let mut constants = tile.constants(g.a_load, g.b_load);
     let mut conv_token = "";
     if let Some(conv) = g.conv {
         conv_params(&mut p, conv, kernel)?;
@@ -525,18 +598,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         p.kb = u32_of(kernel, "kb", kb)?;
     }
     p.flags |= if a_quads(g) { QUAD_A } else { 0 } | if b_quads(g) { QUAD_B } else { 0 };
-    if bk != tile.bk() {
-        constants.retain(|(name, _)| *name != "BK");
-        constants.push(("BK", bk as f64));
-    }
     constants.push(("A_QUADS", if a_quads(g) { 1.0 } else { 0.0 }));
-    if wide {
-        constants.push(("BN", COOP_WIDE_BN as f64));
-        constants.push(("SG_M", 64.0));
-    }
-    if opts.mixed && !coop {
-        constants.push(("ROUND_F16", 1.0));
-    }
     let mut phase_token = String::new();
     if let Some(ph) = &g.phase {
         let u = |what, v| u32_of(kernel, what, v);
@@ -547,17 +609,34 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         phase_token = if g.k == 0 { "phase taps=none".into() } else { "phase".into() };
     }
     p.flags |= if c_quads(g) { QUAD_C } else { 0 };
+    let group_token = if g.groups.is_some() { "grouped" } else { "" };
+    let tokens = format!("a={:?} {b_token} {split_token} {} {phase_token} {group_token} {conv_token}", g.a_load, quad_tokens(p.flags));
+    Ok((p, tokens))
+}
 
+/// The dispatches of one product: `entry` of `shader` over `workgroups` (folded by [`grid`]),
+/// writing C itself, or, when `p` splits K, its partials into a workspace that a second
+/// dispatch sums into C (adding the bias there). `path` names the product's branches.
+pub(super) fn record(
+    device: &Device,
+    g: &Gemm,
+    (shader, entry): (&Shader, &'static str),
+    constants: &[(&'static str, f64)],
+    mut p: Params,
+    workgroups: usize,
+    path: String,
+) -> Result<Vec<Dispatch>> {
+    let kernel = g.label;
+    let group_count = g.groups.map_or(1, |gr| gr.count);
+    let mut constants = constants.to_vec();
     let bias = g.bias.unwrap_or(g.b); // bound but unread without the BIAS flag
     let flops = g.flops;
-    let groups = grid(device, (tiles_m * tiles_n * splits * group_count) as u64)?;
+    let groups = grid(device, workgroups as u64)?;
     let bias_token = if g.bias.is_some() { "bias" } else { "" };
-    let coop_token = if wide { "coop bn=128" } else if coop { "coop" } else if opts.mixed { "round_f16" } else { "" };
     let group_token = if g.groups.is_some() { "grouped" } else { "" };
-    let gemm_path = format!("tile={tile:?} a={:?} {b_token} {split_token} {} {phase_token} {coop_token} {group_token} {conv_token}", g.a_load, quad_tokens(p.flags));
     // Whichever dispatch writes c stores a phase product's rows at their dx pixels.
     let rows = g.phase.is_some();
-    if splits == 1 {
+    if p.splits == 1 {
         p.flags |= if g.bias.is_some() { BIAS } else { 0 };
         if rows {
             constants.push(("PHASE_ROWS", 1.0));
@@ -569,7 +648,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
             (4, quad_binding(kernel, g.c)?),
         ];
         let gemm = with_uniform(device, shader, entry, &constants, &p, &bindings, groups).named(kernel, flops);
-        return Ok(vec![gemm.tagged(format!("{gemm_path} {bias_token}"))]);
+        return Ok(vec![gemm.tagged(format!("{path} {bias_token}"))]);
     }
 
     // The partials live in a buffer of their own rather than a pooled tensor: the pool
@@ -577,7 +656,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     // writes it. The bind groups keep the buffer alive as long as the dispatches.
     let workspace = device.wgpu().create_buffer(&wgpu::BufferDescriptor {
         label: Some("gemm split-K partials"),
-        size: ((g.m * g.n * splits * group_count) as u64 * 4).div_ceil(16) * 16,
+        size: ((g.m * g.n * p.splits as usize * group_count) as u64 * 4).div_ceil(16) * 16,
         usage: wgpu::BufferUsages::STORAGE,
         mapped_at_creation: false,
     });
@@ -594,7 +673,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     if g.groups.is_some() {
         (partial.c_ld, partial.c_step) = (p.n, u32_of(kernel, "M * N", g.m * g.n)?);
     }
-    let gemm = with_uniform(device, shader, entry, &constants, &partial, &bindings, groups).named(kernel, flops).tagged(&gemm_path);
+    let gemm = with_uniform(device, shader, entry, &constants, &partial, &bindings, groups).named(kernel, flops).tagged(&path);
     p.flags |= if g.bias.is_some() { BIAS } else { 0 };
     let mut rows_constants = Vec::new();
     if rows {

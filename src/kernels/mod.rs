@@ -21,6 +21,7 @@ pub mod dense;
 pub mod depthwise;
 pub mod elementwise;
 pub mod gemm;
+pub(crate) mod gemm_cpu;
 pub mod image;
 pub mod layernorm;
 pub mod loss;
@@ -107,6 +108,13 @@ pub const CONV2D_COOP: Shader = Shader {
     ),
     trusted: true,
 };
+/// The GEMM engine's kernel for software adapters: conv2d.wgsl's parameters, gathers and
+/// stores with register-blocked products (see [`gemm::Engine::Cpu`]).
+pub const GEMM_CPU: Shader = Shader {
+    name: "gemm_cpu.wgsl",
+    source: concat!(include_str!("../../shaders/conv2d.wgsl"), include_str!("../../shaders/gemm_cpu.wgsl")),
+    trusted: true,
+};
 shader!(ELEMENTWISE, "elementwise.wgsl", relu);
 shader!(CONV2D, "conv2d.wgsl");
 shader!(REDUCE, "reduce.wgsl");
@@ -124,7 +132,7 @@ shader!(AUGMENT, "augment.wgsl");
 shader!(WINOGRAD, "winograd.wgsl");
 
 /// Every shader file, for validation tests.
-pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &CONV2D_COOP, &REDUCE, &BATCHNORM, &POOL, &DEPTHWISE, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE, &CONCAT, &ACTIVATION, &LAYERNORM, &AUGMENT, &WINOGRAD];
+pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &CONV2D_COOP, &GEMM_CPU, &REDUCE, &BATCHNORM, &POOL, &DEPTHWISE, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE, &CONCAT, &ACTIVATION, &LAYERNORM, &AUGMENT, &WINOGRAD];
 
 /// One recorded kernel launch: pipeline, bindings and grid, ready to replay.
 #[derive(Clone, Debug)]

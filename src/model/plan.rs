@@ -263,6 +263,14 @@ impl Plan {
             // layer first); a fused ReLU hands its gradient to the layer that applied it.
             let mut grads: Vec<Option<Tensor>> = vec![None; n + 1];
             grads[n] = Some(dlogits);
+            // Whether a node's gradient is used: some layer on a path from the input to it
+            // has parameters. The input's never is, nor that of a Flatten or a pool in
+            // front of the first weights (an MLP's first Dense behind Flatten computed the
+            // images' gradient: a third of its step).
+            let mut wanted = vec![false; n + 1];
+            for i in 0..n {
+                wanted[i + 1] = def.layout.per_layer[i].1 > 0 || def.layout.inbound[i].iter().any(|&j| wanted[j]);
+            }
             let mut recorded = records.iter().zip(&inputs).rev().peekable();
             for i in (0..n).rev() {
                 let from = &def.layout.inbound[i];
@@ -271,17 +279,20 @@ impl Plan {
                     continue;
                 }
                 let Some(((_, _, saved), xs)) = recorded.next_if(|((r, _, _), _)| *r == i) else { continue };
+                if !wanted[i + 1] {
+                    continue;
+                }
                 let Some(dy) = grads[i + 1].take() else {
                     crate::bail!(Config, "layer {i} ({}): its output reaches no loss", def.layout.layer_names[i]);
                 };
                 backward_marks.push((i, g.dispatches.len()));
                 g.layer_index = i;
                 g.frozen = shared.frozen.contains(&i);
-                let need_dx = from.iter().any(|&j| j != 0);
+                let need_dx = from.iter().any(|&j| wanted[j]);
                 let layer = def.layers[i].as_ref();
                 let dxs = g.under_policy_of(layer, |g| layer.backward_all(g, xs, saved, &dy, &weights(def, shared, i), need_dx))?;
                 for (&j, dx) in from.iter().zip(dxs) {
-                    let (true, Some(dx)) = (j != 0, dx) else { continue };
+                    let (true, Some(dx)) = (wanted[j], dx) else { continue };
                     grads[j] = Some(match grads[j].take() {
                         None => dx,
                         Some(prev) => {

@@ -31,7 +31,9 @@ pub struct KernelTime {
 impl KernelTime {
     /// A row for one dispatch that took `ns` nanoseconds.
     pub fn from_dispatch(d: &Dispatch, ns: f64) -> KernelTime {
-        let family = if d.shader == crate::kernels::CONV2D.name { d.kernel.to_string() } else { d.shader.trim_end_matches(".wgsl").to_string() };
+        // The GEMM kernels' dispatches are named by the product (dense_forward, ...).
+        let gemm = [crate::kernels::CONV2D.name, crate::kernels::GEMM_CPU.name].contains(&d.shader);
+        let family = if gemm { d.kernel.to_string() } else { d.shader.trim_end_matches(".wgsl").to_string() };
         KernelTime { family, entry: d.label, layer: d.layer, ms: ns * 1e-6, flops: d.flops, bytes: d.bytes, count: 1 }
     }
 
@@ -133,13 +135,16 @@ impl Profile {
         let row = |name: String, k: &KernelTime| {
             let s = (k.ms * 1e-3).max(1e-12);
             let (floor, pct) = peak.map_or((String::from("-"), String::from("-")), |p| (format!("{:.3}", k.floor_ms(p)), format!("{:.0}%", 100.0 * k.floor_ms(p) / k.ms.max(1e-12))));
+            // A software adapter's GFLOP/s would show as 0.00 TFLOP/s.
+            let tflops = k.flops / s * 1e-12;
             format!(
-                "{:<34} {:>5} {:>9.3} {:>5.1}% {:>8.2} {:>8.0} {:>9} {:>7}\n",
+                "{:<34} {:>5} {:>9.3} {:>5.1}% {:>8.*} {:>8.0} {:>9} {:>7}\n",
                 name,
                 k.count,
                 k.ms,
                 100.0 * k.ms / total,
-                k.flops / s * 1e-12,
+                if tflops < 1.0 { 3 } else { 2 },
+                tflops,
                 k.bytes / s * 1e-9,
                 floor,
                 pct

@@ -143,6 +143,12 @@ pub fn assert_close(case: &str, got: &[f32], want: &[f64]) -> f64 {
     e
 }
 
+/// Options that run `engine`'s GEMM kernel whatever the device would choose: the tests
+/// reach the tiled and the CPU kernel on any adapter.
+pub fn on(engine: convoy::kernels::gemm::Engine) -> convoy::kernels::gemm::GemmOptions {
+    convoy::kernels::gemm::GemmOptions { engine: Some(engine), ..Default::default() }
+}
+
 /// The GEMM tiles this thread's device has the workgroup memory for: every one with the
 /// adapter's own limits, the 64-row and smaller ones with WebGPU's defaults
 /// (tests/portable.rs).

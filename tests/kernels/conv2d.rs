@@ -2,7 +2,7 @@
 //! the definition (no im2col in the reference, so a shared indexing mistake cannot hide).
 
 use convoy::kernels::conv2d::{self, Conv2dGeometry, Padding};
-use convoy::kernels::gemm::{GemmOptions, Tile};
+use convoy::kernels::gemm::{Engine, GemmOptions, Tile};
 
 use crate::common::*;
 
@@ -127,16 +127,18 @@ pub(crate) fn check(geom: &Conv2dGeometry, opts: &GemmOptions, case: &str, seed:
 #[test]
 fn forward_and_gradients_match_direct_loops() {
     on_each_variant(|_| {
-        let mut worst = [0.0f64; 3];
-        for (n, &(shape, filters, kernel, strides, padding)) in CASES.iter().enumerate() {
-            let geom = Conv2dGeometry::new(&shape, filters, kernel, strides, padding).unwrap();
-            let case = format!("{shape:?} f={filters} k={kernel:?} s={strides:?} {padding:?}");
-            let e = check(&geom, &GemmOptions::default(), &case, 100 + n as u64);
-            for (w, e) in worst.iter_mut().zip(e) {
-                *w = w.max(e);
+        for engine in Engine::ALL {
+            let mut worst = [0.0f64; 3];
+            for (n, &(shape, filters, kernel, strides, padding)) in CASES.iter().enumerate() {
+                let geom = Conv2dGeometry::new(&shape, filters, kernel, strides, padding).unwrap();
+                let case = format!("{engine:?} {shape:?} f={filters} k={kernel:?} s={strides:?} {padding:?}");
+                let e = check(&geom, &on(engine), &case, 100 + n as u64);
+                for (w, e) in worst.iter_mut().zip(e) {
+                    *w = w.max(e);
+                }
             }
+            println!("conv2d {engine:?} worst relative errors: forward {:.1e}, data {:.1e}, weights {:.1e}", worst[0], worst[1], worst[2]);
         }
-        println!("conv2d worst relative errors: forward {:.1e}, data {:.1e}, weights {:.1e}", worst[0], worst[1], worst[2]);
     });
 }
 
@@ -159,6 +161,11 @@ fn every_tile_and_k_split_gives_the_same_result() {
                 let opts = GemmOptions { tile: Some(tile), splits: Some(splits), ..Default::default() };
                 check(geom, &opts, &format!("case {c} {tile:?} splits {splits}"), 200 + c as u64);
             }
+        }
+        // The CPU kernel has one block; its K splits.
+        for splits in [1, 3] {
+            let opts = GemmOptions { splits: Some(splits), ..on(Engine::Cpu) };
+            check(geom, &opts, &format!("case {c} cpu splits {splits}"), 200 + c as u64);
         }
     }
 }

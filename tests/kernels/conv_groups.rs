@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 
 use convoy::kernels::conv2d::{self, Conv2dGeometry, Padding};
-use convoy::kernels::gemm::GemmOptions;
+use convoy::kernels::gemm::{Engine, GemmOptions};
 
 use crate::common::*;
 use crate::conv2d::check;
@@ -64,15 +64,17 @@ fn assert_combinations(family: &str, taken: &BTreeSet<String>, entry: &str, comb
 fn grouped_and_dilated_convolutions_match_direct_loops() {
     take_paths();
     on_each_variant(|variant| {
-        let mut worst = [0.0f64; 3];
-        for (n, case) in CASES.iter().enumerate() {
-            let geom = geometry(case);
-            let e = check(&geom, &GemmOptions::default(), &format!("{variant} {case:?}"), 300 + n as u64);
-            for (w, e) in worst.iter_mut().zip(e) {
-                *w = w.max(e);
+        for engine in Engine::ALL {
+            let mut worst = [0.0f64; 3];
+            for (n, case) in CASES.iter().enumerate() {
+                let geom = geometry(case);
+                let e = check(&geom, &on(engine), &format!("{variant} {engine:?} {case:?}"), 300 + n as u64);
+                for (w, e) in worst.iter_mut().zip(e) {
+                    *w = w.max(e);
+                }
             }
+            println!("grouped / dilated conv2d {engine:?} worst relative errors: forward {:.1e}, data {:.1e}, weights {:.1e}", worst[0], worst[1], worst[2]);
         }
-        println!("grouped / dilated conv2d worst relative errors: forward {:.1e}, data {:.1e}, weights {:.1e}", worst[0], worst[1], worst[2]);
     });
     let taken = take_paths();
     let mut grouped = Vec::new();
@@ -87,14 +89,16 @@ fn grouped_and_dilated_convolutions_match_direct_loops() {
         }
     }
     grouped.extend([vec!["grouped", "quad_c"], vec!["grouped", "scalar_c"], vec!["grouped", "phase"], vec!["grouped", "taps=none"], vec!["grouped", "dilated"]]);
-    assert_combinations("grouped conv2d", &taken, "gemm", &grouped);
     let mut dilated = Vec::new();
     for a in ["a=Im2col", "a=Im2colT", "a=DyStuffed"] {
         for q in ["quad_a", "scalar_a"] {
             dilated.push(vec!["dilated", a, q]);
         }
     }
-    assert_combinations("dilated conv2d", &taken, "gemm", &dilated);
+    for entry in ["gemm", "gemm_cpu"] {
+        assert_combinations("grouped conv2d", &taken, entry, &grouped);
+        assert_combinations("dilated conv2d", &taken, entry, &dilated);
+    }
 }
 
 #[test]
@@ -151,10 +155,14 @@ fn batch_250_reaches_the_large_tiles_and_splits_k() {
     take_paths();
     on_device(devices()[1].clone(), || {
         for (c, case) in cases.iter().enumerate() {
-            check(&geometry(case), &GemmOptions::default(), &format!("{case:?}"), 500 + c as u64);
+            for engine in Engine::ALL {
+                check(&geometry(case), &on(engine), &format!("{engine:?} {case:?}"), 500 + c as u64);
+            }
         }
     });
     let taken = take_paths();
+    // The CPU kernel splits the grouped kernel gradients' long K itself.
+    assert_combinations("batch 250", &taken, "gemm_cpu", &[vec!["grouped", "dilated", "split=auto"], vec!["grouped", "phase"]]);
     let mut combinations = vec![
         vec!["grouped", "dilated", "tile=M128N64"],
         vec!["grouped", "dilated", "split=auto_long_k"],

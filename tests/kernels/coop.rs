@@ -11,7 +11,7 @@
 
 use convoy::kernels::conv2d::{self, Conv2dGeometry, Padding};
 use convoy::kernels::dense;
-use convoy::kernels::gemm::GemmOptions;
+use convoy::kernels::gemm::{Engine, GemmOptions};
 
 use crate::common::*;
 use crate::conv2d::{backward_data_ref, backward_weights_ref, forward_ref};
@@ -21,7 +21,7 @@ use crate::dense::{matmul_ref, shapes};
 const F16_U: f64 = 1.0 / 2048.0;
 const MIXED_TOL: f64 = 1e-3;
 
-const MIXED: GemmOptions = GemmOptions { tile: None, splits: None, mixed: true, winograd: None };
+const MIXED: GemmOptions = GemmOptions { tile: None, splits: None, mixed: true, winograd: None, engine: None };
 
 fn abs(v: &[f32]) -> Vec<f32> {
     v.iter().map(|x| x.abs()).collect()
@@ -85,33 +85,36 @@ fn mixed_products_match_f64_within_f16_bounds() {
     let coop = device().has_coop16();
     take_paths();
     on_each_variant(|_| {
-        let mut worst = 0.0f64;
-        for (s, &mkn) in [(65, 70, 67), (300, 64, 64), (129, 33, 31), (4, 65536, 64), (1000, 576, 128), (7, 13, 10)].iter().enumerate() {
-            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
-                worst = worst.max(matmul_case(mkn, ta, tb, &MIXED, 40 + s as u64));
+        for engine in Engine::ALL {
+            let mixed = GemmOptions { engine: Some(engine), ..MIXED };
+            let mut worst = 0.0f64;
+            for (s, &mkn) in [(65, 70, 67), (300, 64, 64), (129, 33, 31), (4, 65536, 64), (1000, 576, 128), (7, 13, 10)].iter().enumerate() {
+                for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                    worst = worst.max(matmul_case(mkn, ta, tb, &mixed, 40 + s as u64));
+                }
             }
-        }
-        for splits in [2, 5] {
-            worst = worst.max(matmul_case((132, 300, 68), false, false, &GemmOptions { splits: Some(splits), ..MIXED }, 50));
-        }
-        let convs = [
-            Conv2dGeometry::new(&[8, 16, 16, 64], 64, (3, 3), (1, 1), Padding::Explicit(1, 1)).unwrap(),
-            Conv2dGeometry::new(&[4, 29, 29, 3], 64, (7, 7), (2, 2), Padding::Explicit(3, 3)).unwrap(),
-            Conv2dGeometry::new(&[6, 14, 14, 64], 128, (1, 1), (2, 2), Padding::Explicit(0, 0)).unwrap(),
-            Conv2dGeometry::new(&[5, 9, 9, 12], 32, (3, 3), (2, 2), Padding::Same).unwrap(),
-            Conv2dGeometry::new(&[3, 7, 7, 5], 33, (3, 3), (1, 1), Padding::Valid).unwrap(),
-            // Keras' groups (32 filters and 32 input channels a group: the tensor cores, phase
-            // products included) and dilation_rate; groups = C falls back to f32 rounding.
-            Conv2dGeometry::new_with(&[4, 10, 10, 64], 64, (3, 3), (2, 2), (1, 1), 2, Padding::Same).unwrap(),
-            Conv2dGeometry::new_with(&[3, 11, 11, 8], 48, (3, 3), (1, 1), (2, 2), 1, Padding::Same).unwrap(),
-            Conv2dGeometry::new_with(&[2, 7, 7, 6], 12, (3, 3), (1, 1), (3, 2), 6, Padding::Same).unwrap(),
-        ];
-        for (i, g) in convs.iter().enumerate() {
-            for e in conv_case(g, &MIXED, 60 + i as u64) {
-                worst = worst.max(e);
+            for splits in [2, 5] {
+                worst = worst.max(matmul_case((132, 300, 68), false, false, &GemmOptions { splits: Some(splits), ..mixed }, 50));
             }
+            let convs = [
+                Conv2dGeometry::new(&[8, 16, 16, 64], 64, (3, 3), (1, 1), Padding::Explicit(1, 1)).unwrap(),
+                Conv2dGeometry::new(&[4, 29, 29, 3], 64, (7, 7), (2, 2), Padding::Explicit(3, 3)).unwrap(),
+                Conv2dGeometry::new(&[6, 14, 14, 64], 128, (1, 1), (2, 2), Padding::Explicit(0, 0)).unwrap(),
+                Conv2dGeometry::new(&[5, 9, 9, 12], 32, (3, 3), (2, 2), Padding::Same).unwrap(),
+                Conv2dGeometry::new(&[3, 7, 7, 5], 33, (3, 3), (1, 1), Padding::Valid).unwrap(),
+                // Keras' groups (32 filters and 32 input channels a group: the tensor cores, phase
+                // products included) and dilation_rate; groups = C falls back to f32 rounding.
+                Conv2dGeometry::new_with(&[4, 10, 10, 64], 64, (3, 3), (2, 2), (1, 1), 2, Padding::Same).unwrap(),
+                Conv2dGeometry::new_with(&[3, 11, 11, 8], 48, (3, 3), (1, 1), (2, 2), 1, Padding::Same).unwrap(),
+                Conv2dGeometry::new_with(&[2, 7, 7, 6], 12, (3, 3), (1, 1), (3, 2), 6, Padding::Same).unwrap(),
+            ];
+            for (i, g) in convs.iter().enumerate() {
+                for e in conv_case(g, &mixed, 60 + i as u64) {
+                    worst = worst.max(e);
+                }
+            }
+            println!("mixed products on the {engine:?} kernel: worst max-norm relative error {worst:.1e}");
         }
-        println!("mixed products: worst max-norm relative error {worst:.1e}");
     });
     let taken = take_paths();
     let entry = if coop { "gemm_coop" } else { "gemm" };
@@ -127,6 +130,10 @@ fn mixed_products_match_f64_within_f16_bounds() {
     }
     // Narrow outputs on a tensor-core device, every product elsewhere.
     expected.push(("gemm", "round_f16".to_string()));
+    // The CPU kernel rounds its operands on every device.
+    for t in ["a=Rows", "a=Cols", "a=Im2col", "a=Im2colT", "a=DyStuffed", "b=Rows", "b=BlockedT", "phase", "grouped", "dilated", "round_f16"] {
+        expected.push(("gemm_cpu", t.to_string()));
+    }
     assert_paths_cover("mixed gemm", &taken, &expected, &[]);
 }
 

@@ -2,7 +2,7 @@
 //! triple loops.
 
 use convoy::kernels::dense;
-use convoy::kernels::gemm::GemmOptions;
+use convoy::kernels::gemm::{Engine, GemmOptions};
 
 use crate::common::*;
 
@@ -38,28 +38,40 @@ pub(crate) fn check_matmul(mkn: (usize, usize, usize), ta: bool, tb: bool, opts:
 #[test]
 fn matmul_in_every_transpose_combination() {
     on_each_variant(|_| {
-        let mut worst = 0.0f64;
-        // (m, k, n); the last two have every size a multiple of 4 (vec4 loads and stores).
-        for (s, &mkn) in [(1, 1, 1), (7, 13, 5), (65, 31, 67), (36, 20, 44), (4, 300, 8)].iter().enumerate() {
-            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
-                worst = worst.max(check_matmul(mkn, ta, tb, &GemmOptions::default(), 10 + s as u64));
+        for engine in Engine::ALL {
+            let mut worst = 0.0f64;
+            // (m, k, n); the last two have every size a multiple of 4 (vec4 loads and stores).
+            for (s, &mkn) in [(1, 1, 1), (7, 13, 5), (65, 31, 67), (36, 20, 44), (4, 300, 8)].iter().enumerate() {
+                for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                    worst = worst.max(check_matmul(mkn, ta, tb, &on(engine), 10 + s as u64));
+                }
             }
+            println!("matmul {engine:?} worst relative error {worst:.1e}");
         }
-        println!("matmul worst relative error {worst:.1e}");
     });
 }
 
 #[test]
 fn matmul_through_every_tile_and_k_split() {
-    for tile in tiles() {
+    let tiled = tiles().into_iter().map(|tile| GemmOptions { tile: Some(tile), ..Default::default() });
+    for opts in tiled.chain([on(Engine::Cpu)]) {
         for splits in [1, 2, 5] {
-            let opts = GemmOptions { tile: Some(tile), splits: Some(splits), ..Default::default() };
+            let opts = GemmOptions { splits: Some(splits), ..opts };
             for (ta, tb) in [(false, false), (true, true)] {
                 check_matmul((65, 70, 67), ta, tb, &opts, 30);
                 check_matmul((132, 48, 68), ta, tb, &opts, 31);
             }
         }
     }
+}
+
+#[test]
+fn a_tile_forced_on_the_cpu_engine_is_an_error_naming_both() {
+    let d = device();
+    let z = |s: &[usize]| d.zeros(s).unwrap();
+    let opts = GemmOptions { tile: Some(convoy::kernels::gemm::Tile::M32N32), ..on(Engine::Cpu) };
+    let e = dense::matmul_with(&d, &z(&[3, 4]), &z(&[4, 2]), &z(&[3, 2]), false, false, &opts).unwrap_err().to_string();
+    assert!(e.contains("M32N32") && e.contains("CPU engine"), "{e}");
 }
 
 pub(crate) fn dense_forward_ref(x: &[f32], w: &[f32], b: Option<&[f32]>, (batch, inputs, units): (usize, usize, usize)) -> Vec<f64> {

@@ -12,7 +12,7 @@ use std::ops::Range;
 
 use convoy::kernels::batchnorm::BatchNormConfig;
 use convoy::kernels::conv2d::{Conv2dGeometry, Padding};
-use convoy::kernels::gemm::{GemmOptions, Tile};
+use convoy::kernels::gemm::{Engine, GemmOptions, Tile};
 use convoy::kernels::optimizer::{self, Hyper, OptimizerKind};
 use convoy::kernels::pool::{self, Pool2dGeometry, PoolPadding};
 use convoy::kernels::{dense, elementwise, image, loss, reduce};
@@ -47,51 +47,33 @@ fn random_conv(r: &mut StdRng) -> Conv2dGeometry {
     Conv2dGeometry::new(&[batch, h.max(kernel.0), w.max(kernel.1), in_c], filters, kernel, strides, padding).unwrap()
 }
 
-/// Every path of the GEMM engine: each tile (chosen by the engine, not only forced), K
-/// split by the automatic rule for short and long K and by force, every A and B gather,
-/// vec4 and scalar operands, the stride-2 input gradient's phase products (and a phase no
-/// tap meets), bias, the split-K reduce
-/// and the column sums in one and in several chunks, and a folded grid.
+/// Every path of the GEMM engine, on each of its kernels: each tile (chosen by the engine,
+/// not only forced), K split by the automatic rule for short and long K and by force, every
+/// A and B gather, vec4 and scalar operands, the stride-2 input gradient's phase products
+/// (and a phase no tap meets), bias, the split-K reduce and the column sums in one and in
+/// several chunks, and a folded grid; on the CPU kernel, its separable gathers and the
+/// general one of a stuffed gradient at stride 2.
 #[test]
 fn gemm_takes_every_path() {
     let mut r = rng(SEED);
     take_paths();
     on_each_variant(|variant| {
-        // Random convolutions through the automatic choices, then forced tiles and splits.
-        for i in 0..12 {
-            let g = random_conv(&mut r);
-            let case = format!("{variant} seed {SEED:#x} conv {i}: {g:?}");
-            check(&g, &GemmOptions::default(), &case, SEED + i);
-            let opts = GemmOptions { tile: Some(pick(&mut r, &tiles())), splits: Some(r.random_range(1..5)), ..Default::default() };
-            check(&g, &opts, &format!("{case} {opts:?}"), SEED + i);
+        for engine in Engine::ALL {
+            gemm_sweep(&mut r, variant, engine);
         }
-        // The stride-2 input gradient's phase products on large row counts (batch 250: the
-        // big tiles), odd sizes (phases of unequal rows), a 1x1 downsample (three phases meet
-        // no tap) and a 7x7 stem with padding 3 (each phase a 3- or 4-tap window).
-        for (batch, size, c, f, k, pad) in [(250, 8, 8, 16, 3, 1), (3, 9, 12, 64, 3, 1), (250, 8, 64, 128, 1, 0), (2, 15, 4, 8, 7, 3)] {
-            let g = Conv2dGeometry::new(&[batch, size, size, c], f, (k, k), (2, 2), Padding::Explicit(pad, pad)).unwrap();
-            check(&g, &GemmOptions::default(), &format!("{variant} seed {SEED:#x} phases {g:?}"), SEED + batch as u64);
-        }
-        // (m, k, n, trans_a, trans_b) that make the engine pick each tile and split rule:
-        // M128N64 and M128N32 over a long K (auto_long_k), M64N64 over many rows, M32N32
-        // with a short-K automatic split, M64N16 for narrow outputs.
-        for (mkn, ta, tb) in [((4, 65536, 64), true, false), ((4, 65536, 32), true, true), ((16384, 8, 64), false, false), ((64, 2048, 64), false, true), ((33, 70, 10), false, false)] {
-            check_matmul(mkn, ta, tb, &GemmOptions::default(), SEED);
-        }
-        // A full grid (256 tiles of 32 x 32) over a long K splits to fill more waves.
-        check_matmul((512, 4096, 512), false, false, &GemmOptions { tile: Some(Tile::M32N32), splits: None, ..Default::default() }, SEED);
-        // Bias in the tile and through the split-K reduce; column sums in one and many chunks.
-        dense_with_bias(&mut r, (5, 17, 10), variant);
-        dense_with_bias(&mut r, (6, 2048, 12), variant);
-        dense_bias_gradient(&mut r, 2500, 70, variant);
-        dense_bias_gradient(&mut r, 9, 7, variant);
     });
 
     // Every tile the device's workgroup memory fits (all of them but under CONVOY_LIMITS=webgpu).
     let mut expected: Vec<(&str, String)> = tiles().iter().map(|t| ("gemm", format!("tile={t:?}"))).collect();
-    expected.extend(want("gemm", &["a=Rows", "a=Cols", "a=Im2col", "a=Im2colT", "a=DyStuffed", "b=Rows", "b=BlockedT"]));
-    expected.extend(want("gemm", &["split=none", "split=forced", "split=auto", "split=auto_long_k", "split=balance"]));
-    expected.extend(want("gemm", &["quad_a", "scalar_a", "quad_b", "scalar_b", "quad_c", "scalar_c", "phase", "taps=none", "bias", "grid=1d"]));
+    let gathers = ["a=Rows", "a=Cols", "a=Im2col", "a=Im2colT", "a=DyStuffed", "b=Rows", "b=BlockedT"];
+    let operands = ["quad_a", "scalar_a", "quad_b", "scalar_b", "quad_c", "scalar_c", "phase", "taps=none", "bias", "grid=1d"];
+    for entry in ["gemm", "gemm_cpu"] {
+        expected.extend(want(entry, &gathers));
+        expected.extend(want(entry, &operands));
+        expected.extend(want(entry, &["split=none", "split=forced", "split=auto"]));
+    }
+    expected.extend(want("gemm", &["split=auto_long_k", "split=balance"]));
+    expected.extend(want("gemm_cpu", &["gather=separable", "gather=general"]));
     expected.extend(want("reduce_splits", &["quad_c", "scalar_c", "bias"]));
     expected.extend(want("column_sums", &["chunks=single", "chunks=multi"]));
     // The GPU sweep: a split-K reduce over more than 65,535 * 256 quads of output (268 MB,
@@ -108,6 +90,49 @@ fn gemm_takes_every_path() {
     assert_paths_cover("gemm", &take_paths(), &expected, &gpu_only);
 }
 
+/// One engine's share of [`gemm_takes_every_path`].
+fn gemm_sweep(r: &mut StdRng, variant: &str, engine: Engine) {
+    let auto = on(engine);
+    // Random convolutions through the automatic choices, then forced tiles (the tiled
+    // kernel's) and splits.
+    for i in 0..12 {
+        let g = random_conv(r);
+        let case = format!("{variant} {engine:?} seed {SEED:#x} conv {i}: {g:?}");
+        check(&g, &auto, &case, SEED + i);
+        let tile = pick(r, &tiles());
+        let splits = Some(r.random_range(1..5));
+        let opts = match engine {
+            Engine::Tiled => GemmOptions { tile: Some(tile), splits, ..auto },
+            Engine::Cpu => GemmOptions { splits, ..auto },
+        };
+        check(&g, &opts, &format!("{case} {opts:?}"), SEED + i);
+    }
+    // The stride-2 input gradient's phase products on large row counts (batch 250: the
+    // big tiles), odd sizes (phases of unequal rows), a 1x1 downsample (three phases meet
+    // no tap) and a 7x7 stem with padding 3 (each phase a 3- or 4-tap window); and a 1x1
+    // with padding 1, wider than its kernel, which no phase product computes (the stuffed
+    // gradient at stride 2).
+    for (batch, size, c, f, k, pad) in [(250, 8, 8, 16, 3, 1), (3, 9, 12, 64, 3, 1), (250, 8, 64, 128, 1, 0), (2, 15, 4, 8, 7, 3), (2, 5, 4, 8, 1, 1)] {
+        let g = Conv2dGeometry::new(&[batch, size, size, c], f, (k, k), (2, 2), Padding::Explicit(pad, pad)).unwrap();
+        check(&g, &auto, &format!("{variant} {engine:?} seed {SEED:#x} phases {g:?}"), SEED + batch as u64);
+    }
+    // (m, k, n, trans_a, trans_b) that make the engine pick each tile and split rule:
+    // M128N64 and M128N32 over a long K (auto_long_k), M64N64 over many rows, M32N32
+    // with a short-K automatic split, M64N16 for narrow outputs.
+    for (mkn, ta, tb) in [((4, 65536, 64), true, false), ((4, 65536, 32), true, true), ((16384, 8, 64), false, false), ((64, 2048, 64), false, true), ((33, 70, 10), false, false)] {
+        check_matmul(mkn, ta, tb, &auto, SEED);
+    }
+    if engine == Engine::Tiled {
+        // A full grid (256 tiles of 32 x 32) over a long K splits to fill more waves.
+        check_matmul((512, 4096, 512), false, false, &GemmOptions { tile: Some(Tile::M32N32), splits: None, ..auto }, SEED);
+    }
+    // Bias in the tile and through the split-K reduce; column sums in one and many chunks.
+    dense_with_bias(r, (5, 17, 10), variant, &auto);
+    dense_with_bias(r, (6, 2048, 12), variant, &auto);
+    dense_bias_gradient(r, 2500, 70, variant);
+    dense_bias_gradient(r, 9, 7, variant);
+}
+
 /// A grid folded into 2-D: more row tiles than one grid dimension holds (65,535 on the
 /// software adapter), as a convolution over a few million output pixels has. (Folding by
 /// K splits instead, 70,000 forced splits of one output, looked wrong: it is the f32 sum of
@@ -116,20 +141,26 @@ fn gemm_takes_every_path() {
 #[test]
 fn gemm_on_a_folded_grid_matches_f64() {
     take_paths();
+    // Both kernels fold past 65,535 workgroups: 64 rows a tile, or 8 rows a block and 8
+    // blocks a workgroup.
     let folded = GemmOptions { tile: Some(Tile::M64N16), splits: Some(1), ..Default::default() };
+    let cpu = GemmOptions { splits: Some(1), ..on(Engine::Cpu) };
     on_device(devices()[1].clone(), || {
         check_matmul((64 * 65_536 + 1, 4, 4), false, false, &folded, SEED);
+        check_matmul((64 * 65_536 + 1, 4, 4), false, false, &cpu, SEED);
     });
-    assert_paths_cover("gemm folded", &take_paths(), &want("gemm", &["grid=2d"]), &[]);
+    let mut expected = want("gemm", &["grid=2d"]);
+    expected.extend(want("gemm_cpu", &["grid=2d"]));
+    assert_paths_cover("gemm folded", &take_paths(), &expected, &[]);
 }
 
 /// `dense_forward` with bias (a long K splits, and the reduce adds the bias).
-fn dense_with_bias(r: &mut StdRng, (batch, inputs, units): (usize, usize, usize), variant: &str) {
+fn dense_with_bias(r: &mut StdRng, (batch, inputs, units): (usize, usize, usize), variant: &str, opts: &GemmOptions) {
     let d = device();
     let (x, w, b) = (random(r, batch * inputs), random(r, inputs * units), random(r, units));
     let (tx, tw, tb, ty) = (upload(&x, &[batch, inputs]), upload(&w, &[inputs, units]), upload(&b, &[units]), upload(&random(r, batch * units), &[batch, units]));
-    run(&dense::dense_forward(&d, &tx, &tw, Some(&tb), &ty).unwrap());
-    let case = format!("{variant} seed {SEED:#x} dense forward {batch}x{inputs}->{units} bias");
+    run(&dense::dense_forward_with(&d, &tx, &tw, Some(&tb), &ty, opts).unwrap());
+    let case = format!("{variant} {opts:?} seed {SEED:#x} dense forward {batch}x{inputs}->{units} bias");
     assert_close(&case, &read(&ty), &dense_forward_ref(&x, &w, Some(&b), (batch, inputs, units)));
 }
 
