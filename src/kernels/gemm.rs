@@ -531,7 +531,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     }
     let (p, tokens) = product_params(g, (tiles_m, tiles_n), bk, split, &mut constants)?;
     let coop_token = if wide { "coop bn=128" } else if coop { "coop" } else if opts.mixed { "round_f16" } else { "" };
-    let workgroups = tiles_m * tiles_n * p.splits as usize * group_count;
+    let workgroups = tiles_m * tiles_n * p.splits() * group_count;
     record(device, g, (shader, entry), &constants, p, workgroups, format!("tile={tile:?} {tokens} {coop_token}"))
 }
 
@@ -636,7 +636,7 @@ pub(super) fn record(
     let group_token = if g.groups.is_some() { "grouped" } else { "" };
     // Whichever dispatch writes c stores a phase product's rows at their dx pixels.
     let rows = g.phase.is_some();
-    if p.splits == 1 {
+    if p.splits() == 1 {
         p.flags |= if g.bias.is_some() { BIAS } else { 0 };
         if rows {
             constants.push(("PHASE_ROWS", 1.0));
@@ -656,7 +656,7 @@ pub(super) fn record(
     // writes it. The bind groups keep the buffer alive as long as the dispatches.
     let workspace = device.wgpu().create_buffer(&wgpu::BufferDescriptor {
         label: Some("gemm split-K partials"),
-        size: ((g.m * g.n * p.splits as usize * group_count) as u64 * 4).div_ceil(16) * 16,
+        size: ((g.m * g.n * p.splits() * group_count) as u64 * 4).div_ceil(16) * 16,
         usage: wgpu::BufferUsages::STORAGE,
         mapped_at_creation: false,
     });

@@ -376,14 +376,13 @@ impl Sequential {
             let mut indices = epoch_indices(data.len(), opts.shuffle, opts.seed, trained);
             indices.truncate(samples);
             let shard = ranks.map(|_| Shard { speeds: rank_speeds.clone(), rank });
-            let loader = Loader::sharded(data.clone(), indices, opts.batch_size, opts.drop_remainder, opts.augment, opts.seed ^ (trained as u64) << 32, 4, shard.clone())?;
+            let mut loader = Loader::sharded(data.clone(), indices, opts.batch_size, opts.drop_remainder, opts.augment, opts.seed ^ (trained as u64) << 32, 4, shard.clone())?;
             // Seconds this rank's devices were busy, for its speed.
             let mut busy = 0.0;
             let mut tally = Tally::default();
             let t_epoch = Instant::now();
             let mut shares = Shares::default();
             let mut t_wait = Instant::now();
-            let mut loader = loader;
             let mut next_batch = 0;
             let epoch_start_step = self.compiled()?.step;
             // The step in flight: its batch index, size and learning rate. Its loss is read
