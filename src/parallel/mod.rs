@@ -658,21 +658,26 @@ impl ReplicaSet {
             }
         }
         let mean: Vec<f32> = mean.into_iter().map(|x| x as f32).collect();
+        self.write_states_to_current(&mean)
+    }
+
+    /// Writes averaged moving statistics into every current replica; one set aside takes
+    /// them from a current one when it is used again (see [`sync_states`](Self::sync_states)).
+    fn write_states_to_current(&self, mean: &[f32]) -> Result<()> {
         let current = self.book.lock().unwrap().1.clone();
         for (r, _) in self.replicas.iter().zip(current).filter(|(_, fresh)| *fresh) {
-            r.write_states(&mean)?;
+            r.write_states(mean)?;
         }
         Ok(())
     }
 
     /// [`sync_states`](Self::sync_states) over every replica of every rank under `mpirun`
     /// (each rank's samples-weighted sum and sample count summed across the ranks), so every
-    /// replica of every rank holds the same moving statistics; `sync_states` alone without
+    /// current replica of every rank holds the same moving statistics; `sync_states` alone without
     /// ranks. A collective: every rank calls it at the same point (`fit` does at each
     /// epoch's end), even one whose replicas saw no sample.
     pub fn sync_states_across_ranks(&self) -> Result<()> {
         let Some(ranks) = self.ranks else { return self.sync_states() };
-        self.broadcast_weights()?;
         let weights: Vec<usize> = std::mem::replace(&mut self.book.lock().unwrap().0, vec![0; self.replicas.len()]);
         let len = self.replicas[0].read_states()?.len();
         // The weighted sum of the statistics, then the weight.
@@ -688,10 +693,7 @@ impl ReplicaSet {
             return Ok(());
         }
         let mean: Vec<f32> = acc[..len].iter().map(|s| (s / acc[len]) as f32).collect();
-        for r in &self.replicas {
-            r.write_states(&mean)?;
-        }
-        Ok(())
+        self.write_states_to_current(&mean)
     }
 
     /// Gives every replica of every rank rank 0's weights, moving statistics and optimizer
