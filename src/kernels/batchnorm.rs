@@ -8,8 +8,10 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::reduce::{launch, scratch, Bind, Split};
-use super::{expect_channels, grid_for, width_token, Dispatch, BATCHNORM};
+use super::gemm::Engine;
+use super::gemm_cpu::{threads, INVOCATIONS_PER_THREAD, WORKGROUP};
+use super::reduce::{launch, launch_with, scratch, Bind, Split};
+use super::{expect_channels, grid_for, width_token, Dispatch, BATCHNORM, BATCHNORM_CPU};
 use crate::{bail, Device, Result, Tensor};
 
 /// The layer's hyper-parameters, with Keras' names and defaults.
@@ -21,11 +23,15 @@ pub struct BatchNormConfig {
     pub epsilon: f32,
     /// Apply `max(0, ·)` to the output (forward) and mask the gradient by `y > 0` (backward).
     pub relu: bool,
+    /// Which kernels run: `None` picks by the device (the CPU kernels on a software adapter),
+    /// `Some` forces one, as tests do to run both. The CPU kernels take channel counts
+    /// divisible by 4; others run the tiled ones whatever is asked.
+    pub engine: Option<Engine>,
 }
 
 impl Default for BatchNormConfig {
     fn default() -> Self {
-        BatchNormConfig { momentum: 0.99, epsilon: 1e-3, relu: false }
+        BatchNormConfig { momentum: 0.99, epsilon: 1e-3, relu: false, engine: None }
     }
 }
 
@@ -82,22 +88,19 @@ pub fn forward_train(
     const K: &str = "batchnorm forward_train";
     let split = check(K, cfg, x, &[("y", y)], &[("gamma", gamma), ("beta", beta), ("moving_mean", moving_mean), ("moving_var", moving_var)], saved)?;
     disjoint(K, &[("y", y), ("saved", saved), ("moving_mean", moving_mean), ("moving_var", moving_var)], &[("x", x), ("gamma", gamma), ("beta", beta)])?;
-    let params = Params::new(&split, cfg);
-    let partials = scratch(device, "batchnorm statistics", 2 * split.chunks as usize * split.cols as usize);
+    let plan = Plan::new(device, cfg, split, K)?;
+    let params = Params::new(plan.split(), cfg);
+    let partials = scratch(device, "batchnorm statistics", 2 * plan.split().chunks as usize * split.cols as usize);
     let t = Bind::Tensor;
     Ok(vec![
-        launch(device, &BATCHNORM, "stats_partial", &params, &[(1, t(x)), (12, Bind::Scratch(&partials))], split.groups(device, K)?)
-            .tagged(partial_tokens(&split)),
-        launch(
+        plan.partial(device, ["stats_partial", "stats_partial_cpu"], &params, &[(1, t(x)), (12, Bind::Scratch(&partials))])?,
+        plan.merge(
             device,
-            &BATCHNORM,
-            "stats_finalize",
-            &params.for_merge(&split),
+            ["stats_finalize", "stats_finalize_cpu"],
+            &params,
             &[(9, Bind::Scratch(&partials)), (13, t(saved)), (14, t(moving_mean)), (15, t(moving_var))],
-            split.merge_groups(device, K)?,
-        )
-        .tagged(split.tokens()),
-        per_element(device, "normalize_train", "normalize_train4", &params, &[(1, t(x)), (4, t(gamma)), (5, t(beta)), (6, t(saved)), (16, t(y))])?,
+        )?,
+        plan.per_element(device, ["normalize_train", "normalize_train4", "normalize_train_cpu"], &params, &[(1, t(x)), (4, t(gamma)), (5, t(beta)), (6, t(saved)), (16, t(y))])?,
     ])
 }
 
@@ -121,12 +124,12 @@ pub fn forward_infer(
     let per_channel = [("gamma", gamma), ("beta", beta), ("moving_mean", moving_mean), ("moving_var", moving_var)];
     let split = check(K, cfg, x, &[("y", y)], &per_channel, None)?;
     disjoint(K, &[("y", y)], &[("x", x), ("gamma", gamma), ("beta", beta), ("moving_mean", moving_mean), ("moving_var", moving_var)])?;
+    let plan = Plan::new(device, cfg, split, K)?;
     let t = Bind::Tensor;
-    Ok(vec![per_element(
+    Ok(vec![plan.per_element(
         device,
-        "normalize_infer",
-        "normalize_infer4",
-        &Params::new(&split, cfg),
+        ["normalize_infer", "normalize_infer4", "normalize_infer_cpu"],
+        &Params::new(plan.split(), cfg),
         &[(1, t(x)), (4, t(gamma)), (5, t(beta)), (7, t(moving_mean)), (8, t(moving_var)), (16, t(y))],
     )?])
 }
@@ -154,32 +157,21 @@ pub fn backward(
     const K: &str = "batchnorm backward";
     let split = check(K, cfg, x, &[("y", y), ("dy", dy), ("dx", dx)], &[("gamma", gamma), ("dgamma", dgamma), ("dbeta", dbeta)], saved)?;
     disjoint(K, &[("dx", dx), ("dgamma", dgamma), ("dbeta", dbeta)], &[("x", x), ("y", y), ("dy", dy), ("gamma", gamma), ("saved", saved)])?;
-    let params = Params::new(&split, cfg);
-    let partials = scratch(device, "batchnorm gradient sums", 2 * split.chunks as usize * split.cols as usize);
+    let plan = Plan::new(device, cfg, split, K)?;
+    let params = Params::new(plan.split(), cfg);
+    let partials = scratch(device, "batchnorm gradient sums", 2 * plan.split().chunks as usize * split.cols as usize);
     let t = Bind::Tensor;
     Ok(vec![
-        launch(
+        plan.partial(
             device,
-            &BATCHNORM,
-            "backward_partial",
+            ["backward_partial", "backward_partial_cpu"],
             &params,
             &[(1, t(x)), (2, t(y)), (3, t(dy)), (6, t(saved)), (12, Bind::Scratch(&partials))],
-            split.groups(device, K)?,
-        )
-        .tagged(partial_tokens(&split)),
-        launch(
+        )?,
+        plan.merge(device, ["backward_merge", "backward_merge_cpu"], &params, &[(6, t(saved)), (9, Bind::Scratch(&partials)), (17, t(dgamma)), (18, t(dbeta))])?,
+        plan.per_element(
             device,
-            &BATCHNORM,
-            "backward_merge",
-            &params.for_merge(&split),
-            &[(6, t(saved)), (9, Bind::Scratch(&partials)), (17, t(dgamma)), (18, t(dbeta))],
-            split.merge_groups(device, K)?,
-        )
-        .tagged(split.tokens()),
-        per_element(
-            device,
-            "backward_dx",
-            "backward_dx4",
+            ["backward_dx", "backward_dx4", "backward_dx_cpu"],
             &params,
             &[(1, t(x)), (2, t(y)), (3, t(dy)), (4, t(gamma)), (6, t(saved)), (10, t(dgamma)), (11, t(dbeta)), (16, t(dx))],
         )?,
@@ -198,12 +190,12 @@ pub fn backward_infer(device: &Device, cfg: &BatchNormConfig, y: &Tensor, dy: &T
     const K: &str = "batchnorm backward_infer";
     let split = check(K, cfg, dy, &[("y", y), ("dx", dx)], &[("gamma", gamma), ("moving_var", moving_var)], None)?;
     disjoint(K, &[("dx", dx)], &[("y", y), ("dy", dy), ("gamma", gamma), ("moving_var", moving_var)])?;
+    let plan = Plan::new(device, cfg, split, K)?;
     let t = Bind::Tensor;
-    Ok(vec![per_element(
+    Ok(vec![plan.per_element(
         device,
-        "backward_infer_dx",
-        "backward_infer_dx4",
-        &Params::new(&split, cfg),
+        ["backward_infer_dx", "backward_infer_dx4", "backward_infer_dx_cpu"],
+        &Params::new(plan.split(), cfg),
         &[(2, t(y)), (3, t(dy)), (4, t(gamma)), (8, t(moving_var)), (16, t(dx))],
     )?])
 }
@@ -214,20 +206,105 @@ fn partial_tokens(split: &Split) -> String {
     format!("{} rows={}", split.tokens(), if split.four_row_loads() { "x4" } else { "x1" })
 }
 
-/// A pass with one invocation per element of x, or per four channels (`entry4`, x, y, dy
-/// and the output bound as vec4 arrays) where the channel count is divisible by 4.
-fn per_element(device: &Device, entry: &'static str, entry4: &'static str, params: &Params, binds: &[(u32, Bind<'_>)]) -> Result<Dispatch> {
-    let n = params.rows as usize * params.cols as usize;
-    if !params.cols.is_multiple_of(4) {
-        return Ok(launch(device, &BATCHNORM, entry, params, binds, grid_for(device, n)?).tagged(width_token(false)));
+/// Rows the CPU kernels give an invocation at least: fewer cost more in merging than they
+/// spread.
+const MIN_CPU_CHUNK_ROWS: usize = 64;
+
+/// How one call's passes are laid out: the GPU kernels' workgroup tiles, or the CPU kernels'
+/// invocations of four channels over a chunk of rows (`shaders/batchnorm_cpu.wgsl`).
+enum Plan {
+    Tiled(Split),
+    Cpu(Split),
+}
+
+impl Plan {
+    /// The CPU layout where the engine (forced, else the device's) is [`Engine::Cpu`] and the
+    /// channels divide by 4: enough invocations for every CPU thread, each at least
+    /// [`MIN_CPU_CHUNK_ROWS`] rows.
+    fn new(device: &Device, cfg: &BatchNormConfig, split: Split, kernel: &str) -> Result<Plan> {
+        let engine = cfg.engine.unwrap_or(if device.is_software() { Engine::Cpu } else { Engine::Tiled });
+        if engine == Engine::Tiled || !split.cols.is_multiple_of(4) {
+            return Ok(Plan::Tiled(split));
+        }
+        let (rows, quads) = (split.rows as usize, split.cols as usize / 4);
+        let want = (INVOCATIONS_PER_THREAD * threads() / quads).clamp(1, rows.div_ceil(MIN_CPU_CHUNK_ROWS).max(1));
+        let chunk_rows = rows.div_ceil(want).max(1);
+        let chunks = rows.div_ceil(chunk_rows).max(1);
+        let cpu = Split { chunk_rows: chunk_rows as u32, chunks: chunks as u32, col_log2: 0, ..split };
+        let max = device.limits().max_compute_workgroups_per_dimension as usize;
+        if (quads * chunks).div_ceil(WORKGROUP) > max || (split.cols as usize).div_ceil(WORKGROUP) > max {
+            bail!(Shape, "{kernel}: {} columns need more than {max} workgroups of {WORKGROUP}", split.cols);
+        }
+        Ok(Plan::Cpu(cpu))
     }
-    let wide = |i: u32| match i {
+
+    fn split(&self) -> &Split {
+        match self {
+            Plan::Tiled(s) | Plan::Cpu(s) => s,
+        }
+    }
+
+    /// The CPU kernels' pipeline constants and the path tokens they choose.
+    fn cpu_constants(params: &Params) -> ([(&'static str, f64); 2], &'static str) {
+        let relu = if params.relu != 0 { "relu" } else { "no_relu" };
+        ([("CPU_WG", WORKGROUP as f64), ("CPU_RELU", params.relu as f64)], relu)
+    }
+
+    /// A CPU pass over (chunk, four channels) spans, x, y, dy and the output bound as vec4s.
+    fn cpu_span(device: &Device, entry: &'static str, split: &Split, params: &Params, binds: &[(u32, Bind<'_>)]) -> Dispatch {
+        let (constants, relu) = Self::cpu_constants(params);
+        let binds: Vec<(u32, Bind<'_>)> = binds.iter().map(|(i, b)| (vec4_binding(*i), *b)).collect();
+        let groups = [(split.cols / 4 * split.chunks).div_ceil(WORKGROUP as u32), 1, 1];
+        let chunks = if split.chunks > 1 { "chunks=multi" } else { "chunks=single" };
+        launch_with(device, &BATCHNORM_CPU, entry, &constants, params, &binds, groups).tagged(format!("{chunks} {relu}"))
+    }
+
+    /// The first pass of a reduction: per-chunk partials of each column. `entries`: the
+    /// tiled kernel's, the CPU kernel's.
+    fn partial(&self, device: &Device, entries: [&'static str; 2], params: &Params, binds: &[(u32, Bind<'_>)]) -> Result<Dispatch> {
+        Ok(match self {
+            Plan::Tiled(split) => launch(device, &BATCHNORM, entries[0], params, binds, split.groups(device, entries[0])?).tagged(partial_tokens(split)),
+            Plan::Cpu(split) => Self::cpu_span(device, entries[1], split, params, binds),
+        })
+    }
+
+    /// The merge of the partials per column.
+    fn merge(&self, device: &Device, entries: [&'static str; 2], params: &Params, binds: &[(u32, Bind<'_>)]) -> Result<Dispatch> {
+        Ok(match self {
+            Plan::Tiled(split) => launch(device, &BATCHNORM, entries[0], &params.for_merge(split), binds, split.merge_groups(device, entries[0])?).tagged(split.tokens()),
+            Plan::Cpu(split) => {
+                let (constants, _) = Self::cpu_constants(params);
+                let groups = [split.cols.div_ceil(WORKGROUP as u32), 1, 1];
+                let chunks = if split.chunks > 1 { "chunks=multi" } else { "chunks=single" };
+                launch_with(device, &BATCHNORM_CPU, entries[1], &constants, params, binds, groups).tagged(chunks)
+            }
+        })
+    }
+
+    /// A per-element pass. Tiled: one invocation per element (`entries[0]`), or per four
+    /// channels (`entries[1]`, x, y, dy and the output bound as vec4 arrays) where the
+    /// channel count is divisible by 4. CPU: `entries[2]` over spans.
+    fn per_element(&self, device: &Device, entries: [&'static str; 3], params: &Params, binds: &[(u32, Bind<'_>)]) -> Result<Dispatch> {
+        if let Plan::Cpu(split) = self {
+            return Ok(Self::cpu_span(device, entries[2], split, params, binds).named(entries[0], 0.0));
+        }
+        let n = params.rows as usize * params.cols as usize;
+        if !params.cols.is_multiple_of(4) {
+            return Ok(launch(device, &BATCHNORM, entries[0], params, binds, grid_for(device, n)?).tagged(width_token(false)));
+        }
+        let binds: Vec<(u32, Bind<'_>)> = binds.iter().map(|(i, b)| (vec4_binding(*i), *b)).collect();
+        Ok(launch(device, &BATCHNORM, entries[1], params, &binds, grid_for(device, n / 4)?).named(entries[0], 0.0).tagged(width_token(true)))
+    }
+}
+
+/// The binding of a tensor the per-element and CPU passes read or write as vec4s: x, y, dy
+/// and the output have vec4 twins at 19-22.
+fn vec4_binding(i: u32) -> u32 {
+    match i {
         1..=3 => i + 18,
         16 => 22,
         _ => i,
-    };
-    let binds: Vec<(u32, Bind<'_>)> = binds.iter().map(|(i, b)| (wide(*i), *b)).collect();
-    Ok(launch(device, &BATCHNORM, entry4, params, &binds, grid_for(device, n / 4)?).named(entry, 0.0).tagged(width_token(true)))
+    }
 }
 
 /// Validates the configuration and every shape against `x: [..., C]`, and splits the rows.

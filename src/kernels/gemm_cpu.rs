@@ -14,9 +14,9 @@ const BLOCK: usize = 8;
 /// K per iteration of the shader's loop.
 const K_STEP: usize = 4;
 /// Invocations per workgroup (`CPU_WG`): one AVX2 vector of lanes.
-const WORKGROUP: usize = 8;
+pub(crate) const WORKGROUP: usize = 8;
 /// Invocations per CPU thread a grid should hold, so that the threads finish together.
-const INVOCATIONS_PER_THREAD: usize = 64;
+pub(crate) const INVOCATIONS_PER_THREAD: usize = 64;
 /// The least K per split: shorter ones spend more on the partials than they save.
 const MIN_SPLIT_K: usize = 256;
 
@@ -59,7 +59,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
 }
 
 /// The CPU threads a software adapter runs a dispatch on (lavapipe: one per core).
-fn threads() -> usize {
+pub(crate) fn threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 

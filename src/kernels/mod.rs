@@ -115,6 +115,17 @@ pub const GEMM_CPU: Shader = Shader {
     source: concat!(include_str!("../../shaders/conv2d.wgsl"), include_str!("../../shaders/gemm_cpu.wgsl")),
     trusted: true,
 };
+/// BatchNormalization's kernels for software adapters: batchnorm.wgsl's parameters,
+/// bindings and merges with passes laid out for CPU threads (see [`batchnorm`]'s `Plan`).
+pub const BATCHNORM_CPU: Shader = Shader {
+    name: "batchnorm_cpu.wgsl",
+    source: concat!(
+        include_str!("../../shaders/lib/relu.wgsl"),
+        include_str!("../../shaders/batchnorm.wgsl"),
+        include_str!("../../shaders/batchnorm_cpu.wgsl")
+    ),
+    trusted: true,
+};
 shader!(ELEMENTWISE, "elementwise.wgsl", relu);
 shader!(CONV2D, "conv2d.wgsl");
 shader!(REDUCE, "reduce.wgsl");
@@ -132,7 +143,7 @@ shader!(AUGMENT, "augment.wgsl");
 shader!(WINOGRAD, "winograd.wgsl");
 
 /// Every shader file, for validation tests.
-pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &CONV2D_COOP, &GEMM_CPU, &REDUCE, &BATCHNORM, &POOL, &DEPTHWISE, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE, &CONCAT, &ACTIVATION, &LAYERNORM, &AUGMENT, &WINOGRAD];
+pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &CONV2D_COOP, &GEMM_CPU, &REDUCE, &BATCHNORM, &BATCHNORM_CPU, &POOL, &DEPTHWISE, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE, &CONCAT, &ACTIVATION, &LAYERNORM, &AUGMENT, &WINOGRAD];
 
 /// One recorded kernel launch: pipeline, bindings and grid, ready to replay.
 #[derive(Clone, Debug)]

@@ -141,6 +141,19 @@ pub(crate) fn launch<P: Pod>(
     binds: &[(u32, Bind<'_>)],
     groups: [u32; 3],
 ) -> Dispatch {
+    launch_with(device, shader, entry, &[WG_CONST], params, binds, groups)
+}
+
+/// [`launch`] with the pipeline constants given instead of `WG`.
+pub(crate) fn launch_with<P: Pod>(
+    device: &Device,
+    shader: &Shader,
+    entry: &'static str,
+    constants: &[(&'static str, f64)],
+    params: &P,
+    binds: &[(u32, Bind<'_>)],
+    groups: [u32; 3],
+) -> Dispatch {
     let uniform = device.uniform(params);
     let mut bindings = vec![(0, uniform.as_entire_buffer_binding())];
     bindings.extend(binds.iter().map(|(i, b)| {
@@ -150,7 +163,7 @@ pub(crate) fn launch<P: Pod>(
         };
         (*i, binding)
     }));
-    Dispatch::new(device, shader, entry, &[WG_CONST], &bindings, groups)
+    Dispatch::new(device, shader, entry, constants, &bindings, groups)
 }
 
 #[repr(C)]

@@ -222,7 +222,17 @@ pub(crate) fn convolve(device: &Device, kernel: &'static str, geom: &Conv2dGeome
         let groups = grid_for(device, count)?;
         Ok(Dispatch::with_params(device, &WINOGRAD, entry, &constants, &p, &[(1, from), (2, to)], groups).named(kernel, 0.0).tagged(&token))
     };
-    let mut all = vec![transform("weights", w, &uw, k * n)?, transform("input", src, &v, tiles * k)?];
+    // The CPU engine's F(4x4) transforms take four channels an invocation where they divide
+    // by 4 (see the shader's `input4`).
+    let quads = m == 4 && gemm::Engine::of(device, opts, kernel)? == gemm::Engine::Cpu;
+    let per_pixel = |entry: &'static str, entry4: &'static str, from: &Tensor, to: &Tensor, channels: usize| -> Result<Dispatch> {
+        if !(quads && channels.is_multiple_of(4)) {
+            return Ok(transform(entry, from, to, tiles * channels)?.tagged("scalar"));
+        }
+        let groups = grid_for(device, tiles * channels / 4)?;
+        Ok(Dispatch::with_params(device, &WINOGRAD, entry4, &constants, &p, &[(3, from), (4, to)], groups).named(kernel, 0.0).tagged(format!("{token} vec4")))
+    };
+    let mut all = vec![transform("weights", w, &uw, k * n)?, per_pixel("input", "input4", src, &v, k)?];
     let a2 = plan.alpha2();
     let g = Gemm {
         label: kernel,
@@ -243,7 +253,7 @@ pub(crate) fn convolve(device: &Device, kernel: &'static str, geom: &Conv2dGeome
     };
     let product = GemmOptions { winograd: None, ..*opts };
     all.extend(gemm::launch(device, &g, &product)?.into_iter().map(|d| d.tagged("winograd")));
-    all.push(transform("output", &mm, dst, tiles * n)?);
+    all.push(per_pixel("output", "output4", &mm, dst, n)?);
     Ok(all)
 }
 

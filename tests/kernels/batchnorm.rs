@@ -2,13 +2,15 @@
 //! reference: two-pass batch statistics, biased variance, Keras' moving-average update.
 
 use convoy::kernels::batchnorm::{self, BatchNormConfig};
+use convoy::kernels::gemm::Engine;
 use convoy::Tensor;
 use rand::rngs::StdRng;
 use rand::RngExt;
 
 use crate::common::*;
 
-// Channel counts divisible by 4 (12, 8, 64) take the per-element passes four channels at a time.
+// Channel counts divisible by 4 (12, 8, 64) take the per-element passes four channels at a
+// time, and the CPU kernels (the others run the tiled ones under either engine).
 const SHAPES: &[&[usize]] = &[&[1, 1, 1, 3], &[2, 5, 7, 5], &[3, 9, 9, 17], &[4, 33], &[3, 1, 3, 12], &[7, 8], &[2, 3, 3, 64]];
 
 /// Inputs of one case: x is `offset[c] + scale[c] * u` per channel, so means sit away from
@@ -145,15 +147,19 @@ fn train_forward_matches_f64() {
     on_each_variant(|_| {
         let mut r = rng(31);
         for shape in SHAPES {
-            for relu in [false, true] {
+            for (relu, engine) in [false, true].into_iter().flat_map(|relu| Engine::ALL.map(|e| (relu, e))) {
                 let k = case(&mut r, shape, 0.0);
-                let cfg = BatchNormConfig { momentum: 0.6, relu, ..Default::default() };
+                let cfg = BatchNormConfig { momentum: 0.6, relu, engine: Some(engine), ..Default::default() };
                 let (out, dispatches) = train(&k, &cfg);
-                let wide = k.c.is_multiple_of(4);
-                assert_eq!(dispatches[2].label, if wide { "normalize_train4" } else { "normalize_train" }, "{shape:?}");
+                let label = match (k.c.is_multiple_of(4), engine) {
+                    (false, _) => "normalize_train",
+                    (true, Engine::Tiled) => "normalize_train4",
+                    (true, Engine::Cpu) => "normalize_train_cpu",
+                };
+                assert_eq!(dispatches[2].label, label, "{shape:?} {engine:?}");
                 run(&dispatches);
-                let e = check_train(&format!("train {shape:?} relu={relu}"), &k, &cfg, &out);
-                println!("train forward {shape:?} relu={relu}: rel err {e:.2e}");
+                let e = check_train(&format!("train {shape:?} relu={relu} {engine:?}"), &k, &cfg, &out);
+                println!("train forward {shape:?} relu={relu} {engine:?}: rel err {e:.2e}");
             }
         }
     });
@@ -178,10 +184,10 @@ fn inference_forward_matches_f64() {
     on_each_variant(|_| {
         let mut r = rng(32);
         for shape in SHAPES {
-            for relu in [false, true] {
+            for (relu, engine) in [false, true].into_iter().flat_map(|relu| Engine::ALL.map(|e| (relu, e))) {
                 let k = case(&mut r, shape, 0.0);
-                let e = check_infer(&format!("infer {shape:?} relu={relu}"), &k, &BatchNormConfig { relu, ..Default::default() });
-                println!("inference forward {shape:?} relu={relu}: rel err {e:.2e}");
+                let e = check_infer(&format!("infer {shape:?} relu={relu} {engine:?}"), &k, &BatchNormConfig { relu, engine: Some(engine), ..Default::default() });
+                println!("inference forward {shape:?} relu={relu} {engine:?}: rel err {e:.2e}");
             }
         }
     });
@@ -219,11 +225,12 @@ fn inference_backward_matches_f64() {
         let mut r = rng(37);
         // Every shape, a single row included: nothing cancels here.
         for shape in SHAPES {
-            for relu in [false, true] {
+            for (relu, engine) in [false, true].into_iter().flat_map(|relu| Engine::ALL.map(|e| (relu, e))) {
                 let k = case(&mut r, shape, 0.0);
                 let dy = random(&mut r, k.x.len());
-                let e = check_infer_backward(&format!("inference backward {shape:?} relu={relu}"), &k, &BatchNormConfig { relu, ..Default::default() }, &dy);
-                println!("inference backward {shape:?} relu={relu}: rel err {e:.2e}");
+                let cfg = BatchNormConfig { relu, engine: Some(engine), ..Default::default() };
+                let e = check_infer_backward(&format!("inference backward {shape:?} relu={relu} {engine:?}"), &k, &cfg, &dy);
+                println!("inference backward {shape:?} relu={relu} {engine:?}: rel err {e:.2e}");
             }
         }
     });
@@ -252,11 +259,12 @@ fn backward_matches_f64() {
         let mut r = rng(33);
         // A single row has dx = 0 exactly (every x equals its mean); the robustness tests cover it.
         for shape in SHAPES.iter().filter(|s| s[..s.len() - 1].iter().product::<usize>() > 1) {
-            for relu in [false, true] {
+            for (relu, engine) in [false, true].into_iter().flat_map(|relu| Engine::ALL.map(|e| (relu, e))) {
                 let k = case(&mut r, shape, 0.0);
                 let dy = random(&mut r, k.x.len());
-                let e = check_backward(&format!("backward {shape:?} relu={relu}"), &k, &BatchNormConfig { relu, ..Default::default() }, &dy);
-                println!("backward {shape:?} relu={relu}: rel err {e:.2e}");
+                let cfg = BatchNormConfig { relu, engine: Some(engine), ..Default::default() };
+                let e = check_backward(&format!("backward {shape:?} relu={relu} {engine:?}"), &k, &cfg, &dy);
+                println!("backward {shape:?} relu={relu} {engine:?}: rel err {e:.2e}");
             }
         }
     });
@@ -264,20 +272,24 @@ fn backward_matches_f64() {
 
 #[test]
 fn many_rows_are_merged_across_workgroups_and_stay_stable() {
-    // 70,000 rows of 3 channels with means near 100 and unit spread: E[x²] − E[x]² in f32
-    // would lose about four digits here; the Welford/Chan merge must not.
+    // 70,000 rows with means near 100 and unit spread: E[x²] − E[x]² in f32 would lose
+    // about four digits here; the Welford/Chan merge must not. Three channels run the tiled
+    // kernels, four the CPU ones where asked.
     let d = device();
     let mut r = rng(34);
-    let k = case(&mut r, &[7, 100, 100, 3], 100.0);
-    let cfg = BatchNormConfig { momentum: 0.6, relu: true, ..Default::default() };
-    let (out, dispatches) = train(&k, &cfg);
-    assert!(dispatches[0].groups()[1] > 1, "statistics ran in one chunk: {:?}", dispatches[0].groups());
-    run(&dispatches);
-    let e = check_train("70,000 rows", &k, &cfg, &out);
-    println!("train forward 70,000 x 3 relu: rel err {e:.2e}");
-    let dy = random(&mut r, k.x.len());
-    let e = check_backward("70,000 rows", &k, &cfg, &dy);
-    println!("backward 70,000 x 3 relu: rel err {e:.2e}");
+    for (channels, engine) in [(3, Engine::Tiled), (4, Engine::Tiled), (4, Engine::Cpu)] {
+        let k = case(&mut r, &[7, 100, 100, channels], 100.0);
+        let cfg = BatchNormConfig { momentum: 0.6, relu: true, engine: Some(engine), ..Default::default() };
+        let (out, dispatches) = train(&k, &cfg);
+        assert!(dispatches[0].path_tokens().any(|t| t == "chunks=multi"), "statistics ran in one chunk: {}", dispatches[0].path);
+        assert_eq!(dispatches[0].label.ends_with("_cpu"), engine == Engine::Cpu, "{engine:?}: {}", dispatches[0].path);
+        run(&dispatches);
+        let e = check_train(&format!("70,000 x {channels} {engine:?}"), &k, &cfg, &out);
+        println!("train forward 70,000 x {channels} relu {engine:?}: rel err {e:.2e}");
+        let dy = random(&mut r, k.x.len());
+        let e = check_backward(&format!("70,000 x {channels} {engine:?}"), &k, &cfg, &dy);
+        println!("backward 70,000 x {channels} relu {engine:?}: rel err {e:.2e}");
+    }
     drop(d);
 }
 
@@ -302,10 +314,10 @@ fn a_batch_of_one_pixel_is_finite() {
     on_each_variant(|_| {
         // Variance 0 over a single row: y = beta, the gradient flows only to beta.
         let mut r = rng(35);
-        for relu in [false, true] {
-            let k = case(&mut r, &[1, 1, 1, 6], 0.0);
-            let dy = random(&mut r, 6);
-            let cfg = BatchNormConfig { relu, ..Default::default() };
+        for (relu, engine) in [false, true].into_iter().flat_map(|relu| Engine::ALL.map(|e| (relu, e))) {
+            let k = case(&mut r, &[1, 1, 1, 8], 0.0);
+            let dy = random(&mut r, 8);
+            let cfg = BatchNormConfig { relu, engine: Some(engine), ..Default::default() };
             let [y, saved, mm, mv, dx, dgamma, dbeta] = step(&k, &cfg, &dy);
             assert_finite("batch of one", &[("y", &y), ("saved", &saved), ("moving_mean", &mm), ("moving_var", &mv), ("dx", &dx), ("dgamma", &dgamma), ("dbeta", &dbeta)]);
             let want_y: Vec<f64> = k.beta.iter().map(|b| if relu { (*b as f64).max(0.0) } else { *b as f64 }).collect();
@@ -323,19 +335,23 @@ fn a_batch_of_one_pixel_is_finite() {
 fn a_constant_batch_is_finite() {
     on_each_variant(|_| {
         let mut r = rng(36);
-        let mut k = case(&mut r, &[4, 3, 3, 5], 0.0);
-        k.x = (0..k.x.len()).map(|i| [3.7f32, -0.25, 0.0, 1e3, -42.0][i % 5]).collect();
-        let dy = random(&mut r, k.x.len());
-        let cfg = BatchNormConfig { relu: true, ..Default::default() };
-        let [y, saved, mm, mv, dx, dgamma, dbeta] = step(&k, &cfg, &dy);
-        assert_finite("constant batch", &[("y", &y), ("saved", &saved), ("moving_mean", &mm), ("moving_var", &mv), ("dx", &dx), ("dgamma", &dgamma), ("dbeta", &dbeta)]);
-        let want_y: Vec<f64> = (0..y.len()).map(|i| (k.beta[i % 5] as f64).max(0.0)).collect();
-        assert_close("constant batch: y", &y, &want_y);
-        assert_close("constant batch: saved mean", &saved[..5], &[3.7f32, -0.25, 0.0, 1e3, -42.0].map(|v| v as f64));
-        let (want_dx, want_dgamma, want_dbeta) = backward_ref(&k, &y, &dy, true);
-        assert!(dx.iter().zip(&want_dx).all(|(g, w)| (*g as f64 - w).abs() < 1e-5), "constant batch: dx {dx:?}");
-        assert!(dgamma.iter().zip(&want_dgamma).all(|(g, w)| (*g as f64 - w).abs() < 1e-5), "constant batch: dgamma {dgamma:?}");
-        assert_close("constant batch: dbeta", &dbeta, &want_dbeta);
+        let values = [3.7f32, -0.25, 0.0, 1e3, -42.0, 5.0, -1e-3, 7.5];
+        // Five channels run the tiled kernels under either engine, eight the CPU ones where asked.
+        for (c, engine) in [(5, Engine::Tiled), (8, Engine::Tiled), (8, Engine::Cpu)] {
+            let mut k = case(&mut r, &[4, 3, 3, c], 0.0);
+            k.x = (0..k.x.len()).map(|i| values[i % c]).collect();
+            let dy = random(&mut r, k.x.len());
+            let cfg = BatchNormConfig { relu: true, engine: Some(engine), ..Default::default() };
+            let [y, saved, mm, mv, dx, dgamma, dbeta] = step(&k, &cfg, &dy);
+            assert_finite("constant batch", &[("y", &y), ("saved", &saved), ("moving_mean", &mm), ("moving_var", &mv), ("dx", &dx), ("dgamma", &dgamma), ("dbeta", &dbeta)]);
+            let want_y: Vec<f64> = (0..y.len()).map(|i| (k.beta[i % c] as f64).max(0.0)).collect();
+            assert_close("constant batch: y", &y, &want_y);
+            assert_close("constant batch: saved mean", &saved[..c], &values[..c].iter().map(|v| *v as f64).collect::<Vec<_>>());
+            let (want_dx, want_dgamma, want_dbeta) = backward_ref(&k, &y, &dy, true);
+            assert!(dx.iter().zip(&want_dx).all(|(g, w)| (*g as f64 - w).abs() < 1e-5), "constant batch {engine:?}: dx {dx:?}");
+            assert!(dgamma.iter().zip(&want_dgamma).all(|(g, w)| (*g as f64 - w).abs() < 1e-5), "constant batch {engine:?}: dgamma {dgamma:?}");
+            assert_close("constant batch: dbeta", &dbeta, &want_dbeta);
+        }
     });
 }
 

@@ -230,8 +230,9 @@ fn every_pass_counts_the_forward_useful_flops() {
 
 /// Winograd's F(2x2, 3x3) and F(4x4, 3x3), forced and as the engine chooses it, against the
 /// direct f64 loops: tiles that overhang the image (odd sizes), every padding it takes (0, 1
-/// and 2, whose input gradients pad 2, 1 and 0), scalar and vec4 channel counts, the grouped
-/// GEMM through each tile and a K split, and 250 images. A path-coverage assertion fails if
+/// and 2, whose input gradients pad 2, 1 and 0), scalar and vec4 channel counts on each GEMM
+/// engine (the CPU engine's transforms take four channels at a time), the grouped GEMM
+/// through each tile and a K split, and 250 images. A path-coverage assertion fails if
 /// a transform, a tile size or the engine's own choice went untested.
 #[test]
 fn winograd_matches_direct_loops() {
@@ -247,10 +248,10 @@ fn winograd_matches_direct_loops() {
             ([1, 4, 4, 5], 7, Explicit(0, 2)),
         ];
         for m in [2, 4] {
-            for (n, &(shape, filters, padding)) in cases.iter().enumerate() {
+            for (engine, (n, &(shape, filters, padding))) in Engine::ALL.into_iter().flat_map(|e| cases.iter().enumerate().map(move |c| (e, c))) {
                 let geom = Conv2dGeometry::new(&shape, filters, (3, 3), (1, 1), padding).unwrap();
-                let opts = GemmOptions { winograd: Some(m), ..Default::default() };
-                check(&geom, &opts, &format!("{variant} winograd m={m} {shape:?} f={filters} {padding:?}"), 300 + n as u64);
+                let opts = GemmOptions { winograd: Some(m), engine: Some(engine), ..Default::default() };
+                check(&geom, &opts, &format!("{variant} winograd m={m} {shape:?} f={filters} {padding:?} {engine:?}"), 300 + n as u64);
             }
             // The grouped product through a forced tile and K split.
             let geom = Conv2dGeometry::new(&[2, 6, 6, 40], 8, (3, 3), (1, 1), Same).unwrap();
@@ -267,6 +268,13 @@ fn winograd_matches_direct_loops() {
             expected.push((entry, m.to_string()));
         }
         expected.push(("weights", "flip".to_string()));
+        expected.push(("input", "scalar".to_string()));
+        expected.push(("output", "scalar".to_string()));
+    }
+    // The CPU engine's four-channel F(4x4) transforms (it keeps the scalar ones otherwise).
+    for entry in ["input4", "output4"] {
+        expected.push((entry, "m=4".to_string()));
+        expected.push((entry, "flip".to_string()));
     }
     expected.push(("gemm", "winograd".to_string()));
     expected.push(("gemm", "split=forced".to_string()));

@@ -5,6 +5,7 @@
 //! comparison (false against NaN) turned a diverged network into finite output.
 
 use convoy::kernels::batchnorm::{self, BatchNormConfig};
+use convoy::kernels::gemm::Engine;
 use convoy::kernels::pool::{Pool2dGeometry, PoolPadding};
 use convoy::kernels::{elementwise, loss, pool};
 use convoy::DType;
@@ -61,15 +62,16 @@ fn relu_add_relu_and_relu_backward_keep_nan() {
 
 #[test]
 fn batchnorm_fused_relu_keeps_nan() {
-    // 5 channels take the scalar entry points, 8 the vec4 ones; channel 1 holds a NaN.
+    // 5 channels take the scalar entry points, 8 the vec4 ones or the CPU kernels; channel 1
+    // holds a NaN.
     on_each_variant(|variant| {
         let d = device();
-        for c in [5, 8] {
+        for (c, engine) in [(5, Engine::Tiled), (8, Engine::Tiled), (8, Engine::Cpu)] {
             let rows = 12;
             let shape = [rows, c];
             let mut x: Vec<f32> = (0..rows * c).map(|i| ((i * 7) % 11) as f32 / 5.0 - 1.0).collect();
             x[3 * c + 1] = f32::NAN;
-            let cfg = BatchNormConfig { relu: true, ..Default::default() };
+            let cfg = BatchNormConfig { relu: true, engine: Some(engine), ..Default::default() };
             let per_channel = |v: f32| upload(&vec![v; c], &[c]);
             let (gamma, beta, mm, mv) = (per_channel(1.0), per_channel(0.0), per_channel(0.0), per_channel(1.0));
             let (tx, y) = (upload(&x, &shape), d.zeros(&shape).unwrap());
@@ -78,7 +80,7 @@ fn batchnorm_fused_relu_keeps_nan() {
             run(&batchnorm::forward_infer(&d, &cfg, &tx, &gamma, &beta, &mm, &mv, &y).unwrap());
             let got = read(&y);
             for (i, v) in got.iter().enumerate() {
-                assert_eq!(v.is_nan(), i == 3 * c + 1, "{variant} infer c={c}: element {i} is {v}");
+                assert_eq!(v.is_nan(), i == 3 * c + 1, "{variant} {engine:?} infer c={c}: element {i} is {v}");
             }
 
             // training: channel 1's batch statistics are NaN, so its whole column and its
@@ -91,18 +93,18 @@ fn batchnorm_fused_relu_keeps_nan() {
             run(&dispatches);
             let got = read(&yt);
             for (i, v) in got.iter().enumerate() {
-                assert_eq!(v.is_nan(), i % c == 1, "{variant} train c={c}: element {i} is {v}");
+                assert_eq!(v.is_nan(), i % c == 1, "{variant} {engine:?} train c={c}: element {i} is {v}");
             }
             for (name, t) in [("moving_mean", &mm), ("moving_var", &mv), ("dgamma", &dgamma), ("dbeta", &dbeta)] {
                 let v = read(t);
                 for (ch, v) in v.iter().enumerate() {
-                    assert_eq!(v.is_nan(), ch == 1, "{variant} train c={c}: {name}[{ch}] is {v}");
+                    assert_eq!(v.is_nan(), ch == 1, "{variant} {engine:?} train c={c}: {name}[{ch}] is {v}");
                 }
             }
             // the fused ReLU's gradient mask passes NaN through in channel 1
             let dxv = read(&dx);
             for r in 0..rows {
-                assert!(dxv[r * c + 1].is_nan(), "{variant} backward c={c}: dx row {r} of the NaN channel is {}", dxv[r * c + 1]);
+                assert!(dxv[r * c + 1].is_nan(), "{variant} {engine:?} backward c={c}: dx row {r} of the NaN channel is {}", dxv[r * c + 1]);
             }
         }
     });

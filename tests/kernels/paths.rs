@@ -179,7 +179,7 @@ fn dense_bias_gradient(r: &mut StdRng, batch: usize, units: usize, variant: &str
 /// chunks (and their merges), four-row and one-row loads, one column tile and several
 /// (above 64 channels), vec4 and scalar per-element passes, and a folded grid; and of the
 /// inference forward and backward (vec4 and scalar, each with and without the fused ReLU,
-/// folded).
+/// folded); each shape on the tiled and the CPU kernels.
 #[test]
 fn batchnorm_takes_every_path() {
     let mut r = rng(SEED + 1);
@@ -193,17 +193,17 @@ fn batchnorm_takes_every_path() {
             let rows = pick(&mut r, &[3, 5, 33, 250, 1000, 4099, 20_000]);
             shapes.push(vec![rows, pick(&mut r, &[1, 3, 4, 5, 12, 17, 64, 65, 128, 260])]);
         }
-        for shape in shapes {
+        for (shape, engine) in shapes.iter().flat_map(|s| Engine::ALL.map(|e| (s, e))) {
             let relu = r.random_bool(0.5);
-            let cfg = BatchNormConfig { momentum: 0.6, relu, ..Default::default() };
-            let name = format!("{variant} seed {:#x} batchnorm {shape:?} relu={relu}", SEED + 1);
-            batchnorm_case(&mut r, &shape, &cfg, &name);
+            let cfg = BatchNormConfig { momentum: 0.6, relu, engine: Some(engine), ..Default::default() };
+            let name = format!("{variant} seed {:#x} batchnorm {shape:?} relu={relu} {engine:?}", SEED + 1);
+            batchnorm_case(&mut r, shape, &cfg, &name);
             // Inference reads only the moving statistics: both ReLU settings on every width,
             // forward and (a frozen layer training) backward.
             for relu in [false, true] {
-                let k = crate::batchnorm::case(&mut r, &shape, 0.0);
-                let name = format!("{variant} seed {:#x} batchnorm infer {shape:?} relu={relu}", SEED + 1);
-                let cfg = BatchNormConfig { relu, ..Default::default() };
+                let k = crate::batchnorm::case(&mut r, shape, 0.0);
+                let name = format!("{variant} seed {:#x} batchnorm infer {shape:?} relu={relu} {engine:?}", SEED + 1);
+                let cfg = BatchNormConfig { relu, engine: Some(engine), ..Default::default() };
                 crate::batchnorm::check_infer(&name, &k, &cfg);
                 let dy = random(&mut r, shape.iter().product());
                 crate::batchnorm::check_infer_backward(&name, &k, &cfg, &dy);
@@ -243,6 +243,13 @@ fn batchnorm_takes_every_path() {
     }
     for entry in ["normalize_train4", "backward_dx4", "normalize_infer4", "backward_infer_dx4"] {
         expected.extend(want(entry, &["vec4", "grid=1d"]));
+    }
+    // The CPU kernels: one chunk and several, the fused ReLU on and off where it is read.
+    for entry in ["stats_partial_cpu", "stats_finalize_cpu", "backward_merge_cpu"] {
+        expected.extend(want(entry, &["chunks=single", "chunks=multi"]));
+    }
+    for entry in ["normalize_train_cpu", "backward_partial_cpu", "backward_dx_cpu", "normalize_infer_cpu", "backward_infer_dx_cpu"] {
+        expected.extend(want(entry, &["chunks=single", "chunks=multi", "relu", "no_relu"]));
     }
     let gpu_only: Vec<_> = ["normalize_train4", "backward_dx4", "normalize_infer4", "backward_infer_dx4"].iter().flat_map(|e| want(e, &["grid=2d"])).collect();
     assert_paths_cover("batchnorm", &take_paths(), &expected, &gpu_only);
