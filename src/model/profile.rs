@@ -26,6 +26,9 @@ pub struct KernelTime {
     pub bytes: f64,
     /// Dispatches summed into this row.
     pub count: usize,
+    /// Whether its products ran on tensor cores (f16 cooperative matrices), whose peak is
+    /// the one its arithmetic is measured against.
+    pub tensor: bool,
 }
 
 impl KernelTime {
@@ -34,12 +37,24 @@ impl KernelTime {
         // The GEMM kernels' dispatches are named by the product (dense_forward, ...).
         let gemm = [crate::kernels::CONV2D.name, crate::kernels::GEMM_CPU.name].contains(&d.shader);
         let family = if gemm { d.kernel.to_string() } else { d.shader.trim_end_matches(".wgsl").to_string() };
-        KernelTime { family, entry: d.label, layer: d.layer, ms: ns * 1e-6, flops: d.flops, bytes: d.bytes, count: 1 }
+        let tensor = d.shader == crate::kernels::CONV2D_COOP.name;
+        KernelTime { family, entry: d.label, layer: d.layer, ms: ns * 1e-6, flops: d.flops, bytes: d.bytes, count: 1, tensor }
     }
 
     /// The time the chip needs at least: its arithmetic at peak or its bytes at full bandwidth.
     pub fn floor_ms(&self, peak: &Peak) -> f64 {
-        (self.flops / (peak.tflops * 1e9)).max(self.bytes / (peak.gbps * 1e6))
+        (self.flops / (self.peak_tflops(peak) * 1e9)).max(self.bytes / (peak.gbps * 1e6))
+    }
+
+    /// The arithmetic peak this kernel's products run against: the tensor cores' f16 one
+    /// for cooperative-matrix products, else f32's.
+    pub fn peak_tflops(&self, peak: &Peak) -> f64 {
+        if self.tensor { peak.tensor_tflops } else { peak.tflops }
+    }
+
+    /// The fraction of that peak the kernel reached.
+    pub fn of_peak(&self, peak: &Peak) -> f64 {
+        self.flops / (self.ms * 1e-3).max(1e-12) * 1e-12 / self.peak_tflops(peak)
     }
 
     fn to_json(&self, peak: Option<&Peak>) -> Value {
@@ -50,7 +65,8 @@ impl KernelTime {
         });
         if let Some(p) = peak {
             j["floor_ms"] = json!(self.floor_ms(p));
-            j["of_peak_flops"] = json!(self.flops / s.max(1e-12) * 1e-12 / p.tflops);
+            j["of_peak_flops"] = json!(self.of_peak(p));
+            j["peak_tflops"] = json!(self.peak_tflops(p));
         }
         j
     }
@@ -61,15 +77,18 @@ impl KernelTime {
 pub struct Peak {
     /// Peak FP32 throughput, in TFLOP/s.
     pub tflops: f64,
+    /// Peak dense f16 tensor-core throughput with f32 accumulation, in TFLOP/s.
+    pub tensor_tflops: f64,
     /// Peak memory bandwidth, in GB/s.
     pub gbps: f64,
 }
 
 impl Peak {
-    /// FP32 peak and memory bandwidth of the GPUs we benchmark on, by adapter name.
+    /// FP32 and f16 tensor-core peaks (dense, datasheet) and memory bandwidth of the GPUs we
+    /// benchmark on, by adapter name.
     pub fn for_adapter(name: &str) -> Option<Peak> {
-        let known = [("H200", 67.0, 4800.0), ("H100 PCIe", 51.0, 2000.0), ("H100", 67.0, 3350.0), ("A100", 19.5, 2039.0)];
-        known.iter().find(|(n, _, _)| name.contains(n)).map(|&(_, tflops, gbps)| Peak { tflops, gbps })
+        let known = [("H200", 67.0, 989.4, 4800.0), ("H100 PCIe", 51.0, 756.0, 2000.0), ("H100", 67.0, 989.4, 3350.0), ("A100", 19.5, 312.0, 2039.0)];
+        known.iter().find(|(n, ..)| name.contains(n)).map(|&(_, tflops, tensor_tflops, gbps)| Peak { tflops, tensor_tflops, gbps })
     }
 }
 
@@ -130,21 +149,24 @@ impl Profile {
 
     /// A table of the families and, with `every`, of each dispatch.
     pub fn table(&self, peak: Option<&Peak>, every: bool) -> String {
-        let mut out = format!("{:<34} {:>5} {:>9} {:>6} {:>8} {:>8} {:>9} {:>7}\n", "kernel", "n", "ms/step", "share", "TFLOP/s", "GB/s", "floor ms", "floor%");
+        let mut out = format!("{:<34} {:>5} {:>9} {:>6} {:>8} {:>6} {:>8} {:>9} {:>7}\n", "kernel", "n", "ms/step", "share", "TFLOP/s", "peak%", "GB/s", "floor ms", "floor%");
         let total = self.gpu_ms().max(1e-12);
         let row = |name: String, k: &KernelTime| {
             let s = (k.ms * 1e-3).max(1e-12);
             let (floor, pct) = peak.map_or((String::from("-"), String::from("-")), |p| (format!("{:.3}", k.floor_ms(p)), format!("{:.0}%", 100.0 * k.floor_ms(p) / k.ms.max(1e-12))));
+            // Of the tensor cores' peak for cooperative-matrix products, of f32's otherwise.
+            let of_peak = peak.map_or(String::from("-"), |p| format!("{:.1}%", 100.0 * k.of_peak(p)));
             // A software adapter's GFLOP/s would show as 0.00 TFLOP/s.
             let tflops = k.flops / s * 1e-12;
             format!(
-                "{:<34} {:>5} {:>9.3} {:>5.1}% {:>8.*} {:>8.0} {:>9} {:>7}\n",
+                "{:<34} {:>5} {:>9.3} {:>5.1}% {:>8.*} {:>6} {:>8.0} {:>9} {:>7}\n",
                 name,
                 k.count,
                 k.ms,
                 100.0 * k.ms / total,
                 if tflops < 1.0 { 3 } else { 2 },
                 tflops,
+                of_peak,
                 k.bytes / s * 1e-9,
                 floor,
                 pct
@@ -169,7 +191,7 @@ mod tests {
     use super::*;
 
     fn k(family: &str, ms: f64, flops: f64, bytes: f64) -> KernelTime {
-        KernelTime { family: family.into(), entry: "gemm", layer: Some(0), ms, flops, bytes, count: 1 }
+        KernelTime { family: family.into(), entry: "gemm", layer: Some(0), ms, flops, bytes, count: 1, tensor: family == "conv2d_coop" }
     }
 
     #[test]
@@ -187,6 +209,10 @@ mod tests {
         // 67 GFLOP at 67 TFLOP/s is 1 ms; 4.8 GB at 4.8 TB/s is 1 ms.
         assert!((p.kernels[0].floor_ms(&h200) - 1.0).abs() < 1e-9);
         assert!((p.kernels[1].floor_ms(&h200) - 1.0).abs() < 1e-9);
+        // Tensor-core products against the f16 peak: 989.4 GFLOP in 2 ms is half of it.
+        let coop = KernelTime { ms: 2.0, ..k("conv2d_coop", 2.0, 989.4e9, 0.0) };
+        assert!((coop.floor_ms(&h200) - 1.0).abs() < 1e-9 && (coop.of_peak(&h200) - 0.5).abs() < 1e-9);
+        assert!((p.kernels[0].of_peak(&h200) - 0.5).abs() < 1e-9, "67 GFLOP in 2 ms is half of f32's peak");
         assert!(Peak::for_adapter("llvmpipe").is_none());
         assert_eq!(Peak::for_adapter("NVIDIA H100 PCIe").unwrap().gbps, 2000.0);
     }
