@@ -190,6 +190,29 @@ fn mixed_training_reaches_the_f32_accuracy() {
 }
 
 #[test]
+fn a_replica_set_aside_rejoins_with_the_current_loss_scale() {
+    // Replica 1 takes no samples while replica 0's scale doubles at every finite step and
+    // skips the overflowing ones; rejoining, it takes replica 0's scale and skip count with
+    // the weights, so both scale the next losses alike and agree on the next growth.
+    let (train, _) = data(32, 8);
+    let (images, labels) = batch(train.as_ref(), 32);
+    let grows = LossScale { initial_scale: 256.0, dynamic_growth_steps: 1 };
+    let mut m = model(DTypePolicy::MixedFloat16, Some(grows), "software:2");
+    m.set_device_speeds(&[1.0, 0.0]).unwrap();
+    for _ in 0..3 {
+        m.train_on_batch(&images, &labels).unwrap();
+    }
+    m.collect(0).unwrap();
+    let lead = m.loss_scale().unwrap().unwrap();
+    assert_eq!(lead, (2048.0, 0), "three finite steps double 256 three times");
+    m.set_device_speeds(&[1.0, 1.0]).unwrap();
+    assert_eq!(m.replica_loss_scales().unwrap(), vec![Some(lead); 2], "the replica set aside kept its old scale");
+    m.train_on_batch(&images, &labels).unwrap();
+    m.collect(0).unwrap();
+    assert_eq!(m.replica_loss_scales().unwrap(), vec![Some((4096.0, 0)); 2], "the replicas' scales parted after rejoining");
+}
+
+#[test]
 fn bad_loss_scales_and_policies_are_named() {
     let mut m = Sequential::new(&[8, 8, 3]);
     let e = m

@@ -538,6 +538,16 @@ impl Sequential {
         c.replicas.replicas.iter().map(|r| Ok((r.read_params()?, r.read_states()?))).collect()
     }
 
+    /// Each device's own dynamic loss scale and skipped steps under `mixed_float16` (`None`
+    /// in float32), replicas set aside first taking the current ones as in
+    /// [`Sequential::replica_weights`]: the replicas agree on every skip and growth, so these
+    /// are all the same.
+    pub fn replica_loss_scales(&self) -> Result<Vec<Option<(f32, u64)>>> {
+        let c = self.compiled.as_ref().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
+        c.replicas.broadcast_weights()?;
+        c.replicas.replicas.iter().map(|r| r.loss_scale()).collect()
+    }
+
     /// Whether the split across devices is decided: fixed by `set_device_speeds`, measured
     /// before the first step of a `fit`, or a single device.
     pub fn split_decided(&self) -> bool {

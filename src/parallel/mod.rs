@@ -733,10 +733,15 @@ impl ReplicaSet {
         }
         let lead = &self.replicas[fresh[0]];
         let (params, states, opt) = (lead.read_params()?, lead.read_states()?, lead.read_optimizer_state()?);
+        // The loss scale too: replicas agree on every skip and growth only from the same state.
+        let scale = lead.read_loss_scale_state()?;
         for &r in &stale {
             self.replicas[r].write_params(&params)?;
             self.replicas[r].write_states(&states)?;
             self.replicas[r].write_optimizer_state(&opt)?;
+            if let Some(words) = &scale {
+                self.replicas[r].write_loss_scale_state(words)?;
+            }
         }
         let mut book = self.book.lock().unwrap();
         for r in stale {

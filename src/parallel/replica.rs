@@ -580,6 +580,18 @@ impl Replica {
         let words = self.device.read_u32(state)?;
         Ok(Some((f32::from_bits(words[0]), words[3] as u64)))
     }
+    /// The dynamic loss scale's state words (scale bits, growth counter, skip flag, skipped
+    /// steps) under `mixed_float16`, waiting for the device; `None` in float32.
+    pub fn read_loss_scale_state(&self) -> Result<Option<Vec<u32>>> {
+        self.shared.loss_scale.as_ref().map(|state| self.device.read_u32(state)).transpose()
+    }
+    /// Overwrites the loss scale's state with another replica's words, where there is one.
+    pub fn write_loss_scale_state(&self, words: &[u32]) -> Result<()> {
+        match &self.shared.loss_scale {
+            Some(state) => self.device.write(state, words),
+            None => Ok(()),
+        }
+    }
     /// Reads the parameters back in the flat layout, waiting for the device.
     pub fn read_params(&self) -> Result<Vec<f32>> {
         self.device.read(&self.params)
