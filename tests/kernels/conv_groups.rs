@@ -63,7 +63,7 @@ fn assert_combinations(family: &str, taken: &BTreeSet<String>, entry: &str, comb
 #[test]
 fn grouped_and_dilated_convolutions_match_direct_loops() {
     take_paths();
-    on_each_variant(|variant| {
+    on_sweep_variants(|variant| {
         for engine in Engine::ALL {
             let mut worst = [0.0f64; 3];
             for (n, case) in CASES.iter().enumerate() {

@@ -84,7 +84,7 @@ fn conv_case(g: &Conv2dGeometry, opts: &GemmOptions, seed: u64) -> [f64; 3] {
 fn mixed_products_match_f64_within_f16_bounds() {
     let coop = device().has_coop16();
     take_paths();
-    on_each_variant(|_| {
+    on_sweep_variants(|_| {
         for engine in Engine::ALL {
             let mixed = GemmOptions { engine: Some(engine), ..MIXED };
             let mut worst = 0.0f64;

@@ -1,6 +1,8 @@
 //! Path-complete sweeps: shapes drawn from a seeded generator so that every branch a kernel
 //! family can take is taken, each case checked against the f64 references of the family's
-//! own test file on the checked and the unchecked shaders, and a coverage assertion that
+//! own test file on the checked and the unchecked shaders (the GEMM sweep on the unchecked
+//! alone on a software adapter, which bounds-checks both alike: `on_sweep_variants`), and a
+//! coverage assertion that
 //! fails when a path the code can take was never taken. Every dispatch names its path
 //! (`Dispatch::path`, written by the wrappers from the values that pick the branch), so
 //! the coverage cannot drift from the code.
@@ -57,7 +59,7 @@ fn random_conv(r: &mut StdRng) -> Conv2dGeometry {
 fn gemm_takes_every_path() {
     let mut r = rng(SEED);
     take_paths();
-    on_each_variant(|variant| {
+    on_sweep_variants(|variant| {
         for engine in Engine::ALL {
             gemm_sweep(&mut r, variant, engine);
         }
