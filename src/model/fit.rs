@@ -487,7 +487,7 @@ impl Sequential {
             logs.insert("seconds".into(), elapsed);
             shares.insert(&mut logs, tally.samples, elapsed);
             logs.insert("learning_rate".into(), lr as f64);
-            if let Some((scale, skipped)) = c.replicas.replicas[c.replicas.lead()].loss_scale()? {
+            if let Some((scale, skipped)) = c.replicas.lead_replica().loss_scale()? {
                 logs.insert("loss_scale".into(), scale as f64);
                 logs.insert("skipped_steps".into(), skipped as f64);
             }

@@ -279,7 +279,7 @@ impl Sequential {
     /// the first device taking part; `None` unless the model was compiled under `mixed_float16`.
     pub fn loss_scale(&self) -> Result<Option<(f32, u64)>> {
         let Some(c) = self.compiled.as_ref() else { return Ok(None) };
-        c.replicas.replicas[c.replicas.lead()].loss_scale()
+        c.replicas.lead_replica().loss_scale()
     }
     /// The per-channel mean and std of the input normalisation.
     pub fn normalization(&self) -> (&[f32], &[f32]) {
@@ -328,7 +328,7 @@ impl Sequential {
             Some(c) => {
                 c.replicas.settle()?;
                 c.replicas.sync_states()?;
-                let r = &c.replicas.replicas[c.replicas.lead()];
+                let r = c.replicas.lead_replica();
                 Some((r.read_params()?, r.read_states()?, Vec::new()))
             }
             None => None,
@@ -596,7 +596,7 @@ impl Sequential {
         let c = self.compiled.as_ref().ok_or_else(|| crate::Error::Config("the model has no weights yet: compile it first".into()))?;
         c.replicas.sync_states()?;
         // The lead replica is current; one set aside may not be (see `sync_states`).
-        let r = &c.replicas.replicas[c.replicas.lead()];
+        let r = c.replicas.lead_replica();
         Ok((r.read_params()?, r.read_states()?, r.read_optimizer_state()?))
     }
 }

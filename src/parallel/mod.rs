@@ -172,6 +172,11 @@ impl ReplicaSet {
         self.active().first().copied().unwrap_or(0)
     }
 
+    /// The replica [`ReplicaSet::lead`] names.
+    pub fn lead_replica(&self) -> &Replica {
+        &self.replicas[self.lead()]
+    }
+
     /// Whether the split has been decided: fixed by the user or measured by `calibrate`.
     pub fn split_decided(&self) -> bool {
         self.fixed_split || self.calibrated || self.replicas.len() < 2
@@ -703,7 +708,7 @@ impl ReplicaSet {
         let Some(ranks) = self.ranks else { return Ok(()) };
         self.settle()?;
         self.broadcast_weights()?;
-        let lead = &self.replicas[self.lead()];
+        let lead = self.lead_replica();
         let params = ranks.broadcast(lead.read_params()?)?;
         let states = ranks.broadcast(lead.read_states()?)?;
         let opt: Vec<Vec<f32>> = lead.read_optimizer_state()?.into_iter().map(|s| ranks.broadcast(s)).collect::<Result<_>>()?;
