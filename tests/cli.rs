@@ -452,3 +452,15 @@ fn a_cosine_schedule_ends_near_zero_and_a_bad_one_is_named() {
     assert!((got - want).abs() < 1e-6, "{got} vs {want}: {cosine}");
     fails_with(&convoy(&["train", "--devices", "software", "--schedule", "linear"]), &["--schedule linear", "constant or cosine"]);
 }
+
+#[test]
+fn bad_log_and_limits_settings_are_named() {
+    // CONVOY_LOG and CONVOY_LIMITS are read before anything runs; an unknown value is one
+    // error line naming the variable and the value, never a silent default.
+    let with = |var: &str, value: &str, args: &[&str]| {
+        std::process::Command::new(common::convoy_exe()).args(args).env("XDG_RUNTIME_DIR", std::env::temp_dir()).env(var, value).output().unwrap()
+    };
+    fails_with(&with("CONVOY_LOG", "loud", &["devices"]), &["CONVOY_LOG", "loud"]);
+    let train: Vec<&str> = ["train", "--epochs", "1"].iter().chain(TINY).copied().collect();
+    fails_with(&with("CONVOY_LIMITS", "huge", &train), &["CONVOY_LIMITS", "huge"]);
+}
