@@ -310,111 +310,116 @@ fn at6(x: Six) -> Four {
         x.v1 - x.v2 + 8.0 * (x.v3 - x.v4) + x.v5);
 }
 
-// Invocation i's (tile, quad) of `quads` per tile, clamped to the last, and whether i is live.
-fn quad_slot(i: u32, quads: u32) -> vec3<u32> {
+// What one invocation of input4 or output4 owns: tile t (its image and first destination
+// pixel in o) and channels 4q..4q+3 of `quads` per pixel; past the last (tile, quad), the
+// last one's values and live false.
+struct QuadTile {
+    t: u32,
+    q: u32,
+    quads: u32,
+    o: vec3<u32>,
+    live: bool,
+}
+
+fn quad_tile(i: u32, channels: u32) -> QuadTile {
+    let quads = channels / 4u;
     let j = min(i, p.tiles * quads - 1u);
-    return vec3<u32>(j / quads, j % quads, u32(i < p.tiles * quads));
+    let t = j / quads;
+    return QuadTile(t, j % quads, quads, tile_origin(t), i < p.tiles * quads);
 }
 
-// The input pixel (b, ih, iw), channels 4q..4q+3; zero outside the image.
-fn window_at(b: u32, ih: u32, iw: u32, q: u32, quads: u32) -> vec4<f32> {
+// The input pixel (image s.o.x, ih, iw) of s's channels; zero outside the image.
+fn window_at(s: QuadTile, ih: u32, iw: u32) -> vec4<f32> {
     let inside = ih < p.src_h && iw < p.src_w;
-    return select(vec4<f32>(0.0), src4[select(0u, ((b * p.src_h + ih) * p.src_w + iw) * quads + q, inside)], inside);
+    return select(vec4<f32>(0.0), src4[select(0u, ((s.o.x * p.src_h + ih) * p.src_w + iw) * s.quads + s.q, inside)], inside);
 }
 
-// Row r of the input window of a tile whose first pixel is (b, h0, w0).
-fn window_row(b: u32, h0: u32, w0: u32, r: u32, q: u32, quads: u32) -> Six {
+// Row r of s's input window, whose first pixel is (h0, w0).
+fn window_row(s: QuadTile, h0: u32, w0: u32, r: u32) -> Six {
     let ih = h0 + r;
-    return Six(window_at(b, ih, w0, q, quads), window_at(b, ih, w0 + 1u, q, quads), window_at(b, ih, w0 + 2u, q, quads),
-               window_at(b, ih, w0 + 3u, q, quads), window_at(b, ih, w0 + 4u, q, quads), window_at(b, ih, w0 + 5u, q, quads));
+    return Six(window_at(s, ih, w0), window_at(s, ih, w0 + 1u), window_at(s, ih, w0 + 2u),
+               window_at(s, ih, w0 + 3u), window_at(s, ih, w0 + 4u), window_at(s, ih, w0 + 5u));
 }
 
-// V's column nu (the values at xi = 0..5), stored.
-fn store_v(col: Six, nu: u32, t: u32, q: u32, quads: u32) {
-    dst4[((0u * 6u + nu) * p.tiles + t) * quads + q] = col.v0;
-    dst4[((1u * 6u + nu) * p.tiles + t) * quads + q] = col.v1;
-    dst4[((2u * 6u + nu) * p.tiles + t) * quads + q] = col.v2;
-    dst4[((3u * 6u + nu) * p.tiles + t) * quads + q] = col.v3;
-    dst4[((4u * 6u + nu) * p.tiles + t) * quads + q] = col.v4;
-    dst4[((5u * 6u + nu) * p.tiles + t) * quads + q] = col.v5;
+// V's column nu (the values at xi = 0..5) of s, stored.
+fn store_v(col: Six, nu: u32, s: QuadTile) {
+    let at = (nu * p.tiles + s.t) * s.quads + s.q;
+    let step = 6u * p.tiles * s.quads;
+    dst4[at] = col.v0;
+    dst4[at + step] = col.v1;
+    dst4[at + 2u * step] = col.v2;
+    dst4[at + 3u * step] = col.v3;
+    dst4[at + 4u * step] = col.v4;
+    dst4[at + 5u * step] = col.v5;
 }
 
 @compute @workgroup_size(WG)
 fn input4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
           @builtin(local_invocation_index) lid: u32) {
-    let quads = p.src_c / 4u;
-    let slot = quad_slot(linear(wid, nwg, lid), quads);
-    let t = slot.x;
-    let q = slot.y;
-    let o = tile_origin(t);
+    let s = quad_tile(linear(wid, nwg, lid), p.src_c);
     // Rows above or left of the image wrap to huge u32 values and fail the `< src_h` test.
-    let h0 = o.y - p.pad_top;
-    let w0 = o.z - p.pad_left;
+    let h0 = s.o.y - p.pad_top;
+    let w0 = s.o.z - p.pad_left;
     // E = d B, a row at a time (B^T applied to each row of d), then V = B^T E a column at a time.
-    let e0 = bt6(window_row(o.x, h0, w0, 0u, q, quads));
-    let e1 = bt6(window_row(o.x, h0, w0, 1u, q, quads));
-    let e2 = bt6(window_row(o.x, h0, w0, 2u, q, quads));
-    let e3 = bt6(window_row(o.x, h0, w0, 3u, q, quads));
-    let e4 = bt6(window_row(o.x, h0, w0, 4u, q, quads));
-    let e5 = bt6(window_row(o.x, h0, w0, 5u, q, quads));
-    if (slot.z == 0u) {
+    let e0 = bt6(window_row(s, h0, w0, 0u));
+    let e1 = bt6(window_row(s, h0, w0, 1u));
+    let e2 = bt6(window_row(s, h0, w0, 2u));
+    let e3 = bt6(window_row(s, h0, w0, 3u));
+    let e4 = bt6(window_row(s, h0, w0, 4u));
+    let e5 = bt6(window_row(s, h0, w0, 5u));
+    if (!s.live) {
         return;
     }
-    store_v(bt6(Six(e0.v0, e1.v0, e2.v0, e3.v0, e4.v0, e5.v0)), 0u, t, q, quads);
-    store_v(bt6(Six(e0.v1, e1.v1, e2.v1, e3.v1, e4.v1, e5.v1)), 1u, t, q, quads);
-    store_v(bt6(Six(e0.v2, e1.v2, e2.v2, e3.v2, e4.v2, e5.v2)), 2u, t, q, quads);
-    store_v(bt6(Six(e0.v3, e1.v3, e2.v3, e3.v3, e4.v3, e5.v3)), 3u, t, q, quads);
-    store_v(bt6(Six(e0.v4, e1.v4, e2.v4, e3.v4, e4.v4, e5.v4)), 4u, t, q, quads);
-    store_v(bt6(Six(e0.v5, e1.v5, e2.v5, e3.v5, e4.v5, e5.v5)), 5u, t, q, quads);
+    store_v(bt6(Six(e0.v0, e1.v0, e2.v0, e3.v0, e4.v0, e5.v0)), 0u, s);
+    store_v(bt6(Six(e0.v1, e1.v1, e2.v1, e3.v1, e4.v1, e5.v1)), 1u, s);
+    store_v(bt6(Six(e0.v2, e1.v2, e2.v2, e3.v2, e4.v2, e5.v2)), 2u, s);
+    store_v(bt6(Six(e0.v3, e1.v3, e2.v3, e3.v3, e4.v3, e5.v3)), 3u, s);
+    store_v(bt6(Six(e0.v4, e1.v4, e2.v4, e3.v4, e4.v4, e5.v4)), 4u, s);
+    store_v(bt6(Six(e0.v5, e1.v5, e2.v5, e3.v5, e4.v5, e5.v5)), 5u, s);
 }
 
-// Row xi of the products M (nu = 0..5) of tile t.
-fn products_row(xi: u32, t: u32, q: u32, quads: u32) -> Six {
-    let at_nu = (xi * 6u) * p.tiles + t;
-    let step = p.tiles * quads;
-    let i = at_nu * quads + q;
+// Row xi of the products M (nu = 0..5) of s.
+fn products_row(xi: u32, s: QuadTile) -> Six {
+    let step = p.tiles * s.quads;
+    let i = ((xi * 6u) * p.tiles + s.t) * s.quads + s.q;
     return Six(src4[i], src4[i + step], src4[i + 2u * step], src4[i + 3u * step], src4[i + 4u * step], src4[i + 5u * step]);
 }
 
-// Output pixel (b, oh, ow), channels 4q..4q+3, if it is inside the destination.
-fn store_output(v: vec4<f32>, b: u32, oh: u32, ow: u32, q: u32, quads: u32, live: bool) {
-    if (live && oh < p.dst_h && ow < p.dst_w) {
-        dst4[((b * p.dst_h + oh) * p.dst_w + ow) * quads + q] = v;
+// Output pixel (image s.o.x, oh, ow) of s's channels, if s is live and the pixel inside
+// the destination.
+fn store_output(v: vec4<f32>, s: QuadTile, oh: u32, ow: u32) {
+    if (s.live && oh < p.dst_h && ow < p.dst_w) {
+        dst4[((s.o.x * p.dst_h + oh) * p.dst_w + ow) * s.quads + s.q] = v;
     }
 }
 
-// Output row oh of a tile, pixels ow0 .. ow0 + 3.
-fn store_output_row(row: Four, b: u32, oh: u32, ow0: u32, q: u32, quads: u32, live: bool) {
-    store_output(row.v0, b, oh, ow0, q, quads, live);
-    store_output(row.v1, b, oh, ow0 + 1u, q, quads, live);
-    store_output(row.v2, b, oh, ow0 + 2u, q, quads, live);
-    store_output(row.v3, b, oh, ow0 + 3u, q, quads, live);
+// Output row oh of s's tile, pixels s.o.z .. s.o.z + 3.
+fn store_output_row(row: Four, s: QuadTile, oh: u32) {
+    store_output(row.v0, s, oh, s.o.z);
+    store_output(row.v1, s, oh, s.o.z + 1u);
+    store_output(row.v2, s, oh, s.o.z + 2u);
+    store_output(row.v3, s, oh, s.o.z + 3u);
 }
 
 @compute @workgroup_size(WG)
 fn output4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
            @builtin(local_invocation_index) lid: u32) {
-    let quads = p.dst_c / 4u;
-    let slot = quad_slot(linear(wid, nwg, lid), quads);
-    let t = slot.x;
-    let q = slot.y;
-    let o = tile_origin(t);
+    let s = quad_tile(linear(wid, nwg, lid), p.dst_c);
     // A^T M a column at a time (F = rows a = 0..3 of each column nu), then (A^T M) A a row at a time.
-    let m0 = products_row(0u, t, q, quads);
-    let m1 = products_row(1u, t, q, quads);
-    let m2 = products_row(2u, t, q, quads);
-    let m3 = products_row(3u, t, q, quads);
-    let m4 = products_row(4u, t, q, quads);
-    let m5 = products_row(5u, t, q, quads);
+    let m0 = products_row(0u, s);
+    let m1 = products_row(1u, s);
+    let m2 = products_row(2u, s);
+    let m3 = products_row(3u, s);
+    let m4 = products_row(4u, s);
+    let m5 = products_row(5u, s);
     let f0 = at6(Six(m0.v0, m1.v0, m2.v0, m3.v0, m4.v0, m5.v0));
     let f1 = at6(Six(m0.v1, m1.v1, m2.v1, m3.v1, m4.v1, m5.v1));
     let f2 = at6(Six(m0.v2, m1.v2, m2.v2, m3.v2, m4.v2, m5.v2));
     let f3 = at6(Six(m0.v3, m1.v3, m2.v3, m3.v3, m4.v3, m5.v3));
     let f4 = at6(Six(m0.v4, m1.v4, m2.v4, m3.v4, m4.v4, m5.v4));
     let f5 = at6(Six(m0.v5, m1.v5, m2.v5, m3.v5, m4.v5, m5.v5));
-    let live = slot.z != 0u;
-    store_output_row(at6(Six(f0.v0, f1.v0, f2.v0, f3.v0, f4.v0, f5.v0)), o.x, o.y, o.z, q, quads, live);
-    store_output_row(at6(Six(f0.v1, f1.v1, f2.v1, f3.v1, f4.v1, f5.v1)), o.x, o.y + 1u, o.z, q, quads, live);
-    store_output_row(at6(Six(f0.v2, f1.v2, f2.v2, f3.v2, f4.v2, f5.v2)), o.x, o.y + 2u, o.z, q, quads, live);
-    store_output_row(at6(Six(f0.v3, f1.v3, f2.v3, f3.v3, f4.v3, f5.v3)), o.x, o.y + 3u, o.z, q, quads, live);
+    store_output_row(at6(Six(f0.v0, f1.v0, f2.v0, f3.v0, f4.v0, f5.v0)), s, s.o.y);
+    store_output_row(at6(Six(f0.v1, f1.v1, f2.v1, f3.v1, f4.v1, f5.v1)), s, s.o.y + 1u);
+    store_output_row(at6(Six(f0.v2, f1.v2, f2.v2, f3.v2, f4.v2, f5.v2)), s, s.o.y + 2u);
+    store_output_row(at6(Six(f0.v3, f1.v3, f2.v3, f3.v3, f4.v3, f5.v3)), s, s.o.y + 3u);
 }

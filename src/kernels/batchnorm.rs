@@ -222,7 +222,7 @@ impl Plan {
     /// channels divide by 4: enough invocations for every CPU thread, each at least
     /// [`MIN_CPU_CHUNK_ROWS`] rows.
     fn new(device: &Device, cfg: &BatchNormConfig, split: Split, kernel: &str) -> Result<Plan> {
-        let engine = cfg.engine.unwrap_or(if device.is_software() { Engine::Cpu } else { Engine::Tiled });
+        let engine = cfg.engine.unwrap_or_else(|| Engine::for_device(device));
         if engine == Engine::Tiled || !split.cols.is_multiple_of(4) {
             return Ok(Plan::Tiled(split));
         }
@@ -255,8 +255,7 @@ impl Plan {
         let (constants, relu) = Self::cpu_constants(params);
         let binds: Vec<(u32, Bind<'_>)> = binds.iter().map(|(i, b)| (vec4_binding(*i), *b)).collect();
         let groups = [(split.cols / 4 * split.chunks).div_ceil(WORKGROUP as u32), 1, 1];
-        let chunks = if split.chunks > 1 { "chunks=multi" } else { "chunks=single" };
-        launch_with(device, &BATCHNORM_CPU, entry, &constants, params, &binds, groups).tagged(format!("{chunks} {relu}"))
+        launch_with(device, &BATCHNORM_CPU, entry, &constants, params, &binds, groups).tagged(format!("{} {relu}", split.chunks_token()))
     }
 
     /// The first pass of a reduction: per-chunk partials of each column. `entries`: the
@@ -275,8 +274,7 @@ impl Plan {
             Plan::Cpu(split) => {
                 let (constants, _) = Self::cpu_constants(params);
                 let groups = [split.cols.div_ceil(WORKGROUP as u32), 1, 1];
-                let chunks = if split.chunks > 1 { "chunks=multi" } else { "chunks=single" };
-                launch_with(device, &BATCHNORM_CPU, entries[1], &constants, params, binds, groups).tagged(chunks)
+                launch_with(device, &BATCHNORM_CPU, entries[1], &constants, params, binds, groups).tagged(split.chunks_token())
             }
         })
     }

@@ -185,8 +185,14 @@ impl Engine {
             (Some(Engine::Cpu), Some(tile)) => bail!(Config, "{kernel}: tile {tile:?} is the tiled engine's; the CPU engine computes 8 x 8 blocks"),
             (Some(engine), _) => Ok(engine),
             (None, Some(_)) => Ok(Engine::Tiled),
-            (None, None) => Ok(if device.is_software() { Engine::Cpu } else { Engine::Tiled }),
+            (None, None) => Ok(Engine::for_device(device)),
         }
+    }
+
+    /// The engine a device runs unless told otherwise: the CPU kernels on a software
+    /// adapter, the tiled ones on hardware.
+    pub fn for_device(device: &Device) -> Engine {
+        if device.is_software() { Engine::Cpu } else { Engine::Tiled }
     }
 }
 

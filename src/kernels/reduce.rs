@@ -70,9 +70,14 @@ impl Split {
     /// The path tokens of a pass over this split: one or several row chunks (and so a
     /// merge of one partial or of many), one column tile or several (above 64 columns).
     pub fn tokens(&self) -> String {
-        let chunks = if self.chunks > 1 { "chunks=multi" } else { "chunks=single" };
         let tiles = if self.tiles() > 1 { "cols=tiled" } else { "cols=one_tile" };
-        format!("{chunks} {tiles}")
+        format!("{} {tiles}", self.chunks_token())
+    }
+
+    /// The path token of the row chunks alone: one chunk (and a merge of one partial) or
+    /// several.
+    pub fn chunks_token(&self) -> &'static str {
+        if self.chunks > 1 { "chunks=multi" } else { "chunks=single" }
     }
 
     /// Workgroups across the columns.

@@ -219,7 +219,7 @@ impl Saver for ModelSaver<'_> {
     // Callbacks run between steps, with every exchange finished: writing each replica is
     // all it takes.
     fn set_weights(&self, (params, states): &Weights) -> Result<()> {
-        let c = self.0.compiled.as_ref().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
+        let c = self.0.compiled_ref()?;
         for r in &c.replicas.replicas {
             r.write_params(params)?;
             r.write_states(states)?;
@@ -535,7 +535,7 @@ impl Sequential {
     pub fn evaluate(&mut self, data: Arc<dyn Dataset>, batch_size: usize) -> Result<Logs> {
         self.check_data(data.as_ref())?;
         let def = &self.def;
-        let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
+        let c = self.compiled.as_mut().ok_or_else(super::sequential::not_compiled)?;
         c.replicas.settle()?;
         c.replicas.sync_states()?;
         let ranks = c.replicas.ranks();
@@ -583,7 +583,7 @@ impl Sequential {
         self.check_data(data.as_ref())?;
         let def = &self.def;
         let classes = def.classes;
-        let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
+        let c = self.compiled.as_mut().ok_or_else(super::sequential::not_compiled)?;
         c.replicas.settle()?;
         c.replicas.sync_states()?;
         let loader = Loader::new(data.clone(), (0..data.len()).collect(), batch_size.clamp(1, c.max_batch), false, None, 0, 4)?;

@@ -369,7 +369,12 @@ impl Sequential {
     }
 
     pub(crate) fn compiled(&mut self) -> Result<&mut Compiled> {
-        self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))
+        self.compiled.as_mut().ok_or_else(not_compiled)
+    }
+
+    /// [`Sequential::compiled`] for reading.
+    pub(crate) fn compiled_ref(&self) -> Result<&Compiled> {
+        self.compiled.as_ref().ok_or_else(not_compiled)
     }
 
     /// [`Sequential::train_on_batch`] without waiting: the step is submitted and this
@@ -432,7 +437,7 @@ impl Sequential {
     /// moving statistics. Runs on the first device.
     pub fn compute_gradients(&mut self, images: &[u8], labels: &[u32]) -> Result<(f64, Vec<f32>)> {
         let def = &self.def;
-        let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
+        let c = self.compiled.as_mut().ok_or_else(not_compiled)?;
         c.check_batch("compute_gradients: a batch of", labels.len())?;
         c.replicas.settle()?;
         c.replicas.broadcast_weights()?;
@@ -455,7 +460,7 @@ impl Sequential {
     /// one warm-up step, then the average of `steps` (each step also updates the weights).
     pub fn profile(&mut self, images: &[u8], labels: &[u32], steps: usize) -> Result<Profile> {
         let def = &self.def;
-        let c = self.compiled.as_mut().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
+        let c = self.compiled.as_mut().ok_or_else(not_compiled)?;
         c.check_batch("profile: a batch of", labels.len())?;
         c.replicas.settle()?;
         c.replicas.broadcast_weights()?;
@@ -532,7 +537,7 @@ impl Sequential {
     /// aside first take the current ones): after a sync (end of epoch, `get_weights`) they are
     /// all the same.
     pub fn replica_weights(&self) -> Result<Vec<(Vec<f32>, Vec<f32>)>> {
-        let c = self.compiled.as_ref().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
+        let c = self.compiled_ref()?;
         // Replicas set aside take the current values when used, as here.
         c.replicas.broadcast_weights()?;
         c.replicas.replicas.iter().map(|r| Ok((r.read_params()?, r.read_states()?))).collect()
@@ -543,7 +548,7 @@ impl Sequential {
     /// [`Sequential::replica_weights`]: the replicas agree on every skip and growth, so these
     /// are all the same.
     pub fn replica_loss_scales(&self) -> Result<Vec<Option<(f32, u64)>>> {
-        let c = self.compiled.as_ref().ok_or_else(|| crate::Error::Config("the model must be compiled first".into()))?;
+        let c = self.compiled_ref()?;
         c.replicas.broadcast_weights()?;
         c.replicas.replicas.iter().map(|r| r.loss_scale()).collect()
     }
@@ -599,4 +604,9 @@ impl Sequential {
         let r = c.replicas.lead_replica();
         Ok((r.read_params()?, r.read_states()?, r.read_optimizer_state()?))
     }
+}
+
+/// The error of every call that needs `compile` first.
+pub(crate) fn not_compiled() -> crate::Error {
+    crate::Error::Config("the model must be compiled first".into())
 }

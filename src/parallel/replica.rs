@@ -576,9 +576,7 @@ impl Replica {
     /// The loss scale and the steps skipped so far, under `mixed_float16`. Waits for the
     /// device.
     pub fn loss_scale(&self) -> Result<Option<(f32, u64)>> {
-        let Some(state) = &self.shared.loss_scale else { return Ok(None) };
-        let words = self.device.read_u32(state)?;
-        Ok(Some((f32::from_bits(words[0]), words[3] as u64)))
+        Ok(self.read_loss_scale_state()?.map(|words| (f32::from_bits(words[0]), words[3] as u64)))
     }
     /// The dynamic loss scale's state words (scale bits, growth counter, skip flag, skipped
     /// steps) under `mixed_float16`, waiting for the device; `None` in float32.
