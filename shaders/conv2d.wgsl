@@ -146,7 +146,7 @@ override B_SLOTS: u32 = BN * BK / (4u * THREADS);
 // Quads of one of the two buffers of each tile (see `gemm`).
 override A_BUF: u32 = BK * BM / 4u;
 override B_BUF: u32 = BK * BN / 4u;
-const MAX_SLOTS: u32 = 4u;
+const MAX_SLOTS: u32 = 8u;
 
 const NONE: u32 = 0xffffffffu;
 

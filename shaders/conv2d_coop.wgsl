@@ -14,17 +14,22 @@
 // by 8 halves (16 bytes) so that a block's rows start in different banks.
 //
 // Subgroup s (the host runs this only where subgroups have 32 invocations, so a tile of
-// THREADS invocations has THREADS / 32 of them, one per SG_M x 32 region) owns rows
-// (s / (BN / 32)) * SG_M and columns (s % (BN / 32)) * 32 of the tile: 2 x 2 accumulators,
-// or 4 x 2 in the wide tile (128 x 128 on 256 invocations, SG_M 64), where each operand
-// loaded from workgroup memory feeds twice the products.
+// THREADS invocations has THREADS / 32 of them, one per SG_M x SG_N region) owns rows
+// (s / (BN / SG_N)) * SG_M and columns (s % (BN / SG_N)) * SG_N of the tile: 2 x 2
+// accumulators, 4 x 2 in the wide tile (128 x 128 on 256 invocations, SG_M 64), or 4 x 4 in
+// the widest (128 x 256, SG_M and SG_N 64), where each operand loaded from workgroup memory
+// feeds four products. The widest tile's two buffers would not fit in 48 KB: it runs one
+// (BUFS 1), with a barrier before each step's quads overwrite it.
 // At the end the accumulators go through workgroup memory, one 16x16 block of each subgroup
 // at a time, so that every invocation stores quads with conv2d.wgsl's `store` (bias, phase
 // rows, partial splits, edges).
 
-// Rows of the tile one subgroup owns: 32 (2 x 2 accumulators) or 64 (4 x 2, for tiles of
-// 128 x 128 with 256 invocations).
+// Rows and columns of the tile one subgroup owns: 32 or 64 each (2 or 4 accumulators).
 override SG_M: u32 = 32u;
+override SG_N: u32 = 32u;
+// Buffers of each operand's tile: 2 (the next K step is stored while this one multiplies)
+// or 1.
+override BUFS: u32 = 2u;
 override AS: u32 = BM + 8u;
 override BS: u32 = BN + 8u;
 override AKS: u32 = BK + 8u;
@@ -32,8 +37,8 @@ override BKS: u32 = BK + 8u;
 // Halves of one of the two buffers of each tile, in either layout.
 override A16: u32 = max(BK * AS, BM * AKS);
 override B16: u32 = max(BK * BS, BN * BKS);
-var<workgroup> a16: array<f16, 2u * A16>;
-var<workgroup> b16: array<f16, 2u * B16>;
+var<workgroup> a16: array<f16, BUFS * A16>;
+var<workgroup> b16: array<f16, BUFS * B16>;
 var<workgroup> c_stage: array<f32, THREADS * 8u>;
 
 // `store_a` of conv2d.wgsl into the f16 tile; `base` counts elements.
@@ -89,9 +94,11 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     store_b16(lid, 0u);
     workgroupBarrier();
 
-    let rm = (sg / (BN / 32u)) * SG_M;
-    let rn = (sg % (BN / 32u)) * 32u;
+    let cols_sg = BN / SG_N;
+    let rm = (sg / cols_sg) * SG_M;
+    let rn = (sg % cols_sg) * SG_N;
     let tall = SG_M == 64u;
+    let wide = SG_N == 64u;
     var c00 = coop_mat16x16<f32, C>();
     var c01 = coop_mat16x16<f32, C>();
     var c10 = coop_mat16x16<f32, C>();
@@ -100,6 +107,14 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     var c21 = coop_mat16x16<f32, C>();
     var c30 = coop_mat16x16<f32, C>();
     var c31 = coop_mat16x16<f32, C>();
+    var c02 = coop_mat16x16<f32, C>();
+    var c03 = coop_mat16x16<f32, C>();
+    var c12 = coop_mat16x16<f32, C>();
+    var c13 = coop_mat16x16<f32, C>();
+    var c22 = coop_mat16x16<f32, C>();
+    var c23 = coop_mat16x16<f32, C>();
+    var c32 = coop_mat16x16<f32, C>();
+    var c33 = coop_mat16x16<f32, C>();
     var buf = 0u;
     for (var k0 = o.k_begin; k0 < k_end; k0 += BK) {
         let more = k0 + BK < k_end;
@@ -146,16 +161,30 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
             }
             var b0: coop_mat16x16<f16, B>;
             var b1: coop_mat16x16<f16, B>;
+            var b2: coop_mat16x16<f16, B>;
+            var b3: coop_mat16x16<f16, B>;
             if (B_KIND == B_ROWS) {
                 let ib0 = buf * B16 + kk * BS + rn;
                 let ib1 = ib0 + 16u;
                 b0 = coopLoadT<coop_mat16x16<f16, B>>(&b16[ib0], BS);
                 b1 = coopLoadT<coop_mat16x16<f16, B>>(&b16[ib1], BS);
+                if (wide) {
+                    let ib2 = ib0 + 32u;
+                    let ib3 = ib0 + 48u;
+                    b2 = coopLoadT<coop_mat16x16<f16, B>>(&b16[ib2], BS);
+                    b3 = coopLoadT<coop_mat16x16<f16, B>>(&b16[ib3], BS);
+                }
             } else {
                 let ib0 = buf * B16 + rn * BKS + kk;
                 let ib1 = ib0 + 16u * BKS;
                 b0 = coopLoad<coop_mat16x16<f16, B>>(&b16[ib0], BKS);
                 b1 = coopLoad<coop_mat16x16<f16, B>>(&b16[ib1], BKS);
+                if (wide) {
+                    let ib2 = ib0 + 32u * BKS;
+                    let ib3 = ib0 + 48u * BKS;
+                    b2 = coopLoad<coop_mat16x16<f16, B>>(&b16[ib2], BKS);
+                    b3 = coopLoad<coop_mat16x16<f16, B>>(&b16[ib3], BKS);
+                }
             }
             c00 = coopMultiplyAdd(a0, b0, c00);
             c01 = coopMultiplyAdd(a0, b1, c01);
@@ -167,38 +196,66 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
                 c30 = coopMultiplyAdd(a3, b0, c30);
                 c31 = coopMultiplyAdd(a3, b1, c31);
             }
+            if (wide) {
+                c02 = coopMultiplyAdd(a0, b2, c02);
+                c03 = coopMultiplyAdd(a0, b3, c03);
+                c12 = coopMultiplyAdd(a1, b2, c12);
+                c13 = coopMultiplyAdd(a1, b3, c13);
+            }
+            if (tall & wide) {
+                c22 = coopMultiplyAdd(a2, b2, c22);
+                c23 = coopMultiplyAdd(a2, b3, c23);
+                c32 = coopMultiplyAdd(a3, b2, c32);
+                c33 = coopMultiplyAdd(a3, b3, c33);
+            }
         }
+        // One buffer: every subgroup has read it before the next step's quads go in.
+        if (BUFS == 1u) {
+            workgroupBarrier();
+        }
+        let next = select(0u, 1u - buf, BUFS == 2u);
         if (more) {
-            store_a16(lid, (1u - buf) * A16);
-            store_b16(lid, (1u - buf) * B16);
+            store_a16(lid, next * A16);
+            store_b16(lid, next * B16);
         }
         workgroupBarrier();
-        buf = 1u - buf;
+        buf = next;
     }
 
-    // One round per accumulator (four, or eight for SG_M 64), one accumulator of every
+    // One round per accumulator (SG_M / 16 x SG_N / 16 of them), one accumulator of every
     // subgroup each: its 16x16 block row-major at c_stage[sg * 256], then two quads per
     // invocation out through `store`.
     let base = partial_base(split);
     let stage = sg * 256u;
-    for (var round = 0u; round < SG_M / 8u; round++) {
-        switch round {
+    let across = SG_N / 16u;
+    for (var round = 0u; round < (SG_M / 16u) * across; round++) {
+        let bi = round / across;
+        let bj = round % across;
+        switch bi * 4u + bj {
             case 0u: { coopStoreT(c00, &c_stage[stage], 16u); }
             case 1u: { coopStoreT(c01, &c_stage[stage], 16u); }
-            case 2u: { coopStoreT(c10, &c_stage[stage], 16u); }
-            case 3u: { coopStoreT(c11, &c_stage[stage], 16u); }
-            case 4u: { coopStoreT(c20, &c_stage[stage], 16u); }
-            case 5u: { coopStoreT(c21, &c_stage[stage], 16u); }
-            case 6u: { coopStoreT(c30, &c_stage[stage], 16u); }
-            default: { coopStoreT(c31, &c_stage[stage], 16u); }
+            case 2u: { coopStoreT(c02, &c_stage[stage], 16u); }
+            case 3u: { coopStoreT(c03, &c_stage[stage], 16u); }
+            case 4u: { coopStoreT(c10, &c_stage[stage], 16u); }
+            case 5u: { coopStoreT(c11, &c_stage[stage], 16u); }
+            case 6u: { coopStoreT(c12, &c_stage[stage], 16u); }
+            case 7u: { coopStoreT(c13, &c_stage[stage], 16u); }
+            case 8u: { coopStoreT(c20, &c_stage[stage], 16u); }
+            case 9u: { coopStoreT(c21, &c_stage[stage], 16u); }
+            case 10u: { coopStoreT(c22, &c_stage[stage], 16u); }
+            case 11u: { coopStoreT(c23, &c_stage[stage], 16u); }
+            case 12u: { coopStoreT(c30, &c_stage[stage], 16u); }
+            case 13u: { coopStoreT(c31, &c_stage[stage], 16u); }
+            case 14u: { coopStoreT(c32, &c_stage[stage], 16u); }
+            default: { coopStoreT(c33, &c_stage[stage], 16u); }
         }
         workgroupBarrier();
         for (var j = 0u; j < 2u; j++) {
             let v = lid + j * THREADS;
             let owner = v / 64u;
             let within = v % 64u;
-            let row = (owner / (BN / 32u)) * SG_M + (round / 2u) * 16u + within / 4u;
-            let col = (owner % (BN / 32u)) * 32u + (round % 2u) * 16u + (within % 4u) * 4u;
+            let row = (owner / cols_sg) * SG_M + bi * 16u + within / 4u;
+            let col = (owner % cols_sg) * SG_N + bj * 16u + (within % 4u) * 4u;
             let m = m0 + row;
             let n = n0 + col;
             if (m < p.m && n < p.n) {

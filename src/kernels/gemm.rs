@@ -34,6 +34,13 @@ pub enum Tile {
 /// workgroup memory, so only devices that grant that much run it.
 pub const COOP_WIDE_BN: usize = 128;
 
+/// Columns of the tensor-core kernel's widest tile: M128N64's 256 invocations over 128 x 256
+/// outputs, each subgroup 64 x 64 (sixteen accumulators: each operand it loads from
+/// workgroup memory feeds four products), for outputs over 128 columns. Its two buffers
+/// would take 61 KB, so it runs one (39 KB). A plain f32-operand probe of this shape
+/// (`benches/gemm.rs --probe`, H100) ran at 172 TFLOP/s where the wide tile's shape ran at 97.
+pub const COOP_WIDEST_BN: usize = 256;
+
 /// How much more of its rows a 64-row tile must use than a 128-row one to be chosen.
 const ROWS_USED_MARGIN: f64 = 0.15;
 
@@ -76,14 +83,15 @@ impl Tile {
         if !coop {
             return 2 * bk * (self.bm() + self.bn()) * 4;
         }
-        self.coop_bytes(self.bn(), bk)
+        self.coop_bytes(self.bn(), bk, 2)
     }
     /// [`workgroup_bytes`](Self::workgroup_bytes) of the tensor-core kernel with `bn` columns
-    /// (the tile's own, or [`COOP_WIDE_BN`]) on the tile's invocations.
-    fn coop_bytes(self, bn: usize, bk: usize) -> usize {
+    /// (the tile's own, [`COOP_WIDE_BN`] or [`COOP_WIDEST_BN`]) and `bufs` buffers of each
+    /// operand on the tile's invocations.
+    fn coop_bytes(self, bn: usize, bk: usize, bufs: usize) -> usize {
         let bm = self.bm();
         let (a, b) = ((bk * (bm + 8)).max(bm * (bk + 8)), (bk * (bn + 8)).max(bn * (bk + 8)));
-        2 * (a + b) * 2 + self.threads() * 8 * 4
+        bufs * (a + b) * 2 + self.threads() * 8 * 4
     }
     fn threads(self) -> usize {
         let (_, wm, wn, _) = self.shape();
@@ -515,8 +523,9 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         bail!(Config, "{kernel}: tile {tile:?} needs {bytes} bytes of workgroup memory, more than {}'s {limit}", device.name());
     }
     let (shader, entry): (&Shader, &'static str) = if coop { (&CONV2D_COOP, "gemm_coop") } else { (&CONV2D, "gemm") };
-    let wide = coop && tile == Tile::M128N64 && g.n > 64 && tile.coop_bytes(COOP_WIDE_BN, coop_bk(tile)) <= limit;
-    let bn = if wide { COOP_WIDE_BN } else { tile.bn() };
+    let widest = coop && tile == Tile::M128N64 && g.n > COOP_WIDE_BN && tile.coop_bytes(COOP_WIDEST_BN, coop_bk(tile), 1) <= limit;
+    let wide = !widest && coop && tile == Tile::M128N64 && g.n > 64 && tile.coop_bytes(COOP_WIDE_BN, coop_bk(tile), 2) <= limit;
+    let bn = if widest { COOP_WIDEST_BN } else if wide { COOP_WIDE_BN } else { tile.bn() };
     let (tiles_m, tiles_n) = (g.m.div_ceil(tile.bm()), g.n.div_ceil(bn));
     let bk = if coop { coop_bk(tile) } else { tile.bk() };
     let split = match opts.splits {
@@ -535,8 +544,11 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         constants.push(("BN", COOP_WIDE_BN as f64));
         constants.push(("SG_M", 64.0));
     }
+    if widest {
+        constants.extend([("BN", COOP_WIDEST_BN as f64), ("SG_M", 64.0), ("SG_N", 64.0), ("BUFS", 1.0)]);
+    }
     let (p, tokens) = product_params(g, (tiles_m, tiles_n), bk, split, &mut constants)?;
-    let coop_token = if wide { "coop bn=128" } else if coop { "coop" } else if opts.mixed { "round_f16" } else { "" };
+    let coop_token = if widest { "coop bn=256" } else if wide { "coop bn=128" } else if coop { "coop" } else if opts.mixed { "round_f16" } else { "" };
     let workgroups = tiles_m * tiles_n * p.splits() * group_count;
     record(device, g, (shader, entry), &constants, p, workgroups, format!("tile={tile:?} {tokens} {coop_token}"))
 }

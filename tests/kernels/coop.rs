@@ -77,7 +77,7 @@ fn conv_case(g: &Conv2dGeometry, opts: &GemmOptions, seed: u64) -> [f64; 3] {
 /// Every gather the f32 engine has, through the cooperative kernel: plain and transposed
 /// operands, the convolution's three products (vec4 and scalar images, phase products of a
 /// stride-2 input gradient, a 1x1 downsample whose odd phases meet no tap), the three tiles
-/// it runs (over 64 columns, 33-64 and 17-32), edges of every tile size, K split automatically and by
+/// it runs (over 128 columns, 65-128, 33-64 and 17-32), edges of every tile size, K split automatically and by
 /// force; narrow outputs fall back to the f32 product. The coverage assertion fails when a
 /// cooperative path went untested. Grouped and dilated convolutions go through the same gathers.
 #[test]
@@ -88,7 +88,7 @@ fn mixed_products_match_f64_within_f16_bounds() {
         for engine in Engine::ALL {
             let mixed = GemmOptions { engine: Some(engine), ..MIXED };
             let mut worst = 0.0f64;
-            for (s, &mkn) in [(65, 70, 67), (300, 64, 64), (129, 33, 31), (4, 65536, 64), (1000, 576, 128), (7, 13, 10)].iter().enumerate() {
+            for (s, &mkn) in [(65, 70, 67), (300, 64, 64), (129, 33, 31), (4, 65536, 64), (1000, 576, 128), (7, 13, 10), (140, 100, 300)].iter().enumerate() {
                 for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
                     worst = worst.max(matmul_case(mkn, ta, tb, &mixed, 40 + s as u64));
                 }
@@ -102,6 +102,8 @@ fn mixed_products_match_f64_within_f16_bounds() {
                 Conv2dGeometry::new(&[6, 14, 14, 64], 128, (1, 1), (2, 2), Padding::Explicit(0, 0)).unwrap(),
                 Conv2dGeometry::new(&[5, 9, 9, 12], 32, (3, 3), (2, 2), Padding::Same).unwrap(),
                 Conv2dGeometry::new(&[3, 7, 7, 5], 33, (3, 3), (1, 1), Padding::Valid).unwrap(),
+                // Over 128 filters and channels: all three products on the widest tile.
+                Conv2dGeometry::new(&[2, 9, 9, 132], 136, (3, 3), (1, 1), Padding::Same).unwrap(),
                 // Keras' groups (32 filters and 32 input channels a group: the tensor cores, phase
                 // products included) and dilation_rate; groups = C falls back to f32 rounding.
                 Conv2dGeometry::new_with(&[4, 10, 10, 64], 64, (3, 3), (2, 2), (1, 1), 2, Padding::Same).unwrap(),
@@ -126,7 +128,7 @@ fn mixed_products_match_f64_within_f16_bounds() {
         expected.push((entry, t.to_string()));
     }
     if coop {
-        expected.extend([("gemm_coop", "tile=M128N64".to_string()), ("gemm_coop", "bn=128".to_string()), ("gemm_coop", "tile=M128N32".to_string())]);
+        expected.extend([("gemm_coop", "tile=M128N64".to_string()), ("gemm_coop", "bn=128".to_string()), ("gemm_coop", "bn=256".to_string()), ("gemm_coop", "tile=M128N32".to_string())]);
     }
     // Narrow outputs on a tensor-core device, every product elsewhere.
     expected.push(("gemm", "round_f16".to_string()));

@@ -1,0 +1,193 @@
+//! Throughput of single products: a square matmul and the convolutions of ResNet-18 at
+//! 224 px (forward, input gradient, weight gradient), in float32 and mixed precision, as
+//! useful TFLOP/s and the fraction of the chip's peak. The per-kernel view that
+//! `convoy bench --profile` gives inside a step, without the step: for trying one kernel's
+//! tiles and K splits.
+//!
+//! `cargo bench --bench gemm [-- FILTER] [--splits auto,1,4] [--reps N] [--probe]`; FILTER keeps the cases
+//! whose name contains it; the device is `CONVOY_BENCH_DEVICES` (default: the first adapter).
+//! On a software adapter the shapes shrink to a smoke run. `--probe` times plain f16 products
+//! by the probe kernels instead (`benches/coop_*.wgsl`): what cooperative matrices give here.
+
+use std::time::Instant;
+
+use convoy::kernels::conv2d::{self, Conv2dGeometry, Padding};
+use convoy::kernels::dense;
+use convoy::kernels::gemm::GemmOptions;
+use convoy::kernels::{Dispatch, Shader};
+use convoy::model::Peak;
+use convoy::{Device, Result, Tensor};
+
+/// One product to time: its name, its useful FLOPs and how to record it.
+struct Case {
+    name: String,
+    flops: f64,
+    record: Box<dyn Fn(&Device, &GemmOptions) -> Result<Vec<Dispatch>>>,
+}
+
+fn zeros(device: &Device, shape: &[usize]) -> Result<Tensor> {
+    device.zeros(shape)
+}
+
+fn matmul_case(device: &Device, m: usize, k: usize, n: usize) -> Result<Case> {
+    let (a, b, c) = (zeros(device, &[m, k])?, zeros(device, &[k, n])?, zeros(device, &[m, n])?);
+    let record = move |d: &Device, o: &GemmOptions| dense::matmul_with(d, &a, &b, &c, false, false, o);
+    Ok(Case { name: format!("matmul {m}x{k}x{n}"), flops: 2.0 * (m * k * n) as f64, record: Box::new(record) })
+}
+
+/// A convolution's three products; `x` is NHWC.
+fn conv_cases(device: &Device, label: &str, x: [usize; 4], filters: usize, kernel: usize, stride: usize) -> Result<Vec<Case>> {
+    let geom = Conv2dGeometry::new(&x, filters, (kernel, kernel), (stride, stride), Padding::Same)?;
+    let flops = geom.flops() as f64;
+    let (xt, wt, yt) = (zeros(device, &geom.input_shape())?, zeros(device, &geom.kernel_shape())?, zeros(device, &geom.output_shape())?);
+    let (dx, dw) = (zeros(device, &geom.input_shape())?, zeros(device, &geom.kernel_shape())?);
+    let (g1, g2, g3) = (geom.clone(), geom.clone(), geom);
+    let (x1, w1, y1) = (xt.clone(), wt.clone(), yt.clone());
+    let (y2, w2) = (yt.clone(), wt);
+    Ok(vec![
+        Case { name: format!("{label} forward"), flops, record: Box::new(move |d, o| conv2d::forward_with(d, &g1, &x1, &w1, &y1, o)) },
+        Case { name: format!("{label} input grad"), flops, record: Box::new(move |d, o| conv2d::backward_data_with(d, &g2, &y2, &w2, &dx, o)) },
+        Case { name: format!("{label} weight grad"), flops, record: Box::new(move |d, o| conv2d::backward_weights_with(d, &g3, &xt, &yt, &dw, o)) },
+    ])
+}
+
+/// `auto,1,4`: the engine's own split (`None`) and forced ones.
+fn splits(arg: &str) -> Vec<Option<usize>> {
+    arg.split(',').filter_map(|s| if s.trim() == "auto" { Some(None) } else { s.trim().parse().ok().map(Some) }).collect()
+}
+
+// SAFETY: the probes index A, B and C only inside `m x k`, `k x n` and `m x n`, and `probe`
+// gives them sizes that are multiples of their tiles and grids that cover C exactly.
+const DIRECT: Shader = unsafe { Shader::new_unchecked("coop_direct.wgsl", include_str!("coop_direct.wgsl")) };
+const STAGED16: Shader = unsafe { Shader::new_unchecked("coop_shared.wgsl", concat!("enable f16;\nenable wgpu_cooperative_matrix;\nalias Quad = vec4<f16>;\n", include_str!("coop_shared.wgsl"))) };
+const STAGED32: Shader = unsafe { Shader::new_unchecked("coop_shared.wgsl", concat!("enable f16;\nenable wgpu_cooperative_matrix;\nalias Quad = vec4<f32>;\n", include_str!("coop_shared.wgsl"))) };
+
+/// f16 bits of a small dyadic value (exact in f16): the probes' operands.
+fn f16_bits(x: f32) -> u16 {
+    if x == 0.0 {
+        return 0;
+    }
+    let bits = x.to_bits();
+    let sign = ((bits >> 16) & 0x8000) as u16;
+    let exp = ((bits >> 23) & 0xff) as i32 - 127 + 15;
+    sign | ((exp as u16) << 10) | ((bits >> 13) & 0x3ff) as u16
+}
+
+/// The ceiling of WGSL cooperative matrices on this chip: a plain f16 product of
+/// `size`-square row-major matrices by the probe kernels of `benches/coop_*.wgsl`, checked on
+/// sampled entries against the exact product.
+fn probe(device: &Device, size: usize, reps: usize) -> Result<()> {
+    let value = |i: usize| ((i * 7 + 3) % 9) as f32 / 4.0 - 1.0;
+    let operand = |salt: usize| -> Vec<u32> {
+        let halves: Vec<u16> = (0..size * size).map(|i| f16_bits(value(i + salt))).collect();
+        halves.chunks(2).map(|h| h[0] as u32 | (h[1] as u32) << 16).collect()
+    };
+    let a = device.upload_u32(&[size * size / 2], &operand(0))?;
+    let b = device.upload_u32(&[size * size / 2], &operand(5))?;
+    let c = device.zeros(&[size, size])?;
+    let params = [size as u32, size as u32, size as u32, 0];
+    let flops = 2.0 * (size * size * size) as f64;
+    let mut runs: Vec<(String, Dispatch)> = Vec::new();
+    let tiles = (size / 64) as u32;
+    runs.push(("direct 64x64/subgroup".into(), Dispatch::with_params(device, &DIRECT, "direct", &[], &params, &[(1, &a), (2, &b), (3, &c)], [tiles, tiles, 1])));
+    let (a32, b32) = (device.upload(&[size, size], &(0..size * size).map(value).collect::<Vec<_>>())?, device.upload(&[size, size], &(0..size * size).map(|i| value(i + 5)).collect::<Vec<_>>())?);
+    for (shader, (a, b), kind) in [(&STAGED16, (&a, &b), "f16"), (&STAGED32, (&a32, &b32), "f32")] {
+        for bk in [32u32] {
+            for (rows, cols) in [(2u32, 2u32), (2, 4)] {
+                let threads = 32 * rows * cols;
+                // The probe's registers hold at most 16 quads of each operand.
+                if (64 * rows).max(64 * cols) * bk / (4 * threads) > 16 {
+                    continue;
+                }
+                let constants = [("SG_ROWS", rows as f64), ("SG_COLS", cols as f64), ("BK", bk as f64)];
+                let groups = [(size as u32) / (64 * cols), (size as u32) / (64 * rows), 1];
+                let d = Dispatch::with_params(device, shader, "staged", &constants, &params, &[(1, a), (2, b), (3, &c)], groups);
+                runs.push((format!("staged {kind} {}x{} bk={bk} tile {}x{}", rows, cols, rows * 64, cols * 64), d));
+            }
+        }
+    }
+    for (name, d) in runs {
+        device.run(std::slice::from_ref(&d));
+        device.sync()?;
+        let got = device.read(&c)?;
+        let worst = (0..16)
+            .map(|s| {
+                let (i, j) = ((s * 977) % size, (s * 1553 + 11) % size);
+                let want: f64 = (0..size).map(|k| value(i * size + k) as f64 * value(k * size + j + 5) as f64).sum();
+                (got[i * size + j] as f64 - want).abs()
+            })
+            .fold(0.0, f64::max);
+        let all = vec![d; reps];
+        let start = Instant::now();
+        device.run(&all);
+        device.sync()?;
+        let ms = start.elapsed().as_secs_f64() * 1e3 / reps as f64;
+        println!("probe {name:<36} {size}^3 {ms:>9.3} ms {:>9.2} TFLOP/s  worst sampled error {worst:.1e}", flops / ms / 1e9);
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
+    let filter = args.iter().enumerate().find(|(i, a)| !a.starts_with("--") && (*i == 0 || !args[i - 1].starts_with("--"))).map(|(_, a)| a.clone());
+    let splits: Vec<Option<usize>> = match value("--splits") {
+        Some(s) => splits(&s),
+        None => vec![None],
+    };
+    let selection = std::env::var("CONVOY_BENCH_DEVICES").unwrap_or_else(|_| "0".into());
+    let device = convoy::device::open(&selection)?.remove(0);
+    let software = device.is_software();
+    let reps: usize = value("--reps").and_then(|r| r.parse().ok()).unwrap_or(if software { 1 } else { 20 });
+    let (batch, side, square) = if software { (2, 16, 256) } else { (256, 56, 4096) };
+    let mut cases = vec![matmul_case(&device, square, square, square)?];
+    cases.extend(conv_cases(&device, "stem 7x7/2", [batch, side * 4, side * 4, 3], 64, 7, 2)?);
+    cases.extend(conv_cases(&device, "3x3 64", [batch, side, side, 64], 64, 3, 1)?);
+    cases.extend(conv_cases(&device, "3x3 128", [batch, side / 2, side / 2, 128], 128, 3, 1)?);
+    cases.extend(conv_cases(&device, "3x3 256", [batch, side / 4, side / 4, 256], 256, 3, 1)?);
+    cases.extend(conv_cases(&device, "3x3 512", [batch, side / 8, side / 8, 512], 512, 3, 1)?);
+    if args.iter().any(|a| a == "--probe") {
+        if !device.has_coop16() {
+            println!("{}: no 16x16 f16 cooperative matrices, nothing to probe", device.name());
+            return Ok(());
+        }
+        return probe(&device, 4096, reps);
+    }
+    let peak = Peak::for_adapter(device.name());
+    println!("device: {} ({}), {reps} repetitions", device.name(), device.backend());
+    println!("{:<28} {:>9} {:>6} {:>9} {:>9} {:>6}  dispatches", "product", "precision", "split", "ms", "TFLOP/s", "peak%");
+    // An idle GPU takes a while to reach its clocks: the first cases of a fresh machine ran
+    // up to 2.7x slower than the same cases a minute later (H100). Half a second of the
+    // square product first.
+    let warm = (cases[0].record)(&device, &GemmOptions::default())?;
+    let start = Instant::now();
+    while start.elapsed().as_secs_f64() < 0.5 {
+        device.run(&warm);
+        device.sync()?;
+    }
+    for case in cases.iter().filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str()))) {
+        for mixed in [false, true] {
+            // Forced splits only where K is long: a split of a short K multiplies the
+            // partial sums past what a binding holds.
+            let sweep = if case.name.contains("weight grad") || case.name.starts_with("matmul") { &splits[..] } else { &[None] };
+            for &split in sweep {
+                let opts = GemmOptions { mixed, splits: split, ..Default::default() };
+                let dispatches = (case.record)(&device, &opts)?;
+                device.run(&dispatches);
+                device.sync()?;
+                let all: Vec<_> = std::iter::repeat_n(dispatches.iter().cloned(), reps).flatten().collect();
+                let start = Instant::now();
+                device.run(&all);
+                device.sync()?;
+                let ms = start.elapsed().as_secs_f64() * 1e3 / reps as f64;
+                let tflops = case.flops / ms / 1e9;
+                let of_peak = peak.as_ref().map_or(f64::NAN, |p| 100.0 * tflops / if mixed { p.tensor_tflops } else { p.tflops });
+                let split = split.map_or("auto".to_string(), |s| s.to_string());
+                let precision = if mixed { "mixed" } else { "float32" };
+                let paths: Vec<&str> = dispatches.iter().map(|d| d.path.as_str()).collect();
+                println!("{:<28} {precision:>9} {split:>6} {ms:>9.3} {tflops:>9.2} {of_peak:>6.1}  {}", case.name, paths.join(" | "));
+            }
+        }
+    }
+    Ok(())
+}
