@@ -26,20 +26,76 @@ pub enum Tile {
     M64N16,
 }
 
-/// Columns of the tensor-core kernel's wide tile: M128N64's 256 invocations over 128 x 128
-/// outputs, each subgroup 64 x 32 (eight accumulators), for outputs over 64 columns. Each
-/// operand a subgroup loads from workgroup memory then feeds twice the products, and each
-/// gathered one twice the outputs (H100, mixed_float16 at 224 px: resnet18 3,026 -> 3,764
-/// images/s, resnet50 1,238 -> 1,512; the products 35 -> 50 TFLOP/s). It takes 48 KB of
-/// workgroup memory, so only devices that grant that much run it.
-pub const COOP_WIDE_BN: usize = 128;
+/// Rows of M from which the tensor-core kernel takes its tall tile for outputs of 33-64
+/// columns: below, a 256-row tile would leave too much of its last row of tiles idle.
+const COOP_TALL_MIN_M: usize = 2048;
 
-/// Columns of the tensor-core kernel's widest tile: M128N64's 256 invocations over 128 x 256
-/// outputs, each subgroup 64 x 64 (sixteen accumulators: each operand it loads from
-/// workgroup memory feeds four products), for outputs over 128 columns. Its two buffers
-/// would take 61 KB, so it runs one (39 KB). A plain f32-operand probe of this shape
-/// (`benches/gemm.rs --probe`, H100) ran at 172 TFLOP/s where the wide tile's shape ran at 97.
-pub const COOP_WIDEST_BN: usize = 256;
+/// A tensor-core tile on M128N64's 256 invocations (or M128N32's 128): its rows and columns,
+/// the region each 32-invocation subgroup owns (32 or 64 each way: 2 or 4 accumulators) and
+/// the buffers of each operand it stages (two, or one where two would not fit in 48 KB).
+/// Larger regions feed more products from each operand a subgroup loads from workgroup
+/// memory, and larger tiles gather each operand for more outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct CoopShape {
+    bm: usize,
+    bn: usize,
+    sg_m: usize,
+    sg_n: usize,
+    bufs: usize,
+}
+
+impl CoopShape {
+    /// The shape `tile` runs as its own: 32 x 32 a subgroup, two buffers.
+    fn of(tile: Tile) -> CoopShape {
+        CoopShape { bm: tile.bm(), bn: tile.bn(), sg_m: 32, sg_n: 32, bufs: 2 }
+    }
+
+    /// The largest shape M128N64 can run an `m x n` product on within `limit` bytes of
+    /// workgroup memory, H100 figures for mixed_float16 (resnet18 at 224 px, batch 256):
+    /// - over 128 columns, 128 x 256 at 64 x 64 a subgroup, one buffer: the plain 4096^3
+    ///   product 97 -> 121 TFLOP/s, resnet18 3,760 -> 4,059 images/s;
+    /// - 65-128 columns, 128 x 128 at 64 x 32, two buffers (48 KB): resnet18 3,026 -> 3,764;
+    /// - 33-64 columns and at least [`COOP_TALL_MIN_M`] rows, 256 x 64 at 32 x 64, one buffer.
+    fn choose(tile: Tile, m: usize, n: usize, bk: usize, limit: usize) -> CoopShape {
+        let own = CoopShape::of(tile);
+        if tile != Tile::M128N64 {
+            return own;
+        }
+        let candidates = [
+            (n > 128, CoopShape { bm: 128, bn: 256, sg_m: 64, sg_n: 64, bufs: 1 }),
+            (n > 64, CoopShape { bm: 128, bn: 128, sg_m: 64, sg_n: 32, bufs: 2 }),
+            (m >= COOP_TALL_MIN_M, CoopShape { bm: 256, bn: 64, sg_m: 32, sg_n: 64, bufs: 1 }),
+        ];
+        candidates.into_iter().find(|&(want, shape)| want && shape.bytes(bk, tile.threads()) <= limit).map_or(own, |(_, shape)| shape)
+    }
+
+    /// Workgroup memory with K steps of `bk` on `threads` invocations: the f16 operand tiles
+    /// with 8 halves of padding a row (stored either way round), plus the accumulators'
+    /// 8 floats an invocation on their way out.
+    fn bytes(self, bk: usize, threads: usize) -> usize {
+        let (a, b) = ((bk * (self.bm + 8)).max(self.bm * (bk + 8)), (bk * (self.bn + 8)).max(self.bn * (bk + 8)));
+        self.bufs * (a + b) * 2 + threads * 8 * 4
+    }
+
+    /// The pipeline constants that differ from `tile`'s own, and the path token.
+    fn constants(self, tile: Tile) -> (Vec<(&'static str, f64)>, String) {
+        let own = CoopShape::of(tile);
+        let mut constants = Vec::new();
+        let mut token = "coop".to_string();
+        for (name, value, default) in [("BM", self.bm, own.bm), ("BN", self.bn, own.bn), ("SG_M", self.sg_m, 32), ("SG_N", self.sg_n, 32), ("BUFS", self.bufs, 2)] {
+            if value != default {
+                constants.push((name, value as f64));
+            }
+        }
+        if self.bm != own.bm {
+            token += &format!(" bm={}", self.bm);
+        }
+        if self.bn != own.bn {
+            token += &format!(" bn={}", self.bn);
+        }
+        (constants, token)
+    }
+}
 
 /// How much more of its rows a 64-row tile must use than a 128-row one to be chosen.
 const ROWS_USED_MARGIN: f64 = 0.15;
@@ -83,15 +139,7 @@ impl Tile {
         if !coop {
             return 2 * bk * (self.bm() + self.bn()) * 4;
         }
-        self.coop_bytes(self.bn(), bk, 2)
-    }
-    /// [`workgroup_bytes`](Self::workgroup_bytes) of the tensor-core kernel with `bn` columns
-    /// (the tile's own, [`COOP_WIDE_BN`] or [`COOP_WIDEST_BN`]) and `bufs` buffers of each
-    /// operand on the tile's invocations.
-    fn coop_bytes(self, bn: usize, bk: usize, bufs: usize) -> usize {
-        let bm = self.bm();
-        let (a, b) = ((bk * (bm + 8)).max(bm * (bk + 8)), (bk * (bn + 8)).max(bn * (bk + 8)));
-        bufs * (a + b) * 2 + self.threads() * 8 * 4
+        CoopShape::of(self).bytes(bk, self.threads())
     }
     fn threads(self) -> usize {
         let (_, wm, wn, _) = self.shape();
@@ -504,8 +552,8 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     if Engine::of(device, opts, kernel)? == Engine::Cpu {
         return super::gemm_cpu::launch(device, g, opts);
     }
-    // The cooperative kernel gives each 32-invocation subgroup a 32x32 region: the 128-row
-    // tiles have one subgroup per region.
+    // The cooperative kernel gives each 32-invocation subgroup a 32x32 region at least: the
+    // 128-row tiles have one subgroup per region (see `CoopShape`).
     let limit = device.limits().max_compute_workgroup_storage_size as usize;
     // The cooperative kernel's wide tile takes K 32 at a time: two 16-deep products per
     // barrier.
@@ -523,11 +571,9 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         bail!(Config, "{kernel}: tile {tile:?} needs {bytes} bytes of workgroup memory, more than {}'s {limit}", device.name());
     }
     let (shader, entry): (&Shader, &'static str) = if coop { (&CONV2D_COOP, "gemm_coop") } else { (&CONV2D, "gemm") };
-    let widest = coop && tile == Tile::M128N64 && g.n > COOP_WIDE_BN && tile.coop_bytes(COOP_WIDEST_BN, coop_bk(tile), 1) <= limit;
-    let wide = !widest && coop && tile == Tile::M128N64 && g.n > 64 && tile.coop_bytes(COOP_WIDE_BN, coop_bk(tile), 2) <= limit;
-    let bn = if widest { COOP_WIDEST_BN } else if wide { COOP_WIDE_BN } else { tile.bn() };
-    let (tiles_m, tiles_n) = (g.m.div_ceil(tile.bm()), g.n.div_ceil(bn));
     let bk = if coop { coop_bk(tile) } else { tile.bk() };
+    let shape = if coop { CoopShape::choose(tile, g.m, g.n, bk, limit) } else { CoopShape::of(tile) };
+    let (tiles_m, tiles_n) = (g.m.div_ceil(shape.bm), g.n.div_ceil(shape.bn));
     let split = match opts.splits {
         Some(s) => (s, "split=forced"),
         None => choose_splits(tile, tiles_m * tiles_n * group_count, g.m * g.n * group_count, g.k),
@@ -540,15 +586,16 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     if opts.mixed && !coop {
         constants.push(("ROUND_F16", 1.0));
     }
-    if wide {
-        constants.push(("BN", COOP_WIDE_BN as f64));
-        constants.push(("SG_M", 64.0));
-    }
-    if widest {
-        constants.extend([("BN", COOP_WIDEST_BN as f64), ("SG_M", 64.0), ("SG_N", 64.0), ("BUFS", 1.0)]);
-    }
+    let coop_token = if coop {
+        let (shape_constants, token) = shape.constants(tile);
+        constants.extend(shape_constants);
+        token
+    } else if opts.mixed {
+        "round_f16".to_string()
+    } else {
+        String::new()
+    };
     let (p, tokens) = product_params(g, (tiles_m, tiles_n), bk, split, &mut constants)?;
-    let coop_token = if widest { "coop bn=256" } else if wide { "coop bn=128" } else if coop { "coop" } else if opts.mixed { "round_f16" } else { "" };
     let workgroups = tiles_m * tiles_n * p.splits() * group_count;
     record(device, g, (shader, entry), &constants, p, workgroups, format!("tile={tile:?} {tokens} {coop_token}"))
 }
