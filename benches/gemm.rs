@@ -7,7 +7,7 @@
 //! `cargo bench --bench gemm [-- FILTER] [--splits auto,1,4] [--reps N] [--probe]`; FILTER keeps the cases
 //! whose name contains it; the device is `CONVOY_BENCH_DEVICES` (default: the first adapter).
 //! On a software adapter the shapes shrink to a smoke run. `--probe` times plain f16 products
-//! by the probe kernels instead (`benches/coop_*.wgsl`): what cooperative matrices give here.
+//! by the probe kernel instead (`benches/coop_shared.wgsl`): what cooperative matrices give here.
 
 use std::time::Instant;
 
@@ -56,13 +56,12 @@ fn splits(arg: &str) -> Vec<Option<usize>> {
     arg.split(',').filter_map(|s| if s.trim() == "auto" { Some(None) } else { s.trim().parse().ok().map(Some) }).collect()
 }
 
-// SAFETY: the probes index A, B and C only inside `m x k`, `k x n` and `m x n`, and `probe`
-// gives them sizes that are multiples of their tiles and grids that cover C exactly.
-const DIRECT: Shader = unsafe { Shader::new_unchecked("coop_direct.wgsl", include_str!("coop_direct.wgsl")) };
+// SAFETY: the probe indexes A, B and C only inside `m x k`, `k x n` and `m x n`, and `probe`
+// gives it sizes that are multiples of its tiles and grids that cover C exactly.
 const STAGED16: Shader = unsafe { Shader::new_unchecked("coop_shared.wgsl", concat!("enable f16;\nenable wgpu_cooperative_matrix;\nalias Quad = vec4<f16>;\n", include_str!("coop_shared.wgsl"))) };
 const STAGED32: Shader = unsafe { Shader::new_unchecked("coop_shared.wgsl", concat!("enable f16;\nenable wgpu_cooperative_matrix;\nalias Quad = vec4<f32>;\n", include_str!("coop_shared.wgsl"))) };
 
-/// f16 bits of a small dyadic value (exact in f16): the probes' operands.
+/// f16 bits of a small dyadic value (exact in f16): the probe's operands.
 fn f16_bits(x: f32) -> u16 {
     if x == 0.0 {
         return 0;
@@ -74,7 +73,7 @@ fn f16_bits(x: f32) -> u16 {
 }
 
 /// The ceiling of WGSL cooperative matrices on this chip: a plain f16 product of
-/// `size`-square row-major matrices by the probe kernels of `benches/coop_*.wgsl`, checked on
+/// `size`-square row-major matrices by the probe kernel of `benches/coop_shared.wgsl`, checked on
 /// sampled entries against the exact product.
 fn probe(device: &Device, size: usize, reps: usize) -> Result<()> {
     let value = |i: usize| ((i * 7 + 3) % 9) as f32 / 4.0 - 1.0;
@@ -88,8 +87,6 @@ fn probe(device: &Device, size: usize, reps: usize) -> Result<()> {
     let params = [size as u32, size as u32, size as u32, 0];
     let flops = 2.0 * (size * size * size) as f64;
     let mut runs: Vec<(String, Dispatch)> = Vec::new();
-    let tiles = (size / 64) as u32;
-    runs.push(("direct 64x64/subgroup".into(), Dispatch::with_params(device, &DIRECT, "direct", &[], &params, &[(1, &a), (2, &b), (3, &c)], [tiles, tiles, 1])));
     let (a32, b32) = (device.upload(&[size, size], &(0..size * size).map(value).collect::<Vec<_>>())?, device.upload(&[size, size], &(0..size * size).map(|i| value(i + 5)).collect::<Vec<_>>())?);
     for (shader, (a, b), kind) in [(&STAGED16, (&a, &b), "f16"), (&STAGED32, (&a32, &b32), "f32")] {
         for bk in [32u32] {

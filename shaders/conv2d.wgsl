@@ -30,8 +30,9 @@
 // Grouped convolutions (GROUPED): p.groups products of M x N on one grid, product j over the
 // j-th slice of each operand (a_off, b_off, c_off: see `enter_group`), the slices' rows
 // a_ld, b_ld, c_ld elements apart. Its split partials are [splits, groups, M, N].
-// Dilated convolutions (DIL_H, DIL_W): the gathers' tap offsets are multiplied by the
-// dilation; stride is then 1 (the host refuses both), so no phase product is dilated.
+// Dilated convolutions (DILATED): the gathers' tap offsets are multiplied by the dilation
+// (p.dil_h, p.dil_w); stride is then 1 (the host refuses both), so no phase product is
+// dilated.
 //
 // Every operand is bound as array<vec4<f32>>: a quad is one 16-byte load where the layout
 // allows (flags), and a scalar is `buf[i / 4][i % 4]` elsewhere. The host rounds binding
@@ -89,8 +90,9 @@ struct Params {
     b_step: u32,
     c_ld: u32,
     c_step: u32,
-    _pad1: u32,
-    _pad2: u32,
+    // DILATED: the spacing of the kernel's taps along height and width
+    dil_h: u32,
+    dil_w: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -120,9 +122,18 @@ override PHASE_TAPS: bool = false;
 override PHASE_ROWS: bool = false;
 // A grouped convolution (see the top); pipeline constants like the phase ones.
 override GROUPED: bool = false;
-// A dilated convolution's tap spacing along height and width (1: adjacent taps).
-override DIL_H: u32 = 1u;
-override DIL_W: u32 = 1u;
+// A dilated convolution: its taps p.dil_h and p.dil_w apart. One constant for every
+// dilation, so that the dilation amounts do not multiply the pipelines; undilated products
+// multiply by a constant 1.
+override DILATED: bool = false;
+
+fn dil_h() -> u32 {
+    return select(1u, p.dil_h, DILATED);
+}
+
+fn dil_w() -> u32 {
+    return select(1u, p.dil_w, DILATED);
+}
 // The mixed_float16 policy where the tensor-core kernel cannot run: each operand is rounded
 // to f16 on its way into workgroup memory, so the product sees the numbers the tensor cores
 // would (f16 operands, f32 accumulation), computed on the f32 units.
@@ -184,8 +195,8 @@ fn image_index(pix: u32, ch: u32, depth: u32) -> u32 {
 // Element index in x of x[n, oh * s - pt + i * dh, ow * s - pl + j * dw, c], or NONE in the
 // padding. Rows above the image wrap around to huge u32 values and fail the `< in_h` test.
 fn x_index(n: u32, oh: u32, ow: u32, i: u32, j: u32, ch: u32) -> u32 {
-    let ih = oh * p.stride_h + i * DIL_H - p.pad_top;
-    let iw = ow * p.stride_w + j * DIL_W - p.pad_left;
+    let ih = oh * p.stride_h + i * dil_h() - p.pad_top;
+    let iw = ow * p.stride_w + j * dil_w() - p.pad_left;
     if (ih >= p.in_h || iw >= p.in_w) {
         return NONE;
     }
@@ -233,8 +244,8 @@ fn a_index(m: u32, k: u32) -> u32 {
             let ih = t % p.in_h;
             let f = k % p.filters;
             let ij = k / p.filters;
-            let i = (ij / p.kw) * DIL_H;
-            let j = (ij % p.kw) * DIL_W;
+            let i = (ij / p.kw) * dil_h();
+            let j = (ij % p.kw) * dil_w();
             let th = ih + p.pad_top;
             let tw = iw + p.pad_left;
             if (th < i || tw < j) {
@@ -496,8 +507,8 @@ fn init_conv_loads(m0: u32, k_begin: u32, lid: u32) {
 // x[n, oh * sh - pt + i, ow * sw - pl + j, c] for IM2COL_T's (n, oh, ow) and tap
 // (c, i, j, valid); zero in the padding.
 fn x_at_tap(nc: vec3<u32>, tap: vec4<u32>) -> f32 {
-    let ih = i32(nc.y * p.stride_h + tap.y * DIL_H) - i32(p.pad_top);
-    let iw = i32(nc.z * p.stride_w + tap.z * DIL_W) - i32(p.pad_left);
+    let ih = i32(nc.y * p.stride_h + tap.y * dil_h()) - i32(p.pad_top);
+    let iw = i32(nc.z * p.stride_w + tap.z * dil_w()) - i32(p.pad_left);
     if (tap.w == 0u || ih < 0 || ih >= i32(p.in_h) || iw < 0 || iw >= i32(p.in_w)) {
         return 0.0;
     }
@@ -512,7 +523,7 @@ fn fetch_im2col_scalar(k: u32) {
     for (var e = 0u; e < 4u; e++) {
         let ke = k + e;
         let ij = ke / p.in_c;
-        tap[e] = vec3<i32>(i32((ij / p.kw) * DIL_H), i32((ij % p.kw) * DIL_W), select(-1, i32(ke % p.in_c), ke < p.k));
+        tap[e] = vec3<i32>(i32((ij / p.kw) * dil_h()), i32((ij % p.kw) * dil_w()), select(-1, i32(ke % p.in_c), ke < p.k));
     }
     for (var s = 0u; s < A_SLOTS; s++) {
         let r = rows[s];
@@ -539,8 +550,8 @@ fn fetch_a_conv(k0: u32, lid: u32) {
             if (k0 + kk < p.k) {
                 if (A_QUADS) {
                     let t = taps[0];
-                    let ih = i32(nc.y * p.stride_h + t.y * DIL_H) - i32(p.pad_top);
-                    let iw = i32(nc.z * p.stride_w + t.z * DIL_W) - i32(p.pad_left);
+                    let ih = i32(nc.y * p.stride_h + t.y * dil_h()) - i32(p.pad_top);
+                    let iw = i32(nc.z * p.stride_w + t.z * dil_w()) - i32(p.pad_left);
                     if (t.w != 0u && ih >= 0 && ih < i32(p.in_h) && iw >= 0 && iw < i32(p.in_w)) {
                         v = a[image_index((nc.x * p.in_h + u32(ih)) * p.in_w + u32(iw), t.x, p.in_c) / 4u];
                     }
@@ -573,8 +584,8 @@ fn fetch_a_conv(k0: u32, lid: u32) {
     }
     let depth = select(p.filters, p.in_c, A_KIND == A_IM2COL);
     let ch = tap_now.x;
-    let i = i32(tap_now.y * DIL_H);
-    let j = i32(tap_now.z * DIL_W);
+    let i = i32(tap_now.y * dil_h());
+    let j = i32(tap_now.z * dil_w());
     // Four integer divisions a step cost the forward and input-gradient products 2-3%
     // (H100, resnet18 224 px).
     var t = tap_now;

@@ -107,8 +107,8 @@ fn a_row(m: u32) -> vec3<i32> {
 
 // The (c, i, j) part of an image gather: a tap of the kernel and a channel.
 fn a_tap(c: u32, i: u32, j: u32) -> vec3<i32> {
-    let h = i32(i * DIL_H);
-    let w = i32(j * DIL_W);
+    let h = i32(i * dil_h());
+    let w = i32(j * dil_w());
     if (A_KIND == A_DY_STUFFED) {
         return vec3<i32>(-(h * i32(p.out_w) + w) * a_ld() + i32(c + a_off), -h, -w);
     }

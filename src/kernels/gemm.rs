@@ -404,7 +404,8 @@ pub(super) struct Params {
     b_step: u32,
     c_ld: u32,
     c_step: u32,
-    _pad: [u32; 2],
+    dil_h: u32,
+    dil_w: u32,
 }
 
 impl Params {
@@ -640,12 +641,12 @@ pub(super) fn product_params(
     let mut conv_token = "";
     if let Some(conv) = g.conv {
         conv_params(&mut p, conv, kernel)?;
-        // Pipeline constants, so that undilated products keep their pipelines.
-        for (name, d) in [("DIL_H", conv.dilation_h), ("DIL_W", conv.dilation_w)] {
-            if d != 1 {
-                constants.push((name, d as f64));
-                conv_token = "dilated";
-            }
+        // One pipeline constant for every dilation: undilated products keep their pipelines
+        // and the dilated ones share theirs.
+        (p.dil_h, p.dil_w) = (u32_of(kernel, "dilation", conv.dilation_h)?, u32_of(kernel, "dilation", conv.dilation_w)?);
+        if (conv.dilation_h, conv.dilation_w) != (1, 1) {
+            constants.push(("DILATED", 1.0));
+            conv_token = "dilated";
         }
     }
     if let Some(gr) = &g.groups {

@@ -172,3 +172,25 @@ pub fn tiles() -> Vec<convoy::kernels::gemm::Tile> {
     let limit = device().limits().max_compute_workgroup_storage_size as usize;
     convoy::kernels::gemm::Tile::ALL.into_iter().filter(|t| t.workgroup_bytes(false, t.bk()) <= limit).collect()
 }
+
+/// The first and last of [`tiles`] (256 invocations of 8 x 4 outputs, 64 of 4 x 4): the tile
+/// sweeps take two cases through every tile and their other cases, whose gathers the two
+/// already take, through these ends only. Each tile beside each case is a pipeline of its
+/// own, 0.3-0.6 s of LLVM on the software adapter, and every case through every tile had
+/// made the two sweeps 160 s of a cold shader cache.
+pub fn tile_ends() -> Vec<convoy::kernels::gemm::Tile> {
+    let all = tiles();
+    all.first().into_iter().chain(all.last()).copied().collect()
+}
+
+/// The tiles a sweep takes a case through: every one of [`tiles`] where `every`, else the
+/// two ends ([`tile_ends`]). The GL slice (tests/gl.rs) takes the ends for every case: its one
+/// GL context compiles and runs on one thread, and the GLSL of every variant the suite
+/// builds is compiled by glslang in tests/translate.rs.
+pub fn sweep_tiles(every: bool) -> Vec<convoy::kernels::gemm::Tile> {
+    if every && env!("CARGO_CRATE_NAME") != "gl" {
+        tiles()
+    } else {
+        tile_ends()
+    }
+}

@@ -53,7 +53,7 @@ fn matmul_in_every_transpose_combination() {
 
 #[test]
 fn matmul_through_every_tile_and_k_split() {
-    let tiled = tiles().into_iter().map(|tile| GemmOptions { tile: Some(tile), ..Default::default() });
+    let tiled = sweep_tiles(true).into_iter().map(|tile| GemmOptions { tile: Some(tile), ..Default::default() });
     for opts in tiled.chain([on(Engine::Cpu)]) {
         for splits in [1, 2, 5] {
             let opts = GemmOptions { splits: Some(splits), ..opts };
