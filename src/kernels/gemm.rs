@@ -717,12 +717,19 @@ pub(super) fn record(
         return Ok(vec![gemm.tagged(format!("{path} {bias_token}"))]);
     }
 
+    // A forced split can ask for more partial sums than one binding holds (the engine's own
+    // splits stay within MAX_WORKSPACE): refused here, not by wgpu's validation.
+    let partial_bytes = ((g.m * g.n * p.splits() * group_count) as u64 * 4).div_ceil(16) * 16;
+    let max = device.limits().max_storage_buffer_binding_size as u64;
+    if partial_bytes > max {
+        bail!(Shape, "{kernel}: {} K splits of {} x {} outputs need {partial_bytes} bytes of partial sums, more than one binding of {} holds ({max})", p.splits(), g.m, g.n * group_count, device.name());
+    }
     // The partials live in a buffer of their own rather than a pooled tensor: the pool
     // would hand a dropped tensor's buffer to the next caller while this plan still
     // writes it. The bind groups keep the buffer alive as long as the dispatches.
     let workspace = device.wgpu().create_buffer(&wgpu::BufferDescriptor {
         label: Some("gemm split-K partials"),
-        size: ((g.m * g.n * p.splits() * group_count) as u64 * 4).div_ceil(16) * 16,
+        size: partial_bytes,
         usage: wgpu::BufferUsages::STORAGE,
         mapped_at_creation: false,
     });

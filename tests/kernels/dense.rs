@@ -74,6 +74,20 @@ fn a_tile_forced_on_the_cpu_engine_is_an_error_naming_both() {
     assert!(e.contains("M32N32") && e.contains("CPU engine"), "{e}");
 }
 
+#[test]
+fn a_forced_split_past_a_binding_is_an_error_naming_it() {
+    let d = device();
+    let z = |s: &[usize]| d.zeros(s).unwrap();
+    // 1024 x 1024 outputs are 4 MiB of partial sums a split: one split more than a binding
+    // holds, with K long enough (16 a step) for every split to get work.
+    let max = d.limits().max_storage_buffer_binding_size as usize;
+    let splits = max / (1024 * 1024 * 4) + 1;
+    let k = splits * 16;
+    let opts = GemmOptions { tile: Some(convoy::kernels::gemm::Tile::M128N64), splits: Some(splits), ..Default::default() };
+    let e = dense::matmul_with(&d, &z(&[1024, k]), &z(&[k, 1024]), &z(&[1024, 1024]), false, false, &opts).unwrap_err().to_string();
+    assert!(e.contains(&format!("{splits} K splits")) && e.contains("binding"), "{e}");
+}
+
 pub(crate) fn dense_forward_ref(x: &[f32], w: &[f32], b: Option<&[f32]>, (batch, inputs, units): (usize, usize, usize)) -> Vec<f64> {
     let mut y = matmul_ref(x, w, (batch, inputs, units), false, false);
     if let Some(b) = b {
