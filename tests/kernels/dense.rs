@@ -79,11 +79,13 @@ fn a_forced_split_past_a_binding_is_an_error_naming_it() {
     let d = device();
     let z = |s: &[usize]| d.zeros(s).unwrap();
     // 1024 x 1024 outputs are 4 MiB of partial sums a split: one split more than a binding
-    // holds, with K long enough (16 a step) for every split to get work.
+    // holds, with K long enough for every split to get a K step of the tile (the smallest,
+    // which fits WebGPU's default workgroup memory in tests/portable.rs too).
     let max = d.limits().max_storage_buffer_binding_size as usize;
     let splits = max / (1024 * 1024 * 4) + 1;
-    let k = splits * 16;
-    let opts = GemmOptions { tile: Some(convoy::kernels::gemm::Tile::M128N64), splits: Some(splits), ..Default::default() };
+    let tile = *tiles().last().unwrap();
+    let k = splits * tile.bk();
+    let opts = GemmOptions { tile: Some(tile), splits: Some(splits), ..Default::default() };
     let e = dense::matmul_with(&d, &z(&[1024, k]), &z(&[k, 1024]), &z(&[1024, 1024]), false, false, &opts).unwrap_err().to_string();
     assert!(e.contains(&format!("{splits} K splits")) && e.contains("binding"), "{e}");
 }
