@@ -291,7 +291,7 @@ impl Device {
 
     /// Bytes of a tensor of `shape` and `dtype`, or an error naming the shape where they do
     /// not fit one binding of this device.
-    fn binding_bytes(&self, shape: &[usize], dtype: DType) -> Result<u64> {
+    pub(crate) fn binding_bytes(&self, shape: &[usize], dtype: DType) -> Result<u64> {
         let max = self.device.limits().max_storage_buffer_binding_size;
         // The shape comes from a model's declared sizes and a batch size: an overflowing
         // product is too large for any binding, not a panic.

@@ -15,8 +15,9 @@
 //! Keras' `groups` and `dilation_rate` ride on the same products. A grouped convolution is
 //! `groups` products on one grid, each over its group's slice of the channels (see
 //! `gemm::Groups`); dilation multiplies the tap offsets of the gathers (the shader's
-//! `DILATED` and `p.dil_h`, `p.dil_w`). As in Keras, dilation comes only with stride 1, so the input gradient of a
-//! dilated convolution is one unit-stride product and the phase products never see it.
+//! `DILATED` and `p.dil_h`, `p.dil_w`). As in Keras, dilation comes only with stride 1, so
+//! the input gradient of a dilated convolution is one unit-stride product and the phase
+//! products never see it.
 
 use super::gemm::{self, ALoad, BLoad, Gemm, GemmOptions, Groups, Phase};
 use super::winograd::{self, Pass};

@@ -76,9 +76,10 @@ fn conv_case(g: &Conv2dGeometry, opts: &GemmOptions, seed: u64) -> [f64; 3] {
 
 /// Every gather the f32 engine has, through the cooperative kernel: plain and transposed
 /// operands, the convolution's three products (vec4 and scalar images, phase products of a
-/// stride-2 input gradient, a 1x1 downsample whose odd phases meet no tap), the three tiles
-/// shapes it runs (over 128 columns, 65-128, 33-64 on many rows and on few, 17-32), edges of every tile size, K split automatically and by
-/// force; narrow outputs fall back to the f32 product. The coverage assertion fails when a
+/// stride-2 input gradient, a 1x1 downsample whose odd phases meet no tap), the tile shapes
+/// it runs (over 128 columns, 65-128, 33-64 on many rows and on few, 17-32), edges of every
+/// tile size, K split automatically and by force; narrow outputs fall back to the f32
+/// product. The coverage assertion fails when a
 /// cooperative path went untested. Grouped and dilated convolutions go through the same gathers.
 #[test]
 fn mixed_products_match_f64_within_f16_bounds() {
