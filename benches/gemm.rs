@@ -1,11 +1,12 @@
-//! Throughput of single products: a square matmul and the convolutions of ResNet-18 at
-//! 224 px (forward, input gradient, weight gradient), in float32 and mixed precision, as
+//! Throughput of single products: a square matmul, the convolutions of ResNet-18 at 224 px
+//! and ResNet-50's 1x1 ones (forward, input gradient, weight gradient), in float32 and mixed precision, as
 //! useful TFLOP/s and the fraction of the chip's peak. The per-kernel view that
 //! `convoy bench --profile` gives inside a step, without the step: for trying one kernel's
 //! tiles and K splits.
 //!
-//! `cargo bench --bench gemm [-- FILTER] [--splits auto,1,4] [--reps N] [--probe]`; FILTER keeps the cases
-//! whose name contains it; the device is `CONVOY_BENCH_DEVICES` (default: the first adapter).
+//! `cargo bench --bench gemm [-- FILTER] [--splits auto,1,4] [--flip on,off,auto] [--reps N]
+//! [--probe]`; FILTER keeps the cases whose name contains it; the device is
+//! `CONVOY_BENCH_DEVICES` (default: the first adapter).
 //! On a software adapter the shapes shrink to a smoke run. `--probe` times plain f16 products
 //! by the probe kernel instead (`benches/coop_shared.wgsl`): what cooperative matrices give here.
 
@@ -132,6 +133,9 @@ fn main() -> Result<()> {
         Some(s) => splits(&s),
         None => vec![None],
     };
+    // `--flip on,off,auto`: the input gradients with the flipped kernel forced on or off
+    // (`GemmOptions::flip`), beside the engine's choice.
+    let flips: Vec<Option<bool>> = value("--flip").map_or(vec![None], |s| s.split(',').map(|f| match f.trim() { "on" => Some(true), "off" => Some(false), _ => None }).collect());
     let selection = std::env::var("CONVOY_BENCH_DEVICES").unwrap_or_else(|_| "0".into());
     let device = convoy::device::open(&selection)?.remove(0);
     let software = device.is_software();
@@ -143,6 +147,11 @@ fn main() -> Result<()> {
     cases.extend(conv_cases(&device, "3x3 128", [batch, side / 2, side / 2, 128], 128, 3, 1)?);
     cases.extend(conv_cases(&device, "3x3 256", [batch, side / 4, side / 4, 256], 256, 3, 1)?);
     cases.extend(conv_cases(&device, "3x3 512", [batch, side / 8, side / 8, 512], 512, 3, 1)?);
+    // ResNet-50's bottleneck ends, where most of its products are.
+    cases.extend(conv_cases(&device, "1x1 256>64", [batch, side, side, 256], 64, 1, 1)?);
+    cases.extend(conv_cases(&device, "1x1 64>256", [batch, side, side, 64], 256, 1, 1)?);
+    cases.extend(conv_cases(&device, "1x1 1024>256", [batch, side / 4, side / 4, 1024], 256, 1, 1)?);
+    cases.extend(conv_cases(&device, "1x1 512>2048", [batch, side / 8, side / 8, 512], 2048, 1, 1)?);
     if args.iter().any(|a| a == "--probe") {
         if !device.has_coop16() {
             println!("{}: no 16x16 f16 cooperative matrices, nothing to probe", device.name());
@@ -152,7 +161,7 @@ fn main() -> Result<()> {
     }
     let peak = Peak::for_adapter(device.name());
     println!("device: {} ({}), {reps} repetitions", device.name(), device.backend());
-    println!("{:<28} {:>9} {:>6} {:>9} {:>9} {:>6}  dispatches", "product", "precision", "split", "ms", "TFLOP/s", "peak%");
+    println!("{:<28} {:>9} {:>8} {:>9} {:>9} {:>6}  dispatches", "product", "precision", "split", "ms", "TFLOP/s", "peak%");
     // An idle GPU takes a while to reach its clocks: the first cases of a fresh machine ran
     // up to 2.7x slower than the same cases a minute later (H100). Half a second of the
     // square product first.
@@ -167,9 +176,17 @@ fn main() -> Result<()> {
             // Forced splits only where K is long: a split of a short K multiplies the
             // partial sums past what a binding holds.
             let sweep = if case.name.contains("weight grad") || case.name.starts_with("matmul") { &splits[..] } else { &[None] };
-            for &split in sweep {
-                let opts = GemmOptions { mixed, splits: split, ..Default::default() };
-                let dispatches = (case.record)(&device, &opts)?;
+            let flip_sweep = if case.name.contains("input grad") { &flips[..] } else { &[None] };
+            for (&split, &flip) in sweep.iter().flat_map(|s| flip_sweep.iter().map(move |f| (s, f))) {
+                let opts = GemmOptions { mixed, splits: split, flip, ..Default::default() };
+                let dispatches = match (case.record)(&device, &opts) {
+                    // A flip forced where it cannot compute the product.
+                    Err(e) if flip == Some(true) => {
+                        println!("{:<28} {:>9} {e}", case.name, if mixed { "mixed" } else { "float32" });
+                        continue;
+                    }
+                    other => other?,
+                };
                 device.run(&dispatches);
                 device.sync()?;
                 let all: Vec<_> = std::iter::repeat_n(dispatches.iter().cloned(), reps).flatten().collect();
@@ -179,10 +196,14 @@ fn main() -> Result<()> {
                 let ms = start.elapsed().as_secs_f64() * 1e3 / reps as f64;
                 let tflops = case.flops / ms / 1e9;
                 let of_peak = peak.as_ref().map_or(f64::NAN, |p| 100.0 * tflops / if mixed { p.tensor_tflops } else { p.tflops });
-                let split = split.map_or("auto".to_string(), |s| s.to_string());
+                let split = match (split, flip) {
+                    (Some(s), _) => s.to_string(),
+                    (None, Some(f)) => format!("flip={}", if f { "on" } else { "off" }),
+                    (None, None) => "auto".to_string(),
+                };
                 let precision = if mixed { "mixed" } else { "float32" };
                 let paths: Vec<&str> = dispatches.iter().map(|d| d.path.as_str()).collect();
-                println!("{:<28} {precision:>9} {split:>6} {ms:>9.3} {tflops:>9.2} {of_peak:>6.1}  {}", case.name, paths.join(" | "));
+                println!("{:<28} {precision:>9} {split:>8} {ms:>9.3} {tflops:>9.2} {of_peak:>6.1}  {}", case.name, paths.join(" | "));
             }
         }
     }

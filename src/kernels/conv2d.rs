@@ -4,7 +4,9 @@
 //! - forward: `y[M = N*OH*OW, F] = im2col(x)[M, K = KH*KW*C] · w[K, F]`
 //! - input gradient: `dx[N*H*W, C] = stuffed(dy)[N*H*W, KH*KW*F] · wᵀ` (w read per (i, j)
 //!   block as `[C, F]` transposed); at stride > 1 one such product per phase of dx, over
-//!   only the taps the phase meets (see [`backward_data`])
+//!   only the taps the phase meets (see [`backward_data`]); in mixed precision on tensor cores,
+//!   at unit stride, the forward convolution of dy by w flipped into rows instead
+//!   ([`flipped_geometry`])
 //! - kernel gradient: `dw[KH*KW*C, F] = im2col(x)ᵀ · dy[N*OH*OW, F]`, its long K split
 //!   across workgroups and reduced by a second dispatch.
 //!
@@ -21,7 +23,7 @@
 
 use super::gemm::{self, ALoad, BLoad, Gemm, GemmOptions, Groups, Phase};
 use super::winograd::{self, Pass};
-use super::{expect_shape, Dispatch};
+use super::{expect_shape, grid_for, u32_of, Dispatch, FLIP, WG_CONST};
 use crate::{bail, Device, Result, Tensor};
 
 /// How the borders of the image are treated.
@@ -226,14 +228,18 @@ pub fn forward_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tens
     if let Some(m) = winograd::choose(device, geom, Pass::Forward, opts)? {
         return winograd::convolve(device, K, geom, Pass::Forward, m, x, w, y, opts);
     }
-    let a_load = if geom.is_pointwise() { ALoad::Rows } else { ALoad::Im2col };
+    gemm::launch(device, &forward_gemm(K, geom, x, w, y, geom.flops() as f64), opts)
+}
+
+/// The forward's product `im2col(x) · w` (x itself as the matrix for a 1x1 kernel).
+fn forward_gemm<'a>(label: &'static str, geom: &'a Conv2dGeometry, x: &'a Tensor, w: &'a Tensor, y: &'a Tensor, flops: f64) -> Gemm<'a> {
     let (c, f) = (geom.group_in_c(), geom.group_filters());
-    let g = Gemm {
-        label: K,
+    Gemm {
+        label,
         m: geom.out_pixels(),
         n: f,
         k: geom.kh * geom.kw * c,
-        a_load,
+        a_load: if geom.is_pointwise() { ALoad::Rows } else { ALoad::Im2col },
         b_load: BLoad::Rows,
         conv: Some(geom),
         phase: None,
@@ -243,9 +249,69 @@ pub fn forward_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tens
         b: w,
         bias: None,
         c: y,
-        flops: geom.flops() as f64,
-    };
-    gemm::launch(device, &g, opts)
+        flops,
+    }
+}
+
+/// The slot of [`Device::scratch`] that holds a flipped kernel (see [`flipped`]).
+const SCRATCH_FLIPPED: usize = 3;
+
+/// The forward convolution whose output is `geom`'s input gradient, where one is: at unit
+/// stride, undilated and ungrouped, dx is dy convolved with the kernel flipped in both axes
+/// and its channels swapped, padded by `k - 1 - pad` before (the padding after follows from
+/// the sizes). Paddings above `k - 1` have none.
+pub fn flipped_geometry(geom: &Conv2dGeometry) -> Option<Conv2dGeometry> {
+    let unit = (geom.stride_h, geom.stride_w, geom.dilation_h, geom.dilation_w, geom.groups) == (1, 1, 1, 1, 1);
+    (unit && geom.pad_top < geom.kh && geom.pad_left < geom.kw).then(|| Conv2dGeometry {
+        in_h: geom.out_h,
+        in_w: geom.out_w,
+        in_c: geom.filters,
+        filters: geom.in_c,
+        pad_top: geom.kh - 1 - geom.pad_top,
+        pad_left: geom.kw - 1 - geom.pad_left,
+        out_h: geom.in_h,
+        out_w: geom.in_w,
+        ..*geom
+    })
+}
+
+/// Whether `geom`'s input gradient is computed as [`flipped`]: as `opts.flip` forces, else on
+/// the tensor cores, whose kernel reads the transposed blocks of w and the stuffed dy slower
+/// than the forward's rows (H100, batch 256, `cargo bench --bench gemm -- --flip on,off`:
+/// ResNet-18's 3x3 convolutions of 64-512 channels 0.50-0.78 ms flipped against 0.66-0.99;
+/// ResNet-50's 1x1 ones 0.28-0.52 against 0.33-0.59, but 0.75 against 0.60 for 64 -> 256).
+/// The float32 kernel gained 0-5% on 1x1 and nothing where Winograd takes the 3x3 ones.
+fn flips(device: &Device, geom: &Conv2dGeometry, opts: &GemmOptions) -> Result<Option<Conv2dGeometry>> {
+    let back = flipped_geometry(geom);
+    match opts.flip {
+        Some(false) => Ok(None),
+        Some(true) if back.is_none() => bail!(Config, "conv2d: the flipped-kernel input gradient cannot compute {geom:?}: it takes unit-stride, undilated, ungrouped convolutions padded by less than the kernel"),
+        Some(true) => Ok(back),
+        None => {
+            let tensor_cores = opts.mixed && device.has_coop16() && gemm::Engine::of(device, opts, "conv2d_backward_data")? == gemm::Engine::Tiled;
+            Ok(back.filter(|_| tensor_cores))
+        }
+    }
+}
+
+/// dx as the forward convolution `back` (see [`flipped_geometry`]) of dy by w flipped into
+/// the device's scratch (`shaders/flip.wgsl`): two dispatches, the flip a read of w.
+fn flipped(device: &Device, kernel: &'static str, geom: &Conv2dGeometry, back: &Conv2dGeometry, dy: &Tensor, w: &Tensor, dx: &Tensor, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
+    #[repr(C)]
+    #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+    struct Params {
+        taps: u32,
+        c: u32,
+        f: u32,
+        _pad: u32,
+    }
+    let shape = back.kernel_shape();
+    let wf = device.scratch(SCRATCH_FLIPPED, w.len())?.reshape(&shape)?;
+    let p = Params { taps: u32_of(kernel, "taps", geom.kh * geom.kw)?, c: u32_of(kernel, "channels", geom.in_c)?, f: u32_of(kernel, "filters", geom.filters)?, _pad: 0 };
+    u32_of(kernel, "kernel elements", w.len())?;
+    let flip = Dispatch::with_params(device, &FLIP, "flip_kernel", &[WG_CONST], &p, &[(1, w), (2, &wf)], grid_for(device, w.len())?).named(kernel, 0.0);
+    let product = gemm::launch(device, &forward_gemm(kernel, back, dy, &wf, dx, geom.flops() as f64), opts)?;
+    Ok(std::iter::once(flip).chain(product.into_iter().map(|d| d.tagged("flipped"))).collect())
 }
 
 /// The input gradient: `dx[n, ih, iw, c] = sum dy[n, oh, ow, f] * w[i, j, c, f]` over
@@ -271,6 +337,9 @@ pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w
     expect_shape(K, "dy", dy, &geom.output_shape())?;
     expect_shape(K, "kernel", w, &geom.kernel_shape())?;
     expect_shape(K, "dx", dx, &geom.input_shape())?;
+    if let Some(back) = flips(device, geom, opts)? {
+        return flipped(device, K, geom, &back, dy, w, dx, opts);
+    }
     if let Some(m) = winograd::choose(device, geom, Pass::BackwardData, opts)? {
         return winograd::convolve(device, K, geom, Pass::BackwardData, m, dy, w, dx, opts);
     }

@@ -141,9 +141,10 @@ shader!(ACTIVATION, "activation.wgsl", relu);
 shader!(LAYERNORM, "layernorm.wgsl");
 shader!(AUGMENT, "augment.wgsl");
 shader!(WINOGRAD, "winograd.wgsl");
+shader!(FLIP, "flip.wgsl");
 
 /// Every shader file, for validation tests.
-pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &CONV2D_COOP, &GEMM_CPU, &REDUCE, &BATCHNORM, &BATCHNORM_CPU, &POOL, &DEPTHWISE, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE, &CONCAT, &ACTIVATION, &LAYERNORM, &AUGMENT, &WINOGRAD];
+pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &CONV2D_COOP, &GEMM_CPU, &REDUCE, &BATCHNORM, &BATCHNORM_CPU, &POOL, &DEPTHWISE, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE, &CONCAT, &ACTIVATION, &LAYERNORM, &AUGMENT, &WINOGRAD, &FLIP];
 
 /// One recorded kernel launch: pipeline, bindings and grid, ready to replay.
 #[derive(Clone, Debug)]

@@ -21,7 +21,7 @@ use crate::dense::{matmul_ref, shapes};
 const F16_U: f64 = 1.0 / 2048.0;
 const MIXED_TOL: f64 = 1e-3;
 
-const MIXED: GemmOptions = GemmOptions { tile: None, splits: None, mixed: true, winograd: None, engine: None };
+const MIXED: GemmOptions = GemmOptions { tile: None, splits: None, mixed: true, winograd: None, flip: None, engine: None };
 
 fn abs(v: &[f32]) -> Vec<f32> {
     v.iter().map(|x| x.abs()).collect()
@@ -62,16 +62,24 @@ fn conv_case(g: &Conv2dGeometry, opts: &GemmOptions, seed: u64) -> [f64; 3] {
     let (tx, tw, tdy) = (upload(&x, &xs), upload(&w, &ws), upload(&dy, &ys));
     let (ty, tdx, tdw) = (upload(&random(&mut r, yl), &ys), upload(&random(&mut r, xl), &xs), upload(&random(&mut r, wl), &ws));
     let mut all = conv2d::forward_with(&d, g, &tx, &tw, &ty, opts).unwrap();
-    all.extend(conv2d::backward_data_with(&d, g, &tdy, &tw, &tdx, opts).unwrap());
     all.extend(conv2d::backward_weights_with(&d, g, &tx, &tdy, &tdw, opts).unwrap());
     run(&all);
     let (ax, aw, ady) = (abs(&x), abs(&w), abs(&dy));
     let case = format!("mixed conv {g:?} {opts:?}");
-    [
+    let mut worst = [
         assert_mixed(&format!("{case} forward"), &read(&ty), &forward_ref(g, &x, &w), &forward_ref(g, &ax, &aw)),
-        assert_mixed(&format!("{case} backward_data"), &read(&tdx), &backward_data_ref(g, &dy, &w), &backward_data_ref(g, &ady, &aw)),
+        0.0,
         assert_mixed(&format!("{case} backward_weights"), &read(&tdw), &backward_weights_ref(g, &x, &dy), &backward_weights_ref(g, &ax, &ady)),
-    ]
+    ];
+    // Both input gradients where the flipped kernel can compute one.
+    let flips: &[Option<bool>] = if conv2d::flipped_geometry(g).is_some() { &[Some(true), Some(false)] } else { &[None] };
+    let (want, bound) = (backward_data_ref(g, &dy, &w), backward_data_ref(g, &ady, &aw));
+    for &flip in flips {
+        let opts = GemmOptions { flip, ..*opts };
+        run(&conv2d::backward_data_with(&d, g, &tdy, &tw, &tdx, &opts).unwrap());
+        worst[1] = worst[1].max(assert_mixed(&format!("{case} backward_data flip={flip:?}"), &read(&tdx), &want, &bound));
+    }
+    worst
 }
 
 /// Every gather the f32 engine has, through the cooperative kernel: plain and transposed
@@ -125,16 +133,17 @@ fn mixed_products_match_f64_within_f16_bounds() {
     for a in ["a=Rows", "a=Cols", "a=Im2col", "a=Im2colT", "a=DyStuffed"] {
         expected.push((entry, a.to_string()));
     }
-    for t in ["b=Rows", "b=BlockedT", "phase", "taps=none", "split=none", "split=forced", "quad_a", "scalar_a", "quad_c", "scalar_c", "grouped", "dilated"] {
+    for t in ["b=Rows", "b=BlockedT", "phase", "taps=none", "split=none", "split=forced", "quad_a", "scalar_a", "quad_c", "scalar_c", "grouped", "dilated", "flipped"] {
         expected.push((entry, t.to_string()));
     }
+    expected.push(("flip_kernel", "grid=1d".to_string()));
     if coop {
         expected.extend([("gemm_coop", "tile=M128N64".to_string()), ("gemm_coop", "bn=128".to_string()), ("gemm_coop", "bn=256".to_string()), ("gemm_coop", "bm=256".to_string()), ("gemm_coop", "tile=M128N32".to_string())]);
     }
     // Narrow outputs on a tensor-core device, every product elsewhere.
     expected.push(("gemm", "round_f16".to_string()));
     // The CPU kernel rounds its operands on every device.
-    for t in ["a=Rows", "a=Cols", "a=Im2col", "a=Im2colT", "a=DyStuffed", "b=Rows", "b=BlockedT", "phase", "grouped", "dilated", "round_f16"] {
+    for t in ["a=Rows", "a=Cols", "a=Im2col", "a=Im2colT", "a=DyStuffed", "b=Rows", "b=BlockedT", "phase", "grouped", "dilated", "round_f16", "flipped"] {
         expected.push(("gemm_cpu", t.to_string()));
     }
     assert_paths_cover("mixed gemm", &taken, &expected, &[]);
