@@ -45,8 +45,12 @@ fn quiet(epochs: usize, val: Option<Arc<dyn Dataset>>) -> FitOptions {
     FitOptions { epochs, batch_size: 32, validation_data: val, verbose: 0, ..Default::default() }
 }
 
-/// The synthetic images, each taking `ms` milliseconds to load: a loader slower than the steps.
+/// The synthetic images, each taking `ms` milliseconds to load, one at a time whatever the
+/// loader's threads (one a core): a batch takes the same time on 2 cores and on 16, longer
+/// than a step even while the other tests share the cores.
 struct SlowToLoad(Arc<dyn Dataset>, u64);
+
+static ONE_LOAD_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Dataset for SlowToLoad {
     fn len(&self) -> usize {
@@ -65,7 +69,10 @@ impl Dataset for SlowToLoad {
         "slow to load".into()
     }
     fn load(&self, i: usize, out: &mut [u8]) -> convoy::Result<u32> {
-        std::thread::sleep(std::time::Duration::from_millis(self.1));
+        {
+            let _one = ONE_LOAD_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+            std::thread::sleep(std::time::Duration::from_millis(self.1));
+        }
         self.0.load(i, out)
     }
 }
@@ -88,7 +95,7 @@ fn input_wait_is_the_time_the_devices_sat_idle() {
     };
     // From memory first: the first steps also build the pipelines, while the loader works.
     let fast = wait(&mut m, train.clone(), 12);
-    let slow = wait(&mut m, Arc::new(SlowToLoad(train, 5)), 4);
+    let slow = wait(&mut m, Arc::new(SlowToLoad(train, 5)), 3);
     assert!(slow > 0.5, "5 ms a sample: input_wait {slow}");
     assert!(fast < 0.2, "from memory: input_wait {fast}");
 }
