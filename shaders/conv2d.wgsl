@@ -387,6 +387,12 @@ fn operand(v: vec4<f32>) -> vec4<f32> {
 }
 
 fn round_f16(x: f32) -> f32 {
+    let bits = bitcast<u32>(x);
+    // NaN stays itself: the rounding below would carry a mantissa of all ones (NVIDIA's
+    // NaN, 0x7fffffff) out through the sign bit into -0.0.
+    if ((bits & 0x7fffffffu) > 0x7f800000u) {
+        return x;
+    }
     let a = abs(x);
     if (a >= 65520.0) {
         // From 65520 round-to-nearest-even reaches f16's infinity.
@@ -398,9 +404,7 @@ fn round_f16(x: f32) -> f32 {
         return round(x * 16777216.0) / 16777216.0;
     }
     // Normal range: keep 10 of f32's 23 mantissa bits, ties to even; a carry out of the
-    // mantissa moves the exponent up, as it should. NaN fails both tests above and comes
-    // here, where it stays NaN or becomes infinite: non-finite either way.
-    let bits = bitcast<u32>(x);
+    // mantissa moves the exponent up, as it should.
     let odd = (bits >> 13u) & 1u;
     return bitcast<f32>((bits + 0x0fffu + odd) & 0xffffe000u);
 }

@@ -67,6 +67,11 @@ impl Arith for Mixed {
 /// `x` (an f32 value) rounded to the nearest f16, ties to even, infinite from 65520 up: as
 /// the device rounds a product's operands.
 pub(crate) fn round_f16(x: f64) -> f64 {
+    // NaN stays itself: the carry below would take a mantissa of all ones through the sign
+    // bit into -0.0.
+    if x.is_nan() {
+        return x;
+    }
     let a = x.abs();
     if a >= 65520.0 {
         return f64::INFINITY.copysign(x);
@@ -75,8 +80,7 @@ pub(crate) fn round_f16(x: f64) -> f64 {
         // f16's subnormals: multiples of 2^-24.
         return (x * 2f64.powi(24)).round_ties_even() / 2f64.powi(24);
     }
-    // Keep 10 of f32's 23 mantissa bits, ties to even (a carry moves the exponent up). NaN
-    // stays NaN.
+    // Keep 10 of f32's 23 mantissa bits, ties to even (a carry moves the exponent up).
     let bits = (x as f32).to_bits();
     f32::from_bits(bits.wrapping_add(0x0fff + ((bits >> 13) & 1)) & 0xffff_e000) as f64
 }

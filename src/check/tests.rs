@@ -674,6 +674,10 @@ fn f16_rounding_of_the_mixed_reference() {
     assert_eq!(round_f16(3.0 * 2f64.powi(-26)), 2f64.powi(-24));
     assert_eq!(round_f16(2f64.powi(-26)), 0.0);
     assert!(round_f16(f64::NAN).is_nan());
+    // Every NaN, whatever its payload: all ones once carried into -0.0.
+    for bits in [0x7fff_ffff_ffff_ffffu64, 0xffff_ffff_ffff_ffff, 0x7ff0_0000_0000_0001] {
+        assert!(round_f16(f64::from_bits(bits)).is_nan(), "{bits:#x}");
+    }
 }
 
 /// MobileNet's depthwise block (3x3, stride 2, same, no bias, between BatchNorm + ReLU) and a

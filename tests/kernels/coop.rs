@@ -192,5 +192,18 @@ fn operands_are_rounded_to_f16() {
         let got = read(&tc);
         assert!(got[..n].iter().all(|v| !v.is_finite()), "{case}: 70000 became {:?} in row 0", &got[..4]);
         assert!(got[n..].iter().all(|v| v.is_finite()), "{case}: other rows must stay finite");
+        // A NaN operand makes its row NaN on every kernel, whatever its bits: the rounding's
+        // carry once turned a mantissa of all ones (NVIDIA's NaN) into -0.0.
+        for engine in Engine::ALL {
+            for nan in [0x7fff_ffffu32, 0xffff_ffff, 0x7fc0_0000, 0x7f80_0001] {
+                let mut poisoned = a.clone();
+                poisoned[1] = f32::from_bits(nan);
+                let tnan = upload(&poisoned, &[m, k]);
+                run(&dense::matmul_with(&d, &tnan, &tb, &tc, false, false, &GemmOptions { engine: Some(engine), ..MIXED }).unwrap());
+                let got = read(&tc);
+                assert!(got[..n].iter().all(|v| v.is_nan()), "{case} {engine:?}: NaN {nan:#x} gave {:?} in row 0", &got[..4]);
+                assert!(got[n..].iter().all(|v| v.is_finite()), "{case} {engine:?}: other rows must stay finite");
+            }
+        }
     }
 }
