@@ -174,24 +174,28 @@ fn operands_are_rounded_to_f16() {
         let mut r = rng(70 + n as u64);
         let (a, b) = (random(&mut r, m * k), random(&mut r, k * n));
         let (ta, tb, tc) = (upload(&a, &[m, k]), upload(&b, &[k, n]), upload(&vec![0.0; m * n], &[m, n]));
-        run(&dense::matmul_with(&d, &ta, &tb, &tc, false, false, &MIXED).unwrap());
-        let got = read(&tc);
-        let rounded: (Vec<f32>, Vec<f32>) = (a.iter().map(|&x| round_f16(x)).collect(), b.iter().map(|&x| round_f16(x)).collect());
-        let on_rounded = rel_err(&got, &matmul_ref(&rounded.0, &rounded.1, mkn, false, false));
-        let on_exact = rel_err(&got, &matmul_ref(&a, &b, mkn, false, false));
-        let case = format!("mixed matmul {mkn:?} (wide: {n_wide}) on {}", d.name());
-        println!("{case}: {on_rounded:.1e} from f64 on f16-rounded operands, {on_exact:.1e} from f64 on the exact ones");
-        // Products of f16 values are exact in f32: only the f32 sum rounds (2.5e-7 seen).
-        assert!(on_rounded < 1e-5, "{case}: {on_rounded:.1e} from f64 on f16-rounded operands");
-        assert!(on_exact > 10.0 * on_rounded && on_exact > 5e-5, "{case}: {on_exact:.1e} from f64 on the exact operands: were they rounded?");
-        // One operand past f16's range: its row of the output overflows.
-        let mut big = a.clone();
-        big[0] = 70000.0;
-        let tbig = upload(&big, &[m, k]);
-        run(&dense::matmul_with(&d, &tbig, &tb, &tc, false, false, &MIXED).unwrap());
-        let got = read(&tc);
-        assert!(got[..n].iter().all(|v| !v.is_finite()), "{case}: 70000 became {:?} in row 0", &got[..4]);
-        assert!(got[n..].iter().all(|v| v.is_finite()), "{case}: other rows must stay finite");
+        // Each engine rounds (the tiled one by a flag at run time, the CPU one by a constant).
+        for engine in Engine::ALL {
+            let mixed = GemmOptions { engine: Some(engine), ..MIXED };
+            run(&dense::matmul_with(&d, &ta, &tb, &tc, false, false, &mixed).unwrap());
+            let got = read(&tc);
+            let rounded: (Vec<f32>, Vec<f32>) = (a.iter().map(|&x| round_f16(x)).collect(), b.iter().map(|&x| round_f16(x)).collect());
+            let on_rounded = rel_err(&got, &matmul_ref(&rounded.0, &rounded.1, mkn, false, false));
+            let on_exact = rel_err(&got, &matmul_ref(&a, &b, mkn, false, false));
+            let case = format!("mixed matmul {mkn:?} (wide: {n_wide}) on {} {engine:?}", d.name());
+            println!("{case}: {on_rounded:.1e} from f64 on f16-rounded operands, {on_exact:.1e} from f64 on the exact ones");
+            // Products of f16 values are exact in f32: only the f32 sum rounds (2.5e-7 seen).
+            assert!(on_rounded < 1e-5, "{case}: {on_rounded:.1e} from f64 on f16-rounded operands");
+            assert!(on_exact > 10.0 * on_rounded && on_exact > 5e-5, "{case}: {on_exact:.1e} from f64 on the exact operands: were they rounded?");
+            // One operand past f16's range: its row of the output overflows.
+            let mut big = a.clone();
+            big[0] = 70000.0;
+            let tbig = upload(&big, &[m, k]);
+            run(&dense::matmul_with(&d, &tbig, &tb, &tc, false, false, &mixed).unwrap());
+            let got = read(&tc);
+            assert!(got[..n].iter().all(|v| !v.is_finite()), "{case}: 70000 became {:?} in row 0", &got[..4]);
+            assert!(got[n..].iter().all(|v| v.is_finite()), "{case}: other rows must stay finite");
+        }
         // A NaN operand makes its row NaN on every kernel, whatever its bits: the rounding's
         // carry once turned a mantissa of all ones (NVIDIA's NaN) into -0.0.
         for engine in Engine::ALL {
@@ -201,8 +205,8 @@ fn operands_are_rounded_to_f16() {
                 let tnan = upload(&poisoned, &[m, k]);
                 run(&dense::matmul_with(&d, &tnan, &tb, &tc, false, false, &GemmOptions { engine: Some(engine), ..MIXED }).unwrap());
                 let got = read(&tc);
-                assert!(got[..n].iter().all(|v| v.is_nan()), "{case} {engine:?}: NaN {nan:#x} gave {:?} in row 0", &got[..4]);
-                assert!(got[n..].iter().all(|v| v.is_finite()), "{case} {engine:?}: other rows must stay finite");
+                assert!(got[..n].iter().all(|v| v.is_nan()), "mixed matmul {mkn:?} {engine:?}: NaN {nan:#x} gave {:?} in row 0", &got[..4]);
+                assert!(got[n..].iter().all(|v| v.is_finite()), "mixed matmul {mkn:?} {engine:?}: other rows must stay finite");
             }
         }
     }
