@@ -70,7 +70,9 @@ pub fn on_each_variant(mut f: impl FnMut(&str)) {
 /// access itself, checked or not (a read past a binding gives 0, a write past it is dropped:
 /// a probe in session 15), so there the checked shaders compute what the unchecked ones do,
 /// and running both only doubled these tests (the mixed-products sweep 150 s from a cold
-/// shader cache). The family tests still run both variants everywhere.
+/// shader cache). The convolution, Winograd and matmul family tests are such sweeps too
+/// (every case on both engines: 150 s of a cold suite's 320 on lavapipe); the other family
+/// tests run both variants everywhere.
 pub fn on_sweep_variants(mut f: impl FnMut(&str)) {
     if devices()[0].is_software() {
         println!("on the unchecked shaders (the software adapter bounds-checks both alike):");

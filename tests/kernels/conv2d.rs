@@ -126,7 +126,7 @@ pub(crate) fn check(geom: &Conv2dGeometry, opts: &GemmOptions, case: &str, seed:
 
 #[test]
 fn forward_and_gradients_match_direct_loops() {
-    on_each_variant(|_| {
+    on_sweep_variants(|_| {
         for engine in Engine::ALL {
             let mut worst = [0.0f64; 3];
             for (n, &(shape, filters, kernel, strides, padding)) in CASES.iter().enumerate() {
@@ -239,7 +239,7 @@ fn every_pass_counts_the_forward_useful_flops() {
 fn winograd_matches_direct_loops() {
     use Padding::*;
     take_paths();
-    on_each_variant(|variant| {
+    on_sweep_variants(|variant| {
         let cases: [([usize; 4], usize, Padding); 6] = [
             ([1, 5, 7, 3], 6, Same),
             ([3, 9, 9, 8], 12, Explicit(1, 1)),

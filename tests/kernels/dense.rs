@@ -37,7 +37,7 @@ pub(crate) fn check_matmul(mkn: (usize, usize, usize), ta: bool, tb: bool, opts:
 
 #[test]
 fn matmul_in_every_transpose_combination() {
-    on_each_variant(|_| {
+    on_sweep_variants(|_| {
         for engine in Engine::ALL {
             let mut worst = 0.0f64;
             // (m, k, n); the last two have every size a multiple of 4 (vec4 loads and stores).
