@@ -281,14 +281,14 @@ pub fn flipped_geometry(geom: &Conv2dGeometry) -> Option<Conv2dGeometry> {
 /// ResNet-18's 3x3 convolutions of 64-512 channels 0.50-0.78 ms flipped against 0.66-0.99;
 /// ResNet-50's 1x1 ones 0.28-0.52 against 0.33-0.59, but 0.75 against 0.60 for 64 -> 256).
 /// The float32 kernel gained 0-5% on 1x1 and nothing where Winograd takes the 3x3 ones.
-fn flips(device: &Device, geom: &Conv2dGeometry, opts: &GemmOptions) -> Result<Option<Conv2dGeometry>> {
+fn flips(device: &Device, kernel: &str, geom: &Conv2dGeometry, opts: &GemmOptions) -> Result<Option<Conv2dGeometry>> {
     let back = flipped_geometry(geom);
     match opts.flip {
         Some(false) => Ok(None),
-        Some(true) if back.is_none() => bail!(Config, "conv2d: the flipped-kernel input gradient cannot compute {geom:?}: it takes unit-stride, undilated, ungrouped convolutions padded by less than the kernel"),
+        Some(true) if back.is_none() => bail!(Config, "{kernel}: the flipped-kernel input gradient cannot compute {geom:?}: it takes unit-stride, undilated, ungrouped convolutions padded by less than the kernel"),
         Some(true) => Ok(back),
         None => {
-            let tensor_cores = opts.mixed && device.has_coop16() && gemm::Engine::of(device, opts, "conv2d_backward_data")? == gemm::Engine::Tiled;
+            let tensor_cores = opts.mixed && device.has_coop16() && gemm::Engine::of(device, opts, kernel)? == gemm::Engine::Tiled;
             Ok(back.filter(|_| tensor_cores))
         }
     }
@@ -337,7 +337,7 @@ pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w
     expect_shape(K, "dy", dy, &geom.output_shape())?;
     expect_shape(K, "kernel", w, &geom.kernel_shape())?;
     expect_shape(K, "dx", dx, &geom.input_shape())?;
-    if let Some(back) = flips(device, geom, opts)? {
+    if let Some(back) = flips(device, K, geom, opts)? {
         return flipped(device, K, geom, &back, dy, w, dx, opts);
     }
     if let Some(m) = winograd::choose(device, geom, Pass::BackwardData, opts)? {

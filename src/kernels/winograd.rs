@@ -10,9 +10,10 @@
 //! device reuses the same memory.
 //!
 //! The input gradient of a 3x3 unit-stride convolution is itself one: dx is dy convolved with
-//! the kernel flipped in both axes and its channels swapped, over a padding of `2 - pad`.
+//! the kernel flipped in both axes and its channels swapped, over a padding of `2 - pad`
+//! (`conv2d::flipped_geometry`).
 
-use super::conv2d::Conv2dGeometry;
+use super::conv2d::{flipped_geometry, Conv2dGeometry};
 use super::gemm::{self, ALoad, BLoad, Gemm, GemmOptions, Groups};
 use super::{grid_for, u32_of, Dispatch, WG_CONST, WINOGRAD};
 use crate::{bail, Device, Result, Tensor};
@@ -83,11 +84,16 @@ pub(crate) struct Plan {
 
 impl Plan {
     pub fn new(geom: &Conv2dGeometry, pass: Pass, m: usize) -> Plan {
-        let x = (geom.in_h, geom.in_w, geom.in_c);
-        let y = (geom.out_h, geom.out_w, geom.filters);
         match pass {
-            Pass::Forward => Plan { batch: geom.batch, src: x, dst: y, pad: (geom.pad_top, geom.pad_left), m },
-            Pass::BackwardData => Plan { batch: geom.batch, src: y, dst: x, pad: (2 - geom.pad_top, 2 - geom.pad_left), m },
+            Pass::Forward => Plan {
+                batch: geom.batch,
+                src: (geom.in_h, geom.in_w, geom.in_c),
+                dst: (geom.out_h, geom.out_w, geom.filters),
+                pad: (geom.pad_top, geom.pad_left),
+                m,
+            },
+            // Only for `computable` convolutions, whose input gradient has a flipped geometry.
+            Pass::BackwardData => Plan::new(&flipped_geometry(geom).expect("Winograd plans computable convolutions"), Pass::Forward, m),
         }
     }
     fn alpha2(&self) -> usize {
@@ -105,13 +111,11 @@ impl Plan {
     }
 }
 
-/// Whether Winograd can compute `geom`'s forward and input gradient: a 3x3 kernel at
-/// stride 1, undilated, one group, padding at most 2 (the input gradient's own padding is
-/// `2 - pad`).
+/// Whether Winograd can compute `geom`'s forward and input gradient: a 3x3 kernel whose
+/// input gradient is again a forward convolution (stride 1, undilated, one group, padding at
+/// most 2: see `conv2d::flipped_geometry`).
 fn computable(geom: &Conv2dGeometry) -> bool {
-    (geom.kh, geom.kw, geom.stride_h, geom.stride_w, geom.dilation_h, geom.dilation_w, geom.groups) == (3, 3, 1, 1, 1, 1, 1)
-        && geom.pad_top <= 2
-        && geom.pad_left <= 2
+    (geom.kh, geom.kw) == (3, 3) && flipped_geometry(geom).is_some()
 }
 
 /// The tile size m to compute `pass` of `geom` with, or None for the direct GEMM. The engine

@@ -174,14 +174,17 @@ fn operands_are_rounded_to_f16() {
         let mut r = rng(70 + n as u64);
         let (a, b) = (random(&mut r, m * k), random(&mut r, k * n));
         let (ta, tb, tc) = (upload(&a, &[m, k]), upload(&b, &[k, n]), upload(&vec![0.0; m * n], &[m, n]));
-        // Each engine rounds (the tiled one by a flag at run time, the CPU one by a constant).
+        let rounded: (Vec<f32>, Vec<f32>) = (a.iter().map(|&x| round_f16(x)).collect(), b.iter().map(|&x| round_f16(x)).collect());
+        let want_rounded = matmul_ref(&rounded.0, &rounded.1, mkn, false, false);
+        let want_exact = matmul_ref(&a, &b, mkn, false, false);
+        // Each engine rounds its operands (the tiled kernel in its loads, the CPU one in its K
+        // loop), keeps f16's overflow and every NaN.
         for engine in Engine::ALL {
             let mixed = GemmOptions { engine: Some(engine), ..MIXED };
             run(&dense::matmul_with(&d, &ta, &tb, &tc, false, false, &mixed).unwrap());
             let got = read(&tc);
-            let rounded: (Vec<f32>, Vec<f32>) = (a.iter().map(|&x| round_f16(x)).collect(), b.iter().map(|&x| round_f16(x)).collect());
-            let on_rounded = rel_err(&got, &matmul_ref(&rounded.0, &rounded.1, mkn, false, false));
-            let on_exact = rel_err(&got, &matmul_ref(&a, &b, mkn, false, false));
+            let on_rounded = rel_err(&got, &want_rounded);
+            let on_exact = rel_err(&got, &want_exact);
             let case = format!("mixed matmul {mkn:?} (wide: {n_wide}) on {} {engine:?}", d.name());
             println!("{case}: {on_rounded:.1e} from f64 on f16-rounded operands, {on_exact:.1e} from f64 on the exact ones");
             // Products of f16 values are exact in f32: only the f32 sum rounds (2.5e-7 seen).
@@ -195,18 +198,16 @@ fn operands_are_rounded_to_f16() {
             let got = read(&tc);
             assert!(got[..n].iter().all(|v| !v.is_finite()), "{case}: 70000 became {:?} in row 0", &got[..4]);
             assert!(got[n..].iter().all(|v| v.is_finite()), "{case}: other rows must stay finite");
-        }
-        // A NaN operand makes its row NaN on every kernel, whatever its bits: the rounding's
-        // carry once turned a mantissa of all ones (NVIDIA's NaN) into -0.0.
-        for engine in Engine::ALL {
+            // A NaN operand makes its row NaN, whatever its bits: the rounding's carry once
+            // turned a mantissa of all ones (NVIDIA's NaN) into -0.0.
             for nan in [0x7fff_ffffu32, 0xffff_ffff, 0x7fc0_0000, 0x7f80_0001] {
                 let mut poisoned = a.clone();
                 poisoned[1] = f32::from_bits(nan);
                 let tnan = upload(&poisoned, &[m, k]);
-                run(&dense::matmul_with(&d, &tnan, &tb, &tc, false, false, &GemmOptions { engine: Some(engine), ..MIXED }).unwrap());
+                run(&dense::matmul_with(&d, &tnan, &tb, &tc, false, false, &mixed).unwrap());
                 let got = read(&tc);
-                assert!(got[..n].iter().all(|v| v.is_nan()), "mixed matmul {mkn:?} {engine:?}: NaN {nan:#x} gave {:?} in row 0", &got[..4]);
-                assert!(got[n..].iter().all(|v| v.is_finite()), "mixed matmul {mkn:?} {engine:?}: other rows must stay finite");
+                assert!(got[..n].iter().all(|v| v.is_nan()), "{case}: NaN {nan:#x} gave {:?} in row 0", &got[..4]);
+                assert!(got[n..].iter().all(|v| v.is_finite()), "{case}: other rows must stay finite");
             }
         }
     }
