@@ -4,8 +4,8 @@
 //! `convoy bench --profile` gives inside a step, without the step: for trying one kernel's
 //! tiles and K splits.
 //!
-//! `cargo bench --bench gemm [-- FILTER] [--splits auto,1,4] [--flip on,off,auto] [--reps N]
-//! [--probe]`; FILTER keeps the cases whose name contains it; the device is
+//! `cargo bench --bench gemm [-- FILTER] [--splits auto,1,4] [--flip on,off,auto]
+//! [--coop auto,256x64/64x64/1/16] [--reps N] [--probe]`; FILTER keeps the cases whose name contains it; the device is
 //! `CONVOY_BENCH_DEVICES` (default: the first adapter).
 //! On a software adapter the shapes shrink to a smoke run. `--probe` times plain f16 products
 //! by the probe kernel instead (`benches/coop_shared.wgsl`): what cooperative matrices give here.
@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use convoy::kernels::conv2d::{self, Conv2dGeometry, Padding};
 use convoy::kernels::dense;
-use convoy::kernels::gemm::GemmOptions;
+use convoy::kernels::gemm::{CoopTile, GemmOptions};
 use convoy::kernels::{Dispatch, Shader};
 use convoy::model::Peak;
 use convoy::{Device, Result, Tensor};
@@ -125,6 +125,22 @@ fn probe(device: &Device, size: usize, reps: usize) -> Result<()> {
     Ok(())
 }
 
+/// `BMxBN/SGMxSGN/BUFS/BK` (e.g. `256x64/64x64/1/16`), or `auto` for the engine's choice.
+fn coop_tile(arg: &str) -> Option<Option<CoopTile>> {
+    if arg == "auto" {
+        return Some(None);
+    }
+    let numbers: Vec<usize> = arg.split(['x', '/']).map(|v| v.parse().ok()).collect::<Option<_>>()?;
+    match numbers[..] {
+        [bm, bn, sg_m, sg_n, bufs, bk] => Some(Some(CoopTile { bm, bn, sg_m, sg_n, bufs, bk })),
+        _ => None,
+    }
+}
+
+fn coop_name(tile: Option<CoopTile>) -> String {
+    tile.map_or("auto".into(), |t| format!("{}x{}/{}x{}/{}/{}", t.bm, t.bn, t.sg_m, t.sg_n, t.bufs, t.bk))
+}
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
@@ -136,6 +152,12 @@ fn main() -> Result<()> {
     // `--flip on,off,auto`: the input gradients with the flipped kernel forced on or off
     // (`GemmOptions::flip`), beside the engine's choice.
     let flips: Vec<Option<bool>> = value("--flip").map_or(vec![None], |s| s.split(',').map(|f| match f.trim() { "on" => Some(true), "off" => Some(false), _ => None }).collect());
+    // `--coop auto,128x64/64x32/2/32`: mixed products on these tensor-core tiles
+    // (`GemmOptions::coop_tile`), beside the engine's choice.
+    let coops: Vec<Option<CoopTile>> = match value("--coop") {
+        Some(list) => list.split(',').map(|t| coop_tile(t.trim()).ok_or_else(|| convoy::Error::Config(format!("--coop {t}: expected BMxBN/SGMxSGN/BUFS/BK or auto")))).collect::<Result<_>>()?,
+        None => vec![None],
+    };
     let selection = std::env::var("CONVOY_BENCH_DEVICES").unwrap_or_else(|_| "0".into());
     let device = convoy::device::open(&selection)?.remove(0);
     let software = device.is_software();
@@ -161,7 +183,7 @@ fn main() -> Result<()> {
     }
     let peak = Peak::for_adapter(device.name());
     println!("device: {} ({}), {reps} repetitions", device.name(), device.backend());
-    println!("{:<28} {:>9} {:>8} {:>9} {:>9} {:>6}  dispatches", "product", "precision", "split", "ms", "TFLOP/s", "peak%");
+    println!("{:<28} {:>9} {:>17} {:>9} {:>9} {:>6}  dispatches", "product", "precision", "split", "ms", "TFLOP/s", "peak%");
     // An idle GPU takes a while to reach its clocks: the first cases of a fresh machine ran
     // up to 2.7x slower than the same cases a minute later (H100). Half a second of the
     // square product first.
@@ -177,12 +199,15 @@ fn main() -> Result<()> {
             // partial sums past what a binding holds.
             let sweep = if case.name.contains("weight grad") || case.name.starts_with("matmul") { &splits[..] } else { &[None] };
             let flip_sweep = if case.name.contains("input grad") { &flips[..] } else { &[None] };
-            for (&split, &flip) in sweep.iter().flat_map(|s| flip_sweep.iter().map(move |f| (s, f))) {
-                let opts = GemmOptions { mixed, splits: split, flip, ..Default::default() };
+            let coop_sweep = if mixed { &coops[..] } else { &[None] };
+            let variants = sweep.iter().flat_map(|s| flip_sweep.iter().map(move |f| (s, f)));
+            for ((&split, &flip), &coop) in variants.flat_map(|v| coop_sweep.iter().map(move |c| (v, c))) {
+                let opts = GemmOptions { mixed, splits: split, flip, coop_tile: coop, ..Default::default() };
                 let dispatches = match (case.record)(&device, &opts) {
-                    // A flip forced where it cannot compute the product.
-                    Err(e) if flip == Some(true) => {
-                        println!("{:<28} {:>9} {e}", case.name, if mixed { "mixed" } else { "float32" });
+                    // A flip forced where it cannot compute the product, a tile the kernel
+                    // cannot run.
+                    Err(e) if flip == Some(true) || coop.is_some() => {
+                        println!("{:<28} {:>9} {} {e}", case.name, if mixed { "mixed" } else { "float32" }, coop_name(coop));
                         continue;
                     }
                     other => other?,
@@ -196,14 +221,15 @@ fn main() -> Result<()> {
                 let ms = start.elapsed().as_secs_f64() * 1e3 / reps as f64;
                 let tflops = case.flops / ms / 1e9;
                 let of_peak = peak.as_ref().map_or(f64::NAN, |p| 100.0 * tflops / if mixed { p.tensor_tflops } else { p.tflops });
-                let split = match (split, flip) {
-                    (Some(s), _) => s.to_string(),
-                    (None, Some(f)) => format!("flip={}", if f { "on" } else { "off" }),
-                    (None, None) => "auto".to_string(),
+                let split = match (split, flip, coop) {
+                    (Some(s), _, _) => s.to_string(),
+                    (None, Some(f), _) => format!("flip={}", if f { "on" } else { "off" }),
+                    (None, None, Some(_)) => coop_name(coop),
+                    (None, None, None) => "auto".to_string(),
                 };
                 let precision = if mixed { "mixed" } else { "float32" };
                 let paths: Vec<&str> = dispatches.iter().map(|d| d.path.as_str()).collect();
-                println!("{:<28} {precision:>9} {split:>8} {ms:>9.3} {tflops:>9.2} {of_peak:>6.1}  {}", case.name, paths.join(" | "));
+                println!("{:<28} {precision:>9} {split:>17} {ms:>9.3} {tflops:>9.2} {of_peak:>6.1}  {}", case.name, paths.join(" | "));
             }
         }
     }

@@ -30,73 +30,138 @@ pub enum Tile {
 /// columns: below, a 256-row tile would leave too much of its last row of tiles idle.
 const COOP_TALL_MIN_M: usize = 2048;
 
-/// A tensor-core tile on M128N64's 256 invocations (or M128N32's 128): its rows and columns,
-/// the region each 32-invocation subgroup owns (32 or 64 each way: 2 or 4 accumulators) and
-/// the buffers of each operand it stages (two, or one where two would not fit in 48 KB).
-/// Larger regions feed more products from each operand a subgroup loads from workgroup
-/// memory, and larger tiles gather each operand for more outputs.
+/// Rows of M from which the tensor-core kernel takes its 256 x 128 tile for outputs of 65-128
+/// columns (the 128-channel weight gradient's 1,152 rows gained from it).
+const COOP_WIDE_TALL_MIN_M: usize = 1024;
+
+/// A tensor-core tile (`shaders/conv2d_coop.wgsl`): its rows and columns, the region each
+/// 32-invocation subgroup owns (32 or 64 each way: 2 or 4 accumulators), the buffers of each
+/// operand it stages (two, or one where two would not fit) and the K it stages a step. Its
+/// invocations are 32 per region. Larger regions feed more products from each operand a
+/// subgroup loads from workgroup memory, and larger tiles gather each operand for more
+/// outputs. The engine picks one ([`CoopTile::choose`]); [`GemmOptions::coop_tile`] forces one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct CoopShape {
-    bm: usize,
-    bn: usize,
-    sg_m: usize,
-    sg_n: usize,
-    bufs: usize,
+pub struct CoopTile {
+    /// Output rows of one workgroup.
+    pub bm: usize,
+    /// Output columns of one workgroup.
+    pub bn: usize,
+    /// Rows of one subgroup's region: 32 or 64.
+    pub sg_m: usize,
+    /// Columns of one subgroup's region: 32 or 64.
+    pub sg_n: usize,
+    /// Buffers of each operand's K step in workgroup memory: 1 or 2.
+    pub bufs: usize,
+    /// K staged a step: 16 or 32.
+    pub bk: usize,
 }
 
-impl CoopShape {
-    /// The shape `tile` runs as its own: 32 x 32 a subgroup, two buffers.
-    fn of(tile: Tile) -> CoopShape {
-        CoopShape { bm: tile.bm(), bn: tile.bn(), sg_m: 32, sg_n: 32, bufs: 2 }
+impl CoopTile {
+    /// The shape `tile` runs as its own: 32 x 32 a subgroup, two buffers, K 32 a step on
+    /// M128N64 (two 16-deep products a barrier), 16 on M128N32.
+    fn of(tile: Tile) -> CoopTile {
+        let bk = if tile == Tile::M128N64 { 32 } else { tile.bk() };
+        CoopTile { bm: tile.bm(), bn: tile.bn(), sg_m: 32, sg_n: 32, bufs: 2, bk }
     }
 
-    /// The largest shape M128N64 can run an `m x n` product on within `limit` bytes of
-    /// workgroup memory, H100 figures for mixed_float16 (resnet18 at 224 px, batch 256):
+    /// Invocations of one workgroup: a subgroup of 32 per region.
+    pub fn threads(self) -> usize {
+        32 * (self.bm / self.sg_m.max(1)) * (self.bn / self.sg_n.max(1))
+    }
+
+    /// The shape M128N64 runs an `m x n` product gathered as `a` on, within `limit` bytes of
+    /// workgroup memory; H100 figures for mixed_float16 at batch 256 (`cargo bench --bench
+    /// gemm -- --coop ...`, benches/results/2026-11-26c and 2026-11-27b):
     /// - over 128 columns, 128 x 256 at 64 x 64 a subgroup, one buffer: the plain 4096^3
     ///   product 97 -> 121 TFLOP/s, resnet18 3,760 -> 4,059 images/s;
-    /// - 65-128 columns, 128 x 128 at 64 x 32, two buffers (48 KB): resnet18 3,026 -> 3,764;
+    /// - 65-128 columns on at least [`COOP_WIDE_TALL_MIN_M`] rows, 256 x 128 at 64 x 64, one
+    ///   buffer: ResNet-18's 128-channel 3x3 products 0.617 / 0.600 / 1.328 -> 0.518 / 0.516
+    ///   / 1.216 ms (forward, input and weight gradient);
+    /// - 65-128 columns on fewer rows, 128 x 128 at 64 x 32, two buffers (48 KB): resnet18
+    ///   3,026 -> 3,764;
+    /// - a weight gradient into 33-64 columns, 64 x 64 at 32 x 32 on 128 invocations: the
+    ///   64-channel 3x3 one 2.54 ms (on the f32 kernel, rounding) -> 2.24, the stem's 3.56 ->
+    ///   3.44; 128 x 64 on 256 invocations took 2.67 and 4.61;
     /// - 33-64 columns and at least [`COOP_TALL_MIN_M`] rows, 256 x 64 at 32 x 64, one buffer:
     ///   the 64-channel 3x3 forward 0.96 -> 0.77 ms, resnet18 4,059 -> 4,176.
-    fn choose(tile: Tile, m: usize, n: usize, bk: usize, limit: usize) -> CoopShape {
-        let own = CoopShape::of(tile);
+    ///
+    /// Tiles of 128 invocations with 64-row regions ran most other products 1.5-3x slower.
+    fn choose(tile: Tile, a: ALoad, m: usize, n: usize, limit: usize) -> CoopTile {
+        let own = CoopTile::of(tile);
         if tile != Tile::M128N64 {
             return own;
         }
         let candidates = [
-            (n > 128, CoopShape { bm: 128, bn: 256, sg_m: 64, sg_n: 64, bufs: 1 }),
-            (n > 64, CoopShape { bm: 128, bn: 128, sg_m: 64, sg_n: 32, bufs: 2 }),
-            (m >= COOP_TALL_MIN_M, CoopShape { bm: 256, bn: 64, sg_m: 32, sg_n: 64, bufs: 1 }),
+            (n > 128, CoopTile { bm: 128, bn: 256, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 }),
+            (n > 64 && m >= COOP_WIDE_TALL_MIN_M, CoopTile { bm: 256, bn: 128, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 }),
+            (n > 64, CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 32, bufs: 2, bk: 32 }),
+            (a == ALoad::Im2colT, CoopTile { bm: 64, bn: 64, sg_m: 32, sg_n: 32, bufs: 2, bk: 32 }),
+            (m >= COOP_TALL_MIN_M, CoopTile { bm: 256, bn: 64, sg_m: 32, sg_n: 64, bufs: 1, bk: 32 }),
         ];
-        candidates.into_iter().find(|&(want, shape)| want && shape.bytes(bk, tile.threads()) <= limit).map_or(own, |(_, shape)| shape)
+        candidates.into_iter().find(|&(want, shape)| want && shape.bytes() <= limit).map_or(own, |(_, shape)| shape)
     }
 
-    /// Workgroup memory with K steps of `bk` on `threads` invocations: the f16 operand tiles
-    /// with 8 halves of padding a row (stored either way round), plus the accumulators'
-    /// 8 floats an invocation on their way out.
-    fn bytes(self, bk: usize, threads: usize) -> usize {
+    /// Workgroup memory: the f16 operand tiles with 8 halves of padding a row (stored either
+    /// way round), plus the accumulators' 8 floats an invocation on their way out.
+    fn bytes(self) -> usize {
+        let bk = self.bk;
         let (a, b) = ((bk * (self.bm + 8)).max(self.bm * (bk + 8)), (bk * (self.bn + 8)).max(self.bn * (bk + 8)));
-        self.bufs * (a + b) * 2 + threads * 8 * 4
+        self.bufs * (a + b) * 2 + self.threads() * 8 * 4
     }
 
-    /// The pipeline constants that differ from `tile`'s own, and the path token.
+    /// A forced tile the kernel can run within `limit` bytes of workgroup memory, or an error
+    /// naming what it breaks: the kernel's regions, slots and gathers need these.
+    fn check(self, kernel: &str, limit: usize) -> Result<()> {
+        let t = self;
+        let threads = t.threads();
+        let slots = |rows: usize| (rows * t.bk).is_multiple_of(4 * threads) && (1..=MAX_SLOTS).contains(&(rows * t.bk / (4 * threads)));
+        let why = if ![32, 64].contains(&t.sg_m) || ![32, 64].contains(&t.sg_n) {
+            "regions are 32 or 64 each way"
+        } else if !t.bm.is_multiple_of(t.sg_m) || !t.bn.is_multiple_of(t.sg_n) || threads > 256 {
+            "the tile must be whole regions, at most 8 of them"
+        } else if ![1, 2].contains(&t.bufs) || ![16, 32].contains(&t.bk) {
+            "buffers are 1 or 2 and the K step 16 or 32"
+        } else if !slots(t.bm) || !slots(t.bn) || !threads.is_multiple_of(t.bm / 4) {
+            "each invocation must gather 1-8 whole quads of each operand, on a fixed column of A"
+        } else if t.bytes() > limit {
+            "it needs more workgroup memory than the device has"
+        } else {
+            return Ok(());
+        };
+        bail!(Config, "{kernel}: tensor-core tile {t:?} ({threads} invocations, {} bytes, limit {limit}): {why}", t.bytes())
+    }
+
+    /// The pipeline constants that differ from `tile`'s own, and the path tokens: `coop`,
+    /// the tile (`coop=256x64`), and its invocations where they are not `tile`'s.
     fn constants(self, tile: Tile) -> (Vec<(&'static str, f64)>, String) {
-        let own = CoopShape::of(tile);
+        let own = CoopTile::of(tile);
         let mut constants = Vec::new();
         let mut token = "coop".to_string();
-        for (name, value, default) in [("BM", self.bm, own.bm), ("BN", self.bn, own.bn), ("SG_M", self.sg_m, 32), ("SG_N", self.sg_n, 32), ("BUFS", self.bufs, 2)] {
+        let fields = [
+            ("BM", self.bm, own.bm),
+            ("BN", self.bn, own.bn),
+            ("SG_M", self.sg_m, 32),
+            ("SG_N", self.sg_n, 32),
+            ("BUFS", self.bufs, 2),
+            ("BK", self.bk, tile.bk()),
+            ("THREADS", self.threads(), tile.threads()),
+        ];
+        for (name, value, default) in fields {
             if value != default {
                 constants.push((name, value as f64));
             }
         }
-        if self.bm != own.bm {
-            token += &format!(" bm={}", self.bm);
-        }
-        if self.bn != own.bn {
-            token += &format!(" bn={}", self.bn);
+        token += &format!(" coop={}x{}", self.bm, self.bn);
+        if self.threads() != tile.threads() {
+            token += &format!(" threads={}", self.threads());
         }
         (constants, token)
     }
 }
+
+/// Quads of each operand one invocation gathers a K step, at most (`MAX_SLOTS` in
+/// `shaders/conv2d.wgsl`).
+const MAX_SLOTS: usize = 8;
 
 /// How much more of its rows a 64-row tile must use than a 128-row one to be chosen.
 const ROWS_USED_MARGIN: f64 = 0.15;
@@ -140,7 +205,7 @@ impl Tile {
         if !coop {
             return 2 * bk * (self.bm() + self.bn()) * 4;
         }
-        CoopShape::of(self).bytes(bk, self.threads())
+        CoopTile { bk, ..CoopTile::of(self) }.bytes()
     }
     fn threads(self) -> usize {
         let (_, wm, wn, _) = self.shape();
@@ -176,7 +241,7 @@ impl Tile {
         };
         for &t in big.iter().filter(|&&t| fits(t)) {
             let tiles = t.tiles(m, n) * groups;
-            if tiles * choose_splits(t, tiles, m * n * groups, k).0 >= TARGET_WORKGROUPS {
+            if tiles * choose_splits(t.threads(), tiles, m * n * groups, k).0 >= TARGET_WORKGROUPS {
                 return t;
             }
         }
@@ -218,6 +283,10 @@ pub struct GemmOptions {
     /// `Some(true)` always (an error for a convolution it cannot compute), `Some(false)`
     /// never, `None` the engine's choice (mixed products on tensor cores).
     pub flip: Option<bool>,
+    /// The tensor-core tile instead of the engine's choice, for mixed products on a device
+    /// with cooperative matrices (outputs of 16 columns or fewer stay on the f32 kernel); an
+    /// error elsewhere, or for a tile the kernel cannot run.
+    pub coop_tile: Option<CoopTile>,
     /// The kernel that computes the product instead of the device's own (see [`Engine`]), so
     /// tests reach both kernels on any adapter.
     pub engine: Option<Engine>,
@@ -240,11 +309,13 @@ impl Engine {
     pub const ALL: [Engine; 2] = [Engine::Tiled, Engine::Cpu];
 
     /// The engine for a product on `device` under `opts`: the forced one; else the tiled
-    /// engine where a tile is forced or the device is hardware, the CPU engine on a software
-    /// adapter. A tile forced on the CPU engine is an error naming both.
+    /// engine where a tile (or a tensor-core tile) is forced or the device is hardware, the
+    /// CPU engine on a software adapter. A tile forced on the CPU engine is an error naming
+    /// both.
     pub fn of(device: &Device, opts: &GemmOptions, kernel: &str) -> Result<Engine> {
-        match (opts.engine, opts.tile) {
-            (Some(Engine::Cpu), Some(tile)) => bail!(Config, "{kernel}: tile {tile:?} is the tiled engine's; the CPU engine computes 8 x 8 blocks"),
+        let forced = opts.tile.map(|t| format!("{t:?}")).or(opts.coop_tile.map(|t| format!("{t:?}")));
+        match (opts.engine, forced) {
+            (Some(Engine::Cpu), Some(tile)) => bail!(Config, "{kernel}: tile {tile} is the tiled engine's; the CPU engine computes 8 x 8 blocks"),
             (Some(engine), _) => Ok(engine),
             (None, Some(_)) => Ok(Engine::Tiled),
             (None, None) => Ok(Engine::for_device(device)),
@@ -446,7 +517,7 @@ const BALANCE_K: usize = 2048;
 /// splits further, down to 256 k, until the GPU holds `TARGET_THREADS` invocations: on
 /// resnet20's first stage (M = 144, N = 16, K = 262,144) 86 splits of 64 invocations ran at
 /// 2.3 TFLOP/s. Returns the count and the rule that chose it, for the path label.
-fn choose_splits(tile: Tile, tiles: usize, outputs: usize, k: usize) -> (usize, &'static str) {
+fn choose_splits(threads: usize, tiles: usize, outputs: usize, k: usize) -> (usize, &'static str) {
     let by_space = (MAX_WORKSPACE / (4 * outputs).max(1)).max(1);
     // A grid of a few waves leaves the last partly idle: resnet18's last-stage weight
     // gradient (288 tiles of 256 invocations, K = 12,544) ran at 18-20 TFLOP/s, its
@@ -462,7 +533,7 @@ fn choose_splits(tile: Tile, tiles: usize, outputs: usize, k: usize) -> (usize, 
         return if balance > 1 { (balance, "split=balance") } else { (1, "split=auto") };
     }
     let (want, per_split, rule) = if k >= LONG_K {
-        (TARGET_WORKGROUPS.div_ceil(tiles).max(TARGET_THREADS.div_ceil(tiles * tile.threads())), 256, "split=auto_long_k")
+        (TARGET_WORKGROUPS.div_ceil(tiles).max(TARGET_THREADS.div_ceil(tiles * threads)), 256, "split=auto_long_k")
     } else {
         (TARGET_WORKGROUPS.div_ceil(tiles), 512, "split=auto")
     };
@@ -559,46 +630,51 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     if Engine::of(device, opts, kernel)? == Engine::Cpu {
         return super::gemm_cpu::launch(device, g, opts);
     }
-    // The cooperative kernel gives each 32-invocation subgroup a 32x32 region at least: the
-    // 128-row tiles have one subgroup per region (see `CoopShape`).
     let limit = device.limits().max_compute_workgroup_storage_size as usize;
-    // The cooperative kernel's wide tile takes K 32 at a time: two 16-deep products per
-    // barrier.
-    let coop_bk = |t: Tile| if t == Tile::M128N64 { 32 } else { t.bk() };
-    let coop_tile = if g.n > 32 { Tile::M128N64 } else { Tile::M128N32 };
-    // A weight gradient into 64 columns or fewer runs faster on the f32 kernel with its
-    // operands rounded than on the tensor cores (H100, batch 256: ResNet-18's 64-channel 3x3
-    // convolution 2.36 against 2.67 ms, the stem 3.36 against 4.61; unrounded f32 1.77, 2.74).
-    let narrow_weight_grad = g.a_load == ALoad::Im2colT && g.n <= 64 && opts.tile.is_none();
-    let coop = opts.mixed && device.has_coop16() && g.n > 16 && !narrow_weight_grad && coop_tile.workgroup_bytes(true, coop_bk(coop_tile)) <= limit;
+    // The tensor-core kernel runs on M128N64's constants (M128N32's for 17-32 columns), its
+    // own shape given by a `CoopTile`.
+    let coop_tile = if g.n > 32 || opts.coop_tile.is_some() { Tile::M128N64 } else { Tile::M128N32 };
+    // A weight gradient into 32 columns or fewer runs on the f32 kernel with its operands
+    // rounded: on M128N32's tensor-core tile the 33-64-column ones were slower than that
+    // (H100, batch 256: the stem 4.61 against 3.36 ms), and the 64 x 64 tile that beats both
+    // for those would leave half its columns idle here.
+    let narrow_weight_grad = g.a_load == ALoad::Im2colT && g.n <= 32 && opts.tile.is_none() && opts.coop_tile.is_none();
+    let coop = opts.mixed && device.has_coop16() && g.n > 16 && !narrow_weight_grad && CoopTile::of(coop_tile).bytes() <= limit;
     let tile = match opts.tile {
         Some(t) => t,
         None if coop => coop_tile,
         None => Tile::choose_grouped(g.m, g.n, g.k, group_count, limit),
     };
     let coop = coop && matches!(tile, Tile::M128N64 | Tile::M128N32);
-    let bytes = tile.workgroup_bytes(coop, if coop { coop_bk(tile) } else { tile.bk() });
+    let shape = match (coop, opts.coop_tile) {
+        (true, Some(forced)) if tile == Tile::M128N64 => {
+            forced.check(kernel, limit)?;
+            forced
+        }
+        // Outputs of 16 columns or fewer stay on the f32 kernel, forced tile or not.
+        (false, Some(_)) if opts.mixed && device.has_coop16() && g.n <= 16 && opts.tile.is_none() => CoopTile::of(tile),
+        (_, Some(forced)) => bail!(Config, "{kernel}: tensor-core tile {forced:?} forced on a product that runs on {tile:?} without tensor cores (mixed: {}, cooperative matrices: {})", opts.mixed, device.has_coop16()),
+        (true, None) => CoopTile::choose(tile, g.a_load, g.m, g.n, limit),
+        (false, None) => CoopTile::of(tile),
+    };
+    let bytes = if coop { shape.bytes() } else { tile.workgroup_bytes(false, tile.bk()) };
     if bytes > limit {
         bail!(Config, "{kernel}: tile {tile:?} needs {bytes} bytes of workgroup memory, more than {}'s {limit}", device.name());
     }
     let (shader, entry): (&Shader, &'static str) = if coop { (&CONV2D_COOP, "gemm_coop") } else { (&CONV2D, "gemm") };
-    let bk = if coop { coop_bk(tile) } else { tile.bk() };
-    let shape = if coop { CoopShape::choose(tile, g.m, g.n, bk, limit) } else { CoopShape::of(tile) };
+    let (bk, threads) = if coop { (shape.bk, shape.threads()) } else { (tile.bk(), tile.threads()) };
     let (tiles_m, tiles_n) = (g.m.div_ceil(shape.bm), g.n.div_ceil(shape.bn));
     let split = match opts.splits {
         Some(s) => (s, "split=forced"),
-        None => choose_splits(tile, tiles_m * tiles_n * group_count, g.m * g.n * group_count, g.k),
+        None => choose_splits(threads, tiles_m * tiles_n * group_count, g.m * g.n * group_count, g.k),
     };
     let mut constants = tile.constants(g.a_load, g.b_load);
-    if bk != tile.bk() {
-        constants.retain(|(name, _)| *name != "BK");
-        constants.push(("BK", bk as f64));
-    }
     if opts.mixed && !coop {
         constants.push(("ROUND_F16", 1.0));
     }
     let coop_token = if coop {
         let (shape_constants, token) = shape.constants(tile);
+        constants.retain(|(name, _)| shape_constants.iter().all(|(other, _)| other != name));
         constants.extend(shape_constants);
         token
     } else if opts.mixed {

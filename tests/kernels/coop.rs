@@ -11,7 +11,7 @@
 
 use convoy::kernels::conv2d::{self, Conv2dGeometry, Padding};
 use convoy::kernels::dense;
-use convoy::kernels::gemm::{Engine, GemmOptions};
+use convoy::kernels::gemm::{CoopTile, Engine, GemmOptions};
 
 use crate::common::*;
 use crate::conv2d::{backward_data_ref, backward_weights_ref, forward_ref};
@@ -21,7 +21,7 @@ use crate::dense::{matmul_ref, shapes};
 const F16_U: f64 = 1.0 / 2048.0;
 const MIXED_TOL: f64 = 1e-3;
 
-const MIXED: GemmOptions = GemmOptions { tile: None, splits: None, mixed: true, winograd: None, flip: None, engine: None };
+const MIXED: GemmOptions = GemmOptions { tile: None, splits: None, mixed: true, winograd: None, flip: None, coop_tile: None, engine: None };
 
 fn abs(v: &[f32]) -> Vec<f32> {
     v.iter().map(|x| x.abs()).collect()
@@ -85,10 +85,11 @@ fn conv_case(g: &Conv2dGeometry, opts: &GemmOptions, seed: u64) -> [f64; 3] {
 /// Every gather the f32 engine has, through the cooperative kernel: plain and transposed
 /// operands, the convolution's three products (vec4 and scalar images, phase products of a
 /// stride-2 input gradient, a 1x1 downsample whose odd phases meet no tap), the tile shapes
-/// it runs (over 128 columns, 65-128, 33-64 on many rows and on few, 17-32), edges of every
-/// tile size, K split automatically and by force; narrow outputs fall back to the f32
-/// product. The coverage assertion fails when a
-/// cooperative path went untested. Grouped and dilated convolutions go through the same gathers.
+/// it runs (over 128 columns; 65-128 on many rows and on few; 33-64 on many rows, on few,
+/// and a weight gradient's; 17-32), edges of every tile size, K split automatically and by
+/// force; narrow outputs fall back to the f32 product. The coverage assertion fails when a
+/// cooperative path went untested. Grouped and dilated convolutions go through the same
+/// gathers.
 #[test]
 fn mixed_products_match_f64_within_f16_bounds() {
     let coop = device().has_coop16();
@@ -97,7 +98,7 @@ fn mixed_products_match_f64_within_f16_bounds() {
         for engine in Engine::ALL {
             let mixed = GemmOptions { engine: Some(engine), ..MIXED };
             let mut worst = 0.0f64;
-            for (s, &mkn) in [(65, 70, 67), (300, 64, 64), (129, 33, 31), (4, 65536, 64), (1000, 576, 128), (7, 13, 10), (140, 100, 300), (2100, 40, 60)].iter().enumerate() {
+            for (s, &mkn) in [(65, 70, 67), (300, 64, 64), (129, 33, 31), (4, 65536, 64), (1030, 576, 128), (7, 13, 10), (140, 100, 300), (2100, 40, 60)].iter().enumerate() {
                 for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
                     worst = worst.max(matmul_case(mkn, ta, tb, &mixed, 40 + s as u64));
                 }
@@ -138,7 +139,9 @@ fn mixed_products_match_f64_within_f16_bounds() {
     }
     expected.push(("flip_kernel", "grid=1d".to_string()));
     if coop {
-        expected.extend([("gemm_coop", "tile=M128N64".to_string()), ("gemm_coop", "bn=128".to_string()), ("gemm_coop", "bn=256".to_string()), ("gemm_coop", "bm=256".to_string()), ("gemm_coop", "tile=M128N32".to_string())]);
+        for t in ["coop=128x64", "coop=128x256", "coop=256x128", "coop=128x128", "coop=256x64", "coop=64x64", "coop=128x32", "threads=128"] {
+            expected.push(("gemm_coop", t.to_string()));
+        }
     }
     // Narrow outputs on a tensor-core device, every product elsewhere.
     expected.push(("gemm", "round_f16".to_string()));
@@ -147,6 +150,60 @@ fn mixed_products_match_f64_within_f16_bounds() {
         expected.push(("gemm_cpu", t.to_string()));
     }
     assert_paths_cover("mixed gemm", &taken, &expected, &[]);
+}
+
+/// Tensor-core tiles the kernel can run besides the engine's own: 128-invocation tiles whose
+/// subgroups own 64 rows (the narrow products' candidates), a single subgroup, and 16-deep K
+/// steps. Each must give every product the same numbers within the f16 bounds.
+const FORCED_TILES: [CoopTile; 6] = [
+    CoopTile { bm: 128, bn: 64, sg_m: 64, sg_n: 32, bufs: 2, bk: 32 },
+    CoopTile { bm: 128, bn: 64, sg_m: 64, sg_n: 64, bufs: 2, bk: 16 },
+    CoopTile { bm: 256, bn: 64, sg_m: 64, sg_n: 64, bufs: 1, bk: 16 },
+    CoopTile { bm: 64, bn: 64, sg_m: 32, sg_n: 32, bufs: 2, bk: 32 },
+    CoopTile { bm: 64, bn: 64, sg_m: 64, sg_n: 64, bufs: 2, bk: 16 },
+    CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 64, bufs: 2, bk: 32 },
+];
+
+/// Every forced tile on plain and transposed products and the convolutions' three products
+/// (edges, a scalar stem, a stride-2 input gradient's phases, a K split); a tile the kernel
+/// cannot run, and any forced tile where no tensor cores compute the product, is an error
+/// naming it.
+#[test]
+fn forced_tensor_core_tiles_match_f64_within_f16_bounds() {
+    let d = device();
+    let bad = CoopTile { bm: 128, bn: 64, sg_m: 48, sg_n: 32, bufs: 2, bk: 32 };
+    let (ta, tb, tc) = (upload(&[0.0; 64 * 40], &[64, 40]), upload(&[0.0; 40 * 48], &[40, 48]), upload(&[0.0; 64 * 48], &[64, 48]));
+    let opts = GemmOptions { coop_tile: Some(bad), ..MIXED };
+    let err = dense::matmul_with(&d, &ta, &tb, &tc, false, false, &opts).unwrap_err().to_string();
+    assert!(err.contains("sg_m: 48"), "{err}");
+    if !d.has_coop16() {
+        let err = dense::matmul_with(&d, &ta, &tb, &tc, false, false, &GemmOptions { coop_tile: Some(FORCED_TILES[0]), ..MIXED }).unwrap_err().to_string();
+        assert!(err.contains("without tensor cores"), "{err}");
+        return;
+    }
+    take_paths();
+    on_sweep_variants(|_| {
+        for (t, &tile) in FORCED_TILES.iter().enumerate() {
+            let opts = GemmOptions { coop_tile: Some(tile), ..MIXED };
+            for (ta, tb) in [(false, false), (true, false), (false, true)] {
+                matmul_case((300, 70, 100), ta, tb, &opts, 80 + t as u64);
+            }
+            matmul_case((140, 600, 68), false, false, &GemmOptions { splits: Some(3), ..opts }, 90 + t as u64);
+            let convs = [
+                Conv2dGeometry::new(&[4, 13, 13, 64], 64, (3, 3), (1, 1), Padding::Same).unwrap(),
+                Conv2dGeometry::new(&[2, 29, 29, 3], 64, (7, 7), (2, 2), Padding::Explicit(3, 3)).unwrap(),
+                Conv2dGeometry::new(&[3, 9, 9, 32], 40, (3, 3), (2, 2), Padding::Same).unwrap(),
+            ];
+            for (i, g) in convs.iter().enumerate() {
+                conv_case(g, &opts, 100 + i as u64);
+            }
+        }
+    });
+    let expected: Vec<(&str, String)> = ["threads=128", "threads=64", "threads=32", "coop=128x64", "coop=256x64", "coop=64x64", "coop=128x128", "a=Im2colT", "a=DyStuffed", "phase", "split=forced", "scalar_a"]
+        .iter()
+        .map(|t| ("gemm_coop", t.to_string()))
+        .collect();
+    assert_paths_cover("forced tensor-core tiles", &take_paths(), &expected, &[]);
 }
 
 /// `x` rounded to the nearest f16 (ties to even), as an f32: infinite from 65520 up.
