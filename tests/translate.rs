@@ -23,9 +23,9 @@ type Variant = (String, String, Vec<(String, u64)>);
 
 /// The tensor-core variants an H100 built in the kernel tests (logged there with
 /// `CONVOY_PIPELINE_LOG`): no adapter here offers cooperative matrices, so CI reads them.
-/// Recorded in session 17 (37 variants), joined with those session 16 derived by hand for
-/// shapes the sweep does not reach (each M128N64 variant's widest and tall twins, which
-/// models' products pick).
+/// Recorded in sessions 17 and 18 (the forced tensor-core tiles' variants too), joined with
+/// those session 16 derived by hand for shapes the sweep does not reach (each M128N64
+/// variant's widest and tall twins, which models' products pick).
 const COOP_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/coop_pipelines.jsonl");
 
 fn logged_variants() -> (BTreeSet<Variant>, usize) {
