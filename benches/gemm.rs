@@ -6,7 +6,8 @@
 //!
 //! `cargo bench --bench gemm [-- FILTER] [--splits auto,1,4] [--flip on,off,auto]
 //! [--coop auto,256x64/64x64/1/16] [--reps N] [--probe]`; FILTER keeps the cases whose name contains it; the device is
-//! `CONVOY_BENCH_DEVICES` (default: the first adapter).
+//! `CONVOY_BENCH_DEVICES` (default: the first adapter). Forward and input-gradient products
+//! take only `auto` and `1` of `--splits` (their K is short).
 //! On a software adapter the shapes shrink to a smoke run. `--probe` times plain f16 products
 //! by the probe kernel instead (`benches/coop_shared.wgsl`): what cooperative matrices give here.
 
@@ -195,9 +196,11 @@ fn main() -> Result<()> {
     }
     for case in cases.iter().filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str()))) {
         for mixed in [false, true] {
-            // Forced splits only where K is long: a split of a short K multiplies the
-            // partial sums past what a binding holds.
-            let sweep = if case.name.contains("weight grad") || case.name.starts_with("matmul") { &splits[..] } else { &[None] };
+            // Every forced split where K is long; elsewhere only the unsplit product, since
+            // a split of a short K multiplies the partial sums past what a binding holds.
+            let long_k = case.name.contains("weight grad") || case.name.starts_with("matmul");
+            let short: Vec<Option<usize>> = splits.iter().copied().filter(|s| s.is_none_or(|v| v == 1)).collect();
+            let sweep = if long_k { &splits[..] } else { &short[..] };
             let flip_sweep = if case.name.contains("input grad") { &flips[..] } else { &[None] };
             let coop_sweep = if mixed { &coops[..] } else { &[None] };
             let variants = sweep.iter().flat_map(|s| flip_sweep.iter().map(move |f| (s, f)));
