@@ -389,6 +389,28 @@ impl Sequential {
             // while the next step runs, and its `on_batch_end` comes then, with logs that
             // include it.
             let mut in_flight: Option<(usize, usize, f32)> = None;
+            // Collects the steps that finished (all but `keep` of those submitted), tallies
+            // their outputs and checks them for divergence at the step they reached; `done`,
+            // the step the collection finished, then gets its `on_batch_end` where `call`.
+            // The wait counts as device time where `count_wait`.
+            macro_rules! complete {
+                (keep: $keep:expr, count_wait: $count:expr, done: $done:expr, call: $call:expr) => {{
+                    let (outs, waited) = self.collect($keep)?;
+                    if $count {
+                        shares.compute += waited;
+                    }
+                    let c = self.compiled()?;
+                    tally.add(&c.metrics, &outs);
+                    let reached = c.step - c.replicas.pending() as u64;
+                    if let Some((done_batch, size, done_lr)) = $done {
+                        divergence.check(&outs, reached, epoch + 1, reached - epoch_start_step, done_lr);
+                        if $call {
+                            let logs = batch_logs(&tally, &c.metrics, size, &shares, t_epoch);
+                            stop |= hook!(on_batch_end(done_batch, &logs));
+                        }
+                    }
+                }};
+            }
             loop {
                 let next = match loader.try_next() {
                     Some(next) => next,
@@ -399,14 +421,8 @@ impl Sequential {
                         // step itself whenever the loader was slower than nothing, and a
                         // software adapter, whose kernels share the cores with the loader,
                         // showed "input-bound" with its dense kernels at 97% of the step.
-                        if let Some((done_batch, size, done_lr)) = in_flight.take() {
-                            let (outs, waited) = self.collect(0)?;
-                            shares.compute += waited;
-                            let c = self.compiled()?;
-                            tally.add(&c.metrics, &outs);
-                            divergence.check(&outs, c.step, epoch + 1, c.step - epoch_start_step, done_lr);
-                            let logs = batch_logs(&tally, &c.metrics, size, &shares, t_epoch);
-                            stop |= hook!(on_batch_end(done_batch, &logs));
+                        if let Some(done) = in_flight.take() {
+                            complete!(keep: 0, count_wait: true, done: Some(done), call: true);
                             if stop && ranks.is_none() {
                                 break;
                             }
@@ -441,33 +457,15 @@ impl Sequential {
                 shares.compute += timing.iter().map(|t| t.compute).fold(0.0, f64::max);
                 shares.exchange += timing.iter().map(|t| t.exchange).fold(0.0, f64::max);
                 // Read step b-1's loss while step b runs.
-                let (outs, waited) = self.collect(1)?;
-                shares.compute += waited;
-                let c = self.compiled()?;
-                tally.add(&c.metrics, &outs);
-                let done = c.step - c.replicas.pending() as u64;
-                if let Some((done_batch, size, done_lr)) = in_flight.replace((b, batch.labels.len(), lr)) {
-                    divergence.check(&outs, done, epoch + 1, done - epoch_start_step, done_lr);
-                    let logs = batch_logs(&tally, &c.metrics, size, &shares, t_epoch);
-                    stop |= hook!(on_batch_end(done_batch, &logs));
-                }
+                complete!(keep: 1, count_wait: true, done: in_flight.replace((b, batch.labels.len(), lr)), call: true);
                 // Ranks stop together, at the epoch's end (see `crate::distributed`).
                 if stop && ranks.is_none() {
                     break;
                 }
                 t_wait = Instant::now();
             }
-            let (outs, _) = self.collect(0)?;
-            let c = self.compiled()?;
-            tally.add(&c.metrics, &outs);
-            if let Some((done_batch, size, done_lr)) = in_flight {
-                divergence.check(&outs, c.step, epoch + 1, c.step - epoch_start_step, done_lr);
-                // After a stop, as in Keras, no batch hook comes (the step ran: it was in flight).
-                if !stop {
-                    let logs = batch_logs(&tally, &c.metrics, size, &shares, t_epoch);
-                    stop |= hook!(on_batch_end(done_batch, &logs));
-                }
-            }
+            // After a stop, as in Keras, no batch hook comes (the step ran: it was in flight).
+            complete!(keep: 0, count_wait: false, done: in_flight, call: !stop);
             let c = self.compiled()?;
             // `collect(0)` finished the last exchange, so every replica holds the same weights.
             c.replicas.sync_states_across_ranks()?;
