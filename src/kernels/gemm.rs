@@ -931,7 +931,7 @@ pub(crate) fn column_sums(device: &Device, kernel: &str, a: &Tensor, rows: usize
 
 #[cfg(test)]
 mod tests {
-    use super::Tile;
+    use super::{ALoad, CoopTile, Tile};
 
     #[test]
     fn tiles_say_their_workgroup_memory_and_the_choice_keeps_under_the_limit() {
@@ -943,6 +943,49 @@ mod tests {
             let t = Tile::choose_grouped(m, n, k, groups, 16 << 10);
             assert!(t.workgroup_bytes(false, t.bk()) <= 16 << 10, "{m}x{n}x{k}: {t:?}");
             assert_eq!(Tile::choose_grouped(m, n, k, groups, usize::MAX) == t, !matches!(Tile::choose_grouped(m, n, k, groups, usize::MAX), Tile::M128N64 | Tile::M128N32));
+        }
+    }
+
+    /// The tensor-core tile each kind of product gets within 48 KB (an H100's limit), and
+    /// the smaller ones a tighter limit leaves.
+    #[test]
+    fn tensor_core_tiles_follow_the_products_shape_and_the_limit() {
+        let shape = |a, m, n, limit| {
+            let t = CoopTile::choose(Tile::M128N64, a, m, n, limit);
+            assert!(t.bytes() <= limit, "{t:?}: {} bytes over {limit}", t.bytes());
+            (t.bm, t.bn, t.sg_m, t.sg_n, t.threads())
+        };
+        let h100 = 48 << 10;
+        assert_eq!(shape(ALoad::Im2col, 200_704, 256, h100), (128, 256, 64, 64, 256));
+        assert_eq!(shape(ALoad::Im2col, 200_704, 128, h100), (256, 128, 64, 64, 256));
+        assert_eq!(shape(ALoad::Im2colT, 1_152, 128, h100), (256, 128, 64, 64, 256));
+        assert_eq!(shape(ALoad::Rows, 1_000, 128, h100), (128, 128, 64, 32, 256));
+        assert_eq!(shape(ALoad::Im2colT, 576, 64, h100), (64, 64, 32, 32, 128));
+        assert_eq!(shape(ALoad::Im2col, 802_816, 64, h100), (256, 64, 32, 64, 256));
+        assert_eq!(shape(ALoad::Cols, 256, 64, h100), (128, 64, 32, 32, 256));
+        // 36 KB: neither the 38 KB tiles (the wide ones, M128N64's own) nor 128 x 128 fit;
+        // the tall tile (33 KB) and the 64 x 64 one (24 KB) do.
+        assert_eq!(shape(ALoad::Im2col, 200_704, 256, 36 << 10), (256, 64, 32, 64, 256));
+        assert_eq!(shape(ALoad::Im2colT, 576, 64, 36 << 10), (64, 64, 32, 32, 128));
+    }
+
+    /// A forced tile the kernel cannot run is an error naming the rule it breaks.
+    #[test]
+    fn a_forced_tensor_core_tile_is_checked() {
+        let good = CoopTile { bm: 128, bn: 64, sg_m: 64, sg_n: 32, bufs: 2, bk: 32 };
+        assert!(good.check("k", 48 << 10).is_ok());
+        for (bad, rule) in [
+            (CoopTile { sg_m: 48, ..good }, "regions are 32 or 64"),
+            (CoopTile { bm: 96, ..good }, "whole regions"),
+            (CoopTile { bm: 512, bn: 128, ..good }, "whole regions"),
+            (CoopTile { bufs: 3, ..good }, "buffers are 1 or 2"),
+            (CoopTile { bk: 64, ..good }, "the K step 16 or 32"),
+            (CoopTile { bm: 64, bn: 64, sg_m: 64, sg_n: 64, ..good }, "1-8 whole quads"),
+            (CoopTile { bm: 256, bn: 256, sg_m: 64, sg_n: 64, bufs: 2, bk: 32 }, "whole regions"),
+            (CoopTile { bm: 128, bn: 256, sg_m: 64, sg_n: 64, bufs: 2, bk: 32 }, "more workgroup memory"),
+        ] {
+            let err = bad.check("conv2d_forward", 48 << 10).unwrap_err().to_string();
+            assert!(err.contains(rule) && err.contains("conv2d_forward") && err.contains(&format!("{bad:?}")), "{bad:?}: {err}");
         }
     }
 }
