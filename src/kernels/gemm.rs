@@ -75,8 +75,9 @@ impl CoopTile {
     /// - over 128 columns, 128 x 256 at 64 x 64 a subgroup, one buffer: the plain 4096^3
     ///   product 97 -> 121 TFLOP/s, resnet18 3,760 -> 4,059 images/s;
     /// - 65-128 columns on at least [`COOP_WIDE_TALL_MIN_M`] rows, 256 x 128 at 64 x 64, one
-    ///   buffer: ResNet-18's 128-channel 3x3 products 0.617 / 0.600 / 1.328 -> 0.518 / 0.516
-    ///   / 1.216 ms (forward, input and weight gradient);
+    ///   buffer: ResNet-18's 128-channel 3x3 products 0.605 / 0.615 / 1.320 -> 0.536 / 0.530
+    ///   / 1.246 ms (forward, input and weight gradient), resnet18 4,443 -> 4,542 with the
+    ///   next tile;
     /// - 65-128 columns on fewer rows, 128 x 128 at 64 x 32, two buffers (48 KB): resnet18
     ///   3,026 -> 3,764;
     /// - a weight gradient into 33-64 columns, 64 x 64 at 32 x 32 on 128 invocations: the
