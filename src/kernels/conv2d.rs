@@ -279,7 +279,8 @@ pub fn flipped_geometry(geom: &Conv2dGeometry) -> Option<Conv2dGeometry> {
 /// the tensor cores, whose kernel reads the transposed blocks of w and the stuffed dy slower
 /// than the forward's rows (H100, batch 256, `cargo bench --bench gemm -- --flip on,off`:
 /// ResNet-18's 3x3 convolutions of 64-512 channels 0.50-0.78 ms flipped against 0.66-0.99;
-/// ResNet-50's 1x1 ones 0.28-0.52 against 0.33-0.59, but 0.75 against 0.60 for 64 -> 256).
+/// ResNet-50's 1x1 ones 0.28-0.52 against 0.33-0.60: the 64 -> 256 one, first timed at
+/// 0.75, takes 0.46-0.47 in three later runs).
 /// The float32 kernel gained 0-5% on 1x1 and nothing where Winograd takes the 3x3 ones.
 fn flips(device: &Device, kernel: &str, geom: &Conv2dGeometry, opts: &GemmOptions) -> Result<Option<Conv2dGeometry>> {
     let back = flipped_geometry(geom);
