@@ -1,13 +1,13 @@
 //! Throughput of single products: a square matmul, the convolutions of ResNet-18 at 224 px
-//! and ResNet-50's 1x1 ones (forward, input gradient, weight gradient), in float32 and mixed precision, as
-//! useful TFLOP/s and the fraction of the chip's peak. The per-kernel view that
-//! `convoy bench --profile` gives inside a step, without the step: for trying one kernel's
-//! tiles and K splits.
+//! and ResNet-50's 1x1 ones (forward, input gradient, weight gradient), in float32 and mixed
+//! precision, as useful TFLOP/s and the fraction of the chip's peak. The per-kernel view
+//! that `convoy bench --profile` gives inside a step, without the step: for trying one
+//! kernel's tiles and K splits.
 //!
 //! `cargo bench --bench gemm [-- FILTER] [--splits auto,1,4] [--flip on,off,auto]
-//! [--coop auto,256x64/64x64/1/16] [--reps N] [--probe]`; FILTER keeps the cases whose name contains it; the device is
-//! `CONVOY_BENCH_DEVICES` (default: the first adapter). Forward and input-gradient products
-//! take only `auto` and `1` of `--splits` (their K is short).
+//! [--coop auto,256x64/64x64/1/16] [--reps N] [--probe]`; FILTER keeps the cases whose name
+//! contains it; the device is `CONVOY_BENCH_DEVICES` (default: the first adapter). Forward
+//! and input-gradient products take only `auto` and `1` of `--splits` (their K is short).
 //! On a software adapter the shapes shrink to a smoke run. `--probe` times plain f16 products
 //! by the probe kernel instead (`benches/coop_shared.wgsl`): what cooperative matrices give here.
 
@@ -194,13 +194,14 @@ fn main() -> Result<()> {
         device.run(&warm);
         device.sync()?;
     }
+    // Every forced split where K is long; elsewhere only the unsplit product, since a split
+    // of a short K multiplies the partial sums past what a binding holds.
+    let short_k_splits: Vec<Option<usize>> = splits.iter().copied().filter(|s| s.is_none_or(|v| v == 1)).collect();
     for case in cases.iter().filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str()))) {
         for mixed in [false, true] {
-            // Every forced split where K is long; elsewhere only the unsplit product, since
-            // a split of a short K multiplies the partial sums past what a binding holds.
+            let precision = if mixed { "mixed" } else { "float32" };
             let long_k = case.name.contains("weight grad") || case.name.starts_with("matmul");
-            let short: Vec<Option<usize>> = splits.iter().copied().filter(|s| s.is_none_or(|v| v == 1)).collect();
-            let sweep = if long_k { &splits[..] } else { &short[..] };
+            let sweep = if long_k { &splits[..] } else { &short_k_splits[..] };
             let flip_sweep = if case.name.contains("input grad") { &flips[..] } else { &[None] };
             let coop_sweep = if mixed { &coops[..] } else { &[None] };
             let variants = sweep.iter().flat_map(|s| flip_sweep.iter().map(move |f| (s, f)));
@@ -210,7 +211,7 @@ fn main() -> Result<()> {
                     // A flip forced where it cannot compute the product, a tile the kernel
                     // cannot run.
                     Err(e) if flip == Some(true) || coop.is_some() => {
-                        println!("{:<28} {:>9} {} {e}", case.name, if mixed { "mixed" } else { "float32" }, coop_name(coop));
+                        println!("{:<28} {precision:>9} {} {e}", case.name, coop_name(coop));
                         continue;
                     }
                     other => other?,
@@ -230,7 +231,6 @@ fn main() -> Result<()> {
                     (None, None, Some(_)) => coop_name(coop),
                     (None, None, None) => "auto".to_string(),
                 };
-                let precision = if mixed { "mixed" } else { "float32" };
                 let paths: Vec<&str> = dispatches.iter().map(|d| d.path.as_str()).collect();
                 println!("{:<28} {precision:>9} {split:>17} {ms:>9.3} {tflops:>9.2} {of_peak:>6.1}  {}", case.name, paths.join(" | "));
             }

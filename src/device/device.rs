@@ -505,7 +505,7 @@ impl LimitsMode {
         match self {
             LimitsMode::Portable => wgpu::Limits {
                 // The GEMM tiles are chosen by the workgroup memory the device grants
-                // (`Tile::workgroup_bytes`): the fast ones need 24-48 KB, which Metal and DX12
+                // (`Tile::workgroup_bytes`, `CoopTile`): the fast ones need 24-48 KB, which Metal and DX12
                 // (32 KB) and Vulkan's GPUs (48 KB and more) offer beyond WebGPU's 16 KB.
                 max_compute_workgroup_storage_size: own.max_compute_workgroup_storage_size,
                 ..webgpu_limits(own)

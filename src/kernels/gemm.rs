@@ -198,15 +198,10 @@ impl Tile {
     pub fn bk(self) -> usize {
         self.shape().3 as usize
     }
-    /// Bytes of workgroup memory the tile takes with K steps of `bk`: in the f32 kernel two
-    /// buffers each of A's and B's K step; in the tensor-core kernel (`coop`) the same in f16
-    /// with 8 halves of padding a row (stored either way round), plus the accumulators'
-    /// 8 floats an invocation on their way out.
-    pub fn workgroup_bytes(self, coop: bool, bk: usize) -> usize {
-        if !coop {
-            return 2 * bk * (self.bm() + self.bn()) * 4;
-        }
-        CoopTile { bk, ..CoopTile::of(self) }.bytes()
+    /// Bytes of workgroup memory the tile takes in the f32 kernel: two buffers each of A's
+    /// and B's K step. (The tensor-core kernel's tiles say their own: [`CoopTile`].)
+    pub fn workgroup_bytes(self) -> usize {
+        2 * self.bk() * (self.bm() + self.bn()) * 4
     }
     fn threads(self) -> usize {
         let (_, wm, wn, _) = self.shape();
@@ -226,7 +221,7 @@ impl Tile {
 
     /// [`Tile::choose`] for `groups` products of `m x n` on one grid.
     fn choose_grouped(m: usize, n: usize, k: usize, groups: usize, workgroup_limit: usize) -> Tile {
-        let fits = |t: Tile| t.workgroup_bytes(false, t.bk()) <= workgroup_limit;
+        let fits = |t: Tile| t.workgroup_bytes() <= workgroup_limit;
         if n <= 16 {
             return Tile::M64N16;
         }
@@ -314,7 +309,7 @@ impl Engine {
     /// CPU engine on a software adapter. A tile forced on the CPU engine is an error naming
     /// both.
     pub fn of(device: &Device, opts: &GemmOptions, kernel: &str) -> Result<Engine> {
-        let forced = opts.tile.map(|t| format!("{t:?}")).or(opts.coop_tile.map(|t| format!("{t:?}")));
+        let forced = opts.tile.map(|t| format!("{t:?}")).or_else(|| opts.coop_tile.map(|t| format!("{t:?}")));
         match (opts.engine, forced) {
             (Some(Engine::Cpu), Some(tile)) => bail!(Config, "{kernel}: tile {tile} is the tiled engine's; the CPU engine computes 8 x 8 blocks"),
             (Some(engine), _) => Ok(engine),
@@ -634,16 +629,19 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     let limit = device.limits().max_compute_workgroup_storage_size as usize;
     // The tensor-core kernel runs on M128N64's constants (M128N32's for 17-32 columns), its
     // own shape given by a `CoopTile`.
-    let coop_tile = if g.n > 32 || opts.coop_tile.is_some() { Tile::M128N64 } else { Tile::M128N32 };
+    let coop_base = if g.n > 32 || opts.coop_tile.is_some() { Tile::M128N64 } else { Tile::M128N32 };
+    // Outputs of 16 columns or fewer stay on the f32 kernel, a tensor-core tile forced or not.
+    let tensor_cores = opts.mixed && device.has_coop16();
+    let wide_enough = g.n > 16;
     // A weight gradient into 32 columns or fewer runs on the f32 kernel with its operands
     // rounded: on M128N32's tensor-core tile the 33-64-column ones were slower than that
     // (H100, batch 256: the stem 4.61 against 3.36 ms), and the 64 x 64 tile that beats both
     // for those would leave half its columns idle here.
     let narrow_weight_grad = g.a_load == ALoad::Im2colT && g.n <= 32 && opts.tile.is_none() && opts.coop_tile.is_none();
-    let coop = opts.mixed && device.has_coop16() && g.n > 16 && !narrow_weight_grad && CoopTile::of(coop_tile).bytes() <= limit;
+    let coop = tensor_cores && wide_enough && !narrow_weight_grad && CoopTile::of(coop_base).bytes() <= limit;
     let tile = match opts.tile {
         Some(t) => t,
-        None if coop => coop_tile,
+        None if coop => coop_base,
         None => Tile::choose_grouped(g.m, g.n, g.k, group_count, limit),
     };
     let coop = coop && matches!(tile, Tile::M128N64 | Tile::M128N32);
@@ -652,13 +650,12 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
             forced.check(kernel, limit)?;
             forced
         }
-        // Outputs of 16 columns or fewer stay on the f32 kernel, forced tile or not.
-        (false, Some(_)) if opts.mixed && device.has_coop16() && g.n <= 16 && opts.tile.is_none() => CoopTile::of(tile),
+        (false, Some(_)) if tensor_cores && !wide_enough && opts.tile.is_none() => CoopTile::of(tile),
         (_, Some(forced)) => bail!(Config, "{kernel}: tensor-core tile {forced:?} forced on a product that runs on {tile:?} without tensor cores (mixed: {}, cooperative matrices: {})", opts.mixed, device.has_coop16()),
         (true, None) => CoopTile::choose(tile, g.a_load, g.m, g.n, limit),
         (false, None) => CoopTile::of(tile),
     };
-    let bytes = if coop { shape.bytes() } else { tile.workgroup_bytes(false, tile.bk()) };
+    let bytes = if coop { shape.bytes() } else { tile.workgroup_bytes() };
     if bytes > limit {
         bail!(Config, "{kernel}: tile {tile:?} needs {bytes} bytes of workgroup memory, more than {}'s {limit}", device.name());
     }
@@ -936,13 +933,13 @@ mod tests {
 
     #[test]
     fn tiles_say_their_workgroup_memory_and_the_choice_keeps_under_the_limit() {
-        let f32_bytes: Vec<usize> = Tile::ALL.iter().map(|t| t.workgroup_bytes(false, t.bk())).collect();
+        let f32_bytes: Vec<usize> = Tile::ALL.iter().map(|t| t.workgroup_bytes()).collect();
         assert_eq!(f32_bytes, vec![24_576, 20_480, 16_384, 8_192, 10_240]);
-        assert_eq!(Tile::M128N64.workgroup_bytes(true, 32), 38_912);
+        assert_eq!(CoopTile::of(Tile::M128N64).bytes(), 38_912);
         // WebGPU's default 16 KB: never a 128-row tile, whatever the product.
         for (m, n, k, groups) in [(1 << 20, 64, 576, 1), (1 << 20, 32, 288, 1), (4, 64, 65_536, 1), (50_176, 64, 64, 36), (147, 64, 1 << 18, 1), (33, 70, 10, 1)] {
             let t = Tile::choose_grouped(m, n, k, groups, 16 << 10);
-            assert!(t.workgroup_bytes(false, t.bk()) <= 16 << 10, "{m}x{n}x{k}: {t:?}");
+            assert!(t.workgroup_bytes() <= 16 << 10, "{m}x{n}x{k}: {t:?}");
             assert_eq!(Tile::choose_grouped(m, n, k, groups, usize::MAX) == t, !matches!(Tile::choose_grouped(m, n, k, groups, usize::MAX), Tile::M128N64 | Tile::M128N32));
         }
     }

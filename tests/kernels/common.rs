@@ -172,7 +172,7 @@ pub fn on(engine: convoy::kernels::gemm::Engine) -> convoy::kernels::gemm::GemmO
 /// (tests/portable.rs).
 pub fn tiles() -> Vec<convoy::kernels::gemm::Tile> {
     let limit = device().limits().max_compute_workgroup_storage_size as usize;
-    convoy::kernels::gemm::Tile::ALL.into_iter().filter(|t| t.workgroup_bytes(false, t.bk()) <= limit).collect()
+    convoy::kernels::gemm::Tile::ALL.into_iter().filter(|t| t.workgroup_bytes() <= limit).collect()
 }
 
 /// The first and last of [`tiles`] (256 invocations of 8 x 4 outputs, 64 of 4 x 4): the tile

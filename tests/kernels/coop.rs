@@ -166,8 +166,7 @@ const FORCED_TILES: [CoopTile; 6] = [
 
 /// Every forced tile on plain and transposed products and the convolutions' three products
 /// (edges, a scalar stem, a stride-2 input gradient's phases, a K split); a tile the kernel
-/// cannot run, and any forced tile where no tensor cores compute the product, is an error
-/// naming it.
+/// cannot run, and any forced tile on a device without tensor cores, is an error naming it.
 #[test]
 fn forced_tensor_core_tiles_match_f64_within_f16_bounds() {
     let d = device();
@@ -181,6 +180,11 @@ fn forced_tensor_core_tiles_match_f64_within_f16_bounds() {
         assert!(err.contains("without tensor cores"), "{err}");
         return;
     }
+    let convs = [
+        Conv2dGeometry::new(&[4, 13, 13, 64], 64, (3, 3), (1, 1), Padding::Same).unwrap(),
+        Conv2dGeometry::new(&[2, 29, 29, 3], 64, (7, 7), (2, 2), Padding::Explicit(3, 3)).unwrap(),
+        Conv2dGeometry::new(&[3, 9, 9, 32], 40, (3, 3), (2, 2), Padding::Same).unwrap(),
+    ];
     take_paths();
     on_sweep_variants(|_| {
         for (t, &tile) in FORCED_TILES.iter().enumerate() {
@@ -189,11 +193,6 @@ fn forced_tensor_core_tiles_match_f64_within_f16_bounds() {
                 matmul_case((300, 70, 100), ta, tb, &opts, 80 + t as u64);
             }
             matmul_case((140, 600, 68), false, false, &GemmOptions { splits: Some(3), ..opts }, 90 + t as u64);
-            let convs = [
-                Conv2dGeometry::new(&[4, 13, 13, 64], 64, (3, 3), (1, 1), Padding::Same).unwrap(),
-                Conv2dGeometry::new(&[2, 29, 29, 3], 64, (7, 7), (2, 2), Padding::Explicit(3, 3)).unwrap(),
-                Conv2dGeometry::new(&[3, 9, 9, 32], 40, (3, 3), (2, 2), Padding::Same).unwrap(),
-            ];
             for (i, g) in convs.iter().enumerate() {
                 conv_case(g, &opts, 100 + i as u64);
             }
