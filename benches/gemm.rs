@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use convoy::kernels::conv2d::{self, Conv2dGeometry, Padding};
 use convoy::kernels::dense;
+use convoy::device::half::f16_bits;
 use convoy::kernels::gemm::{CoopTile, GemmOptions};
 use convoy::kernels::{Dispatch, Shader};
 use convoy::model::Peak;
@@ -62,17 +63,6 @@ fn splits(arg: &str) -> Vec<Option<usize>> {
 // gives it sizes that are multiples of its tiles and grids that cover C exactly.
 const STAGED16: Shader = unsafe { Shader::new_unchecked("coop_shared.wgsl", concat!("enable f16;\nenable wgpu_cooperative_matrix;\nalias Quad = vec4<f16>;\n", include_str!("coop_shared.wgsl"))) };
 const STAGED32: Shader = unsafe { Shader::new_unchecked("coop_shared.wgsl", concat!("enable f16;\nenable wgpu_cooperative_matrix;\nalias Quad = vec4<f32>;\n", include_str!("coop_shared.wgsl"))) };
-
-/// f16 bits of a small dyadic value (exact in f16): the probe's operands.
-fn f16_bits(x: f32) -> u16 {
-    if x == 0.0 {
-        return 0;
-    }
-    let bits = x.to_bits();
-    let sign = ((bits >> 16) & 0x8000) as u16;
-    let exp = ((bits >> 23) & 0xff) as i32 - 127 + 15;
-    sign | ((exp as u16) << 10) | ((bits >> 13) & 0x3ff) as u16
-}
 
 /// The ceiling of WGSL cooperative matrices on this chip: a plain f16 product of
 /// `size`-square row-major matrices by the probe kernel of `benches/coop_shared.wgsl`, checked on

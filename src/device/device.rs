@@ -8,6 +8,7 @@ use wgpu::util::DeviceExt;
 
 use super::adapters::{vendor_name, AdapterEntry, WANTED_FEATURES};
 use super::checks::ShaderChecks;
+use super::half;
 use super::pool::Pool;
 use super::tensor::{DType, Lease, Tensor};
 use crate::kernels::{Dispatch, Shader};
@@ -340,6 +341,13 @@ impl Device {
         self.upload_as(shape, DType::U8, data, data.len())
     }
 
+    /// A new f16 tensor holding `data` rounded to f16 (to nearest, ties to even; see
+    /// [`super::half`]), packed two to a word.
+    pub fn upload_f16(&self, shape: &[usize], data: &[f32]) -> Result<Tensor> {
+        let halves: Vec<u16> = data.iter().map(|&x| half::f16_bits(x)).collect();
+        self.upload_as(shape, DType::F16, bytemuck::cast_slice(&halves), data.len())
+    }
+
     fn upload_as(&self, shape: &[usize], dtype: DType, bytes: &[u8], len: usize) -> Result<Tensor> {
         if shape.iter().product::<usize>() != len {
             bail!(Shape, "upload of {len} elements into shape {shape:?}");
@@ -352,7 +360,7 @@ impl Device {
     /// Overwrites a tensor's contents.
     pub fn write<T: bytemuck::Pod>(&self, t: &Tensor, data: &[T]) -> Result<()> {
         let bytes: &[u8] = bytemuck::cast_slice(data);
-        if bytes.len() as u64 > t.buffer().size() || (t.dtype() != DType::U8 && bytes.len() as u64 != t.bytes()) {
+        if bytes.len() as u64 > t.buffer().size() || (!matches!(t.dtype(), DType::U8 | DType::F16) && bytes.len() as u64 != t.bytes()) {
             bail!(Shape, "write of {} bytes into tensor {:?} of {} bytes", bytes.len(), t.shape(), t.bytes());
         }
         self.write_bytes(t.buffer(), t.offset(), bytes);
@@ -432,6 +440,15 @@ impl Device {
             bail!(Shape, "read of a {:?} tensor as f32", t.dtype());
         }
         Ok(bytemuck::cast_slice(&self.read_bytes(t)?).to_vec())
+    }
+    /// Reads an f16 tensor back to the host as the f32 values it holds (exactly), waiting
+    /// for the GPU.
+    pub fn read_f16(&self, t: &Tensor) -> Result<Vec<f32>> {
+        if t.dtype() != DType::F16 {
+            bail!(Shape, "read of a {:?} tensor as f16", t.dtype());
+        }
+        let bytes = self.read_bytes(t)?;
+        Ok(bytes.chunks_exact(2).take(t.len()).map(|h| half::f16_value(u16::from_le_bytes([h[0], h[1]]))).collect())
     }
     /// Reads a u32 tensor back to the host, waiting for the GPU.
     pub fn read_u32(&self, t: &Tensor) -> Result<Vec<u32>> {

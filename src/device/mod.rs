@@ -3,6 +3,7 @@ pub mod adapters;
 mod checks;
 #[allow(clippy::module_inception)]
 mod device;
+pub mod half;
 pub mod pipeline_log;
 pub mod pool;
 pub mod staging;

@@ -18,6 +18,9 @@ pub enum DType {
     U32,
     /// Bytes packed four to a 32-bit word (images on their way to the GPU).
     U8,
+    /// IEEE binary16 packed two to a 32-bit word, the lower half first (activations under
+    /// mixed precision; see [`super::half`]).
+    F16,
 }
 
 impl DType {
@@ -26,6 +29,7 @@ impl DType {
         match self {
             DType::F32 | DType::U32 => 4 * len as u64,
             DType::U8 => len.div_ceil(4) as u64 * 4,
+            DType::F16 => len.div_ceil(2) as u64 * 4,
         }
     }
 }

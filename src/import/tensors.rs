@@ -3,6 +3,8 @@
 
 use safetensors::tensor::{Dtype, TensorView};
 
+use crate::device::half::f16_value;
+
 /// The values of `t`, or `None` when it does not hold floats.
 pub(crate) fn widen(t: &TensorView) -> Option<Vec<f32>> {
     let d = t.data();
@@ -10,37 +12,22 @@ pub(crate) fn widen(t: &TensorView) -> Option<Vec<f32>> {
         Dtype::F32 => d.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
         // bfloat16 is the top half of an f32.
         Dtype::BF16 => d.chunks_exact(2).map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16)).collect(),
-        Dtype::F16 => d.chunks_exact(2).map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]]))).collect(),
+        Dtype::F16 => d.chunks_exact(2).map(|c| f16_value(u16::from_le_bytes([c[0], c[1]]))).collect(),
         Dtype::F64 => d.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")) as f32).collect(),
         _ => return None,
     })
 }
 
-/// IEEE half precision to single: every f16 (subnormals, infinities, NaN) is an f32 exactly.
-pub(crate) fn f16_to_f32(h: u16) -> f32 {
-    let sign = ((h >> 15) as u32) << 31;
-    let exp = ((h >> 10) & 0x1f) as u32;
-    let man = (h & 0x3ff) as u32;
-    let bits = match (exp, man) {
-        (0, 0) => sign,
-        // Subnormal: value man * 2^-24, exact in f32.
-        (0, _) => return if sign != 0 { -(man as f32) * 2f32.powi(-24) } else { man as f32 * 2f32.powi(-24) },
-        (0x1f, _) => sign | 0x7f80_0000 | (man << 13),
-        _ => sign | ((exp + 127 - 15) << 23) | (man << 13),
-    };
-    f32::from_bits(bits)
-}
-
 #[cfg(test)]
 mod tests {
-    use super::f16_to_f32;
+    use crate::device::half::f16_value;
 
     #[test]
     fn half_precision_widens_exactly() {
         for (bits, v) in [(0x3c00u16, 1.0f32), (0xc000, -2.0), (0x3555, 0.333_251_95), (0x0001, 5.960_464_5e-8), (0x7bff, 65504.0), (0x8000, -0.0)] {
-            assert_eq!(f16_to_f32(bits).to_bits(), v.to_bits(), "{bits:#06x}");
+            assert_eq!(f16_value(bits).to_bits(), v.to_bits(), "{bits:#06x}");
         }
-        assert_eq!(f16_to_f32(0x7c00), f32::INFINITY);
-        assert!(f16_to_f32(0x7e00).is_nan());
+        assert_eq!(f16_value(0x7c00), f32::INFINITY);
+        assert!(f16_value(0x7e00).is_nan());
     }
 }

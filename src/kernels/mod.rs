@@ -13,6 +13,7 @@
 //!   allocating.
 
 pub mod activation;
+pub mod cast;
 pub mod augment;
 pub mod batchnorm;
 pub mod concat;
@@ -88,8 +89,14 @@ macro_rules! shader {
         #[doc = concat!("`shaders/", $file, "`.")]
         pub const $ident: Shader = Shader { name: $file, source: include_str!(concat!("../../shaders/", $file)), trusted: true };
     };
-    // A file that uses the ReLU and NaN helpers of shaders/lib/relu.wgsl, prepended (WGSL
+    // A file that uses the f16 bit conversions of shaders/lib/half.wgsl, prepended (WGSL
     // has no includes).
+    ($ident:ident, $file:literal, half) => {
+        #[doc = concat!("`shaders/", $file, "` with `shaders/lib/half.wgsl` prepended.")]
+        pub const $ident: Shader =
+            Shader { name: $file, source: concat!(include_str!("../../shaders/lib/half.wgsl"), include_str!(concat!("../../shaders/", $file))), trusted: true };
+    };
+    // A file that uses the ReLU and NaN helpers of shaders/lib/relu.wgsl, prepended.
     ($ident:ident, $file:literal, relu) => {
         #[doc = concat!("`shaders/", $file, "` with `shaders/lib/relu.wgsl` prepended.")]
         pub const $ident: Shader =
@@ -142,9 +149,10 @@ shader!(LAYERNORM, "layernorm.wgsl");
 shader!(AUGMENT, "augment.wgsl");
 shader!(WINOGRAD, "winograd.wgsl");
 shader!(FLIP, "flip.wgsl");
+shader!(CAST, "cast.wgsl", half);
 
 /// Every shader file, for validation tests.
-pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &CONV2D_COOP, &GEMM_CPU, &REDUCE, &BATCHNORM, &BATCHNORM_CPU, &POOL, &DEPTHWISE, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE, &CONCAT, &ACTIVATION, &LAYERNORM, &AUGMENT, &WINOGRAD, &FLIP];
+pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &CONV2D_COOP, &GEMM_CPU, &REDUCE, &BATCHNORM, &BATCHNORM_CPU, &POOL, &DEPTHWISE, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE, &CONCAT, &ACTIVATION, &LAYERNORM, &AUGMENT, &WINOGRAD, &FLIP, &CAST];
 
 /// One recorded kernel launch: pipeline, bindings and grid, ready to replay.
 #[derive(Clone, Debug)]

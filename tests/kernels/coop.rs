@@ -9,6 +9,7 @@
 //! operands were rounded: `operands_are_rounded_to_f16` shows it (the result matches f64 on
 //! f16-rounded inputs to f32 accuracy, and an operand past f16's range overflows).
 
+use convoy::device::half::{f16_bits, f16_value};
 use convoy::kernels::conv2d::{self, Conv2dGeometry, Padding};
 use convoy::kernels::dense;
 use convoy::kernels::gemm::{CoopTile, Engine, GemmOptions};
@@ -205,15 +206,10 @@ fn forced_tensor_core_tiles_match_f64_within_f16_bounds() {
     assert_paths_cover("forced tensor-core tiles", &take_paths(), &expected, &[]);
 }
 
-/// `x` rounded to the nearest f16 (ties to even), as an f32: infinite from 65520 up.
+/// `x` rounded to the nearest f16 (ties to even), as an f32: infinite from 65520 up (the
+/// host's conversion, itself tested against an f64 rounding in `device::half`).
 fn round_f16(x: f32) -> f32 {
-    let a = x.abs() as f64;
-    if a >= 65520.0 {
-        return f32::INFINITY.copysign(x);
-    }
-    // Spacing of f16 values near a: 2^(e - 10) for normal numbers, 2^-24 below 2^-14.
-    let quantum = if a < 2f64.powi(-14) { 2f64.powi(-24) } else { 2f64.powi(a.log2().floor() as i32 - 10) };
-    ((x as f64 / quantum).round_ties_even() * quantum) as f32
+    f16_value(f16_bits(x))
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! shapes, and every WGSL file through naga.
 mod activation;
 mod augment;
+mod cast;
 mod batchnorm;
 mod common;
 mod concat;
