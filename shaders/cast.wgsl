@@ -36,9 +36,10 @@ fn from_f16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
             @builtin(local_invocation_index) lid: u32) {
     let w = (wid.x + wid.y * nwg.x) * WG + lid;
     if (2u * w >= p.n) { return; }
-    let word = packed_in[w];
-    wide_out[2u * w] = half_value(word & 0xffffu);
+    // The widening every kernel reading f16 activations uses.
+    let v = unpack2x16float(packed_in[w]);
+    wide_out[2u * w] = v.x;
     if (2u * w + 1u < p.n) {
-        wide_out[2u * w + 1u] = half_value(word >> 16u);
+        wide_out[2u * w + 1u] = v.y;
     }
 }

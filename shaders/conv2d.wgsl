@@ -34,9 +34,13 @@
 // (p.dil_h, p.dil_w); stride is then 1 (the host refuses both), so no phase product is
 // dilated.
 //
-// Every operand is bound as array<vec4<f32>>: a quad is one 16-byte load where the layout
-// allows (flags), and a scalar is `buf[i / 4][i % 4]` elsewhere. The host rounds binding
-// sizes up to 16 bytes; every index is guarded against the real sizes below.
+// Every operand is bound as an array of quads: a quad is one 16-byte load where the layout
+// allows (flags), and a scalar is element i % 4 of quad i / 4 elsewhere. A and C may hold
+// f16 (activations under mixed_float16): A is read through shaders/lib/act_*.wgsl's
+// `act_quad` / `act_quad_elem`, C written through shaders/lib/c_*.wgsl's `c_put4` /
+// `c_put1`, and src/kernels/mod.rs builds a module for each pairing. B, the bias and the
+// split partials are f32. The host rounds binding sizes up to 16 bytes; every index is
+// guarded against the real sizes below.
 
 struct Params {
     m: u32,
@@ -96,10 +100,10 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> a: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> a: array<act4>;
 @group(0) @binding(2) var<storage, read> b: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> bias: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> c: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> c: array<c_quad>;
 
 // How A[m, k] is gathered. Keep in step with `ALoad` in src/kernels/gemm.rs.
 const A_ROWS: u32 = 0u;       // a[M, K] row-major: k contiguous
@@ -296,7 +300,7 @@ fn a_at(m: u32, k: u32) -> f32 {
     }
     let q = i / 4u;
     let r = i % 4u;
-    return a[q][r];
+    return act_quad_elem(a[q], r);
 }
 
 fn b_at(k: u32, n: u32) -> f32 {
@@ -323,7 +327,7 @@ fn a_quad(m: u32, k: u32) -> vec4<f32> {
             return vec4<f32>(0.0);
         }
         let q = i / 4u;
-        return a[q];
+        return act_quad(a[q]);
     }
     if (a_is_m_contiguous()) {
         return vec4<f32>(a_at(m, k), a_at(m + 1u, k), a_at(m + 2u, k), a_at(m + 3u, k));
@@ -517,7 +521,7 @@ fn x_at_tap(nc: vec3<u32>, tap: vec4<u32>) -> f32 {
         return 0.0;
     }
     let i = image_index((nc.x * p.in_h + u32(ih)) * p.in_w + u32(iw), tap.x, p.in_c);
-    return a[i / 4u][i % 4u];
+    return act_quad_elem(a[i / 4u], i % 4u);
 }
 
 // IM2COL without aligned quads: the quad's four k each have their own tap (i, j, c), found
@@ -538,7 +542,7 @@ fn fetch_im2col_scalar(k: u32) {
             let iw = r.z + t.y;
             if (r.w != 0 && t.z >= 0 && ih >= 0 && ih < i32(p.in_h) && iw >= 0 && iw < i32(p.in_w)) {
                 let i = image_index(u32(r.x + ih) * p.in_w + u32(iw), u32(t.z), p.in_c);
-                v[e] = a[i / 4u][i % 4u];
+                v[e] = act_quad_elem(a[i / 4u], i % 4u);
             }
         }
         a_reg[s] = v;
@@ -557,7 +561,7 @@ fn fetch_a_conv(k0: u32, lid: u32) {
                     let ih = i32(nc.y * p.stride_h + t.y * dil_h()) - i32(p.pad_top);
                     let iw = i32(nc.z * p.stride_w + t.z * dil_w()) - i32(p.pad_left);
                     if (t.w != 0u && ih >= 0 && ih < i32(p.in_h) && iw >= 0 && iw < i32(p.in_w)) {
-                        v = a[image_index((nc.x * p.in_h + u32(ih)) * p.in_w + u32(iw), t.x, p.in_c) / 4u];
+                        v = act_quad(a[image_index((nc.x * p.in_h + u32(ih)) * p.in_w + u32(iw), t.x, p.in_c) / 4u]);
                     }
                 } else {
                     v = vec4<f32>(x_at_tap(nc, taps[0]), x_at_tap(nc, taps[1]), x_at_tap(nc, taps[2]), x_at_tap(nc, taps[3]));
@@ -612,7 +616,7 @@ fn fetch_a_conv(k0: u32, lid: u32) {
                 let ih = r.y + i;
                 let iw = r.z + j;
                 if (ih >= 0 && ih < i32(p.in_h) && iw >= 0 && iw < i32(p.in_w)) {
-                    v = a[image_index(u32(r.x + ih) * p.in_w + u32(iw), ch, p.in_c) / 4u];
+                    v = act_quad(a[image_index(u32(r.x + ih) * p.in_w + u32(iw), ch, p.in_c) / 4u]);
                 }
             } else {
                 // dx[ih] gathers dy[oh] where oh * s = ih + pt - i: a whole oh only in one
@@ -629,7 +633,7 @@ fn fetch_a_conv(k0: u32, lid: u32) {
                         hit = oh * p.stride_h == u32(th) && ow * p.stride_w == u32(tw);
                     }
                     if (hit && oh < p.out_h && ow < p.out_w) {
-                        v = a[image_index((u32(r.x) + oh) * p.out_w + ow, ch, p.filters) / 4u];
+                        v = act_quad(a[image_index((u32(r.x) + oh) * p.out_w + ow, ch, p.filters) / 4u]);
                     }
                 }
             }
@@ -670,7 +674,7 @@ fn store(base: u32, m: u32, n: u32, v: vec4<f32>) {
     if (flag(2u)) {
         // N % 4 == 0: the four columns are one aligned vec4, all inside C
         let q = i / 4u;
-        c[q] = out;
+        c_put4(q, out);
         return;
     }
     for (var e = 0u; e < 4u; e++) {
@@ -678,7 +682,7 @@ fn store(base: u32, m: u32, n: u32, v: vec4<f32>) {
             let ie = i + e;
             let q = ie / 4u;
             let r = ie % 4u;
-            c[q][r] = out[e];
+            c_put1(ie, out[e]);
         }
     }
 }
@@ -864,7 +868,7 @@ fn reduce_splits(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
         // N % 4 == 0, so every partial starts on a vec4
         for (var sp = 0u; sp < p.splits; sp++) {
             let q = (sp * len + i0) / 4u;
-            s += a[q];
+            s += act_quad(a[q]);
         }
     } else {
         for (var sp = 0u; sp < p.splits; sp++) {
@@ -873,10 +877,21 @@ fn reduce_splits(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
                     let ie = sp * len + i0 + e;
                     let q = ie / 4u;
                     let r = ie % 4u;
-                    s[e] += a[q][r];
+                    s[e] += act_quad_elem(a[q], r);
                 }
             }
         }
+    }
+    if (flag(2u) && !GROUPED && !PHASE_ROWS) {
+        // N % 4 == 0 and C row-major: the quad is one aligned quad of C (the only store an
+        // f16 C takes: shaders/lib/c_f16.wgsl).
+        var v = s;
+        if (flag(3u)) {
+            let n = i0 % p.n;
+            v += vec4<f32>(bias_at(n), bias_at(n + 1u), bias_at(n + 2u), bias_at(n + 3u));
+        }
+        c_put4(i0 / 4u, v);
+        return;
     }
     for (var e = 0u; e < 4u; e++) {
         let ie = i0 + e;
@@ -891,10 +906,7 @@ fn reduce_splits(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
                 enter_group(ie / (p.m * p.n));
                 mn = ie % (p.m * p.n);
             }
-            let ic = c_index(mn / p.n, mn % p.n);
-            let q = ic / 4u;
-            let r = ic % 4u;
-            c[q][r] = v;
+            c_put1(c_index(mn / p.n, mn % p.n), v);
         }
     }
 }
@@ -921,7 +933,7 @@ fn column_sums(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
             let ie = r * p.n + col;
             let q = ie / 4u;
             let e = ie % 4u;
-            s += a[q][e];
+            s += act_quad_elem(a[q], e);
         }
     }
     cs_part[lid] = s;
@@ -931,6 +943,6 @@ fn column_sums(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
         let ie = chunk * p.n + col;
         let q = ie / 4u;
         let e = ie % 4u;
-        c[q][e] = total;
+        c_put1(ie, total);
     }
 }

@@ -191,11 +191,11 @@ fn a_inside(r: vec3<i32>, q: vec3<i32>) -> bool {
 
 fn a_scalar(i: i32, inside: bool) -> f32 {
     let e = u32(select(0, i, inside));
-    return select(0.0, a[e / 4u][e % 4u], inside);
+    return select(0.0, act_quad_elem(a[e / 4u], e % 4u), inside);
 }
 
 fn a_vec(i: i32, inside: bool) -> vec4<f32> {
-    return select(vec4<f32>(0.0), a[u32(select(0, i, inside)) / 4u], inside);
+    return select(vec4<f32>(0.0), act_quad(a[u32(select(0, i, inside)) / 4u]), inside);
 }
 
 // The invocation's rows (clamped into C: the extra rows load row M - 1 and are not stored).
@@ -440,11 +440,11 @@ fn gemm_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
                 let out = acc[r * 2u + h] + add;
                 let i = base + c_index(m, n);
                 if (C_QUADS) {
-                    c[i / 4u] = out;
+                    c_put4(i / 4u, out);
                 } else {
                     for (var e = 0u; e < 4u; e++) {
                         if (n + e < p.n) {
-                            c[(i + e) / 4u][(i + e) % 4u] = out[e];
+                            c_put1(i + e, out[e]);
                         }
                     }
                 }

@@ -130,7 +130,7 @@ fn every_shader_variant_translates_to_msl_hlsl_and_glsl() {
             continue;
         };
         let values: naga::back::PipelineConstants = constants.iter().map(|(k, bits)| (k.clone(), f64::from_bits(*bits))).collect();
-        let coop = shader == "conv2d_coop.wgsl";
+        let coop = shader.starts_with("conv2d_coop.wgsl");
         let mut glsl_out = Vec::new();
         match translate(module, info, entry, &values, coop, &mut glsl_out) {
             Err(e) => failures.push(format!("{shader} {entry} {:?}: {e}", values)),

@@ -2,7 +2,8 @@
 // computes on the host: to nearest, ties to even; from 65520 up infinite (what loss scaling
 // watches for); below 2^-14 a multiple of 2^-24; a NaN stays a quiet NaN with its sign.
 // WGSL's pack2x16float leaves a value past f16's range indeterminate, so the rounding is
-// done on the bits.
+// done on the bits. Widening is unpack2x16float, exact on every f16 (tests/kernels/cast.rs
+// checks all 65,536 patterns on each device).
 
 fn half_bits(x: f32) -> u32 {
     let bits = bitcast<u32>(x);
@@ -24,18 +25,12 @@ fn half_bits(x: f32) -> u32 {
     return sign | (((magnitude + 0x0fffu + odd) >> 13u) - (112u << 10u));
 }
 
-fn half_value(h: u32) -> f32 {
-    let negative = (h & 0x8000u) != 0u;
-    let exponent = (h >> 10u) & 0x1fu;
-    let mantissa = h & 0x3ffu;
-    if (exponent == 0u) {
-        // Subnormal or zero: mantissa * 2^-24, exact in f32 (and -0.0 for a signed zero).
-        let v = f32(mantissa) / 16777216.0;
-        return select(v, -v, negative);
-    }
-    let sign = select(0u, 0x80000000u, negative);
-    if (exponent == 0x1fu) {
-        return bitcast<f32>(sign | 0x7f800000u | (mantissa << 13u));
-    }
-    return bitcast<f32>(sign | ((exponent + 112u) << 23u) | (mantissa << 13u));
+// A quad of f16 activations as stored (two words, the lower half first) widened to f32.
+fn half4_value(w: vec2<u32>) -> vec4<f32> {
+    return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));
+}
+
+// A quad rounded to f16 and packed into two words, as `half4_value` reads them.
+fn half4_bits(v: vec4<f32>) -> vec2<u32> {
+    return vec2<u32>(half_bits(v.x) | (half_bits(v.y) << 16u), half_bits(v.z) | (half_bits(v.w) << 16u));
 }

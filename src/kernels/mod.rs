@@ -48,7 +48,8 @@ pub const WG: u32 = 256;
 /// release builds (see [`crate::device::ShaderChecks`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Shader {
-    /// A name for labels, profiles and messages (convoy's own: the file under `shaders/`).
+    /// A name for labels, profiles and messages (convoy's own: the file under `shaders/`,
+    /// then `+f16`, `+a16`, `+c16` for a variant storing activations as f16).
     pub name: &'static str,
     /// The WGSL text.
     pub source: &'static str,
@@ -78,81 +79,149 @@ impl Shader {
         Shader { name, source, trusted: true }
     }
 
+    /// The file under `shaders/` the module is built from: the name without a storage
+    /// variant's suffix (`conv2d.wgsl+a16` is `conv2d.wgsl`).
+    pub fn file(&self) -> &'static str {
+        self.name.split('+').next().unwrap_or(self.name)
+    }
+
     /// Whether the source may compile without runtime bounds checks.
     pub fn is_trusted(&self) -> bool {
         self.trusted
     }
 }
 
+/// `shaders/lib/NAME` for each name: WGSL has no includes, so a file's helpers are
+/// prepended to it.
+macro_rules! libs {
+    ($($lib:literal),*) => { concat!($(include_str!(concat!("../../shaders/lib/", $lib))),*) };
+}
+
 macro_rules! shader {
     ($ident:ident, $file:literal) => {
-        #[doc = concat!("`shaders/", $file, "`.")]
-        pub const $ident: Shader = Shader { name: $file, source: include_str!(concat!("../../shaders/", $file)), trusted: true };
+        shader!($ident, $file, []);
     };
-    // A file that uses the f16 bit conversions of shaders/lib/half.wgsl, prepended (WGSL
-    // has no includes).
-    ($ident:ident, $file:literal, half) => {
-        #[doc = concat!("`shaders/", $file, "` with `shaders/lib/half.wgsl` prepended.")]
-        pub const $ident: Shader =
-            Shader { name: $file, source: concat!(include_str!("../../shaders/lib/half.wgsl"), include_str!(concat!("../../shaders/", $file))), trusted: true };
-    };
-    // A file that uses the ReLU and NaN helpers of shaders/lib/relu.wgsl, prepended.
-    ($ident:ident, $file:literal, relu) => {
-        #[doc = concat!("`shaders/", $file, "` with `shaders/lib/relu.wgsl` prepended.")]
-        pub const $ident: Shader =
-            Shader { name: $file, source: concat!(include_str!("../../shaders/lib/relu.wgsl"), include_str!(concat!("../../shaders/", $file))), trusted: true };
+    // A file with helper files of shaders/lib/ prepended, in order.
+    ($ident:ident, $file:literal, [$($lib:literal),*]) => {
+        #[doc = concat!("`shaders/", $file, "`", $(" with `shaders/lib/", $lib, "`",)* ".")]
+        pub const $ident: Shader = Shader { name: $file, source: concat!(libs!($($lib),*), include_str!(concat!("../../shaders/", $file))), trusted: true };
     };
 }
-/// The tensor-core GEMM: conv2d.wgsl's gathers and stores with cooperative-matrix products,
-/// a module of its own because its `enable` directives fail to compile where the adapter
-/// lacks f16 or cooperative matrices.
-pub const CONV2D_COOP: Shader = Shader {
-    name: "conv2d_coop.wgsl",
-    source: concat!(
-        "enable f16;\nenable wgpu_cooperative_matrix;\n",
-        include_str!("../../shaders/conv2d.wgsl"),
-        include_str!("../../shaders/conv2d_coop.wgsl")
-    ),
-    trusted: true,
-};
-/// The GEMM engine's kernel for software adapters: conv2d.wgsl's parameters, gathers and
-/// stores with register-blocked products (see [`gemm::Engine::Cpu`]).
-pub const GEMM_CPU: Shader = Shader {
-    name: "gemm_cpu.wgsl",
-    source: concat!(include_str!("../../shaders/conv2d.wgsl"), include_str!("../../shaders/gemm_cpu.wgsl")),
-    trusted: true,
-};
-/// BatchNormalization's kernels for software adapters: batchnorm.wgsl's parameters,
-/// bindings and merges with passes laid out for CPU threads (see [`batchnorm`]'s `Plan`).
-pub const BATCHNORM_CPU: Shader = Shader {
-    name: "batchnorm_cpu.wgsl",
-    source: concat!(
-        include_str!("../../shaders/lib/relu.wgsl"),
-        include_str!("../../shaders/batchnorm.wgsl"),
-        include_str!("../../shaders/batchnorm_cpu.wgsl")
-    ),
-    trusted: true,
-};
-shader!(ELEMENTWISE, "elementwise.wgsl", relu);
-shader!(CONV2D, "conv2d.wgsl");
+
+/// A kernel file that binds activations through `shaders/lib/act_f32.wgsl`'s names, compiled
+/// for both storages: `[f32, f16]` (see [`Storage`]).
+macro_rules! storage_pair {
+    ($ident:ident, $name:literal, [$($lib:literal),*], [$($file:literal),+]) => {
+        #[doc = concat!($(" `shaders/", $file, "`",)+ " for activations stored as f32 and as f16 (`shaders/lib/act_f32.wgsl`, `act_f16.wgsl`).")]
+        pub const $ident: [Shader; 2] = [
+            Shader { name: $name, source: concat!(libs!("half.wgsl", "act_f32.wgsl" $(, $lib)*) $(, include_str!(concat!("../../shaders/", $file)))+), trusted: true },
+            Shader { name: concat!($name, "+f16"), source: concat!(libs!("half.wgsl", "act_f16.wgsl" $(, $lib)*) $(, include_str!(concat!("../../shaders/", $file)))+), trusted: true },
+        ];
+    };
+}
+
+/// A GEMM module (conv2d.wgsl and what follows it) for each storage of A and of C, indexed
+/// `[a_f16 as usize + 2 * c_f16 as usize]`: A through `shaders/lib/act_*.wgsl`, C through
+/// `shaders/lib/c_*.wgsl`; B, the bias and the split partials are always f32.
+macro_rules! gemm_family {
+    ($ident:ident, $name:literal, $prefix:literal $(, $tail:literal)?) => {
+        #[doc = concat!("`shaders/conv2d.wgsl`", $(" + `shaders/", $tail, "`",)? " for each storage of A and of C.")]
+        pub const $ident: [Shader; 4] = [
+            gemm_family!(@one $name, $prefix, "act_f32.wgsl", "c_f32.wgsl" $(, $tail)?),
+            gemm_family!(@one concat!($name, "+a16"), $prefix, "act_f16.wgsl", "c_f32.wgsl" $(, $tail)?),
+            gemm_family!(@one concat!($name, "+c16"), $prefix, "act_f32.wgsl", "c_f16.wgsl" $(, $tail)?),
+            gemm_family!(@one concat!($name, "+a16+c16"), $prefix, "act_f16.wgsl", "c_f16.wgsl" $(, $tail)?),
+        ];
+    };
+    (@one $name:expr, $prefix:literal, $a:literal, $c:literal $(, $tail:literal)?) => {
+        Shader {
+            name: $name,
+            source: concat!($prefix, libs!("half.wgsl", $a, $c), include_str!("../../shaders/conv2d.wgsl") $(, include_str!(concat!("../../shaders/", $tail)))?),
+            trusted: true,
+        }
+    };
+}
+
+/// How a kernel's activation tensors are stored: the variant of a storage-pair shader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Storage {
+    /// f32, four bytes an element.
+    F32,
+    /// f16 packed two to a word ([`crate::DType::F16`]).
+    F16,
+}
+
+impl Storage {
+    /// The storage of a tensor of `dtype`: F16 for [`crate::DType::F16`], F32 otherwise.
+    pub fn of(t: &crate::Tensor) -> Storage {
+        if t.dtype() == crate::DType::F16 { Storage::F16 } else { Storage::F32 }
+    }
+
+    /// This storage's shader of a pair.
+    pub fn pick(self, pair: &'static [Shader; 2]) -> &'static Shader {
+        &pair[self as usize]
+    }
+
+    /// The path token: `store=f32` or `store=f16`.
+    pub fn token(self) -> &'static str {
+        match self {
+            Storage::F32 => "store=f32",
+            Storage::F16 => "store=f16",
+        }
+    }
+}
+
+gemm_family!(CONV2D_ALL, "conv2d.wgsl", "");
+// The tensor-core GEMM: conv2d.wgsl's gathers and stores with cooperative-matrix products,
+// a module of its own because its `enable` directives fail to compile where the adapter
+// lacks f16 or cooperative matrices.
+gemm_family!(CONV2D_COOP_ALL, "conv2d_coop.wgsl", "enable f16;\nenable wgpu_cooperative_matrix;\n", "conv2d_coop.wgsl");
+// The GEMM engine's kernel for software adapters: conv2d.wgsl's parameters, gathers and
+// stores with register-blocked products (see [`gemm::Engine::Cpu`]).
+gemm_family!(GEMM_CPU_ALL, "gemm_cpu.wgsl", "", "gemm_cpu.wgsl");
+/// `shaders/conv2d.wgsl` on f32 operands.
+pub const CONV2D: Shader = CONV2D_ALL[0];
+/// The tensor-core GEMM on f32 operands in memory (see [`CONV2D_COOP_ALL`]).
+pub const CONV2D_COOP: Shader = CONV2D_COOP_ALL[0];
+/// The software adapters' GEMM on f32 operands in memory (see [`GEMM_CPU_ALL`]).
+pub const GEMM_CPU: Shader = GEMM_CPU_ALL[0];
+storage_pair!(ELEMENTWISE_ALL, "elementwise.wgsl", ["relu.wgsl"], ["elementwise.wgsl"]);
+storage_pair!(BATCHNORM_ALL, "batchnorm.wgsl", ["relu.wgsl"], ["batchnorm.wgsl"]);
+// BatchNormalization's kernels for software adapters: batchnorm.wgsl's parameters,
+// bindings and merges with passes laid out for CPU threads (see [`batchnorm`]'s `Plan`).
+storage_pair!(BATCHNORM_CPU_ALL, "batchnorm_cpu.wgsl", ["relu.wgsl"], ["batchnorm.wgsl", "batchnorm_cpu.wgsl"]);
+storage_pair!(POOL_ALL, "pool.wgsl", ["relu.wgsl"], ["pool.wgsl"]);
+/// `shaders/elementwise.wgsl` on f32 activations.
+pub const ELEMENTWISE: Shader = ELEMENTWISE_ALL[0];
+/// `shaders/batchnorm.wgsl` on f32 activations.
+pub const BATCHNORM: Shader = BATCHNORM_ALL[0];
+/// `shaders/batchnorm.wgsl` + `batchnorm_cpu.wgsl` on f32 activations.
+pub const BATCHNORM_CPU: Shader = BATCHNORM_CPU_ALL[0];
+/// `shaders/pool.wgsl` on f32 activations.
+pub const POOL: Shader = POOL_ALL[0];
 shader!(REDUCE, "reduce.wgsl");
-shader!(BATCHNORM, "batchnorm.wgsl", relu);
-shader!(POOL, "pool.wgsl", relu);
 shader!(DEPTHWISE, "depthwise.wgsl");
 shader!(LOSS, "loss.wgsl");
 shader!(IMAGE, "image.wgsl");
 shader!(OPTIMIZER, "optimizer.wgsl");
 shader!(LOSS_SCALE, "loss_scale.wgsl");
 shader!(CONCAT, "concat.wgsl");
-shader!(ACTIVATION, "activation.wgsl", relu);
+shader!(ACTIVATION, "activation.wgsl", ["relu.wgsl"]);
 shader!(LAYERNORM, "layernorm.wgsl");
 shader!(AUGMENT, "augment.wgsl");
 shader!(WINOGRAD, "winograd.wgsl");
 shader!(FLIP, "flip.wgsl");
-shader!(CAST, "cast.wgsl", half);
+shader!(CAST, "cast.wgsl", ["half.wgsl"]);
 
-/// Every shader file, for validation tests.
-pub const ALL_SHADERS: &[&Shader] = &[&ELEMENTWISE, &CONV2D, &CONV2D_COOP, &GEMM_CPU, &REDUCE, &BATCHNORM, &BATCHNORM_CPU, &POOL, &DEPTHWISE, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE, &CONCAT, &ACTIVATION, &LAYERNORM, &AUGMENT, &WINOGRAD, &FLIP, &CAST];
+/// Every shader module (each storage variant), for validation tests.
+pub const ALL_SHADERS: &[&Shader] = &[
+    &CONV2D_ALL[0], &CONV2D_ALL[1], &CONV2D_ALL[2], &CONV2D_ALL[3],
+    &CONV2D_COOP_ALL[0], &CONV2D_COOP_ALL[1], &CONV2D_COOP_ALL[2], &CONV2D_COOP_ALL[3],
+    &GEMM_CPU_ALL[0], &GEMM_CPU_ALL[1], &GEMM_CPU_ALL[2], &GEMM_CPU_ALL[3],
+    &ELEMENTWISE_ALL[0], &ELEMENTWISE_ALL[1], &BATCHNORM_ALL[0], &BATCHNORM_ALL[1],
+    &BATCHNORM_CPU_ALL[0], &BATCHNORM_CPU_ALL[1], &POOL_ALL[0], &POOL_ALL[1],
+    &REDUCE, &DEPTHWISE, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE, &CONCAT, &ACTIVATION, &LAYERNORM, &AUGMENT, &WINOGRAD, &FLIP, &CAST,
+];
 
 /// One recorded kernel launch: pipeline, bindings and grid, ready to replay.
 #[derive(Clone, Debug)]

@@ -35,9 +35,11 @@ impl KernelTime {
     /// A row for one dispatch that took `ns` nanoseconds.
     pub fn from_dispatch(d: &Dispatch, ns: f64) -> KernelTime {
         // The GEMM kernels' dispatches are named by the product (dense_forward, ...).
-        let gemm = [crate::kernels::CONV2D.name, crate::kernels::GEMM_CPU.name].contains(&d.shader);
-        let family = if gemm { d.kernel.to_string() } else { d.shader.trim_end_matches(".wgsl").to_string() };
-        let tensor = d.shader == crate::kernels::CONV2D_COOP.name;
+        // A storage variant (`batchnorm.wgsl+f16`) counts with its file.
+        let file = d.shader.split('+').next().unwrap_or(d.shader);
+        let gemm = [crate::kernels::CONV2D.file(), crate::kernels::GEMM_CPU.file()].contains(&file);
+        let family = if gemm { d.kernel.to_string() } else { file.trim_end_matches(".wgsl").to_string() };
+        let tensor = file == crate::kernels::CONV2D_COOP.file();
         KernelTime { family, entry: d.label, layer: d.layer, ms: ns * 1e-6, flops: d.flops, bytes: d.bytes, count: 1, tensor }
     }
 

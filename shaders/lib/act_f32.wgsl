@@ -1,0 +1,30 @@
+// Activations stored as f32 (every policy's gradients, and float32's activations). A kernel
+// that may read or write activations in either precision binds them through these names and
+// is compiled once with this file and once with act_f16.wgsl prepended (src/kernels/mod.rs):
+//   act     one stored word (scalar reads: `act_elem(buf[act_word(i)], i)`)
+//   act4    one stored quad (`act_quad(buf[q])` reads it, `act_pack(v)` makes one)
+// Scalar stores stay on f32 bindings: two invocations would race on one f16 word, so the
+// host refuses f16 tensors wherever a kernel stores single elements.
+alias act = f32;
+alias act4 = vec4<f32>;
+
+fn act_word(i: u32) -> u32 {
+    return i;
+}
+
+fn act_elem(w: act, i: u32) -> f32 {
+    return w;
+}
+
+fn act_quad(q: act4) -> vec4<f32> {
+    return q;
+}
+
+fn act_pack(v: vec4<f32>) -> act4 {
+    return v;
+}
+
+// Element r of a stored quad (scalar reads of a quad-bound tensor).
+fn act_quad_elem(q: act4, r: u32) -> f32 {
+    return q[r];
+}

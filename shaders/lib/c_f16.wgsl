@@ -1,0 +1,16 @@
+// C stored as f16, two to a word, rounded as shaders/lib/half.wgsl rounds (see c_f32.wgsl).
+// Only whole quads are stored: the host refuses an f16 C where a row's columns are not
+// whole quads (N % 4 != 0), or where rows go to scattered places (phase rows, groups), the
+// cases where conv2d.wgsl stores single elements and two invocations would share a word.
+alias c_quad = vec2<u32>;
+
+fn c_put4(q: u32, v: vec4<f32>) {
+    c[q] = half4_bits(v);
+}
+
+// Reached only in the cases the host refuses for an f16 C; stores one half of its word.
+fn c_put1(i: u32, v: f32) {
+    let w = (i % 4u) / 2u;
+    let shift = (i % 2u) * 16u;
+    c[i / 4u][w] = (c[i / 4u][w] & ~(0xffffu << shift)) | (half_bits(v) << shift);
+}
