@@ -225,7 +225,9 @@ pub fn forward_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tens
     expect_shape(K, "x", x, &geom.input_shape())?;
     expect_shape(K, "kernel", w, &geom.kernel_shape())?;
     expect_shape(K, "y", y, &geom.output_shape())?;
-    if let Some(m) = winograd::choose(device, geom, Pass::Forward, opts)? {
+    // The Winograd transforms read and write f32; f16 activations take the implicit GEMM.
+    let f32_storage = x.dtype() == crate::DType::F32 && y.dtype() == crate::DType::F32;
+    if f32_storage && let Some(m) = winograd::choose(device, geom, Pass::Forward, opts)? {
         return winograd::convolve(device, K, geom, Pass::Forward, m, x, w, y, opts);
     }
     gemm::launch(device, &forward_gemm(K, geom, x, w, y, geom.flops() as f64), opts)

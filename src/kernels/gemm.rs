@@ -8,7 +8,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::conv2d::Conv2dGeometry;
-use super::{grid, u32_of, Dispatch, Shader, CONV2D, CONV2D_COOP, WG, WG_CONST};
+use super::{grid, u32_of, Dispatch, Shader, CONV2D, CONV2D_ALL, CONV2D_COOP_ALL, WG, WG_CONST};
 use crate::{bail, DType, Device, Error, Result, Tensor};
 
 /// An output tile: `bm x bn` outputs per workgroup, K staged `bk` at a time.
@@ -609,12 +609,20 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         bail!(Config, "{kernel}: a convolution load needs its geometry");
     }
     for (name, t) in [("a", g.a), ("b", g.b), ("c", g.c)].into_iter().chain(g.bias.map(|b| ("bias", b))) {
-        if t.dtype() != DType::F32 {
-            bail!(Shape, "{kernel}: {name} {:?} is {:?}, expected F32", t.shape(), t.dtype());
+        // A and C may be activations stored as f16 (mixed_float16); B and the bias are f32.
+        let f16_allowed = matches!(name, "a" | "c");
+        if t.dtype() != DType::F32 && !(f16_allowed && t.dtype() == DType::F16) {
+            let expected = if f16_allowed { "F32 or F16" } else { "F32" };
+            bail!(Shape, "{kernel}: {name} {:?} is {:?}, expected {expected}", t.shape(), t.dtype());
         }
         if name != "c" && g.c.overlaps(t) {
             bail!(Shape, "{kernel}: output {:?} overlaps input {name} {:?}", g.c.shape(), t.shape());
         }
+    }
+    // An f16 C is stored a whole quad at a time (two invocations would share a word):
+    // its rows must be whole quads and in place.
+    if g.c.dtype() == DType::F16 && (!g.n.is_multiple_of(4) || g.groups.is_some() || g.phase.is_some()) {
+        bail!(Shape, "{kernel}: an F16 output {:?} needs a multiple of 4 columns in plain rows, got {} columns{}{}", g.c.shape(), g.n, if g.groups.is_some() { ", grouped" } else { "" }, if g.phase.is_some() { ", phase rows" } else { "" });
     }
     if g.m == 0 || g.n == 0 {
         return Ok(Vec::new());
@@ -659,7 +667,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     if bytes > limit {
         bail!(Config, "{kernel}: tile {tile:?} needs {bytes} bytes of workgroup memory, more than {}'s {limit}", device.name());
     }
-    let (shader, entry): (&Shader, &'static str) = if coop { (&CONV2D_COOP, "gemm_coop") } else { (&CONV2D, "gemm") };
+    let (family, entry): (&'static [Shader; 4], &'static str) = if coop { (&CONV2D_COOP_ALL, "gemm_coop") } else { (&CONV2D_ALL, "gemm") };
     let (bk, threads) = if coop { (shape.bk, shape.threads()) } else { (tile.bk(), tile.threads()) };
     let (tiles_m, tiles_n) = (g.m.div_ceil(shape.bm), g.n.div_ceil(shape.bn));
     let split = match opts.splits {
@@ -682,7 +690,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     };
     let (p, tokens) = product_params(g, (tiles_m, tiles_n), bk, split, &mut constants)?;
     let workgroups = tiles_m * tiles_n * p.splits() * group_count;
-    record(device, g, (shader, entry), &constants, p, workgroups, format!("tile={tile:?} {tokens} {coop_token}"))
+    record(device, g, (family, entry), &constants, p, workgroups, format!("tile={tile:?} {tokens} {coop_token}"))
 }
 
 /// The parameters of `g` on a grid of `tiles` (rows, columns) of C whose K advances `k_step`
@@ -764,13 +772,32 @@ pub(super) fn product_params(
     Ok((p, tokens))
 }
 
-/// The dispatches of one product: `entry` of `shader` over `workgroups` (folded by [`grid`]),
-/// writing C itself, or, when `p` splits K, its partials into a workspace that a second
-/// dispatch sums into C (adding the bias there). `path` names the product's branches.
+/// The module of a GEMM family for how A and C are stored (see `gemm_family!` in
+/// src/kernels/mod.rs): `c_f16` is whether the dispatch writes an f16 C, which split
+/// partials never are.
+fn storage_variant(family: &'static [Shader; 4], a: &Tensor, c_f16: bool) -> &'static Shader {
+    &family[(a.dtype() == DType::F16) as usize + 2 * c_f16 as usize]
+}
+
+/// The path token of a product's storage: `store=a16`, `store=c16`, `store=a16c16`, or
+/// none for f32 operands.
+fn storage_token(g: &Gemm) -> &'static str {
+    match (g.a.dtype() == DType::F16, g.c.dtype() == DType::F16) {
+        (false, false) => "",
+        (true, false) => "store=a16",
+        (false, true) => "store=c16",
+        (true, true) => "store=a16c16",
+    }
+}
+
+/// The dispatches of one product: `entry` of the `family`'s module for its storage over
+/// `workgroups` (folded by [`grid`]), writing C itself, or, when `p` splits K, its partials
+/// into a workspace that a second dispatch sums into C (adding the bias there). `path`
+/// names the product's branches.
 pub(super) fn record(
     device: &Device,
     g: &Gemm,
-    (shader, entry): (&Shader, &'static str),
+    (family, entry): (&'static [Shader; 4], &'static str),
     constants: &[(&'static str, f64)],
     mut p: Params,
     workgroups: usize,
@@ -797,8 +824,9 @@ pub(super) fn record(
             (3, quad_binding(kernel, bias)?),
             (4, quad_binding(kernel, g.c)?),
         ];
+        let shader = storage_variant(family, g.a, g.c.dtype() == DType::F16);
         let gemm = with_uniform(device, shader, entry, &constants, &p, &bindings, groups).named(kernel, flops);
-        return Ok(vec![gemm.tagged(format!("{path} {bias_token}"))]);
+        return Ok(vec![gemm.tagged(format!("{path} {bias_token} {}", storage_token(g)))]);
     }
 
     // A forced split can ask for more partial sums than one binding holds (the engine's own
@@ -832,7 +860,8 @@ pub(super) fn record(
     if g.groups.is_some() {
         (partial.c_ld, partial.c_step) = (p.n, u32_of(kernel, "M * N", g.m * g.n)?);
     }
-    let gemm = with_uniform(device, shader, entry, &constants, &partial, &bindings, groups).named(kernel, flops).tagged(&path);
+    let shader = storage_variant(family, g.a, false);
+    let gemm = with_uniform(device, shader, entry, &constants, &partial, &bindings, groups).named(kernel, flops).tagged(format!("{path} {}", storage_token(g)));
     p.flags |= if g.bias.is_some() { BIAS } else { 0 };
     let mut rows_constants = Vec::new();
     if rows {
@@ -877,7 +906,9 @@ fn reduce_dispatch(
     let quads = if p.flags & QUAD_C != 0 { "quad_c" } else { "scalar_c" };
     let mut constants = vec![WG_CONST];
     constants.extend_from_slice(rows);
-    Ok(with_uniform(device, &CONV2D, "reduce_splits", &constants, p, &bindings, groups).tagged(format!("{quads} splits={}", p.splits)))
+    // The partials are f32; C may be f16.
+    let shader = &CONV2D_ALL[2 * (c.dtype() == DType::F16) as usize];
+    Ok(with_uniform(device, shader, "reduce_splits", &constants, p, &bindings, groups).tagged(format!("{quads} splits={}", p.splits)))
 }
 
 /// Rows per chunk of the column sums: long enough to amortise the second pass, short

@@ -6,7 +6,7 @@
 //! [`Engine::Cpu`]: super::gemm::Engine::Cpu
 
 use super::gemm::{b_quads, c_quads, product_params, record, ALoad, Gemm, GemmOptions, MAX_WORKSPACE};
-use super::{Dispatch, GEMM_CPU};
+use super::{Dispatch, GEMM_CPU_ALL};
 use crate::{Device, Result};
 
 /// Rows and columns of C per invocation (`CPU_ROWS`, `CPU_COLS` in the shader).
@@ -55,7 +55,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     let invocations = blocks * p.splits();
     let gather = if general { "gather=general" } else { "gather=separable" };
     let round = if opts.mixed { "round_f16" } else { "" };
-    record(device, g, (&GEMM_CPU, "gemm_cpu"), &constants, p, invocations.div_ceil(WORKGROUP), format!("{tokens} {gather} {round}"))
+    record(device, g, (&GEMM_CPU_ALL, "gemm_cpu"), &constants, p, invocations.div_ceil(WORKGROUP), format!("{tokens} {gather} {round}"))
 }
 
 /// The CPU threads a software adapter runs a dispatch on (lavapipe: one per core).

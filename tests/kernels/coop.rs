@@ -13,6 +13,7 @@ use convoy::device::half::{f16_bits, f16_value};
 use convoy::kernels::conv2d::{self, Conv2dGeometry, Padding};
 use convoy::kernels::dense;
 use convoy::kernels::gemm::{CoopTile, Engine, GemmOptions};
+use convoy::DType;
 
 use crate::common::*;
 use crate::conv2d::{backward_data_ref, backward_weights_ref, forward_ref};
@@ -263,4 +264,98 @@ fn operands_are_rounded_to_f16() {
             }
         }
     }
+}
+
+/// The products of convolutions whose activations are stored as f16 (`DType::F16`, the
+/// mixed_float16 policy's storage): the forward reads an f16 x and writes an f16 y (and an
+/// f32 x into an f16 y, the stem), the weight gradient reads the f16 x, against the f64
+/// references on the very f16 values stored, with one f16 rounding more for an f16 output.
+/// Shapes reach each gather on f16 (image quads and single channels, a 1x1 product's rows
+/// and columns), a split K whose sum stores the f16 quads, the widest tile and the tall one;
+/// an f16 x under float32 (no operand rounding) matches to f32 accuracy. An f16 output whose
+/// rows are not whole quads is an error. The coverage assertion fails when a storage path
+/// went untested on an engine.
+#[test]
+fn f16_activations_feed_and_leave_the_products() {
+    take_paths();
+    on_sweep_variants(|_| {
+        let d = device();
+        for engine in Engine::ALL {
+            let mixed = GemmOptions { engine: Some(engine), ..MIXED };
+            let convs = [
+                (Conv2dGeometry::new(&[8, 16, 16, 64], 64, (3, 3), (1, 1), Padding::Explicit(1, 1)).unwrap(), mixed),
+                (Conv2dGeometry::new(&[6, 14, 14, 64], 128, (1, 1), (2, 2), Padding::Explicit(0, 0)).unwrap(), mixed),
+                (Conv2dGeometry::new(&[4, 9, 9, 32], 64, (1, 1), (1, 1), Padding::Valid).unwrap(), mixed),
+                (Conv2dGeometry::new(&[3, 7, 7, 6], 36, (3, 3), (1, 1), Padding::Same).unwrap(), mixed),
+                (Conv2dGeometry::new(&[2, 9, 9, 132], 136, (3, 3), (1, 1), Padding::Same).unwrap(), mixed),
+                (Conv2dGeometry::new(&[8, 12, 12, 16], 96, (3, 3), (1, 1), Padding::Same).unwrap(), mixed),
+                (Conv2dGeometry::new(&[4, 8, 8, 64], 64, (3, 3), (1, 1), Padding::Same).unwrap(), GemmOptions { splits: Some(3), ..mixed }),
+                (Conv2dGeometry::new(&[4, 8, 8, 16], 32, (3, 3), (2, 2), Padding::Same).unwrap(), GemmOptions { mixed: false, ..mixed }),
+            ];
+            for (i, (g, opts)) in convs.iter().enumerate() {
+                let mut r = rng(90 + i as u64);
+                let (xs, ws, ys) = (g.input_shape(), g.kernel_shape(), g.output_shape());
+                let (xl, wl, yl): (usize, usize, usize) = (xs.iter().product(), ws.iter().product(), ys.iter().product());
+                // The values the f16 tensors hold, so that the references read them too.
+                let x: Vec<f32> = random(&mut r, xl).iter().map(|&v| round_f16(v)).collect();
+                let (w, dy) = (random(&mut r, wl), random(&mut r, yl));
+                let (tx16, tx32, tw, tdy) = (d.upload_f16(&xs, &x).unwrap(), upload(&x, &xs), upload(&w, &ws), upload(&dy, &ys));
+                let (ty16, ty32) = (d.zeros_of(&ys, DType::F16).unwrap(), upload(&vec![7.0; yl], &ys));
+                let tdw = upload(&random(&mut r, wl), &ws);
+                let mut all = conv2d::forward_with(&d, g, &tx16, &tw, &ty16, opts).unwrap();
+                all.extend(conv2d::forward_with(&d, g, &tx16, &tw, &ty32, opts).unwrap());
+                all.extend(conv2d::backward_weights_with(&d, g, &tx16, &tdy, &tdw, opts).unwrap());
+                run(&all);
+                let (want, wgrad) = (forward_ref(g, &x, &w), backward_weights_ref(g, &x, &dy));
+                let case = format!("f16 storage {g:?} {opts:?}");
+                let (y16, y32, dw) = (d.read_f16(&ty16).unwrap(), read(&ty32), read(&tdw));
+                if opts.mixed {
+                    let (ax, aw, ady) = (abs(&x), abs(&w), abs(&dy));
+                    let bound = forward_ref(g, &ax, &aw);
+                    // One rounding of the stored output, u |y|, on top of the operands' 2u b.
+                    let stored: Vec<f64> = bound.iter().zip(&want).map(|(b, w)| b + 0.5 * (w.abs() + 2.0 * F16_U * b)).collect();
+                    assert_mixed(&format!("{case} forward f16 -> f16"), &y16, &want, &stored);
+                    assert_mixed(&format!("{case} forward f16 -> f32"), &y32, &want, &bound);
+                    assert_mixed(&format!("{case} backward_weights f16 x"), &dw, &wgrad, &backward_weights_ref(g, &ax, &ady));
+                } else {
+                    assert_close(&format!("{case} forward f16 -> f32"), &y32, &want);
+                    assert_close(&format!("{case} backward_weights f16 x"), &dw, &wgrad);
+                    for (j, (&g16, &w)) in y16.iter().zip(&want).enumerate() {
+                        let limit = F16_U * w.abs() + 1e-5;
+                        assert!((g16 as f64 - w).abs() <= limit, "{case} forward f16 -> f16: element {j} is {g16}, f64 {w}, beyond one f16 rounding {limit:.2e}");
+                    }
+                }
+                // An f32 x into an f16 y: the stem's product.
+                let ty16b = d.zeros_of(&ys, DType::F16).unwrap();
+                run(&conv2d::forward_with(&d, g, &tx32, &tw, &ty16b, opts).unwrap());
+                assert_eq!(d.read_f16(&ty16b).unwrap(), y16, "{case}: an f32 x stores what its f16 copy does");
+            }
+            // Rows of C that are not whole quads cannot be stored as f16.
+            let g = Conv2dGeometry::new(&[2, 5, 5, 8], 6, (3, 3), (1, 1), Padding::Same).unwrap();
+            let (x, w) = (d.upload_f16(&g.input_shape(), &vec![0.5; 400]).unwrap(), upload(&vec![0.5; 432], &g.kernel_shape()));
+            let y = d.zeros_of(&g.output_shape(), DType::F16).unwrap();
+            let err = conv2d::forward_with(&d, &g, &x, &w, &y, &mixed).unwrap_err().to_string();
+            assert!(err.contains("F16") && err.contains("6 columns"), "{err}");
+            let bad_w = d.zeros_of(&g.kernel_shape(), DType::F16).unwrap();
+            let y = upload(&vec![0.0; 300], &g.output_shape());
+            let err = conv2d::forward_with(&d, &g, &x, &bad_w, &y, &mixed).unwrap_err().to_string();
+            assert!(err.contains("b ") && err.contains("expected F32"), "{err}");
+        }
+    });
+    let taken = take_paths();
+    let coop = device().has_coop16();
+    let mut expected = Vec::new();
+    for entry in [if coop { "gemm_coop" } else { "gemm" }, "gemm_cpu"] {
+        for t in ["store=a16c16", "store=a16", "store=c16", "a=Im2col", "a=Im2colT", "a=Rows", "a=Cols", "scalar_a", "split=forced"] {
+            expected.push((entry, t.to_string()));
+        }
+    }
+    if coop {
+        for t in ["coop=128x256", "coop=256x128"] {
+            expected.push(("gemm_coop", t.to_string()));
+        }
+    }
+    expected.push(("gemm", "store=a16c16".to_string()));
+    expected.push(("reduce_splits", "quad_c".to_string()));
+    assert_paths_cover("f16 storage gemm", &taken, &expected, &[]);
 }
