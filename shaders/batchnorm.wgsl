@@ -14,6 +14,13 @@
 //
 // saved holds [2, cols]: row 0 the batch mean, row 1 the inverse standard deviation
 // 1 / sqrt(var + epsilon), which the backward pass reuses.
+//
+// The activations x and y are bound through shaders/lib/act_f32.wgsl's names, so the module
+// built with act_f16.wgsl reads them, and writes y, as f16 (mixed_float16 halves their
+// traffic); the statistics, the parameters and the gradients dy and dx stay f32 in either.
+// y is stored only by the vec4 passes (y_out4): a scalar f16 store would race with its
+// neighbour on the shared word, so the host refuses f16 activations unless the channels
+// divide by 4.
 
 struct Params {
     rows: u32,
@@ -29,8 +36,8 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> p: Params;
 // Inputs.
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> y: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<act>;
+@group(0) @binding(2) var<storage, read> y: array<act>;
 @group(0) @binding(3) var<storage, read> dy: array<f32>;
 @group(0) @binding(4) var<storage, read> gamma: array<f32>;
 @group(0) @binding(5) var<storage, read> beta: array<f32>;
@@ -45,16 +52,21 @@ struct Params {
 @group(0) @binding(13) var<storage, read_write> saved_out: array<f32>;
 @group(0) @binding(14) var<storage, read_write> moving_mean: array<f32>;
 @group(0) @binding(15) var<storage, read_write> moving_var: array<f32>;
+// The scalar passes' output: dx, or y where the activations are f32.
 @group(0) @binding(16) var<storage, read_write> out: array<f32>;
 @group(0) @binding(17) var<storage, read_write> dgamma: array<f32>;
 @group(0) @binding(18) var<storage, read_write> dbeta: array<f32>;
 
-// x, y, dy and out seen four channels at a time, for the per-element passes' *4 entry
+// x, y, dy and the outputs seen four channels at a time, for the per-element passes' *4 entry
 // points (channels divisible by 4): 16-byte loads stream faster than 4-byte ones.
-@group(0) @binding(19) var<storage, read> x4: array<vec4<f32>>;
-@group(0) @binding(20) var<storage, read> y4: array<vec4<f32>>;
+@group(0) @binding(19) var<storage, read> x4: array<act4>;
+@group(0) @binding(20) var<storage, read> y4: array<act4>;
 @group(0) @binding(21) var<storage, read> dy4: array<vec4<f32>>;
+// dx, always f32.
 @group(0) @binding(22) var<storage, read_write> out4: array<vec4<f32>>;
+// The forward's y, in the activations' storage: a binding apart from out4 because dx is f32
+// whatever y is.
+@group(0) @binding(23) var<storage, read_write> y_out4: array<act4>;
 
 override WG: u32 = 256u;
 
@@ -122,6 +134,14 @@ fn linear_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.x + wid.y * nwg.x) * WG + lid;
 }
 
+// Element i of x and of y, widened to f32 where they are stored as f16.
+fn x_at(i: u32) -> f32 {
+    return act_elem(x[act_word(i)], i);
+}
+fn y_at(i: u32) -> f32 {
+    return act_elem(y[act_word(i)], i);
+}
+
 // A running count, mean and sum of squared deviations.
 struct Welford {
     n: f32,
@@ -152,11 +172,11 @@ fn stats_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
         var r = start + t.lane;
         for (; r + 3u * t.lanes < end; r += 4u * t.lanes) {
             let i = r * p.cols + t.col;
-            let v = vec4<f32>(x[i], x[i + step], x[i + 2u * step], x[i + 3u * step]);
+            let v = vec4<f32>(x_at(i), x_at(i + step), x_at(i + 2u * step), x_at(i + 3u * step));
             s = welford(welford(welford(welford(s, v.x), v.y), v.z), v.w);
         }
         for (; r < end; r += t.lanes) {
-            s = welford(s, x[r * p.cols + t.col]);
+            s = welford(s, x_at(r * p.cols + t.col));
         }
     }
     sh_n[lid] = s.n;
@@ -221,8 +241,9 @@ fn stats_finalize(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocati
     }
 }
 
+// Only ever run on f32 activations (see the header).
 fn write_y(i: u32, c: u32, mean: f32, inv_std: f32) {
-    var v = (x[i] - mean) * (inv_std * gamma[c]) + beta[c];
+    var v = (x_at(i) - mean) * (inv_std * gamma[c]) + beta[c];
     if (p.relu != 0u) {
         v = relu(v);
     }
@@ -255,11 +276,11 @@ fn beta4(c: u32) -> vec4<f32> { return vec4<f32>(beta[c], beta[c + 1u], beta[c +
 fn saved4(c: u32) -> vec4<f32> { return vec4<f32>(saved[c], saved[c + 1u], saved[c + 2u], saved[c + 3u]); }
 
 fn write_y4(i: u32, c: u32, mean: vec4<f32>, inv_std: vec4<f32>) {
-    var v = (x4[i] - mean) * (inv_std * gamma4(c)) + beta4(c);
+    var v = (act_quad(x4[i]) - mean) * (inv_std * gamma4(c)) + beta4(c);
     if (p.relu != 0u) {
         v = relu4(v);
     }
-    out4[i] = v;
+    y_out4[i] = act_pack(v);
 }
 
 // normalize_train and normalize_infer over rows * cols / 4 vec4s.
@@ -287,7 +308,7 @@ fn normalize_infer4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
 // that output is NaN, as in elementwise.wgsl's relu_backward.
 fn grad(i: u32) -> f32 {
     if (p.relu == 0u) { return dy[i]; }
-    return relu_grad(dy[i], y[i]);
+    return relu_grad(dy[i], y_at(i));
 }
 
 // Backward pass 1: per (chunk, column) Σ dy and Σ dy * (x - mean) into the two planes of
@@ -308,7 +329,7 @@ fn backward_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
         for (; r + 3u * t.lanes < end; r += 4u * t.lanes) {
             let i = r * p.cols + t.col;
             let g = vec4<f32>(grad(i), grad(i + step), grad(i + 2u * step), grad(i + 3u * step));
-            let xc = vec4<f32>(x[i], x[i + step], x[i + 2u * step], x[i + 3u * step]) - vec4<f32>(mean);
+            let xc = vec4<f32>(x_at(i), x_at(i + step), x_at(i + 2u * step), x_at(i + 3u * step)) - vec4<f32>(mean);
             s_dy += ((g.x + g.y) + g.z) + g.w;
             s_dyx += ((g.x * xc.x + g.y * xc.y) + g.z * xc.z) + g.w * xc.w;
         }
@@ -316,7 +337,7 @@ fn backward_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
             let i = r * p.cols + t.col;
             let g = grad(i);
             s_dy += g;
-            s_dyx += g * (x[i] - mean);
+            s_dyx += g * (x_at(i) - mean);
         }
     }
     sh_a[lid] = s_dy;
@@ -367,7 +388,7 @@ fn backward_dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     if (i >= p.rows * p.cols) { return; }
     let c = i % p.cols;
     let inv_std = saved[p.cols + c];
-    let x_hat = (x[i] - saved[c]) * inv_std;
+    let x_hat = (x_at(i) - saved[c]) * inv_std;
     let m = f32(p.rows);
     out[i] = gamma[c] * inv_std * (grad(i) - (dbeta_in[c] + x_hat * dgamma_in[c]) / m);
 }
@@ -380,10 +401,10 @@ fn backward_dx4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     if (i >= p.rows * (p.cols >> 2u)) { return; }
     let c = (i << 2u) % p.cols;
     let inv_std = saved4(p.cols + c);
-    let x_hat = (x4[i] - saved4(c)) * inv_std;
+    let x_hat = (act_quad(x4[i]) - saved4(c)) * inv_std;
     var g = dy4[i];
     if (p.relu != 0u) {
-        g = relu_grad4(g, y4[i]);
+        g = relu_grad4(g, act_quad(y4[i]));
     }
     let dbeta4 = vec4<f32>(dbeta_in[c], dbeta_in[c + 1u], dbeta_in[c + 2u], dbeta_in[c + 3u]);
     let dgamma4 = vec4<f32>(dgamma_in[c], dgamma_in[c + 1u], dgamma_in[c + 2u], dgamma_in[c + 3u]);
@@ -411,7 +432,7 @@ fn backward_infer_dx4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgr
     let c = (i << 2u) % p.cols;
     var g = dy4[i];
     if (p.relu != 0u) {
-        g = relu_grad4(g, y4[i]);
+        g = relu_grad4(g, act_quad(y4[i]));
     }
     let var4 = vec4<f32>(moving_var_in[c], moving_var_in[c + 1u], moving_var_in[c + 2u], moving_var_in[c + 3u]);
     out4[i] = g * (gamma4(c) * inverseSqrt(var4 + vec4<f32>(p.epsilon)));

@@ -11,7 +11,8 @@
 // one chunk of rows and walks the chunk alone: one vec4 load per row and tensor, the
 // per-channel values loaded once, no workgroup memory and no barrier. The merges take one
 // invocation per channel. The channel count is a multiple of 4 (the host runs the GPU
-// kernels otherwise), so x, y, dy and out are bound as vec4 arrays only.
+// kernels otherwise), so x, y, dy and out are bound as vec4 arrays only: x4 and y4 read
+// through act_quad and y stored through y_out4, in either storage of the activations.
 //
 // Invocation g is (chunk, quad) = (g / quads, g % quads); lanes past the last walk no rows
 // and store nothing, and read their per-channel values at the last quad (in range).
@@ -52,7 +53,7 @@ fn vec4_index(s: Span, r: u32) -> u32 {
 // The upstream gradient at vec4 i, masked by the fused ReLU's output (NaN where it is NaN).
 fn grad4(i: u32) -> vec4<f32> {
     if (CPU_RELU) {
-        return relu_grad4(dy4[i], y4[i]);
+        return relu_grad4(dy4[i], act_quad(y4[i]));
     }
     return dy4[i];
 }
@@ -84,7 +85,7 @@ const BLOCK_ROWS: u32 = 16u;
 @compute @workgroup_size(CPU_WG)
 fn stats_partial_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let s = span(wid, lid);
-    let shift = x4[vec4_index(s, s.start)];
+    let shift = act_quad(x4[vec4_index(s, s.start)]);
     var n = 0.0;
     var mean = vec4<f32>(0.0);
     var m2 = vec4<f32>(0.0);
@@ -93,7 +94,7 @@ fn stats_partial_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
         var b_m2 = vec4<f32>(0.0);
         let r1 = min(r0 + BLOCK_ROWS, s.end);
         for (var r = r0; r < r1; r++) {
-            let v = x4[vec4_index(s, r)] - shift;
+            let v = act_quad(x4[vec4_index(s, r)]) - shift;
             let d = v - b_mean;
             b_mean += d / f32(r - r0 + 1u);
             b_m2 += d * (v - b_mean);
@@ -142,11 +143,11 @@ fn normalize_span(s: Span, mean: vec4<f32>, inv_std: vec4<f32>) {
     let b = beta4(s.c);
     for (var r = s.start; r < s.end; r++) {
         let i = vec4_index(s, r);
-        var v = (x4[i] - mean) * k + b;
+        var v = (act_quad(x4[i]) - mean) * k + b;
         if (CPU_RELU) {
             v = relu4(v);
         }
-        out4[i] = v;
+        y_out4[i] = act_pack(v);
     }
 }
 
@@ -164,7 +165,7 @@ fn backward_partial_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_in
             let i = vec4_index(s, r);
             let g = grad4(i);
             b_dy += g;
-            b_dyx += g * (x4[i] - mean);
+            b_dyx += g * (act_quad(x4[i]) - mean);
         }
         s_dy += b_dy;
         s_dyx += b_dyx;
@@ -195,7 +196,7 @@ fn backward_dx_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocat
     let m = f32(p.rows);
     for (var r = s.start; r < s.end; r++) {
         let i = vec4_index(s, r);
-        let x_hat = (x4[i] - mean) * inv_std;
+        let x_hat = (act_quad(x4[i]) - mean) * inv_std;
         out4[i] = k * (grad4(i) - (dbeta4 + x_hat * dgamma4) / m);
     }
 }

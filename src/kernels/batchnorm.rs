@@ -5,14 +5,19 @@
 //! N*H*W rows) and after a Dense layer (`[N, units]`): every tensor is seen as `[rows, C]`.
 //! Statistics use the biased batch variance, for normalising and for the moving variance
 //! alike, as Keras 3 does; it stays finite for a batch of one row (see the shader's header).
+//!
+//! The activations x and y may be stored as f16 ([`DType::F16`], as `mixed_float16` keeps
+//! them), both or neither, with the channels a multiple of 4: the kernels compute in f32 and
+//! only y's store rounds, four channels at a time. Everything else (dy, dx, the parameters,
+//! the statistics and their gradients) is f32 in either case.
 
 use bytemuck::{Pod, Zeroable};
 
 use super::gemm::Engine;
 use super::gemm_cpu::{threads, INVOCATIONS_PER_THREAD, WORKGROUP};
 use super::reduce::{launch, launch_with, scratch, Bind, Split};
-use super::{expect_channels, grid_for, width_token, Dispatch, BATCHNORM, BATCHNORM_CPU};
-use crate::{bail, Device, Result, Tensor};
+use super::{expect_channels, expect_dtype, grid_for, width_token, Dispatch, Shader, Storage, BATCHNORM_ALL, BATCHNORM_CPU_ALL};
+use crate::{bail, DType, Device, Result, Tensor};
 
 /// The layer's hyper-parameters, with Keras' names and defaults.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -73,6 +78,9 @@ impl Params {
 ///
 /// # Shapes
 /// x, y: `[..., C]`; gamma, beta, moving_mean, moving_var: `[C]`; saved: `[2, C]`.
+///
+/// # Dtypes
+/// x and y both F32, or both F16 with C a multiple of 4; the rest F32.
 #[allow(clippy::too_many_arguments)]
 pub fn forward_train(
     device: &Device,
@@ -87,8 +95,9 @@ pub fn forward_train(
 ) -> Result<Vec<Dispatch>> {
     const K: &str = "batchnorm forward_train";
     let split = check(K, cfg, x, &[("y", y)], &[("gamma", gamma), ("beta", beta), ("moving_mean", moving_mean), ("moving_var", moving_var)], saved)?;
+    let storage = activations(K, &split, &[("x", x), ("y", y)], &[("gamma", gamma), ("beta", beta), ("moving_mean", moving_mean), ("moving_var", moving_var), ("saved", saved)])?;
     disjoint(K, &[("y", y), ("saved", saved), ("moving_mean", moving_mean), ("moving_var", moving_var)], &[("x", x), ("gamma", gamma), ("beta", beta)])?;
-    let plan = Plan::new(device, cfg, split, K)?;
+    let plan = Plan::new(device, cfg, split, storage, K)?;
     let params = Params::new(plan.split(), cfg);
     let partials = scratch(device, "batchnorm statistics", 2 * plan.split().chunks as usize * split.cols as usize);
     let t = Bind::Tensor;
@@ -100,7 +109,7 @@ pub fn forward_train(
             &params,
             &[(9, Bind::Scratch(&partials)), (13, t(saved)), (14, t(moving_mean)), (15, t(moving_var))],
         )?,
-        plan.per_element(device, ["normalize_train", "normalize_train4", "normalize_train_cpu"], &params, &[(1, t(x)), (4, t(gamma)), (5, t(beta)), (6, t(saved)), (16, t(y))])?,
+        plan.per_element(device, ["normalize_train", "normalize_train4", "normalize_train_cpu"], &params, &[(1, t(x)), (4, t(gamma)), (5, t(beta)), (6, t(saved)), (Y_OUT, t(y))])?,
     ])
 }
 
@@ -109,6 +118,9 @@ pub fn forward_train(
 ///
 /// # Shapes
 /// x, y: `[..., C]`; gamma, beta, moving_mean, moving_var: `[C]`.
+///
+/// # Dtypes
+/// x and y both F32, or both F16 with C a multiple of 4; the rest F32.
 #[allow(clippy::too_many_arguments)]
 pub fn forward_infer(
     device: &Device,
@@ -123,14 +135,15 @@ pub fn forward_infer(
     const K: &str = "batchnorm forward_infer";
     let per_channel = [("gamma", gamma), ("beta", beta), ("moving_mean", moving_mean), ("moving_var", moving_var)];
     let split = check(K, cfg, x, &[("y", y)], &per_channel, None)?;
+    let storage = activations(K, &split, &[("x", x), ("y", y)], &per_channel)?;
     disjoint(K, &[("y", y)], &[("x", x), ("gamma", gamma), ("beta", beta), ("moving_mean", moving_mean), ("moving_var", moving_var)])?;
-    let plan = Plan::new(device, cfg, split, K)?;
+    let plan = Plan::new(device, cfg, split, storage, K)?;
     let t = Bind::Tensor;
     Ok(vec![plan.per_element(
         device,
         ["normalize_infer", "normalize_infer4", "normalize_infer_cpu"],
         &Params::new(plan.split(), cfg),
-        &[(1, t(x)), (4, t(gamma)), (5, t(beta)), (7, t(moving_mean)), (8, t(moving_var)), (16, t(y))],
+        &[(1, t(x)), (4, t(gamma)), (5, t(beta)), (7, t(moving_mean)), (8, t(moving_var)), (Y_OUT, t(y))],
     )?])
 }
 
@@ -141,6 +154,10 @@ pub fn forward_infer(
 ///
 /// # Shapes
 /// x, y, dy, dx: `[..., C]`; gamma, dgamma, dbeta: `[C]`; saved: `[2, C]`.
+///
+/// # Dtypes
+/// x and y as the forward had them (both F32, or both F16 with C a multiple of 4); the
+/// rest, dy and dx included, F32.
 #[allow(clippy::too_many_arguments)]
 pub fn backward(
     device: &Device,
@@ -156,8 +173,9 @@ pub fn backward(
 ) -> Result<Vec<Dispatch>> {
     const K: &str = "batchnorm backward";
     let split = check(K, cfg, x, &[("y", y), ("dy", dy), ("dx", dx)], &[("gamma", gamma), ("dgamma", dgamma), ("dbeta", dbeta)], saved)?;
+    let storage = activations(K, &split, &[("x", x), ("y", y)], &[("dy", dy), ("dx", dx), ("gamma", gamma), ("saved", saved), ("dgamma", dgamma), ("dbeta", dbeta)])?;
     disjoint(K, &[("dx", dx), ("dgamma", dgamma), ("dbeta", dbeta)], &[("x", x), ("y", y), ("dy", dy), ("gamma", gamma), ("saved", saved)])?;
-    let plan = Plan::new(device, cfg, split, K)?;
+    let plan = Plan::new(device, cfg, split, storage, K)?;
     let params = Params::new(plan.split(), cfg);
     let partials = scratch(device, "batchnorm gradient sums", 2 * plan.split().chunks as usize * split.cols as usize);
     let t = Bind::Tensor;
@@ -186,11 +204,15 @@ pub fn backward(
 ///
 /// # Shapes
 /// y, dy, dx: `[..., C]`; gamma, moving_var: `[C]`.
+///
+/// # Dtypes
+/// y F32, or F16 with C a multiple of 4; the rest F32.
 pub fn backward_infer(device: &Device, cfg: &BatchNormConfig, y: &Tensor, dy: &Tensor, gamma: &Tensor, moving_var: &Tensor, dx: &Tensor) -> Result<Vec<Dispatch>> {
     const K: &str = "batchnorm backward_infer";
     let split = check(K, cfg, dy, &[("y", y), ("dx", dx)], &[("gamma", gamma), ("moving_var", moving_var)], None)?;
+    let storage = activations(K, &split, &[("y", y)], &[("dy", dy), ("dx", dx), ("gamma", gamma), ("moving_var", moving_var)])?;
     disjoint(K, &[("dx", dx)], &[("y", y), ("dy", dy), ("gamma", gamma), ("moving_var", moving_var)])?;
-    let plan = Plan::new(device, cfg, split, K)?;
+    let plan = Plan::new(device, cfg, split, storage, K)?;
     let t = Bind::Tensor;
     Ok(vec![plan.per_element(
         device,
@@ -210,9 +232,16 @@ fn partial_tokens(split: &Split) -> String {
 /// spread.
 const MIN_CPU_CHUNK_ROWS: usize = 64;
 
-/// How one call's passes are laid out: the GPU kernels' workgroup tiles, or the CPU kernels'
-/// invocations of four channels over a chunk of rows (`shaders/batchnorm_cpu.wgsl`).
-enum Plan {
+/// How one call's passes are laid out, and the module of the activations' storage that runs
+/// them.
+struct Plan {
+    layout: Layout,
+    storage: Storage,
+}
+
+/// The GPU kernels' workgroup tiles, or the CPU kernels' invocations of four channels over a
+/// chunk of rows (`shaders/batchnorm_cpu.wgsl`).
+enum Layout {
     Tiled(Split),
     Cpu(Split),
 }
@@ -221,10 +250,10 @@ impl Plan {
     /// The CPU layout where the engine (forced, else the device's) is [`Engine::Cpu`] and the
     /// channels divide by 4: enough invocations for every CPU thread, each at least
     /// [`MIN_CPU_CHUNK_ROWS`] rows.
-    fn new(device: &Device, cfg: &BatchNormConfig, split: Split, kernel: &str) -> Result<Plan> {
+    fn new(device: &Device, cfg: &BatchNormConfig, split: Split, storage: Storage, kernel: &str) -> Result<Plan> {
         let engine = cfg.engine.unwrap_or_else(|| Engine::for_device(device));
         if engine == Engine::Tiled || !split.cols.is_multiple_of(4) {
-            return Ok(Plan::Tiled(split));
+            return Ok(Plan { layout: Layout::Tiled(split), storage });
         }
         let (rows, quads) = (split.rows as usize, split.cols as usize / 4);
         let want = (INVOCATIONS_PER_THREAD * threads() / quads).clamp(1, rows.div_ceil(MIN_CPU_CHUNK_ROWS).max(1));
@@ -235,13 +264,23 @@ impl Plan {
         if (quads * chunks).div_ceil(WORKGROUP) > max || (split.cols as usize).div_ceil(WORKGROUP) > max {
             bail!(Shape, "{kernel}: {} columns need more than {max} workgroups of {WORKGROUP}", split.cols);
         }
-        Ok(Plan::Cpu(cpu))
+        Ok(Plan { layout: Layout::Cpu(cpu), storage })
     }
 
     fn split(&self) -> &Split {
-        match self {
-            Plan::Tiled(s) | Plan::Cpu(s) => s,
+        match &self.layout {
+            Layout::Tiled(s) | Layout::Cpu(s) => s,
         }
+    }
+
+    /// The tiled kernels' module for the activations' storage.
+    fn tiled(&self) -> &'static Shader {
+        self.storage.pick(&BATCHNORM_ALL)
+    }
+
+    /// The CPU kernels' module for the activations' storage.
+    fn cpu(&self) -> &'static Shader {
+        self.storage.pick(&BATCHNORM_CPU_ALL)
     }
 
     /// The CPU kernels' pipeline constants and the path tokens they choose.
@@ -251,58 +290,97 @@ impl Plan {
     }
 
     /// A CPU pass over (chunk, four channels) spans, x, y, dy and the output bound as vec4s.
-    fn cpu_span(device: &Device, entry: &'static str, split: &Split, params: &Params, binds: &[(u32, Bind<'_>)]) -> Dispatch {
+    fn cpu_span(&self, device: &Device, entry: &'static str, split: &Split, params: &Params, binds: &[(u32, Bind<'_>)]) -> Dispatch {
         let (constants, relu) = Self::cpu_constants(params);
         let binds: Vec<(u32, Bind<'_>)> = binds.iter().map(|(i, b)| (vec4_binding(*i), *b)).collect();
         let groups = [(split.cols / 4 * split.chunks).div_ceil(WORKGROUP as u32), 1, 1];
-        launch_with(device, &BATCHNORM_CPU, entry, &constants, params, &binds, groups).tagged(format!("{} {relu}", split.chunks_token()))
+        launch_with(device, self.cpu(), entry, &constants, params, &binds, groups).tagged(format!("{} {relu}", split.chunks_token()))
     }
 
     /// The first pass of a reduction: per-chunk partials of each column. `entries`: the
     /// tiled kernel's, the CPU kernel's.
     fn partial(&self, device: &Device, entries: [&'static str; 2], params: &Params, binds: &[(u32, Bind<'_>)]) -> Result<Dispatch> {
-        Ok(match self {
-            Plan::Tiled(split) => launch(device, &BATCHNORM, entries[0], params, binds, split.groups(device, entries[0])?).tagged(partial_tokens(split)),
-            Plan::Cpu(split) => Self::cpu_span(device, entries[1], split, params, binds),
-        })
+        Ok(match &self.layout {
+            Layout::Tiled(split) => launch(device, self.tiled(), entries[0], params, binds, split.groups(device, entries[0])?).tagged(partial_tokens(split)),
+            Layout::Cpu(split) => self.cpu_span(device, entries[1], split, params, binds),
+        }
+        .tagged(self.storage.token()))
     }
 
     /// The merge of the partials per column.
     fn merge(&self, device: &Device, entries: [&'static str; 2], params: &Params, binds: &[(u32, Bind<'_>)]) -> Result<Dispatch> {
-        Ok(match self {
-            Plan::Tiled(split) => launch(device, &BATCHNORM, entries[0], &params.for_merge(split), binds, split.merge_groups(device, entries[0])?).tagged(split.tokens()),
-            Plan::Cpu(split) => {
+        Ok(match &self.layout {
+            Layout::Tiled(split) => launch(device, self.tiled(), entries[0], &params.for_merge(split), binds, split.merge_groups(device, entries[0])?).tagged(split.tokens()),
+            Layout::Cpu(split) => {
                 let (constants, _) = Self::cpu_constants(params);
                 let groups = [split.cols.div_ceil(WORKGROUP as u32), 1, 1];
-                launch_with(device, &BATCHNORM_CPU, entries[1], &constants, params, binds, groups).tagged(split.chunks_token())
+                launch_with(device, self.cpu(), entries[1], &constants, params, binds, groups).tagged(split.chunks_token())
             }
-        })
+        }
+        .tagged(self.storage.token()))
     }
 
     /// A per-element pass. Tiled: one invocation per element (`entries[0]`), or per four
     /// channels (`entries[1]`, x, y, dy and the output bound as vec4 arrays) where the
     /// channel count is divisible by 4. CPU: `entries[2]` over spans.
     fn per_element(&self, device: &Device, entries: [&'static str; 3], params: &Params, binds: &[(u32, Bind<'_>)]) -> Result<Dispatch> {
-        if let Plan::Cpu(split) = self {
-            return Ok(Self::cpu_span(device, entries[2], split, params, binds).named(entries[0], 0.0));
+        let store = self.storage.token();
+        if let Layout::Cpu(split) = &self.layout {
+            return Ok(self.cpu_span(device, entries[2], split, params, binds).named(entries[0], 0.0).tagged(store));
         }
         let n = params.rows as usize * params.cols as usize;
         if !params.cols.is_multiple_of(4) {
-            return Ok(launch(device, &BATCHNORM, entries[0], params, binds, grid_for(device, n)?).tagged(width_token(false)));
+            let binds: Vec<(u32, Bind<'_>)> = binds.iter().map(|(i, b)| (scalar_binding(*i), *b)).collect();
+            return Ok(launch(device, self.tiled(), entries[0], params, &binds, grid_for(device, n)?).tagged(width_token(false)).tagged(store));
         }
         let binds: Vec<(u32, Bind<'_>)> = binds.iter().map(|(i, b)| (vec4_binding(*i), *b)).collect();
-        Ok(launch(device, &BATCHNORM, entries[1], params, &binds, grid_for(device, n / 4)?).named(entries[0], 0.0).tagged(width_token(true)))
+        Ok(launch(device, self.tiled(), entries[1], params, &binds, grid_for(device, n / 4)?).named(entries[0], 0.0).tagged(width_token(true)).tagged(store))
     }
 }
 
+/// The binding the wrappers give the forward's output y: `y_out4`, which the vec4 and CPU
+/// passes store in the activations' storage. The scalar passes write it through `out` (16)
+/// instead, f32 only: an f16 store of one element would race with its neighbour's on the
+/// shared word.
+const Y_OUT: u32 = 23;
+
 /// The binding of a tensor the per-element and CPU passes read or write as vec4s: x, y, dy
-/// and the output have vec4 twins at 19-22.
+/// and the output have vec4 twins at 19-22 (y's store is at [`Y_OUT`] already).
 fn vec4_binding(i: u32) -> u32 {
     match i {
         1..=3 => i + 18,
         16 => 22,
         _ => i,
     }
+}
+
+/// The binding of a tensor the scalar per-element passes write: y goes through `out`.
+fn scalar_binding(i: u32) -> u32 {
+    if i == Y_OUT { 16 } else { i }
+}
+
+/// The activations' storage, checking the dtypes: `acts` (x and y, those the call binds)
+/// share one, F32 or F16, and every tensor of `f32s` is F32. F16 activations need channels
+/// divisible by 4 on either engine: only the vec4 passes store y as f16, and the CPU kernels
+/// take no other channel counts.
+fn activations(kernel: &str, split: &Split, acts: &[(&str, &Tensor)], f32s: &[(&str, &Tensor)]) -> Result<Storage> {
+    let (first, a) = acts[0];
+    if !matches!(a.dtype(), DType::F32 | DType::F16) {
+        bail!(Shape, "{kernel}: {first} {:?} is {:?}, expected F32 or F16 activations", a.shape(), a.dtype());
+    }
+    for (name, t) in &acts[1..] {
+        if t.dtype() != a.dtype() {
+            bail!(Shape, "{kernel}: {name} {:?} is {:?} but {first} {:?} is {:?}: the activations share one dtype", t.shape(), t.dtype(), a.shape(), a.dtype());
+        }
+    }
+    for (name, t) in f32s {
+        expect_dtype(kernel, name, t, DType::F32)?;
+    }
+    let storage = Storage::of(a);
+    if storage == Storage::F16 && !split.cols.is_multiple_of(4) {
+        bail!(Shape, "{kernel}: {first} {:?} is F16 with {} channels, expected a multiple of 4 for f16 activations", a.shape(), split.cols);
+    }
+    Ok(storage)
 }
 
 /// Validates the configuration and every shape against `x: [..., C]`, and splits the rows.

@@ -1,9 +1,13 @@
 //! BatchNormalization (training and inference forward, backward, fused ReLU) against an f64
-//! reference: two-pass batch statistics, biased variance, Keras' moving-average update.
+//! reference: two-pass batch statistics, biased variance, Keras' moving-average update; with
+//! the activations stored as f32 and as f16.
 
+use std::collections::BTreeSet;
+
+use convoy::device::half::{f16_bits, f16_value};
 use convoy::kernels::batchnorm::{self, BatchNormConfig};
 use convoy::kernels::gemm::Engine;
-use convoy::Tensor;
+use convoy::{DType, Tensor};
 use rand::rngs::StdRng;
 use rand::RngExt;
 
@@ -23,6 +27,20 @@ pub(crate) struct Case {
     beta: Vec<f32>,
     moving_mean: Vec<f32>,
     moving_var: Vec<f32>,
+    /// x and y are f16 tensors (`x` then holds f16 values, which the references read as they are).
+    f16: bool,
+}
+
+impl Case {
+    /// x as the kernels get it, in the case's storage.
+    fn upload_x(&self) -> Tensor {
+        if self.f16 { device().upload_f16(&self.shape, &self.x).unwrap() } else { upload(&self.x, &self.shape) }
+    }
+
+    /// A y holding stale values, in the case's storage.
+    fn stale_y(&self) -> Tensor {
+        if self.f16 { device().upload_f16(&self.shape, &vec![-3.0; self.x.len()]).unwrap() } else { stale(&self.shape) }
+    }
 }
 
 pub(crate) fn case(r: &mut StdRng, shape: &[usize], offset: f32) -> Case {
@@ -40,7 +58,38 @@ pub(crate) fn case(r: &mut StdRng, shape: &[usize], offset: f32) -> Case {
         beta: random(r, c),
         moving_mean: random(r, c),
         moving_var: (0..c).map(|_| r.random_range(0.5f32..2.0)).collect(),
+        f16: false,
     }
+}
+
+/// [`case`] with x and y stored as f16: x rounded to f16 on the host, as `upload_f16` does.
+pub(crate) fn case_f16(r: &mut StdRng, shape: &[usize], offset: f32) -> Case {
+    let k = case(r, shape, offset);
+    Case { x: k.x.iter().map(|v| f16_value(f16_bits(*v))).collect(), f16: true, ..k }
+}
+
+/// An activation read back, f16 widened exactly.
+fn read_act(t: &Tensor) -> Vec<f32> {
+    if t.dtype() == DType::F16 { device().read_f16(t).unwrap() } else { read(t) }
+}
+
+/// Checks a y against f64 and returns its relative error: within [`TOL`] stored as f32;
+/// stored as f16, within one f16 rounding (2^-11 relative, 2^-25 absolute below 2^-14) of a
+/// value within [`TOL`].
+#[track_caller]
+fn assert_y_close(case: &str, y: &Tensor, want: &[f64]) -> f64 {
+    if y.dtype() != DType::F16 {
+        return assert_close(case, &read(y), want);
+    }
+    let got = read_act(y);
+    assert!(got.iter().all(|g| g.is_finite()), "{case}: non-finite output");
+    let half_ulp = 2f64.powi(-11);
+    let scale = want.iter().fold(0.0f64, |m, w| m.max(w.abs()));
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let bound = half_ulp * w.abs() + (1.0 + half_ulp) * TOL * scale + 2f64.powi(-25);
+        assert!((*g as f64 - w).abs() <= bound, "{case}: y[{i}] = {g} is {:.3e} from {w}, past one f16 rounding ({bound:.3e})", (*g as f64 - w).abs());
+    }
+    rel_err(&got, want)
 }
 
 /// f64 two-pass mean and biased variance per channel.
@@ -118,7 +167,7 @@ pub(crate) fn train(k: &Case, cfg: &BatchNormConfig) -> (TrainOut, Vec<convoy::k
     let d = device();
     let params = parameters(k);
     let [gamma, beta, mm, mv] = &params;
-    let (x, y, saved) = (upload(&k.x, &k.shape), stale(&k.shape), stale(&[2, k.c]));
+    let (x, y, saved) = (k.upload_x(), k.stale_y(), stale(&[2, k.c]));
     let dispatches = batchnorm::forward_train(&d, cfg, &x, gamma, beta, mm, mv, &saved, &y).unwrap();
     (TrainOut { y, saved, params, x }, dispatches)
 }
@@ -132,7 +181,7 @@ pub(crate) fn check_train(name: &str, k: &Case, cfg: &BatchNormConfig, out: &Tra
     let new_mm: Vec<f64> = k.moving_mean.iter().zip(&mean).map(|(o, b)| mom * *o as f64 + (1.0 - mom) * b).collect();
     let new_mv: Vec<f64> = k.moving_var.iter().zip(&var).map(|(o, b)| mom * *o as f64 + (1.0 - mom) * b).collect();
     [
-        assert_close(&format!("{name}: y"), &read(&out.y), &normalize(k, &mean, &inv, cfg.relu)),
+        assert_y_close(&format!("{name}: y"), &out.y, &normalize(k, &mean, &inv, cfg.relu)),
         assert_close(&format!("{name}: saved mean"), &saved[..k.c], &mean),
         assert_close(&format!("{name}: saved inv_std"), &saved[k.c..], &inv),
         assert_close(&format!("{name}: moving_mean"), &read(&out.params[2]), &new_mm),
@@ -170,11 +219,11 @@ fn train_forward_matches_f64() {
 pub(crate) fn check_infer(name: &str, k: &Case, cfg: &BatchNormConfig) -> f64 {
     let d = device();
     let [gamma, beta, mm, mv] = &parameters(k);
-    let (x, y) = (upload(&k.x, &k.shape), stale(&k.shape));
+    let (x, y) = (k.upload_x(), k.stale_y());
     run(&batchnorm::forward_infer(&d, cfg, &x, gamma, beta, mm, mv, &y).unwrap());
     let mean: Vec<f64> = k.moving_mean.iter().map(|v| *v as f64).collect();
     let inv: Vec<f64> = k.moving_var.iter().map(|v| 1.0 / (*v as f64 + cfg.epsilon as f64).sqrt()).collect();
-    let e = assert_close(&format!("{name}: infer y"), &read(&y), &normalize(k, &mean, &inv, cfg.relu));
+    let e = assert_y_close(&format!("{name}: infer y"), &y, &normalize(k, &mean, &inv, cfg.relu));
     assert!(read(mm) == k.moving_mean && read(mv) == k.moving_var, "{name}: inference changed the moving statistics");
     e
 }
@@ -199,11 +248,11 @@ fn inference_forward_matches_f64() {
 pub(crate) fn check_infer_backward(name: &str, k: &Case, cfg: &BatchNormConfig, dy: &[f32]) -> f64 {
     let d = device();
     let [gamma, beta, mm, mv] = &parameters(k);
-    let (x, y, tdy, dx) = (upload(&k.x, &k.shape), stale(&k.shape), upload(dy, &k.shape), stale(&k.shape));
+    let (x, y, tdy, dx) = (k.upload_x(), k.stale_y(), upload(dy, &k.shape), stale(&k.shape));
     let mut dispatches = batchnorm::forward_infer(&d, cfg, &x, gamma, beta, mm, mv, &y).unwrap();
     dispatches.extend(batchnorm::backward_infer(&d, cfg, &y, &tdy, gamma, mv, &dx).unwrap());
     run(&dispatches);
-    let y = read(&y);
+    let y = read_act(&y);
     let want: Vec<f64> = dy
         .iter()
         .zip(&y)
@@ -243,7 +292,7 @@ pub(crate) fn check_backward(name: &str, k: &Case, cfg: &BatchNormConfig, dy: &[
     let (tdy, dx, dgamma, dbeta) = (upload(dy, &k.shape), stale(&k.shape), stale(&[k.c]), stale(&[k.c]));
     dispatches.extend(batchnorm::backward(&d, cfg, &out.x, &out.y, &tdy, &out.params[0], &out.saved, &dx, &dgamma, &dbeta).unwrap());
     run(&dispatches);
-    let (want_dx, want_dgamma, want_dbeta) = backward_ref(k, &read(&out.y), dy, cfg.relu);
+    let (want_dx, want_dgamma, want_dbeta) = backward_ref(k, &read_act(&out.y), dy, cfg.relu);
     [
         assert_close(&format!("{name}: dx"), &read(&dx), &want_dx),
         assert_close(&format!("{name}: dgamma"), &read(&dgamma), &want_dgamma),
@@ -381,4 +430,145 @@ fn bad_shapes_and_configs_are_refused() {
     assert!(e.contains("moving_var") && e.contains("[9]"), "message names the operand: {e}");
     assert!(batchnorm::backward_infer(&d, &cfg, &y, &x, &g, &mv, &x).is_err(), "dx may not alias dy");
     assert!(batchnorm::backward_infer(&d, &cfg, &z(&[2, 3, 3, 4]), &x, &g, &mv, &z(&[2, 3, 3, 8])).is_err(), "y must match dy");
+}
+
+// f16 activations need channels divisible by 4. Between them these reach every path both
+// engines take on f16: one row chunk and several (2,250 rows of 4 channels: an odd batch
+// of 250), four-row and one-row loads, one column tile and several (132 channels), and the
+// CPU kernels' single and multiple chunks.
+const F16_SHAPES: &[&[usize]] = &[&[7, 8], &[3, 1, 3, 12], &[2, 5, 7, 8], &[2, 3, 3, 64], &[250, 3, 3, 4], &[50, 132], &[4099, 68]];
+
+/// `(entry, token)` for each token of each entry point.
+fn every<'a>(entries: &[&'a str], tokens: &[&str]) -> Vec<(&'a str, String)> {
+    entries.iter().flat_map(|e| tokens.iter().map(move |t| (*e, t.to_string()))).collect()
+}
+
+/// The paths among `taken` that ran the f16 module.
+fn on_f16(taken: BTreeSet<String>) -> BTreeSet<String> {
+    taken.into_iter().filter(|p| p.split_whitespace().any(|t| t == "store=f16")).collect()
+}
+
+#[test]
+fn f16_activations_match_f64() {
+    take_paths();
+    on_each_variant(|variant| {
+        let mut r = rng(38);
+        for shape in F16_SHAPES {
+            for (relu, engine) in [false, true].into_iter().flat_map(|relu| Engine::ALL.map(|e| (relu, e))) {
+                let name = format!("{variant} f16 {shape:?} relu={relu} {engine:?}");
+                let cfg = BatchNormConfig { momentum: 0.6, relu, engine: Some(engine), ..Default::default() };
+                let k = case_f16(&mut r, shape, 0.0);
+                let (out, dispatches) = train(&k, &cfg);
+                assert!(dispatches.iter().all(|d| d.path_tokens().any(|t| t == "store=f16") && d.shader.ends_with("+f16")), "{name}: {dispatches:#?}");
+                run(&dispatches);
+                let e = check_train(&name, &k, &cfg, &out);
+                println!("train forward {name}: rel err {e:.2e}");
+                let dy = random(&mut r, k.x.len());
+                let e = check_backward(&name, &k, &cfg, &dy);
+                println!("backward {name}: rel err {e:.2e}");
+                let k = case_f16(&mut r, shape, 0.0);
+                let e = check_infer(&name, &k, &cfg);
+                println!("inference forward {name}: rel err {e:.2e}");
+                let dy = random(&mut r, k.x.len());
+                let e = check_infer_backward(&name, &k, &cfg, &dy);
+                println!("inference backward {name}: rel err {e:.2e}");
+            }
+        }
+    });
+    let mut expected = Vec::new();
+    expected.extend(every(&["stats_partial", "backward_partial"], &["chunks=single", "chunks=multi", "rows=x4", "rows=x1", "cols=one_tile", "cols=tiled"]));
+    expected.extend(every(&["stats_finalize", "backward_merge", "stats_partial_cpu", "stats_finalize_cpu", "backward_merge_cpu"], &["chunks=single", "chunks=multi"]));
+    expected.extend(every(&["normalize_train4", "backward_dx4", "normalize_infer4", "backward_infer_dx4"], &["vec4", "grid=1d"]));
+    expected.extend(every(
+        &["normalize_train_cpu", "backward_partial_cpu", "backward_dx_cpu", "normalize_infer_cpu", "backward_infer_dx_cpu"],
+        &["chunks=single", "chunks=multi", "relu", "no_relu"],
+    ));
+    assert_paths_cover("batchnorm f16", &on_f16(take_paths()), &expected, &[]);
+}
+
+#[test]
+fn f16_many_rows_stay_stable() {
+    // The 70,000 rows near 100 of the f32 test, x rounded to f16 (a spacing of 1/16 there):
+    // the merges see the same values as the reference, so only y's rounding is added.
+    let mut r = rng(39);
+    take_paths();
+    for engine in Engine::ALL {
+        let k = case_f16(&mut r, &[7, 100, 100, 4], 100.0);
+        let cfg = BatchNormConfig { momentum: 0.6, relu: true, engine: Some(engine), ..Default::default() };
+        let (out, dispatches) = train(&k, &cfg);
+        assert!(dispatches[0].path_tokens().any(|t| t == "chunks=multi"), "statistics ran in one chunk: {}", dispatches[0].path);
+        assert_eq!(dispatches[0].label.ends_with("_cpu"), engine == Engine::Cpu, "{engine:?}: {}", dispatches[0].path);
+        run(&dispatches);
+        let e = check_train(&format!("f16 70,000 x 4 {engine:?}"), &k, &cfg, &out);
+        println!("train forward f16 70,000 x 4 relu {engine:?}: rel err {e:.2e}");
+        let dy = random(&mut r, k.x.len());
+        let e = check_backward(&format!("f16 70,000 x 4 {engine:?}"), &k, &cfg, &dy);
+        println!("backward f16 70,000 x 4 relu {engine:?}: rel err {e:.2e}");
+    }
+    let taken = on_f16(take_paths());
+    for entry in ["stats_partial", "normalize_train4", "backward_dx4", "stats_partial_cpu", "normalize_train_cpu", "backward_dx_cpu"] {
+        assert!(taken.iter().any(|p| p.split_whitespace().next() == Some(entry)), "{entry} never ran on f16: {taken:#?}");
+    }
+}
+
+#[test]
+fn f32_activations_run_the_f32_module() {
+    let mut r = rng(40);
+    for engine in Engine::ALL {
+        let k = case(&mut r, &[3, 5, 8], 0.0);
+        let cfg = BatchNormConfig { engine: Some(engine), ..Default::default() };
+        let (_, dispatches) = train(&k, &cfg);
+        assert!(dispatches.iter().all(|d| d.path_tokens().any(|t| t == "store=f32") && !d.shader.contains('+')), "{engine:?}: {dispatches:#?}");
+    }
+}
+
+#[test]
+fn f16_dtypes_and_channels_are_checked() {
+    let d = device();
+    let z = |s: &[usize]| d.zeros(s).unwrap();
+    let h = |s: &[usize]| d.zeros_of(s, DType::F16).unwrap();
+    let shape = [2, 3, 3, 8];
+    let (x, y, saved, dy, dx) = (h(&shape), h(&shape), z(&[2, 8]), z(&shape), z(&shape));
+    let (g, b, mm, mv, dg, db) = (z(&[8]), z(&[8]), z(&[8]), z(&[8]), z(&[8]), z(&[8]));
+    // Each message names the kernel, the operand, its shape and both dtypes where two disagree.
+    let says = |e: convoy::Error, words: &[&str]| {
+        let e = e.to_string();
+        assert!(words.iter().all(|w| e.contains(w)), "{e:?} should name {words:?}");
+    };
+    for engine in Engine::ALL {
+        let cfg = BatchNormConfig { engine: Some(engine), ..Default::default() };
+        assert!(batchnorm::forward_train(&d, &cfg, &x, &g, &b, &mm, &mv, &saved, &y).is_ok());
+        assert!(batchnorm::forward_infer(&d, &cfg, &x, &g, &b, &mm, &mv, &y).is_ok());
+        assert!(batchnorm::backward(&d, &cfg, &x, &y, &dy, &g, &saved, &dx, &dg, &db).is_ok());
+        assert!(batchnorm::backward_infer(&d, &cfg, &y, &dy, &g, &mv, &dx).is_ok());
+
+        // Mixed activations.
+        let y32 = z(&shape);
+        says(batchnorm::forward_train(&d, &cfg, &x, &g, &b, &mm, &mv, &saved, &y32).unwrap_err(), &["forward_train", "y", "x", "F32", "F16", "[2, 3, 3, 8]"]);
+        says(batchnorm::forward_infer(&d, &cfg, &z(&shape), &g, &b, &mm, &mv, &y).unwrap_err(), &["forward_infer", "y", "x", "F32", "F16"]);
+        says(batchnorm::backward(&d, &cfg, &x, &y32, &dy, &g, &saved, &dx, &dg, &db).unwrap_err(), &["backward", "y", "F32", "F16"]);
+
+        // Everything but the activations is f32.
+        says(batchnorm::forward_train(&d, &cfg, &x, &h(&[8]), &b, &mm, &mv, &saved, &y).unwrap_err(), &["forward_train", "gamma", "[8]", "F16", "F32"]);
+        says(batchnorm::forward_train(&d, &cfg, &x, &g, &b, &mm, &mv, &h(&[2, 8]), &y).unwrap_err(), &["forward_train", "saved", "[2, 8]", "F16"]);
+        says(batchnorm::forward_infer(&d, &cfg, &x, &g, &b, &mm, &h(&[8]), &y).unwrap_err(), &["forward_infer", "moving_var", "F16"]);
+        says(batchnorm::backward(&d, &cfg, &x, &y, &h(&shape), &g, &saved, &dx, &dg, &db).unwrap_err(), &["backward", "dy", "[2, 3, 3, 8]", "F16", "F32"]);
+        says(batchnorm::backward(&d, &cfg, &x, &y, &dy, &g, &saved, &h(&shape), &dg, &db).unwrap_err(), &["backward", "dx", "F16"]);
+        says(batchnorm::backward(&d, &cfg, &x, &y, &dy, &g, &saved, &dx, &h(&[8]), &db).unwrap_err(), &["backward", "dgamma", "F16"]);
+        says(batchnorm::backward(&d, &cfg, &x, &y, &dy, &g, &saved, &dx, &dg, &h(&[8])).unwrap_err(), &["backward", "dbeta", "F16"]);
+        says(batchnorm::backward_infer(&d, &cfg, &y, &h(&shape), &g, &mv, &dx).unwrap_err(), &["backward_infer", "dy", "F16"]);
+        says(batchnorm::backward_infer(&d, &cfg, &y, &dy, &g, &mv, &h(&shape)).unwrap_err(), &["backward_infer", "dx", "F16"]);
+        let u = d.zeros_of(&shape, DType::U32).unwrap();
+        says(batchnorm::forward_infer(&d, &cfg, &u, &g, &b, &mm, &mv, &d.zeros_of(&shape, DType::U32).unwrap()).unwrap_err(), &["forward_infer", "x", "U32"]);
+
+        // f16 with channels not a multiple of 4 (f32 takes them).
+        let odd = [5, 6];
+        let (x6, y6, s6, d6, dx6) = (h(&odd), h(&odd), z(&[2, 6]), z(&odd), z(&odd));
+        let (g6, b6, mm6, mv6, dg6, db6) = (z(&[6]), z(&[6]), z(&[6]), z(&[6]), z(&[6]), z(&[6]));
+        says(batchnorm::forward_train(&d, &cfg, &x6, &g6, &b6, &mm6, &mv6, &s6, &y6).unwrap_err(), &["forward_train", "x", "[5, 6]", "F16", "6 channels", "multiple of 4"]);
+        says(batchnorm::forward_infer(&d, &cfg, &x6, &g6, &b6, &mm6, &mv6, &y6).unwrap_err(), &["forward_infer", "[5, 6]", "multiple of 4"]);
+        says(batchnorm::backward(&d, &cfg, &x6, &y6, &d6, &g6, &s6, &dx6, &dg6, &db6).unwrap_err(), &["backward", "[5, 6]", "multiple of 4"]);
+        says(batchnorm::backward_infer(&d, &cfg, &y6, &d6, &g6, &mv6, &dx6).unwrap_err(), &["backward_infer", "y", "[5, 6]", "multiple of 4"]);
+        assert!(batchnorm::forward_train(&d, &cfg, &z(&odd), &g6, &b6, &mm6, &mv6, &s6, &z(&odd)).is_ok());
+    }
 }
