@@ -2,6 +2,10 @@
 // and global average pooling. One invocation per output element of each kernel; the grid may
 // be folded into 2-D (see src/kernels/mod.rs).
 //
+// max_pool_forward4 and global_avg_pool_forward4 read x and write y through lib/act_*.wgsl's
+// `act4` (x4, y4), so they serve activations stored as f32 or f16; the backward kernels read
+// only dy and argmax and write dx, all f32 (argmax is u32), whatever the storage.
+//
 // Backward kernels are gathers (one invocation per input-gradient element, summing over the
 // windows that cover it) because WGSL has no float atomics; they overwrite their output.
 
@@ -40,10 +44,16 @@ struct Params {
 // The same operands four channels at a time, for the max pool *4 entry points (channels
 // divisible by 4): one window decode and 16-byte loads per four channels, where the
 // scalar kernels spent more on index arithmetic than on memory.
+// src4 and dst4 carry max_pool_backward4's gradients, f32 in either module.
 @group(0) @binding(5) var<storage, read> src4: array<vec4<f32>>;
 @group(0) @binding(6) var<storage, read> arg_in4: array<vec4<u32>>;
 @group(0) @binding(7) var<storage, read_write> dst4: array<vec4<f32>>;
 @group(0) @binding(8) var<storage, read_write> arg_out4: array<vec4<u32>>;
+// The forward kernels' x and y four channels at a time in this module's activation storage:
+// the same code is the f32 kernel bit for bit and the f16 one. Stores are whole quads, so
+// two invocations never share an f16 word.
+@group(0) @binding(9) var<storage, read> x4: array<act4>;
+@group(0) @binding(10) var<storage, read_write> y4: array<act4>;
 
 override WG: u32 = 256u;
 
@@ -175,7 +185,7 @@ fn max_pool_forward4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgro
     var arg = vec4<u32>(NONE);
     for (var h = win.h_lo; h < win.h_hi; h++) {
         for (var w = win.w_lo; w < win.w_hi; w++) {
-            let v = src4[in_index(win.b, h, w, win.c) / 4u];
+            let v = act_quad(x4[in_index(win.b, h, w, win.c) / 4u]);
             let take = (arg == vec4<u32>(NONE)) | (v > best) | (is_nan4(v) & !is_nan4(best));
             best = select(best, v, take);
             // Scalar selects: an integer vector select becomes GLSL's integer `mix`, which
@@ -184,7 +194,7 @@ fn max_pool_forward4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgro
             arg = vec4<u32>(select(arg.x, here, take.x), select(arg.y, here, take.y), select(arg.z, here, take.z), select(arg.w, here, take.w));
         }
     }
-    dst4[i] = best;
+    y4[i] = act_pack(best);
     arg_out4[i] = arg;
 }
 
@@ -261,6 +271,24 @@ fn global_avg_pool_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_w
         s += src[(b * hw + j) * p.channels + c];
     }
     dst[i] = s / f32(hw);
+}
+
+// global_avg_pool_forward on four channels, i counting quads of y: the f16 form (scalar
+// stores of f16 would race), summing each lane in the scalar kernel's order.
+@compute @workgroup_size(WG)
+fn global_avg_pool_forward4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                            @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    let quads = p.channels / 4u;
+    let q = i % quads;
+    let b = i / quads;
+    let hw = p.in_h * p.in_w;
+    var s = vec4<f32>(0.0);
+    for (var j = 0u; j < hw; j++) {
+        s += act_quad(x4[(b * hw + j) * quads + q]);
+    }
+    y4[i] = act_pack(s / f32(hw));
 }
 
 @compute @workgroup_size(WG)

@@ -2,11 +2,17 @@
 //!
 //! # Shapes
 //! Every operand has the same number of elements; shapes are otherwise free.
+//!
+//! # Storage
+//! Gradients are f32. The residual join ([`add`], [`add_relu`]) takes its operands all f32 or
+//! all f16, and [`relu_backward`] its forward output `y` in either; an f16 operand needs a
+//! multiple of 4 elements, since only the vec4 kernels store f16 (a scalar store would share
+//! a word with its neighbour's). The other kernels take f32 alone.
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{expect_same_len, grid_for, u32_of, width_token, Dispatch, ELEMENTWISE, WG_CONST};
-use crate::{bail, Device, Result, Tensor};
+use super::{expect_activation, expect_dtype, expect_dtype_as, expect_same_len, grid_for, u32_of, width_token, Dispatch, Shader, Storage, ELEMENTWISE, ELEMENTWISE_ALL, WG_CONST};
+use crate::{bail, DType, Device, Result, Tensor};
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -17,81 +23,118 @@ struct Params {
     c: u32,
 }
 
-fn launch(device: &Device, entry: &'static str, params: Params, bindings: &[(u32, &Tensor)]) -> Result<Dispatch> {
-    Ok(Dispatch::with_params(device, &ELEMENTWISE, entry, &[WG_CONST], &params, bindings, grid_for(device, params.n as usize)?))
+fn launch(device: &Device, shader: &Shader, entry: &'static str, params: Params, bindings: &[(u32, &Tensor)]) -> Result<Dispatch> {
+    Ok(Dispatch::with_params(device, shader, entry, &[WG_CONST], &params, bindings, grid_for(device, params.n as usize)?))
 }
 
-/// `entry` four elements per invocation (`entry4`, the operands bound as vec4 arrays at
-/// binding + 4) where the element count allows it, else one; both count as `entry` in
-/// profiles.
-fn launch_vec4(device: &Device, entry: &'static str, entry4: &'static str, n: usize, bindings: &[(u32, &Tensor)]) -> Result<Dispatch> {
+/// `entry` four elements per invocation (`entry4` on the `wide` bindings: f32 operands' quad
+/// views at binding + 4, activations' at binding + 7) where the element count allows it, else
+/// one on the `narrow` bindings; both count as `entry` in profiles. `storage` picks the
+/// module; the callers have refused f16 where the count is not a multiple of 4.
+fn launch_vec4(device: &Device, entry: &'static str, entry4: &'static str, n: usize, storage: Storage, narrow: &[(u32, &Tensor)], wide: &[(u32, &Tensor)]) -> Result<Dispatch> {
     let p = params(entry, n)?;
+    let shader = storage.pick(&ELEMENTWISE_ALL);
     if !n.is_multiple_of(4) {
-        return Ok(launch(device, entry, p, bindings)?.tagged(width_token(false)));
+        debug_assert_eq!(storage, Storage::F32, "{entry}: f16 reached the scalar kernel");
+        return Ok(launch(device, shader, entry, p, narrow)?.tagged(format!("{} {}", width_token(false), storage.token())));
     }
-    let wide: Vec<(u32, &Tensor)> = bindings.iter().map(|&(i, t)| (i + 4, t)).collect();
-    Ok(launch(device, entry4, Params { n: p.n / 4, ..p }, &wide)?.named(entry, 0.0).tagged(width_token(true)))
+    Ok(launch(device, shader, entry4, Params { n: p.n / 4, ..p }, wide)?.named(entry, 0.0).tagged(format!("{} {}", width_token(true), storage.token())))
 }
 
 fn params(kernel: &str, n: usize) -> Result<Params> {
     Ok(Params { n: u32_of(kernel, "elements", n)?, alpha: 0.0, seed: 0, c: 1 })
 }
 
+/// Refuses an f16 operand whose element count leaves a partial quad: the scalar kernels
+/// cannot store f16 without racing a neighbour on its word.
+fn expect_quads(kernel: &str, operand: &str, t: &Tensor, storage: Storage) -> Result<()> {
+    if storage == Storage::F16 && !t.len().is_multiple_of(4) {
+        bail!(Shape, "{kernel}: {operand} {:?} is F16 with {} elements, expected a multiple of 4 (f16 is stored four at a time)", t.shape(), t.len());
+    }
+    Ok(())
+}
+
+/// The storage of the residual join's operands: `a`'s, which `b` and `out` must share.
+fn join_storage(kernel: &str, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<Storage> {
+    expect_same_len(kernel, ("a", a), ("b", b))?;
+    expect_same_len(kernel, ("a", a), ("out", out))?;
+    let storage = expect_activation(kernel, "a", a)?;
+    expect_dtype_as(kernel, "b", b, ("a", a))?;
+    expect_dtype_as(kernel, "out", out, ("a", a))?;
+    expect_quads(kernel, "a", a, storage)?;
+    Ok(storage)
+}
+
 /// `y = max(x, 0)`; NaN stays NaN (a diverged activation must not turn into a finite 0).
+/// `x` and `y` are f32.
 pub fn relu_forward(device: &Device, x: &Tensor, y: &Tensor) -> Result<Dispatch> {
-    expect_same_len("relu_forward", ("x", x), ("y", y))?;
-    launch_vec4(device, "relu_forward", "relu_forward4", x.len(), &[(1, x), (3, y)])
+    let k = "relu_forward";
+    expect_same_len(k, ("x", x), ("y", y))?;
+    expect_dtype(k, "x", x, DType::F32)?;
+    expect_dtype(k, "y", y, DType::F32)?;
+    launch_vec4(device, k, "relu_forward4", x.len(), Storage::F32, &[(1, x), (3, y)], &[(5, x), (7, y)])
 }
 
 /// `dx = dy * (y > 0)`, from the forward's output `y` (so `x` need not be kept); NaN where
-/// `y` is NaN, the derivative there.
+/// `y` is NaN, the derivative there. `dy` and `dx` are f32, `y` f32 or f16.
 pub fn relu_backward(device: &Device, dy: &Tensor, y: &Tensor, dx: &Tensor) -> Result<Dispatch> {
-    expect_same_len("relu_backward", ("dy", dy), ("y", y))?;
-    expect_same_len("relu_backward", ("dy", dy), ("dx", dx))?;
-    launch_vec4(device, "relu_backward", "relu_backward4", dy.len(), &[(1, dy), (2, y), (3, dx)])
+    let k = "relu_backward";
+    expect_same_len(k, ("dy", dy), ("y", y))?;
+    expect_same_len(k, ("dy", dy), ("dx", dx))?;
+    expect_dtype(k, "dy", dy, DType::F32)?;
+    expect_dtype(k, "dx", dx, DType::F32)?;
+    let storage = expect_activation(k, "y", y)?;
+    expect_quads(k, "y", y, storage)?;
+    launch_vec4(device, k, "relu_backward4", dy.len(), storage, &[(1, dy), (2, y), (3, dx)], &[(5, dy), (9, y), (7, dx)])
 }
 
-/// `out = a + b`.
+/// `out = a + b`: a, b and out all f32 (gradient sums too) or all f16 (the residual join's
+/// forward under f16 storage).
 pub fn add(device: &Device, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<Dispatch> {
-    expect_same_len("add", ("a", a), ("b", b))?;
-    expect_same_len("add", ("a", a), ("out", out))?;
-    launch_vec4(device, "add", "add4", a.len(), &[(1, a), (2, b), (3, out)])
+    let storage = join_storage("add", a, b, out)?;
+    launch_vec4(device, "add", "add4", a.len(), storage, &[(1, a), (2, b), (3, out)], &[(8, a), (9, b), (10, out)])
 }
 
 /// `out = max(a + b, 0)`: a residual join and the ReLU after it in one pass; NaN stays NaN.
+/// a, b and out all f32 or all f16.
 pub fn add_relu(device: &Device, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<Dispatch> {
-    expect_same_len("add_relu", ("a", a), ("b", b))?;
-    expect_same_len("add_relu", ("a", a), ("out", out))?;
-    launch_vec4(device, "add_relu", "add_relu4", a.len(), &[(1, a), (2, b), (3, out)])
+    let storage = join_storage("add_relu", a, b, out)?;
+    launch_vec4(device, "add_relu", "add_relu4", a.len(), storage, &[(1, a), (2, b), (3, out)], &[(8, a), (9, b), (10, out)])
 }
 
-/// `out = alpha * a`.
+/// `out = alpha * a`, f32.
 pub fn scale(device: &Device, a: &Tensor, alpha: f32, out: &Tensor) -> Result<Dispatch> {
     expect_same_len("scale", ("a", a), ("out", out))?;
+    expect_dtype("scale", "a", a, DType::F32)?;
+    expect_dtype("scale", "out", out, DType::F32)?;
     let p = Params { alpha, ..params("scale", a.len())? };
-    launch(device, "scale", p, &[(1, a), (3, out)])
+    launch(device, &ELEMENTWISE, "scale", p, &[(1, a), (3, out)])
 }
 
-/// `y += bias`, broadcast over the last dimension of `y`, in place.
+/// `y += bias`, broadcast over the last dimension of `y`, in place; f32.
 pub fn bias_add(device: &Device, y: &Tensor, bias: &Tensor) -> Result<Dispatch> {
     let c = *y.shape().last().unwrap_or(&0);
     if bias.len() != c || c == 0 {
         bail!(Shape, "bias_add: bias {:?} does not match the last dimension of {:?}", bias.shape(), y.shape());
     }
+    expect_dtype("bias_add", "y", y, DType::F32)?;
+    expect_dtype("bias_add", "bias", bias, DType::F32)?;
     let p = Params { c: c as u32, ..params("bias_add", y.len())? };
-    launch(device, "bias_add", p, &[(2, bias), (3, y)])
+    launch(device, &ELEMENTWISE, "bias_add", p, &[(2, bias), (3, y)])
 }
 
 /// Inverted dropout with a mask drawn from `(seed, step[0], index)`: kept elements are
 /// scaled by `1 / (1 - rate)`. The backward pass is the same call on the gradients with the
-/// same seed and step, so the mask is never stored.
+/// same seed and step, so the mask is never stored. `x` and `y` are f32.
 pub fn dropout(device: &Device, x: &Tensor, y: &Tensor, rate: f32, seed: u32, step: &Tensor) -> Result<Dispatch> {
     expect_same_len("dropout", ("x", x), ("y", y))?;
+    expect_dtype("dropout", "x", x, DType::F32)?;
+    expect_dtype("dropout", "y", y, DType::F32)?;
     if !(0.0..1.0).contains(&rate) {
         bail!(Config, "dropout rate must be in [0, 1), got {rate}");
     }
     let p = Params { alpha: rate, seed, ..params("dropout", x.len())? };
-    launch(device, "dropout", p, &[(1, x), (3, y), (4, step)])
+    launch(device, &ELEMENTWISE, "dropout", p, &[(1, x), (3, y), (4, step)])
 }
 
 /// The host twin of the shaders' counter hash (dropout's mask, the augmentation layers'

@@ -402,6 +402,25 @@ pub fn expect_dtype(kernel: &str, operand: &str, t: &crate::Tensor, dtype: crate
     Ok(())
 }
 
+/// The storage of activation `t`: F32 or F16, any other element type an error naming the
+/// kernel and operand (a u32 tensor read as activations would be garbage, not a failure).
+pub fn expect_activation(kernel: &str, operand: &str, t: &crate::Tensor) -> Result<Storage> {
+    match t.dtype() {
+        crate::DType::F32 => Ok(Storage::F32),
+        crate::DType::F16 => Ok(Storage::F16),
+        other => bail!(Shape, "{kernel}: {operand} {:?} is {other:?}, expected F32 or F16", t.shape()),
+    }
+}
+
+/// Checks that `t` has the dtype of the operand named `like`, which fixed the kernel's
+/// storage: one module reads all of them, so mixing f32 and f16 cannot be served.
+pub fn expect_dtype_as(kernel: &str, operand: &str, t: &crate::Tensor, like: (&str, &crate::Tensor)) -> Result<()> {
+    if t.dtype() != like.1.dtype() {
+        bail!(Shape, "{kernel}: {operand} {:?} is {:?}, expected {:?} as {} {:?}", t.shape(), t.dtype(), like.1.dtype(), like.0, like.1.shape());
+    }
+    Ok(())
+}
+
 /// wgpu refuses a buffer bound read-only and read-write in one dispatch (views of one buffer
 /// included), and overlapping outputs would race: refuse both on the host.
 pub fn expect_separate(kernel: &str, outputs: &[(&str, &crate::Tensor)], inputs: &[(&str, &crate::Tensor)]) -> Result<()> {

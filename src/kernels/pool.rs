@@ -5,10 +5,16 @@
 //! # Shapes
 //! `x`, `dx`: `[batch, in_h, in_w, channels]`; `y`, `dy`, `argmax`: `[batch, out_h, out_w,
 //! channels]`; global pooling outputs `[batch, channels]`.
+//!
+//! # Storage
+//! Gradients are f32 and argmax u32. Max pooling (global too) and global average pooling
+//! take `x` and `y` both f32 or both f16; f16 needs channels divisible by 4, since only the
+//! vec4 kernels store f16 (a scalar store would share a word with its neighbour's). Average
+//! pooling takes f32 alone.
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{expect_dtype, expect_separate, expect_shape, grid_for, u32_of, width_token, Dispatch, POOL, WG_CONST};
+use super::{expect_activation, expect_dtype, expect_dtype_as, expect_separate, expect_shape, grid_for, u32_of, width_token, Dispatch, Shader, Storage, POOL, POOL_ALL, WG_CONST};
 use crate::{bail, DType, Device, Error, Result, Tensor};
 
 /// Keras' `padding` argument of the pooling layers.
@@ -217,21 +223,37 @@ struct Params {
     _pad: [u32; 2],
 }
 
-fn launch(device: &Device, entry: &'static str, params: Params, bindings: &[(u32, &Tensor)]) -> Result<Dispatch> {
-    Ok(Dispatch::with_params(device, &POOL, entry, &[WG_CONST], &params, bindings, grid_for(device, params.n as usize)?))
+fn launch(device: &Device, shader: &Shader, entry: &'static str, params: Params, bindings: &[(u32, &Tensor)]) -> Result<Dispatch> {
+    Ok(Dispatch::with_params(device, shader, entry, &[WG_CONST], &params, bindings, grid_for(device, params.n as usize)?))
 }
 
-/// `entry` four channels per invocation (`entry4`, the operands bound as vec4 arrays at
-/// binding + 4) where the channel count allows it, else one; both count as `entry` in
-/// profiles. Views start 256-byte aligned, so a multiple of four channels keeps every
-/// quad within one aligned vec4.
-fn launch_vec4(device: &Device, entry: &'static str, entry4: &'static str, geom: &Pool2dGeometry, n: usize, bindings: &[(u32, &Tensor)]) -> Result<Dispatch> {
+/// `entry` four channels per invocation (`entry4` on the `wide` bindings: the gradients'
+/// and argmax's quad views at binding + 4, the forward's x and y at 9 and 10) where the
+/// channel count allows it, else one on the `narrow` bindings; both count as `entry` in
+/// profiles. Views start 256-byte aligned, so a multiple of four channels keeps every quad
+/// within one aligned vec4. `storage` picks the module; the callers have refused f16 where
+/// the channels are not a multiple of 4.
+#[allow(clippy::too_many_arguments)]
+fn launch_vec4(device: &Device, entry: &'static str, entry4: &'static str, geom: &Pool2dGeometry, n: usize, storage: Storage, narrow: &[(u32, &Tensor)], wide: &[(u32, &Tensor)]) -> Result<Dispatch> {
     let p = geom.params(n)?;
+    let shader = storage.pick(&POOL_ALL);
     if !geom.channels.is_multiple_of(4) {
-        return Ok(launch(device, entry, p, bindings)?.tagged(width_token(false)));
+        debug_assert_eq!(storage, Storage::F32, "{entry}: f16 reached the scalar kernel");
+        return Ok(launch(device, shader, entry, p, narrow)?.tagged(format!("{} {}", width_token(false), storage.token())));
     }
-    let wide: Vec<(u32, &Tensor)> = bindings.iter().map(|&(i, t)| (i + 4, t)).collect();
-    Ok(launch(device, entry4, Params { n: p.n / 4, ..p }, &wide)?.named(entry, 0.0).tagged(width_token(true)))
+    Ok(launch(device, shader, entry4, Params { n: p.n / 4, ..p }, wide)?.named(entry, 0.0).tagged(format!("{} {}", width_token(true), storage.token())))
+}
+
+/// The storage of a forward kernel's `x` and `y`, which must share it: F16 only with
+/// channels divisible by 4, the vec4 kernels being the only ones that store f16 without two
+/// invocations racing on a word.
+fn forward_storage(kernel: &str, x: &Tensor, y: &Tensor, channels: usize) -> Result<Storage> {
+    let storage = expect_activation(kernel, "x", x)?;
+    expect_dtype_as(kernel, "y", y, ("x", x))?;
+    if storage == Storage::F16 && !channels.is_multiple_of(4) {
+        bail!(Shape, "{kernel}: x {:?} is F16 with {channels} channels, expected a multiple of 4 (f16 is stored four channels at a time)", x.shape());
+    }
+    Ok(storage)
 }
 
 /// Max pooling; `argmax` records, per output, the input position `h * in_w + w` that won
@@ -240,18 +262,17 @@ fn launch_vec4(device: &Device, entry: &'static str, entry4: &'static str, geom:
 /// its neighbours.
 ///
 /// # Shapes
-/// `x`: `[batch, in_h, in_w, channels]` f32 -> `y`: `[batch, out_h, out_w, channels]` f32,
-/// `argmax`: the same shape, u32.
+/// `x`: `[batch, in_h, in_w, channels]` -> `y`: `[batch, out_h, out_w, channels]`, both f32
+/// or both f16 (channels divisible by 4), `argmax`: the same shape, u32.
 pub fn max_pool_forward(device: &Device, geom: &Pool2dGeometry, x: &Tensor, y: &Tensor, argmax: &Tensor) -> Result<Dispatch> {
     let k = "max_pool_forward";
     expect_shape(k, "x", x, &geom.input_shape())?;
     expect_shape(k, "y", y, &geom.output_shape())?;
     expect_shape(k, "argmax", argmax, &geom.output_shape())?;
-    expect_dtype(k, "x", x, DType::F32)?;
-    expect_dtype(k, "y", y, DType::F32)?;
+    let storage = forward_storage(k, x, y, geom.channels)?;
     expect_dtype(k, "argmax", argmax, DType::U32)?;
     expect_separate(k, &[("y", y), ("argmax", argmax)], &[("x", x)])?;
-    launch_vec4(device, k, "max_pool_forward4", geom, y.len(), &[(1, x), (3, y), (4, argmax)])
+    launch_vec4(device, k, "max_pool_forward4", geom, y.len(), storage, &[(1, x), (3, y), (4, argmax)], &[(9, x), (10, y), (8, argmax)])
 }
 
 /// The gradient of max pooling: each input position receives the sum of `dy` over the
@@ -268,7 +289,8 @@ pub fn max_pool_backward(device: &Device, geom: &Pool2dGeometry, dy: &Tensor, ar
     expect_dtype(k, "argmax", argmax, DType::U32)?;
     expect_dtype(k, "dx", dx, DType::F32)?;
     expect_separate(k, &[("dx", dx)], &[("dy", dy), ("argmax", argmax)])?;
-    launch_vec4(device, k, "max_pool_backward4", geom, dx.len(), &[(1, dy), (2, argmax), (3, dx)])
+    let (narrow, wide) = ([(1, dy), (2, argmax), (3, dx)], [(5, dy), (6, argmax), (7, dx)]);
+    launch_vec4(device, k, "max_pool_backward4", geom, dx.len(), Storage::F32, &narrow, &wide)
 }
 
 /// Average pooling; the mean is over the input positions of each window (padding is not
@@ -276,7 +298,7 @@ pub fn max_pool_backward(device: &Device, geom: &Pool2dGeometry, dy: &Tensor, ar
 /// window as PyTorch's default `count_include_pad=True` does.
 ///
 /// # Shapes
-/// `x`: `[batch, in_h, in_w, channels]` -> `y`: `[batch, out_h, out_w, channels]`.
+/// `x`: `[batch, in_h, in_w, channels]` -> `y`: `[batch, out_h, out_w, channels]`, f32.
 pub fn avg_pool_forward(device: &Device, geom: &Pool2dGeometry, x: &Tensor, y: &Tensor) -> Result<Dispatch> {
     let k = "avg_pool_forward";
     expect_shape(k, "x", x, &geom.input_shape())?;
@@ -284,7 +306,7 @@ pub fn avg_pool_forward(device: &Device, geom: &Pool2dGeometry, x: &Tensor, y: &
     expect_dtype(k, "x", x, DType::F32)?;
     expect_dtype(k, "y", y, DType::F32)?;
     expect_separate(k, &[("y", y)], &[("x", x)])?;
-    launch(device, k, geom.params(y.len())?, &[(1, x), (3, y)])
+    launch(device, &POOL, k, geom.params(y.len())?, &[(1, x), (3, y)])
 }
 
 /// The gradient of average pooling. Overwrites `dx`.
@@ -298,7 +320,7 @@ pub fn avg_pool_backward(device: &Device, geom: &Pool2dGeometry, dy: &Tensor, dx
     expect_dtype(k, "dy", dy, DType::F32)?;
     expect_dtype(k, "dx", dx, DType::F32)?;
     expect_separate(k, &[("dx", dx)], &[("dy", dy)])?;
-    launch(device, k, geom.params(dx.len())?, &[(1, dy), (3, dx)])
+    launch(device, &POOL, k, geom.params(dx.len())?, &[(1, dy), (3, dx)])
 }
 
 /// The geometry of a pool over the whole map, from the 4-d input (or input-gradient) shape.
@@ -309,18 +331,25 @@ fn global_geometry(kernel: &str, shape: &[usize]) -> Result<Pool2dGeometry> {
     Pool2dGeometry::new(shape, [h, w], None, PoolPadding::Valid).map_err(|e| Error::Shape(format!("{kernel}: {e}")))
 }
 
-/// The mean over height and width of each channel.
+/// The mean over height and width of each channel. f16 runs four channels per invocation
+/// (the only way to store f16 without racing on a word); f32 keeps one per invocation.
 ///
 /// # Shapes
-/// `x`: `[batch, height, width, channels]` -> `y`: `[batch, channels]`.
+/// `x`: `[batch, height, width, channels]` -> `y`: `[batch, channels]`, both f32 or both f16
+/// (channels divisible by 4).
 pub fn global_avg_pool_forward(device: &Device, x: &Tensor, y: &Tensor) -> Result<Dispatch> {
     let k = "global_avg_pool_forward";
     let g = global_geometry(k, x.shape())?;
     expect_shape(k, "y", y, &[g.batch, g.channels])?;
-    expect_dtype(k, "x", x, DType::F32)?;
-    expect_dtype(k, "y", y, DType::F32)?;
+    let storage = forward_storage(k, x, y, g.channels)?;
     expect_separate(k, &[("y", y)], &[("x", x)])?;
-    launch(device, k, g.params(y.len())?, &[(1, x), (3, y)])
+    let p = g.params(y.len())?;
+    let shader = storage.pick(&POOL_ALL);
+    if storage == Storage::F32 {
+        return Ok(launch(device, shader, k, p, &[(1, x), (3, y)])?.tagged(format!("{} {}", width_token(false), storage.token())));
+    }
+    let entry4 = "global_avg_pool_forward4";
+    Ok(launch(device, shader, entry4, Params { n: p.n / 4, ..p }, &[(9, x), (10, y)])?.named(k, 0.0).tagged(format!("{} {}", width_token(true), storage.token())))
 }
 
 /// Spreads `dy / (height * width)` over the map. Overwrites `dx`.
@@ -334,7 +363,7 @@ pub fn global_avg_pool_backward(device: &Device, dy: &Tensor, dx: &Tensor) -> Re
     expect_dtype(k, "dy", dy, DType::F32)?;
     expect_dtype(k, "dx", dx, DType::F32)?;
     expect_separate(k, &[("dx", dx)], &[("dy", dy)])?;
-    launch(device, k, g.params(dx.len())?, &[(1, dy), (3, dx)])
+    launch(device, &POOL, k, g.params(dx.len())?, &[(1, dy), (3, dx)])
 }
 
 /// The maximum over height and width of each channel: max pooling with one window over the
@@ -343,12 +372,15 @@ pub fn global_avg_pool_backward(device: &Device, dy: &Tensor, dx: &Tensor) -> Re
 /// position `h * width + w` per channel.
 ///
 /// # Shapes
-/// `x`: `[batch, height, width, channels]` -> `y`, `argmax` (u32): `[batch, channels]`.
+/// `x`: `[batch, height, width, channels]` -> `y`: `[batch, channels]`, both f32 or both
+/// f16 (channels divisible by 4); `argmax` (u32): `[batch, channels]`.
 pub fn global_max_pool_forward(device: &Device, x: &Tensor, y: &Tensor, argmax: &Tensor) -> Result<Dispatch> {
     let k = "global_max_pool_forward";
     let g = global_geometry(k, x.shape())?;
     expect_shape(k, "y", y, &[g.batch, g.channels])?;
     expect_shape(k, "argmax", argmax, &[g.batch, g.channels])?;
+    // Checked here too so a refusal names this kernel, not the max pool it runs as.
+    forward_storage(k, x, y, g.channels)?;
     let map = g.output_shape();
     Ok(max_pool_forward(device, &g, x, &y.reshape(&map)?, &argmax.reshape(&map)?)?.named(k, 0.0).tagged("global"))
 }

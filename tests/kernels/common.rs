@@ -143,6 +143,46 @@ pub fn read(t: &Tensor) -> Vec<f32> {
     device().read(t).unwrap()
 }
 
+/// `v` rounded to f16 and widened back: what an f16 tensor uploaded from `v` holds, so the
+/// f64 references of the f16 kernels start from the very values the kernels read.
+pub fn to_half(v: f32) -> f32 {
+    convoy::device::half::f16_value(convoy::device::half::f16_bits(v))
+}
+
+/// [`random`] rounded to f16 ([`to_half`]).
+pub fn random_half(rng: &mut StdRng, n: usize) -> Vec<f32> {
+    random(rng, n).into_iter().map(to_half).collect()
+}
+
+/// An f16 tensor of `data` rounded to f16.
+pub fn upload_f16(data: &[f32], shape: &[usize]) -> Tensor {
+    device().upload_f16(shape, data).unwrap()
+}
+
+/// An f16 tensor read back, widened to f32.
+pub fn read_f16(t: &Tensor) -> Vec<f32> {
+    device().read_f16(t).unwrap()
+}
+
+/// Asserts each element of an f16 result is within one f16 rounding of `want`: at most
+/// 2^-11 of |want| (half an f16 ulp), widened by 2^-10 of itself for the f32 rounding the
+/// kernel may do first, plus `slack` for values where the relative bound says nothing
+/// (f16 subnormals, rounded to 2^-24 steps; a long f32 sum cancelling to near zero).
+/// Returns the largest error in units of that bound.
+#[track_caller]
+pub fn assert_close_f16(case: &str, got: &[f32], want: &[f64], slack: f64) -> f64 {
+    assert_eq!(got.len(), want.len(), "{case}: length mismatch");
+    let mut worst = 0.0f64;
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        assert!(g.is_finite(), "{case}: element {i} is {g}, expected {w}");
+        let bound = w.abs() * (2f64.powi(-11) * (1.0 + 2f64.powi(-10))) + slack;
+        let e = (g as f64 - w).abs() / bound;
+        assert!(e <= 1.0, "{case}: element {i} is {g}, expected {w} (error {:.3e} > {bound:.3e})", (g as f64 - w).abs());
+        worst = worst.max(e);
+    }
+    worst
+}
+
 /// Max-norm relative error: `max |got - want| / max |want|`. Element-wise relative error is
 /// meaningless where a long sum cancels to near zero; this is the measure cuDNN's and
 /// PyTorch's own kernel tests use for reductions.

@@ -1,6 +1,8 @@
-//! ReLU, add, add + ReLU, scale and dropout against f64 references.
+//! ReLU, add, add + ReLU, scale and dropout against f64 references; the residual join and
+//! ReLU's gradient on f16 activations too.
 
-use convoy::kernels::elementwise;
+use convoy::kernels::{elementwise, Dispatch};
+use convoy::{DType, Result};
 
 use crate::common::*;
 
@@ -112,4 +114,89 @@ fn bias_add_broadcasts_over_the_last_dimension() {
         }
         assert!(elementwise::bias_add(&d, &upload(&[0.0; 6], &[2, 3]), &upload(&[0.0; 2], &[2])).is_err());
     });
+}
+
+// f16 runs the vec4 kernels alone, so its counts are multiples of 4; 1000 and 4100 take
+// several workgroups.
+const SIZES_F16: &[usize] = &[4, 12, 256, 1000, 4100];
+
+#[test]
+fn f16_join_and_relu_backward() {
+    on_each_variant(|variant| {
+        let d = device();
+        let mut r = rng(5);
+        take_paths();
+        for &n in SIZES_F16 {
+            let (a, b, dy) = (random_half(&mut r, n), random_half(&mut r, n), random(&mut r, n));
+            let (ta, tb, tdy) = (upload_f16(&a, &[n]), upload_f16(&b, &[n]), upload(&dy, &[n]));
+            let (ts, tr, tdx) = (d.zeros_of(&[n], DType::F16).unwrap(), d.zeros_of(&[n], DType::F16).unwrap(), d.zeros(&[n]).unwrap());
+            // relu_backward reads the f16 y add_relu stored, as a residual block's backward does
+            run(&[
+                elementwise::add(&d, &ta, &tb, &ts).unwrap(),
+                elementwise::add_relu(&d, &ta, &tb, &tr).unwrap(),
+                elementwise::relu_backward(&d, &tdy, &tr, &tdx).unwrap(),
+            ]);
+            let sum: Vec<f64> = a.iter().zip(&b).map(|(&x, &y)| x as f64 + y as f64).collect();
+            // a sum of two f16 values is a multiple of 2^-24: one f16 rounding, subnormal or not
+            let tiny = 2f64.powi(-25);
+            assert_close_f16(&format!("{variant} f16 add n={n}"), &read_f16(&ts), &sum, tiny);
+            let relu: Vec<f64> = sum.iter().map(|v| v.max(0.0)).collect();
+            assert_close_f16(&format!("{variant} f16 add_relu n={n}"), &read_f16(&tr), &relu, tiny);
+            // a nonzero sum stays nonzero in f16 (see above), so the mask is the exact sum's sign
+            let want_dx: Vec<f32> = sum.iter().zip(&dy).map(|(&v, &g)| if v > 0.0 { g } else { 0.0 }).collect();
+            assert_eq!(read(&tdx), want_dx, "{variant} relu_backward on an f16 y, n={n}");
+        }
+        let expected: Vec<(&str, String)> = ["add4", "add_relu4", "relu_backward4"].iter().flat_map(|&e| [(e, "store=f16".to_string()), (e, "vec4".to_string())]).collect();
+        assert_paths_cover("f16 elementwise", &take_paths(), &expected, &[]);
+    });
+}
+
+#[test]
+fn f16_join_covers_a_folded_grid() {
+    // More than 65,535 * 256 quads fold the vec4 grid into 2-D; in f16 that is 128 MiB, which
+    // the software adapter's largest binding still holds. Small integers and halves: every
+    // sum is exact in f16, so each element is checked for equality.
+    let d = device();
+    let n = 65_535 * 256 * 4 + 4;
+    let a: Vec<f32> = (0..n).map(|i| (i % 97) as f32 - 48.0).collect();
+    let b: Vec<f32> = (0..n).map(|i| (i % 89) as f32 * 0.5 - 20.0).collect();
+    let (ta, tb, tr) = (upload_f16(&a, &[n]), upload_f16(&b, &[n]), d.zeros_of(&[n], DType::F16).unwrap());
+    let dispatch = elementwise::add_relu(&d, &ta, &tb, &tr).unwrap();
+    assert!(dispatch.groups()[1] > 1, "grid {:?} was not folded", dispatch.groups());
+    assert!(dispatch.path_tokens().any(|t| t == "store=f16"), "path {}", dispatch.path);
+    run(&[dispatch]);
+    let y = read_f16(&tr);
+    let wrong = (0..n).filter(|&i| y[i] != (a[i] + b[i]).max(0.0)).count();
+    assert_eq!(wrong, 0, "folded f16 grid: {wrong} elements wrong (first at {:?})", (0..n).find(|&i| y[i] != (a[i] + b[i]).max(0.0)));
+}
+
+#[test]
+fn f16_operands_are_checked() {
+    let d = device();
+    let h = |n: usize| d.zeros_of(&[n], DType::F16).unwrap();
+    let f = |n: usize| d.zeros(&[n]).unwrap();
+    let err = |r: Result<Dispatch>| r.map(|_| ()).unwrap_err().to_string();
+    let step = d.upload_u32(&[1], &[0]).unwrap();
+    let cases = [
+        // the join's operands share one storage
+        (err(elementwise::add(&d, &h(8), &f(8), &h(8))), "add: b [8] is F32, expected F16 as a [8]"),
+        (err(elementwise::add_relu(&d, &h(8), &h(8), &f(8))), "add_relu: out [8] is F32, expected F16 as a [8]"),
+        (err(elementwise::add(&d, &f(8), &f(8), &h(8))), "add: out [8] is F16, expected F32 as a [8]"),
+        // f16 is stored four at a time: no scalar path
+        (err(elementwise::add(&d, &h(6), &h(6), &h(6))), "add: a [6] is F16 with 6 elements, expected a multiple of 4"),
+        (err(elementwise::relu_backward(&d, &f(6), &h(6), &f(6))), "relu_backward: y [6] is F16 with 6 elements, expected a multiple of 4"),
+        // gradients are f32, activations f32 or f16
+        (err(elementwise::relu_backward(&d, &h(8), &h(8), &f(8))), "relu_backward: dy [8] is F16, expected F32"),
+        (err(elementwise::relu_backward(&d, &f(8), &f(8), &h(8))), "relu_backward: dx [8] is F16, expected F32"),
+        (err(elementwise::relu_backward(&d, &f(1), &step, &f(1))), "relu_backward: y [1] is U32, expected F32 or F16"),
+        (err(elementwise::add(&d, &step, &step, &f(1))), "add: a [1] is U32, expected F32 or F16"),
+        // the kernels with no f16 form
+        (err(elementwise::relu_forward(&d, &h(8), &f(8))), "relu_forward: x [8] is F16, expected F32"),
+        (err(elementwise::scale(&d, &f(8), 2.0, &h(8))), "scale: out [8] is F16, expected F32"),
+        (err(elementwise::dropout(&d, &h(8), &f(8), 0.5, 1, &step)), "dropout: x [8] is F16, expected F32"),
+        (err(elementwise::bias_add(&d, &h(8), &f(8))), "bias_add: y [8] is F16, expected F32"),
+    ];
+    for (got, want) in cases {
+        assert!(got.contains(want), "expected an error containing {want:?}, got {got:?}");
+    }
 }

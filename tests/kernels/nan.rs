@@ -2,7 +2,9 @@
 //! residual add + ReLU, BatchNorm's fused ReLU and variance clamp, max pooling, the loss's
 //! label rank) passes a NaN input through, on the checked and the unchecked shaders. These
 //! are the places where `max(x, 0.0)` (SPIR-V FMax: lavapipe returns the number) or a
-//! comparison (false against NaN) turned a diverged network into finite output.
+//! comparison (false against NaN) turned a diverged network into finite output. The kernels
+//! that take f16 activations (the residual join, ReLU's gradient, max pooling) are held to
+//! the same with f16 inputs.
 
 use convoy::kernels::batchnorm::{self, BatchNormConfig};
 use convoy::kernels::gemm::Engine;
@@ -56,6 +58,32 @@ fn relu_add_relu_and_relu_backward_keep_nan() {
             // the gradient passes where the output is positive, is NaN where it is NaN
             let want_dx: Vec<f32> = want.iter().map(|&y| if y.is_nan() { f32::NAN } else if y > 0.0 { 1.0 } else { 0.0 }).collect();
             assert_same(&format!("{variant} relu_backward n={n}"), &read(&tdx), &want_dx);
+        }
+    });
+}
+
+#[test]
+fn f16_join_and_relu_backward_keep_nan() {
+    // The vec4 entry points alone (f16 is stored four at a time); NaN and ±inf are exact in
+    // f16, as is every other value of the pattern.
+    on_each_variant(|variant| {
+        let d = device();
+        for n in [12, 36] {
+            let x = special(n);
+            let zero = vec![0.0f32; n];
+            let (tx, tz) = (upload_f16(&x, &[n]), upload_f16(&zero, &[n]));
+            let (ts, tr) = (d.zeros_of(&[n], DType::F16).unwrap(), d.zeros_of(&[n], DType::F16).unwrap());
+            let (tdy, tdx) = (upload(&vec![1.0f32; n], &[n]), d.zeros(&[n]).unwrap());
+            run(&[
+                elementwise::add(&d, &tx, &tz, &ts).unwrap(),
+                elementwise::add_relu(&d, &tx, &tz, &tr).unwrap(),
+                elementwise::relu_backward(&d, &tdy, &tr, &tdx).unwrap(),
+            ]);
+            assert_same(&format!("{variant} f16 add n={n}"), &read_f16(&ts), &x);
+            let want: Vec<f32> = x.iter().map(|&v| relu_ref(v)).collect();
+            assert_same(&format!("{variant} f16 add_relu n={n}"), &read_f16(&tr), &want);
+            let want_dx: Vec<f32> = want.iter().map(|&y| if y.is_nan() { f32::NAN } else if y > 0.0 { 1.0 } else { 0.0 }).collect();
+            assert_same(&format!("{variant} relu_backward on an f16 y n={n}"), &read(&tdx), &want_dx);
         }
     });
 }
@@ -124,24 +152,31 @@ fn max_pool_window_with_nan_outputs_nan() {
             3.0, -2.0,       f32::NAN, -INF,
         ];
         // One channel (the scalar kernels) and four (the vec4 ones), where channel 2 has
-        // its NaNs replaced by -5: a NaN in one lane must not leak into its neighbours.
-        for channels in [1usize, 4] {
+        // its NaNs replaced by -5: a NaN in one lane must not leak into its neighbours. Four
+        // channels once more with x and y in f16 (every value here is exact in f16).
+        for (channels, f16) in [(1usize, false), (4, false), (4, true)] {
             let lane = |v: f32, c: usize| if c == 2 && v.is_nan() { -5.0 } else { v };
             let x: Vec<f32> = map.iter().flat_map(|&v| (0..channels).map(move |c| lane(v, c))).collect();
             let g = Pool2dGeometry::new(&[1, 4, 4, channels], [2, 2], None, PoolPadding::Valid).unwrap();
-            let (tx, ty, targ) = (upload(&x, &[1, 4, 4, channels]), d.zeros(&[1, 2, 2, channels]).unwrap(), d.zeros_of(&[1, 2, 2, channels], DType::U32).unwrap());
-            let (tdy, tdx) = (upload(&vec![1.0; 4 * channels], &[1, 2, 2, channels]), d.zeros(&[1, 4, 4, channels]).unwrap());
-            run(&[pool::max_pool_forward(&d, &g, &tx, &ty, &targ).unwrap(), pool::max_pool_backward(&d, &g, &tdy, &targ, &tdx).unwrap()]);
-            let (y, arg, dx) = (read(&ty), d.read_u32(&targ).unwrap(), read(&tdx));
+            let (xs, ys) = ([1, 4, 4, channels], [1, 2, 2, channels]);
+            let (tx, ty) = if f16 { (upload_f16(&x, &xs), d.zeros_of(&ys, DType::F16).unwrap()) } else { (upload(&x, &xs), d.zeros(&ys).unwrap()) };
+            let targ = d.zeros_of(&ys, DType::U32).unwrap();
+            let (tdy, tdx) = (upload(&vec![1.0; 4 * channels], &ys), d.zeros(&xs).unwrap());
+            let forward = pool::max_pool_forward(&d, &g, &tx, &ty, &targ).unwrap();
+            assert_eq!(forward.path_tokens().any(|t| t == "store=f16"), f16, "{variant}: path {}", forward.path);
+            run(&[forward, pool::max_pool_backward(&d, &g, &tdy, &targ, &tdx).unwrap()]);
+            let channels_name = if f16 { format!("{channels} f16") } else { format!("{channels}") };
+            let y = if f16 { read_f16(&ty) } else { read(&ty) };
+            let (arg, dx) = (d.read_u32(&targ).unwrap(), read(&tdx));
             for c in 0..channels {
                 let (want_y, want_arg) = if c == 2 { ([5.0, 9.0, 3.0, -5.0], [0, 7, 12, 14]) } else { ([f32::NAN, f32::NAN, 3.0, f32::NAN], [1, 2, 12, 14]) };
                 let of = |v: &[f32]| -> Vec<f32> { v.iter().skip(c).step_by(channels).copied().collect() };
-                assert_same(&format!("{variant} max pool, {channels} channels, channel {c}"), &of(&y), &want_y);
+                assert_same(&format!("{variant} max pool, {channels_name} channels, channel {c}"), &of(&y), &want_y);
                 // the gradient goes to the first NaN of each window
                 let arg_c: Vec<u32> = arg.iter().skip(c).step_by(channels).copied().collect();
-                assert_eq!(arg_c, want_arg, "{variant} argmax, {channels} channels, channel {c}");
+                assert_eq!(arg_c, want_arg, "{variant} argmax, {channels_name} channels, channel {c}");
                 let hit: Vec<u32> = of(&dx).iter().enumerate().filter(|(_, v)| **v != 0.0).map(|(i, _)| i as u32).collect();
-                assert_eq!(hit, want_arg, "{variant} max pool backward, {channels} channels, channel {c}: {dx:?}");
+                assert_eq!(hit, want_arg, "{variant} max pool backward, {channels_name} channels, channel {c}: {dx:?}");
             }
         }
     });

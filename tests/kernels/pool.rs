@@ -2,7 +2,8 @@
 //! placed as TensorFlow's `padding="valid"|"same"` or PyTorch's `padding=(h, w)` places them,
 //! padded positions never win a max, average pooling divides by the window's input positions
 //! (Keras) or, with explicit padding, by the whole window (PyTorch's `count_include_pad`), and
-//! max-pool ties go to the first maximum in row-major window order.
+//! max-pool ties go to the first maximum in row-major window order. Max and global average
+//! pooling run on f16 activations too, from the same references on the f16-rounded inputs.
 
 use convoy::kernels::pool::{self, Pool2dGeometry, PoolPadding};
 use convoy::{DType, Tensor};
@@ -238,4 +239,110 @@ fn bad_shapes_are_errors() {
     assert!(pool::global_avg_pool_backward(&d, &d.zeros(&[2, 3]).unwrap(), &x).is_err(), "wrong batch");
     let e = pool::max_pool_forward(&d, &g, &x, &wrong, &arg).unwrap_err().to_string();
     assert!(e.contains("[1, 2, 3, 3]") && e.contains("[1, 3, 4, 3]"), "message names both shapes: {e}");
+}
+
+/// [`geometries`] with channels divisible by 4 (f16's condition: its kernels store whole
+/// quads), and a ResNet stem's pool over a map that takes many workgroups.
+fn geometries_f16() -> Vec<Pool2dGeometry> {
+    let mut out = vec![];
+    for (batch, h, w, channels) in [(1, 5, 7, 4), (3, 9, 9, 8), (3, 5, 7, 20)] {
+        for (pool, stride) in [(2, 2), (3, 2)] {
+            for padding in [PoolPadding::Valid, PoolPadding::Same, PoolPadding::Explicit(1, 1), PoolPadding::Explicit(1, 0)] {
+                out.push(Pool2dGeometry::new(&[batch, h, w, channels], [pool, pool], Some([stride, stride]), padding).unwrap());
+            }
+        }
+    }
+    out.push(Pool2dGeometry::new(&[2, 32, 32, 64], [3, 3], Some([2, 2]), PoolPadding::Explicit(1, 1)).unwrap());
+    out
+}
+
+/// An f16 output buffer full of garbage: the forward kernels must overwrite every element.
+fn garbage_f16(shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    upload_f16(&vec![1234.5; n], shape)
+}
+
+#[test]
+fn f16_max_pool_forward_and_backward() {
+    on_each_variant(|variant| {
+        let d = device();
+        let mut r = rng(15);
+        take_paths();
+        for g in geometries_f16() {
+            let (xs, ys) = (g.input_shape(), g.output_shape());
+            let x = random_half(&mut r, xs.iter().product());
+            // and three levels, so most windows hold tied maxima
+            let tied: Vec<f32> = x.iter().map(|v| (v * 1.5).round()).collect();
+            for x in [x, tied] {
+                let dy = random(&mut r, ys.iter().product());
+                let (tx, ty, targ, tdy, tdx) = (upload_f16(&x, &xs), garbage_f16(&ys), d.zeros_of(&ys, DType::U32).unwrap(), upload(&dy, &ys), garbage(&xs));
+                run(&[pool::max_pool_forward(&d, &g, &tx, &ty, &targ).unwrap(), pool::max_pool_backward(&d, &g, &tdy, &targ, &tdx).unwrap()]);
+                let (want_y, want_arg, want_dx) = max_pool_ref(&g, &x, &dy);
+                assert_eq!(d.read_u32(&targ).unwrap(), want_arg, "{variant} f16 argmax {g:?}");
+                // the max of f16 values is one of them, stored exactly
+                let want_y: Vec<f32> = want_y.iter().map(|&v| v as f32).collect();
+                assert_eq!(read_f16(&ty), want_y, "{variant} f16 max pool forward {g:?}");
+                assert_close(&format!("{variant} max pool backward after an f16 forward {g:?}"), &read(&tdx), &want_dx);
+            }
+        }
+        // the global max pool is the max pool over the whole map
+        let shape = [2, 7, 7, 8];
+        let x = random_half(&mut r, shape.iter().product());
+        let (tx, ty, targ) = (upload_f16(&x, &shape), garbage_f16(&[2, 8]), d.zeros_of(&[2, 8], DType::U32).unwrap());
+        run(&[pool::global_max_pool_forward(&d, &tx, &ty, &targ).unwrap()]);
+        let g = Pool2dGeometry::new(&shape, [7, 7], None, PoolPadding::Valid).unwrap();
+        let (want_y, want_arg, _) = max_pool_ref(&g, &x, &[0.0; 16]);
+        assert_eq!(d.read_u32(&targ).unwrap(), want_arg, "{variant} f16 global max pool argmax");
+        assert_eq!(read_f16(&ty), want_y.iter().map(|&v| v as f32).collect::<Vec<_>>(), "{variant} f16 global max pool");
+        assert_paths_cover("f16 max pool", &take_paths(), &[("max_pool_forward4", "store=f16".into()), ("max_pool_forward4", "vec4".into())], &[]);
+    });
+}
+
+#[test]
+fn f16_global_avg_pool_forward() {
+    on_each_variant(|variant| {
+        let d = device();
+        let mut r = rng(16);
+        take_paths();
+        // [4, 7, 7, 512]: 512 quads of output, two workgroups
+        for (n, h, w, c) in [(1, 1, 1, 4), (3, 7, 5, 8), (2, 8, 8, 64), (4, 7, 7, 512)] {
+            let x = random_half(&mut r, n * h * w * c);
+            let (tx, ty) = (upload_f16(&x, &[n, h, w, c]), garbage_f16(&[n, c]));
+            run(&[pool::global_avg_pool_forward(&d, &tx, &ty).unwrap()]);
+            let (want, _) = global_avg_pool_ref([n, h, w, c], &x, &vec![0.0; n * c]);
+            // the kernel sums h * w values of magnitude below 1 in f32 before rounding to f16
+            let slack = (h * w) as f64 * 2f64.powi(-24);
+            let e = assert_close_f16(&format!("{variant} f16 global avg pool {:?}", [n, h, w, c]), &read_f16(&ty), &want, slack);
+            println!("f16 global avg pool {:?}: {e:.2} of the bound", [n, h, w, c]);
+        }
+        assert_paths_cover("f16 global avg pool", &take_paths(), &[("global_avg_pool_forward4", "store=f16".into())], &[]);
+    });
+}
+
+#[test]
+fn f16_pooling_refuses_what_it_cannot_store() {
+    let d = device();
+    let h = |shape: &[usize]| d.zeros_of(shape, DType::F16).unwrap();
+    let arg = |shape: &[usize]| d.zeros_of(shape, DType::U32).unwrap();
+    let err = |r: convoy::Result<convoy::kernels::Dispatch>| r.map(|_| ()).unwrap_err().to_string();
+    let g3 = Pool2dGeometry::new(&[1, 5, 7, 3], [2, 2], None, PoolPadding::Same).unwrap();
+    let g4 = Pool2dGeometry::new(&[1, 5, 7, 4], [2, 2], None, PoolPadding::Same).unwrap();
+    let (x3, y3, x4, y4) = (h(&g3.input_shape()), h(&g3.output_shape()), h(&g4.input_shape()), h(&g4.output_shape()));
+    let cases = [
+        // f16 is stored four channels at a time: no scalar path
+        (err(pool::max_pool_forward(&d, &g3, &x3, &y3, &arg(&g3.output_shape()))), "max_pool_forward: x [1, 5, 7, 3] is F16 with 3 channels, expected a multiple of 4"),
+        (err(pool::global_avg_pool_forward(&d, &x3, &h(&[1, 3]))), "global_avg_pool_forward: x [1, 5, 7, 3] is F16 with 3 channels"),
+        (err(pool::global_max_pool_forward(&d, &x3, &h(&[1, 3]), &arg(&[1, 3]))), "global_max_pool_forward: x [1, 5, 7, 3] is F16 with 3 channels"),
+        // x and y share one storage
+        (err(pool::max_pool_forward(&d, &g4, &x4, &d.zeros(&g4.output_shape()).unwrap(), &arg(&g4.output_shape()))), "max_pool_forward: y [1, 3, 4, 4] is F32, expected F16 as x [1, 5, 7, 4]"),
+        (err(pool::global_avg_pool_forward(&d, &x4, &d.zeros(&[1, 4]).unwrap())), "global_avg_pool_forward: y [1, 4] is F32, expected F16 as x [1, 5, 7, 4]"),
+        (err(pool::max_pool_forward(&d, &g4, &arg(&g4.input_shape()), &y4, &arg(&g4.output_shape()))), "max_pool_forward: x [1, 5, 7, 4] is U32, expected F32 or F16"),
+        // average pooling has no f16 form; gradients are f32
+        (err(pool::avg_pool_forward(&d, &g4, &x4, &y4)), "avg_pool_forward: x [1, 5, 7, 4] is F16, expected F32"),
+        (err(pool::max_pool_backward(&d, &g4, &y4, &arg(&g4.output_shape()), &d.zeros(&g4.input_shape()).unwrap())), "max_pool_backward: dy [1, 3, 4, 4] is F16, expected F32"),
+        (err(pool::global_avg_pool_backward(&d, &d.zeros(&[1, 4]).unwrap(), &x4)), "global_avg_pool_backward: dx [1, 5, 7, 4] is F16, expected F32"),
+    ];
+    for (got, want) in cases {
+        assert!(got.contains(want), "expected an error containing {want:?}, got {got:?}");
+    }
 }
