@@ -235,6 +235,21 @@ pub struct Net {
 }
 
 /// A required non-negative integer field of a layer's config.
+impl Node {
+    /// Whether the device keeps this node's input and output as f16 under mixed_float16
+    /// (where their channels are whole quads): the layers that say so of themselves
+    /// (`Layer::stores_f16`), restated here from the saved configuration: a convolution
+    /// without a bias or groups, BatchNorm, the residual block, max and global average
+    /// pooling. (Add is rounded where the reference joins a graph's branches.)
+    pub fn stores_f16(&self) -> bool {
+        match self {
+            Node::Conv2D { use_bias, groups, .. } => !use_bias && *groups == 1,
+            Node::BatchNorm { .. } | Node::Residual { .. } | Node::MaxPool { .. } | Node::GlobalAvgPool => true,
+            _ => false,
+        }
+    }
+}
+
 fn usize_of(class: &str, cfg: &Value, key: &str) -> Result<usize> {
     match cfg.get(key).and_then(Value::as_u64) {
         Some(v) => Ok(v as usize),

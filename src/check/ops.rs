@@ -22,6 +22,9 @@ pub(crate) trait Arith: Copy + Send + Sync + 'static {
     fn r(x: f64) -> f64;
     /// Whether the products of convolutions and dense layers take f16-rounded operands.
     const F16_OPERANDS: bool = false;
+    /// Whether activations are stored as f16 where the device stores them so (the nodes of
+    /// [`super::net::Node::stores_f16`], channels in whole quads): mixed_float16's storage.
+    const F16_STORAGE: bool = true;
     /// Whether convolutions the device computes through Winograd's F(m x m, 3 x 3) are
     /// computed the same way (`check::winograd`): the plain-f32 model of the float32 policy.
     const WINOGRAD: bool = false;
@@ -50,8 +53,9 @@ impl Arith for F32 {
     const WINOGRAD: bool = true;
 }
 
-/// [`F32`] with the products of convolutions and dense layers on f16-rounded operands: a
-/// plain implementation of the `mixed_float16` policy (f16 operands, f32 sums), whose
+/// [`F32`] with the products of convolutions and dense layers on f16-rounded operands and
+/// activations stored as f16 where the device stores them so: a plain implementation of
+/// the `mixed_float16` policy (f16 operands and activations, f32 sums and gradients), whose
 /// distance from f64 is what that policy's rounding alone does to a step.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Mixed;
@@ -62,6 +66,7 @@ impl Arith for Mixed {
         x as f32 as f64
     }
     const F16_OPERANDS: bool = true;
+    const F16_STORAGE: bool = true;
 }
 
 /// `x` (an f32 value) rounded to the nearest f16, ties to even, infinite from 65520 up: as

@@ -266,12 +266,15 @@ fn forward_graph<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, net: &Net, decisions: Op
         let dec = decisions.map(|d| &d[k]);
         let (y, rec, taken) = match node {
             Node::Add { relu } => {
+                // Each input, and each partial sum, as the device stores them.
+                xs.iter_mut().for_each(store::<A>);
                 let mut y = xs[0].clone();
                 for b in &xs[1..] {
                     if b.shape != y.shape {
                         bail!(Shape, "{}: Add of shapes {:?} and {:?}", net.names[k], y.shape, b.shape);
                     }
                     y.data.par_iter_mut().zip(&b.data).for_each(|(a, b)| *a = A::r(*a + b));
+                    store::<A>(&mut y);
                 }
                 let (join, taken) = if *relu {
                     let device = match dec {
@@ -393,8 +396,28 @@ fn winograd_tile<A: Arith>(geom: &Conv2dGeometry) -> Result<Option<usize>> {
     crate::kernels::winograd::automatic(geom, false)
 }
 
+/// Rounds `t` to f16 where the arithmetic stores activations so (`Arith::F16_STORAGE`) and
+/// its channels are whole quads: what the device's f16 tensors hold under mixed_float16.
+fn store<A: Arith>(t: &mut T) {
+    if A::F16_STORAGE && t.shape.last().is_some_and(|c| c % 4 == 0) {
+        t.data.par_iter_mut().for_each(|v| *v = ops::round_f16(*v));
+    }
+}
+
 /// One node's forward; returns its output, its record and (deciding itself) its decision.
-fn forward_node<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, dec: Option<&Decision>, x: T) -> Result<(T, Rec, Option<Decision>)> {
+/// A node that stores f16 ([`Node::stores_f16`]) reads its input and writes its output
+/// rounded as the device stores them.
+fn forward_node<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, dec: Option<&Decision>, mut x: T) -> Result<(T, Rec, Option<Decision>)> {
+    if !node.stores_f16() {
+        return forward_node_as::<A>(w, cx, node, name, dec, x);
+    }
+    store::<A>(&mut x);
+    let (mut y, rec, taken) = forward_node_as::<A>(w, cx, node, name, dec, x)?;
+    store::<A>(&mut y);
+    Ok((y, rec, taken))
+}
+
+fn forward_node_as<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, dec: Option<&Decision>, x: T) -> Result<(T, Rec, Option<Decision>)> {
     let own = dec.is_none();
     let none = || own.then_some(Decision::None);
     let batch = x.shape[0];
@@ -585,6 +608,10 @@ fn forward_node<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, 
             if y.shape != s.shape {
                 bail!(Shape, "{name}: main path gives {:?} but the shortcut gives {:?}", y.shape, s.shape);
             }
+            // The join reads both ends in its own storage.
+            let mut s = s;
+            store::<A>(&mut y);
+            store::<A>(&mut s);
             y.data.par_iter_mut().zip(&s.data).for_each(|(a, b)| *a = A::r(*a + b));
             let (join, join_own) = if *relu {
                 let device = match dec {

@@ -164,7 +164,7 @@ fn update_err(after: &[f32], before: &[f32], want: &[f64]) -> f64 {
 /// and max-pool choices, nested for residual blocks.
 fn decision(device: &Device, node: &Node, saved: &crate::layers::Saved) -> Result<Decision> {
     Ok(match node {
-        Node::ReLU | Node::BatchNorm { relu: true, .. } | Node::Add { relu: true } | Node::Activation(Act::Rectifier { .. }) => Decision::Relu(device.read(&saved.output)?),
+        Node::ReLU | Node::BatchNorm { relu: true, .. } | Node::Add { relu: true } | Node::Activation(Act::Rectifier { .. }) => Decision::Relu(device.read_values(&saved.output)?),
         Node::MaxPool { .. } | Node::GlobalMaxPool { .. } => {
             let arg = saved.extra.first().ok_or_else(|| crate::Error::Config("max pool record without its argmax".into()))?;
             Decision::MaxPool(device.read_u32(arg)?)
@@ -181,7 +181,7 @@ fn decision(device: &Device, node: &Node, saved: &crate::layers::Saved) -> Resul
             let chain = |nodes: &[Node], recs: &[(crate::Tensor, crate::layers::Saved)]| -> Result<Vec<Decision>> {
                 nodes.iter().zip(recs).map(|(n, (_, rec))| decision(device, n, rec)).collect()
             };
-            Decision::Residual { main: chain(main, m)?, shortcut: chain(shortcut, s)?, join: if *relu { Some(device.read(&saved.output)?) } else { None } }
+            Decision::Residual { main: chain(main, m)?, shortcut: chain(shortcut, s)?, join: if *relu { Some(device.read_values(&saved.output)?) } else { None } }
         }
         _ => Decision::None,
     })

@@ -92,7 +92,7 @@ pub fn run(a: CheckArgs) -> Result<()> {
         let cfg = CheckConfig { steps: a.steps, optimizer: optimizer.clone(), seed: a.seed, precision, ..CheckConfig::new(model, batch_size, image_size) };
         let t0 = std::time::Instant::now();
         let r = check_zoo(&cfg, devices.clone())?;
-        let plain = if precision.is_mixed() { "mixed_float16 (f16 operands)" } else { "f32" };
+        let plain = if precision.is_mixed() { "mixed_float16 (f16 operands and activations)" } else { "f32" };
         if !a.json {
             let verdict = if r.ok { "ok" } else { "MISMATCH" };
             eprintln!(

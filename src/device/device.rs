@@ -441,6 +441,14 @@ impl Device {
         }
         Ok(bytemuck::cast_slice(&self.read_bytes(t)?).to_vec())
     }
+    /// Reads an activation back as f32 values, whichever way it is stored (F32, or F16
+    /// widened exactly), waiting for the GPU.
+    pub fn read_values(&self, t: &Tensor) -> Result<Vec<f32>> {
+        match t.dtype() {
+            DType::F16 => self.read_f16(t),
+            _ => self.read(t),
+        }
+    }
     /// Reads an f16 tensor back to the host as the f32 values it holds (exactly), waiting
     /// for the GPU.
     pub fn read_f16(&self, t: &Tensor) -> Result<Vec<f32>> {

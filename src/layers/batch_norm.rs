@@ -57,6 +57,12 @@ impl Layer for BatchNormalization {
     fn class_name(&self) -> &'static str {
         "BatchNormalization"
     }
+    fn supports_mixed_precision(&self) -> bool {
+        true
+    }
+    fn stores_f16(&self) -> bool {
+        true
+    }
     fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>> {
         if input.is_empty() {
             bail!(Shape, "BatchNormalization needs at least a channel axis, got {input:?}");
@@ -82,7 +88,7 @@ impl Layer for BatchNormalization {
         true
     }
     fn forward(&self, g: &mut Graph, x: &Tensor, w: &Weights) -> Result<Saved> {
-        let y = g.activation(&x.shape()[1..])?;
+        let y = g.stored(&x.shape()[1..])?;
         let (gamma, beta, mean, var) = (&w.params[0], &w.params[1], &w.states[0], &w.states[1]);
         // Keras 3: a frozen BatchNormalization runs in inference mode, in training too.
         if g.training && !g.frozen {

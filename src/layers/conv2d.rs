@@ -133,6 +133,10 @@ impl Layer for Conv2D {
     fn supports_mixed_precision(&self) -> bool {
         true
     }
+    fn stores_f16(&self) -> bool {
+        // The bias is its own f32 pass, and a grouped product scatters its rows.
+        !self.use_bias && self.groups == 1
+    }
     fn config(&self) -> serde_json::Value {
         json!({
             "filters": self.filters,
@@ -150,7 +154,7 @@ impl Layer for Conv2D {
     }
     fn forward(&self, g: &mut Graph, x: &Tensor, w: &Weights) -> Result<Saved> {
         let geom = self.geometry(g.batch, &x.shape()[1..])?;
-        let y = g.device.alloc(&geom.output_shape(), crate::DType::F32)?;
+        let y = if self.stores_f16() { g.stored(&geom.output_shape()[1..])? } else { g.activation(&geom.output_shape()[1..])? };
         g.extend(conv2d::forward_with(g.device, &geom, x, &w.params[0], &y, &g.gemm())?);
         if self.use_bias {
             g.push(elementwise::bias_add(g.device, &y, &w.params[1])?);

@@ -31,6 +31,12 @@ impl Layer for Add {
     fn class_name(&self) -> &'static str {
         "Add"
     }
+    fn supports_mixed_precision(&self) -> bool {
+        true
+    }
+    fn stores_f16(&self) -> bool {
+        true
+    }
     fn output_shape(&self, _: &[usize]) -> Result<Vec<usize>> {
         Err(needs_several("Add"))
     }
@@ -67,7 +73,7 @@ impl Layer for Add {
         // one buffer), the last one with the fused ReLU.
         let mut sum = xs[0].clone();
         for (k, x) in xs.iter().enumerate().skip(1) {
-            let out = g.activation(&x.shape()[1..])?;
+            let out = g.stored(&x.shape()[1..])?;
             let last = k + 1 == xs.len();
             let op = if last && self.fused_relu { elementwise::add_relu } else { elementwise::add };
             g.push(op(g.device, &sum, x, &out)?);

@@ -172,6 +172,42 @@ impl<'d> Graph<'d> {
         full.extend_from_slice(shape);
         self.device.alloc(&full, crate::DType::F32)
     }
+    /// The storage of an activation with `channels` channels written by a layer that
+    /// [stores f16](Layer::stores_f16): f16 under `mixed_float16` where the channels are
+    /// whole quads (the f16 kernels store quads only), f32 otherwise.
+    pub fn storage(&self, channels: usize) -> crate::DType {
+        if self.policy.is_mixed() && channels.is_multiple_of(4) { crate::DType::F16 } else { crate::DType::F32 }
+    }
+    /// A batch-sized activation tensor `[batch, ..shape]` as a layer that [stores
+    /// f16](Layer::stores_f16) writes its output: see [`Graph::storage`].
+    pub fn stored(&self, shape: &[usize]) -> Result<Tensor> {
+        let mut full = vec![self.batch];
+        full.extend_from_slice(shape);
+        self.device.alloc(&full, self.storage(shape.last().copied().unwrap_or(0)))
+    }
+    /// `x` in the storage `layer` reads: f16 where the layer [stores f16](Layer::stores_f16)
+    /// (and follows the mixed policy) and x's channels are whole quads, f32 otherwise; a
+    /// cast is recorded where x is stored the other way. The cast's gradient is the identity
+    /// (gradients are f32), so the layer's input gradient is x's.
+    pub fn input_for(&mut self, layer: &dyn Layer, x: &Tensor) -> Result<Tensor> {
+        let channels = x.shape().last().copied().unwrap_or(0);
+        let f16 = layer.supports_mixed_precision() && layer.stores_f16();
+        let want = if f16 { self.storage(channels) } else { crate::DType::F32 };
+        self.cast_to(x, want)
+    }
+    /// `x` stored as `dtype` (F32 or F16), cast by a recorded dispatch where it is not.
+    pub fn cast_to(&mut self, x: &Tensor, dtype: crate::DType) -> Result<Tensor> {
+        if x.dtype() == dtype {
+            return Ok(x.clone());
+        }
+        let out = self.device.alloc(x.shape(), dtype)?;
+        let cast = match dtype {
+            crate::DType::F16 => crate::kernels::cast::to_f16(self.device, x, &out)?,
+            _ => crate::kernels::cast::from_f16(self.device, x, &out)?,
+        };
+        self.push(cast);
+        Ok(out)
+    }
     /// Appends a kernel, tagged with the layer being recorded (for per-layer profiles).
     pub fn push(&mut self, mut d: Dispatch) {
         d.layer = Some(self.layer_index);
@@ -229,6 +265,15 @@ pub trait Layer: Send + Sync + std::fmt::Debug {
     /// operands). Layers that do not say so run in f32 under every policy, as the
     /// extension contract promises a custom layer; convoy's convolutions and dense layers do.
     fn supports_mixed_precision(&self) -> bool {
+        false
+    }
+    /// Under `mixed_float16`, whether the layer reads and writes its activations as f16
+    /// ([`crate::DType::F16`]) where their channels are whole quads (see
+    /// [`Graph::input_for`], [`Graph::stored`]): its kernels then take f16 inputs and
+    /// outputs, f32 gradients. A layer that does not say so reads and writes f32, the model
+    /// casting between the two; convoy's convolutions without a bias, BatchNormalization,
+    /// the residual join, Add and the spatial poolings do.
+    fn stores_f16(&self) -> bool {
         false
     }
     /// Whether this is a plain `max(x, 0)` ReLU, the only kind a BatchNorm or residual join

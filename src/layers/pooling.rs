@@ -55,6 +55,12 @@ impl Layer for MaxPool2D {
     fn class_name(&self) -> &'static str {
         "MaxPool2D"
     }
+    fn supports_mixed_precision(&self) -> bool {
+        true
+    }
+    fn stores_f16(&self) -> bool {
+        true
+    }
     fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>> {
         Ok(self.0.geometry("MaxPool2D", 1, input)?.output_shape()[1..].to_vec())
     }
@@ -63,7 +69,7 @@ impl Layer for MaxPool2D {
     }
     fn forward(&self, g: &mut Graph, x: &Tensor, _: &Weights) -> Result<Saved> {
         let geom = self.0.geometry("MaxPool2D", g.batch, &x.shape()[1..])?;
-        let y = g.device.alloc(&geom.output_shape(), DType::F32)?;
+        let y = g.stored(&geom.output_shape()[1..])?;
         let argmax = g.device.alloc(&geom.output_shape(), DType::U32)?;
         g.push(pool::max_pool_forward(g.device, &geom, x, &y, &argmax)?);
         Ok(Saved { output: y, extra: vec![argmax], inner: Vec::new() })
@@ -143,6 +149,12 @@ impl Layer for GlobalAveragePooling2D {
     fn class_name(&self) -> &'static str {
         "GlobalAveragePooling2D"
     }
+    fn supports_mixed_precision(&self) -> bool {
+        true
+    }
+    fn stores_f16(&self) -> bool {
+        true
+    }
     fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>> {
         if input.len() != 3 {
             bail!(Shape, "GlobalAveragePooling2D expects (height, width, channels) input, got {input:?}");
@@ -153,7 +165,7 @@ impl Layer for GlobalAveragePooling2D {
         json!({})
     }
     fn forward(&self, g: &mut Graph, x: &Tensor, _: &Weights) -> Result<Saved> {
-        let y = g.activation(&[x.shape()[3]])?;
+        let y = g.stored(&[x.shape()[3]])?;
         g.push(pool::global_avg_pool_forward(g.device, x, &y)?);
         Ok(Saved::output(y))
     }

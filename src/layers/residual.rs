@@ -95,6 +95,9 @@ impl Layer for Residual {
         // Each inner layer follows the policy as it declares.
         true
     }
+    fn stores_f16(&self) -> bool {
+        true
+    }
     fn fuse_relu(&mut self) -> bool {
         self.fused_relu = true;
         true
@@ -138,11 +141,14 @@ impl Layer for Residual {
                 inner.push((input.clone(), Saved { output: input, extra: Vec::new(), inner: Vec::new() }));
                 continue;
             }
+            let input = g.input_for(layer, &input)?;
             let saved = g.under_policy_of(layer, |g| layer.forward(g, &input, &sub))?;
             ends[!is_main as usize] = saved.output.clone();
             inner.push((input, saved));
         }
-        let y = g.activation(&ends[0].shape()[1..])?;
+        // Both ends in the join's storage: a chain may end in a layer that stores f32.
+        let y = g.stored(&ends[0].shape()[1..])?;
+        let ends = [g.cast_to(&ends[0], y.dtype())?, g.cast_to(&ends[1], y.dtype())?];
         let join = if self.fused_relu { elementwise::add_relu } else { elementwise::add };
         g.push(join(g.device, &ends[0], &ends[1], &y)?);
         Ok(Saved { output: y, extra: Vec::new(), inner })

@@ -223,12 +223,14 @@ impl Plan {
             }
             g.layer_index = i;
             g.frozen = shared.frozen.contains(&i);
+            let xs = xs.iter().map(|x| g.input_for(layer.as_ref(), x)).collect::<Result<Vec<_>>>()?;
             let saved = g.under_policy_of(layer.as_ref(), |g| layer.forward_all(g, &xs, &weights(def, shared, i)))?;
             slots[i + 1] = Some(saved.output.clone());
             records.push((i, xs[0].clone(), saved));
             inputs.push(xs);
         }
-        let logits = slots[n].clone().expect("the last layer was recorded");
+        // The loss reads f32 logits.
+        let logits = g.cast_to(&slots[n].clone().expect("the last layer was recorded"), DType::F32)?;
         let loss = device.alloc(&[batch], DType::F32)?;
         let rank = device.alloc(&[batch], DType::U32)?;
         let dlogits = device.alloc(logits.shape(), DType::F32)?;
