@@ -5,7 +5,7 @@
 //! kernel's tiles and K splits.
 //!
 //! `cargo bench --bench gemm [-- FILTER] [--splits auto,1,4] [--flip on,off,auto]
-//! [--coop auto,256x64/64x64/1/16] [--reps N] [--probe]`; FILTER keeps the cases whose name
+//! [--coop auto,256x64/64x64/1/16] [--store f32,a16,a16c16] [--reps N] [--probe]`; FILTER keeps the cases whose name
 //! contains it; the device is `CONVOY_BENCH_DEVICES` (default: the first adapter). Forward
 //! and input-gradient products take only `auto` and `1` of `--splits` (their K is short).
 //! On a software adapter the shapes shrink to a smoke run. `--probe` times plain f16 products
@@ -19,13 +19,23 @@ use convoy::device::half::f16_bits;
 use convoy::kernels::gemm::{CoopTile, GemmOptions};
 use convoy::kernels::{Dispatch, Shader};
 use convoy::model::Peak;
-use convoy::{Device, Result, Tensor};
+use convoy::{DType, Device, Result, Tensor};
+
+/// How a convolution's activations are stored (`--store f32,a16,a16c16`): x read as f32 or
+/// f16 (the forward's and the weight gradient's A), y written as f32 or f16 (the forward's
+/// C), as mixed_float16 stores them between layers. Gradients stay f32.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Store {
+    F32,
+    A16,
+    A16C16,
+}
 
 /// One product to time: its name, its useful FLOPs and how to record it.
 struct Case {
     name: String,
     flops: f64,
-    record: Box<dyn Fn(&Device, &GemmOptions) -> Result<Vec<Dispatch>>>,
+    record: Box<dyn Fn(&Device, &GemmOptions, Store) -> Result<Vec<Dispatch>>>,
 }
 
 fn zeros(device: &Device, shape: &[usize]) -> Result<Tensor> {
@@ -34,7 +44,7 @@ fn zeros(device: &Device, shape: &[usize]) -> Result<Tensor> {
 
 fn matmul_case(device: &Device, m: usize, k: usize, n: usize) -> Result<Case> {
     let (a, b, c) = (zeros(device, &[m, k])?, zeros(device, &[k, n])?, zeros(device, &[m, n])?);
-    let record = move |d: &Device, o: &GemmOptions| dense::matmul_with(d, &a, &b, &c, false, false, o);
+    let record = move |d: &Device, o: &GemmOptions, _: Store| dense::matmul_with(d, &a, &b, &c, false, false, o);
     Ok(Case { name: format!("matmul {m}x{k}x{n}"), flops: 2.0 * (m * k * n) as f64, record: Box::new(record) })
 }
 
@@ -44,13 +54,19 @@ fn conv_cases(device: &Device, label: &str, x: [usize; 4], filters: usize, kerne
     let flops = geom.flops() as f64;
     let (xt, wt, yt) = (zeros(device, &geom.input_shape())?, zeros(device, &geom.kernel_shape())?, zeros(device, &geom.output_shape())?);
     let (dx, dw) = (zeros(device, &geom.input_shape())?, zeros(device, &geom.kernel_shape())?);
+    let (x16, y16) = (device.zeros_of(&geom.input_shape(), DType::F16)?, device.zeros_of(&geom.output_shape(), DType::F16)?);
     let (g1, g2, g3) = (geom.clone(), geom.clone(), geom);
-    let (x1, w1, y1) = (xt.clone(), wt.clone(), yt.clone());
+    let (x1, w1, y1, x16b) = (xt.clone(), wt.clone(), yt.clone(), x16.clone());
     let (y2, w2) = (yt.clone(), wt);
+    let pick = |s: Store, x: &Tensor, x16: &Tensor| if s == Store::F32 { x.clone() } else { x16.clone() };
     Ok(vec![
-        Case { name: format!("{label} forward"), flops, record: Box::new(move |d, o| conv2d::forward_with(d, &g1, &x1, &w1, &y1, o)) },
-        Case { name: format!("{label} input grad"), flops, record: Box::new(move |d, o| conv2d::backward_data_with(d, &g2, &y2, &w2, &dx, o)) },
-        Case { name: format!("{label} weight grad"), flops, record: Box::new(move |d, o| conv2d::backward_weights_with(d, &g3, &xt, &yt, &dw, o)) },
+        Case {
+            name: format!("{label} forward"),
+            flops,
+            record: Box::new(move |d, o, s| conv2d::forward_with(d, &g1, &pick(s, &x1, &x16), &w1, if s == Store::A16C16 { &y16 } else { &y1 }, o)),
+        },
+        Case { name: format!("{label} input grad"), flops, record: Box::new(move |d, o, _| conv2d::backward_data_with(d, &g2, &y2, &w2, &dx, o)) },
+        Case { name: format!("{label} weight grad"), flops, record: Box::new(move |d, o, s| conv2d::backward_weights_with(d, &g3, &pick(s, &xt, &x16b), &yt, &dw, o)) },
     ])
 }
 
@@ -152,6 +168,19 @@ fn main() -> Result<()> {
     let selection = std::env::var("CONVOY_BENCH_DEVICES").unwrap_or_else(|_| "0".into());
     let device = convoy::device::open(&selection)?.remove(0);
     let software = device.is_software();
+    // `--store f32,a16,a16c16`: convolutions on f32 or f16 activations (see `Store`).
+    let stores: Vec<Store> = match value("--store") {
+        Some(list) => list
+            .split(',')
+            .map(|t| match t.trim() {
+                "f32" => Ok(Store::F32),
+                "a16" => Ok(Store::A16),
+                "a16c16" => Ok(Store::A16C16),
+                other => Err(convoy::Error::Config(format!("--store {other}: expected f32, a16 or a16c16"))),
+            })
+            .collect::<Result<_>>()?,
+        None => vec![Store::F32],
+    };
     let reps: usize = value("--reps").and_then(|r| r.parse().ok()).unwrap_or(if software { 1 } else { 20 });
     let (batch, side, square) = if software { (2, 16, 256) } else { (256, 56, 4096) };
     let mut cases = vec![matmul_case(&device, square, square, square)?];
@@ -178,7 +207,7 @@ fn main() -> Result<()> {
     // An idle GPU takes a while to reach its clocks: the first cases of a fresh machine ran
     // up to 2.7x slower than the same cases a minute later (H100). Half a second of the
     // square product first.
-    let warm = (cases[0].record)(&device, &GemmOptions::default())?;
+    let warm = (cases[0].record)(&device, &GemmOptions::default(), Store::F32)?;
     let start = Instant::now();
     while start.elapsed().as_secs_f64() < 0.5 {
         device.run(&warm);
@@ -195,9 +224,12 @@ fn main() -> Result<()> {
             let flip_sweep = if case.name.contains("input grad") { &flips[..] } else { &[None] };
             let coop_sweep = if mixed { &coops[..] } else { &[None] };
             let variants = sweep.iter().flat_map(|s| flip_sweep.iter().map(move |f| (s, f)));
-            for ((&split, &flip), &coop) in variants.flat_map(|v| coop_sweep.iter().map(move |c| (v, c))) {
+            // Only the forward and weight gradient read (or write) activations.
+            let store_sweep = if case.name.contains("forward") || case.name.contains("weight grad") { &stores[..] } else { &[Store::F32] };
+            let variants: Vec<_> = variants.flat_map(|v| coop_sweep.iter().map(move |c| (v, c))).flat_map(|v| store_sweep.iter().map(move |s| (v, *s))).collect();
+            for (((&split, &flip), &coop), store) in variants {
                 let opts = GemmOptions { mixed, splits: split, flip, coop_tile: coop, ..Default::default() };
-                let dispatches = match (case.record)(&device, &opts) {
+                let dispatches = match (case.record)(&device, &opts, store) {
                     // A flip forced where it cannot compute the product, a tile the kernel
                     // cannot run.
                     Err(e) if flip == Some(true) || coop.is_some() => {
@@ -221,6 +253,7 @@ fn main() -> Result<()> {
                     (None, None, Some(_)) => coop_name(coop),
                     (None, None, None) => "auto".to_string(),
                 };
+                let split = if stores.len() > 1 { format!("{split} {store:?}") } else { split };
                 let paths: Vec<&str> = dispatches.iter().map(|d| d.path.as_str()).collect();
                 println!("{:<28} {precision:>9} {split:>17} {ms:>9.3} {tflops:>9.2} {of_peak:>6.1}  {}", case.name, paths.join(" | "));
             }

@@ -320,6 +320,7 @@ fn a_is_m_contiguous() -> bool {
 // Four consecutive elements of A along its contiguous direction, starting at (m, k).
 // The host sets the quad flag only where the four share one validity and sit in one
 // aligned vec4, so the first element's index decides for all.
+// Staged as `a_reg` holds quads (shaders/lib/act_*.wgsl's `act_raw`).
 fn a_quad(m: u32, k: u32) -> vec4<f32> {
     if (flag(0u)) {
         let i = a_index(m, k);
@@ -327,12 +328,12 @@ fn a_quad(m: u32, k: u32) -> vec4<f32> {
             return vec4<f32>(0.0);
         }
         let q = i / 4u;
-        return act_quad(a[q]);
+        return act_raw(a[q]);
     }
     if (a_is_m_contiguous()) {
-        return vec4<f32>(a_at(m, k), a_at(m + 1u, k), a_at(m + 2u, k), a_at(m + 3u, k));
+        return raw_of(vec4<f32>(a_at(m, k), a_at(m + 1u, k), a_at(m + 2u, k), a_at(m + 3u, k)));
     }
-    return vec4<f32>(a_at(m, k), a_at(m, k + 1u), a_at(m, k + 2u), a_at(m, k + 3u));
+    return raw_of(vec4<f32>(a_at(m, k), a_at(m, k + 1u), a_at(m, k + 2u), a_at(m, k + 3u)));
 }
 
 fn b_quad(k: u32, n: u32) -> vec4<f32> {
@@ -360,7 +361,8 @@ fn set_b_tile(i: u32, v: f32) {
 // registers (`fetch_*`) while the tile of step k is multiplied, and written to workgroup
 // memory (`store_*`) after it. Each invocation handles A_SLOTS quads of A and B_SLOTS of B
 // per step: slot s is linear index l = lid + s * THREADS of the tile's quads, with
-// consecutive invocations on consecutive addresses of the source.
+// consecutive invocations on consecutive addresses of the source. A's slots hold quads as
+// stored (f16 ones as their two words: see shaders/lib/act_*.wgsl's `act_raw`).
 var<private> a_reg: array<vec4<f32>, MAX_SLOTS>;
 var<private> b_reg: array<vec4<f32>, MAX_SLOTS>;
 
@@ -370,7 +372,7 @@ var<private> b_reg: array<vec4<f32>, MAX_SLOTS>;
 fn store_a(lid: u32, base: u32) {
     for (var s = 0u; s < A_SLOTS; s++) {
         let l = lid + s * THREADS;
-        let v = operand(a_reg[s]);
+        let v = operand(raw_value(a_reg[s]));
         if (a_is_m_contiguous()) {
             a_tile[base + (l / (BM / 4u)) * (BM / 4u) + l % (BM / 4u)] = v;
         } else {
@@ -545,7 +547,7 @@ fn fetch_im2col_scalar(k: u32) {
                 v[e] = act_quad_elem(a[i / 4u], i % 4u);
             }
         }
-        a_reg[s] = v;
+        a_reg[s] = raw_of(v);
     }
 }
 
@@ -561,10 +563,10 @@ fn fetch_a_conv(k0: u32, lid: u32) {
                     let ih = i32(nc.y * p.stride_h + t.y * dil_h()) - i32(p.pad_top);
                     let iw = i32(nc.z * p.stride_w + t.z * dil_w()) - i32(p.pad_left);
                     if (t.w != 0u && ih >= 0 && ih < i32(p.in_h) && iw >= 0 && iw < i32(p.in_w)) {
-                        v = act_quad(a[image_index((nc.x * p.in_h + u32(ih)) * p.in_w + u32(iw), t.x, p.in_c) / 4u]);
+                        v = act_raw(a[image_index((nc.x * p.in_h + u32(ih)) * p.in_w + u32(iw), t.x, p.in_c) / 4u]);
                     }
                 } else {
-                    v = vec4<f32>(x_at_tap(nc, taps[0]), x_at_tap(nc, taps[1]), x_at_tap(nc, taps[2]), x_at_tap(nc, taps[3]));
+                    v = raw_of(vec4<f32>(x_at_tap(nc, taps[0]), x_at_tap(nc, taps[1]), x_at_tap(nc, taps[2]), x_at_tap(nc, taps[3])));
                 }
             }
             a_reg[s] = v;
@@ -616,7 +618,7 @@ fn fetch_a_conv(k0: u32, lid: u32) {
                 let ih = r.y + i;
                 let iw = r.z + j;
                 if (ih >= 0 && ih < i32(p.in_h) && iw >= 0 && iw < i32(p.in_w)) {
-                    v = act_quad(a[image_index(u32(r.x + ih) * p.in_w + u32(iw), ch, p.in_c) / 4u]);
+                    v = act_raw(a[image_index(u32(r.x + ih) * p.in_w + u32(iw), ch, p.in_c) / 4u]);
                 }
             } else {
                 // dx[ih] gathers dy[oh] where oh * s = ih + pt - i: a whole oh only in one
@@ -633,7 +635,7 @@ fn fetch_a_conv(k0: u32, lid: u32) {
                         hit = oh * p.stride_h == u32(th) && ow * p.stride_w == u32(tw);
                     }
                     if (hit && oh < p.out_h && ow < p.out_w) {
-                        v = act_quad(a[image_index((u32(r.x) + oh) * p.out_w + ow, ch, p.filters) / 4u]);
+                        v = act_raw(a[image_index((u32(r.x) + oh) * p.out_w + ow, ch, p.filters) / 4u]);
                     }
                 }
             }

@@ -41,11 +41,17 @@ var<workgroup> a16: array<f16, BUFS * A16>;
 var<workgroup> b16: array<f16, BUFS * B16>;
 var<workgroup> c_stage: array<f32, THREADS * 8u>;
 
+// A staged quad of A as f16: an f16 activation's two words widened (exactly: naga 30 has no
+// bitcast from a word to two halves), an f32 one rounded.
+fn a_halves(v: vec4<f32>) -> vec4<f16> {
+    return vec4<f16>(raw_value(v));
+}
+
 // `store_a` of conv2d.wgsl into the f16 tile; `base` counts elements.
 fn store_a16(lid: u32, base: u32) {
     for (var s = 0u; s < A_SLOTS; s++) {
         let l = lid + s * THREADS;
-        let v = vec4<f16>(a_reg[s]);
+        let v = a_halves(a_reg[s]);
         var at: u32;
         if (a_is_m_contiguous()) {
             at = base + (l / (BM / 4u)) * AS + (l % (BM / 4u)) * 4u;

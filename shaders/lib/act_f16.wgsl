@@ -23,3 +23,17 @@ fn act_pack(v: vec4<f32>) -> act4 {
 fn act_quad_elem(q: act4, r: u32) -> f32 {
     return unpack2x16float(q[r / 2u])[r % 2u];
 }
+
+// A staged quad is its two words in x and y (see act_f32.wgsl); values built from single
+// f16 elements pack back exactly.
+fn act_raw(q: act4) -> vec4<f32> {
+    return vec4<f32>(bitcast<f32>(q.x), bitcast<f32>(q.y), 0.0, 0.0);
+}
+
+fn raw_of(v: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(bitcast<f32>(pack2x16float(v.xy)), bitcast<f32>(pack2x16float(v.zw)), 0.0, 0.0);
+}
+
+fn raw_value(v: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(unpack2x16float(bitcast<u32>(v.x)), unpack2x16float(bitcast<u32>(v.y)));
+}

@@ -28,3 +28,19 @@ fn act_pack(v: vec4<f32>) -> act4 {
 fn act_quad_elem(q: act4, r: u32) -> f32 {
     return q[r];
 }
+
+// The GEMM's staged quads of A (`a_reg` in conv2d.wgsl) hold the stored form: an f16 quad
+// stays two words between its load and workgroup memory (fewer registers, no conversions
+// in the tensor-core kernel's loop). `act_raw` stages a loaded quad, `raw_of` a quad built
+// from single values, `raw_value` widens a staged quad for the f32 kernels.
+fn act_raw(q: act4) -> vec4<f32> {
+    return q;
+}
+
+fn raw_of(v: vec4<f32>) -> vec4<f32> {
+    return v;
+}
+
+fn raw_value(v: vec4<f32>) -> vec4<f32> {
+    return v;
+}

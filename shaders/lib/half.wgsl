@@ -1,8 +1,8 @@
 // IEEE binary16 as bits in the low half of a u32, bit for bit what src/device/half.rs
 // computes on the host: to nearest, ties to even; from 65520 up infinite (what loss scaling
 // watches for); below 2^-14 a multiple of 2^-24; a NaN stays a quiet NaN with its sign.
-// WGSL's pack2x16float leaves a value past f16's range indeterminate, so the rounding is
-// done on the bits. Widening is unpack2x16float, exact on every f16 (tests/kernels/cast.rs
+// WGSL's pack2x16float leaves a value past f16's range indeterminate, so NaN and overflow
+// are set on the bits and only in-range values go through it. Widening is unpack2x16float, exact on every f16 (tests/kernels/cast.rs
 // checks all 65,536 patterns on each device).
 
 fn half_bits(x: f32) -> u32 {
@@ -15,14 +15,9 @@ fn half_bits(x: f32) -> u32 {
     if (magnitude >= 0x477ff000u) {
         return sign | 0x7c00u;
     }
-    if (magnitude < 0x38800000u) {
-        // Scaling by 2^24 is exact; `round` breaks ties to even.
-        return sign | u32(round(bitcast<f32>(magnitude) * 16777216.0));
-    }
-    // Rebias the exponent (127 -> 15), keep 10 of 23 mantissa bits, ties to even; a carry
-    // out of the mantissa moves the exponent up.
-    let odd = (magnitude >> 13u) & 1u;
-    return sign | (((magnitude + 0x0fffu + odd) >> 13u) - (112u << 10u));
+    // In range: the hardware's conversion, to nearest even with f16's subnormals (the cast
+    // tests hold it to the host's rounding bit for bit on each device).
+    return pack2x16float(vec2<f32>(x, 0.0)) & 0xffffu;
 }
 
 // A quad of f16 activations as stored (two words, the lower half first) widened to f32.
@@ -30,7 +25,14 @@ fn half4_value(w: vec2<u32>) -> vec4<f32> {
     return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));
 }
 
-// A quad rounded to f16 and packed into two words, as `half4_value` reads them.
+// A quad rounded to f16 and packed into two words, as `half4_value` reads them: two
+// conversions where all four are in f16's range (the bit compare also catches NaN), the
+// element-wise rounding otherwise. Fewer registers than four `half_bits` in a kernel's
+// epilogue, which the tensor-core GEMM's occupancy depends on.
 fn half4_bits(v: vec4<f32>) -> vec2<u32> {
+    let magnitude = bitcast<vec4<u32>>(v) & vec4<u32>(0x7fffffffu);
+    if (all(magnitude < vec4<u32>(0x477ff000u))) {
+        return vec2<u32>(pack2x16float(v.xy), pack2x16float(v.zw));
+    }
     return vec2<u32>(half_bits(v.x) | (half_bits(v.y) << 16u), half_bits(v.z) | (half_bits(v.w) << 16u));
 }

@@ -12,8 +12,9 @@ pub enum DTypePolicy {
     Float32,
     /// Keras' `"mixed_float16"`: products on f16 operands with f32 accumulation, on the
     /// tensor cores where the adapter has cooperative matrices (elsewhere the f32 units
-    /// compute the same numbers), and the loss scaled dynamically ([`LossScale`]).
-    /// Activations are still stored in f32.
+    /// compute the same numbers), activations stored as f16 between the layers that can
+    /// (`Layer::stores_f16`, channels in whole quads) and gradients as f32, and the loss
+    /// scaled dynamically ([`LossScale`]).
     MixedFloat16,
 }
 
