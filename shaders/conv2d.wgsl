@@ -37,7 +37,7 @@
 // Every operand is bound as an array of quads: a quad is one 16-byte load where the layout
 // allows (flags), and a scalar is element i % 4 of quad i / 4 elsewhere. A and C may hold
 // f16 (activations under mixed_float16): A is read through shaders/lib/act_*.wgsl's
-// `act_quad` / `act_quad_elem`, C written through shaders/lib/c_*.wgsl's `c_put4` /
+// `act_quad` / `act_elem`, C written through shaders/lib/c_*.wgsl's `c_put4` /
 // `c_put1`, and src/kernels/mod.rs builds a module for each pairing. B, the bias and the
 // split partials are f32. The host rounds binding sizes up to 16 bytes; every index is
 // guarded against the real sizes below.
@@ -300,7 +300,7 @@ fn a_at(m: u32, k: u32) -> f32 {
     }
     let q = i / 4u;
     let r = i % 4u;
-    return act_quad_elem(a[q], r);
+    return act_elem(a[q][act_lane(r)], i);
 }
 
 fn b_at(k: u32, n: u32) -> f32 {
@@ -523,7 +523,7 @@ fn x_at_tap(nc: vec3<u32>, tap: vec4<u32>) -> f32 {
         return 0.0;
     }
     let i = image_index((nc.x * p.in_h + u32(ih)) * p.in_w + u32(iw), tap.x, p.in_c);
-    return act_quad_elem(a[i / 4u], i % 4u);
+    return act_elem(a[i / 4u][act_lane(i % 4u)], i);
 }
 
 // IM2COL without aligned quads: the quad's four k each have their own tap (i, j, c), found
@@ -544,7 +544,7 @@ fn fetch_im2col_scalar(k: u32) {
             let iw = r.z + t.y;
             if (r.w != 0 && t.z >= 0 && ih >= 0 && ih < i32(p.in_h) && iw >= 0 && iw < i32(p.in_w)) {
                 let i = image_index(u32(r.x + ih) * p.in_w + u32(iw), u32(t.z), p.in_c);
-                v[e] = act_quad_elem(a[i / 4u], i % 4u);
+                v[e] = act_elem(a[i / 4u][act_lane(i % 4u)], i);
             }
         }
         a_reg[s] = raw_of(v);
@@ -879,7 +879,7 @@ fn reduce_splits(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
                     let ie = sp * len + i0 + e;
                     let q = ie / 4u;
                     let r = ie % 4u;
-                    s[e] += act_quad_elem(a[q], r);
+                    s[e] += act_elem(a[q][act_lane(r)], ie);
                 }
             }
         }
@@ -935,7 +935,7 @@ fn column_sums(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
             let ie = r * p.n + col;
             let q = ie / 4u;
             let e = ie % 4u;
-            s += act_quad_elem(a[q], e);
+            s += act_elem(a[q][act_lane(e)], ie);
         }
     }
     cs_part[lid] = s;

@@ -191,7 +191,7 @@ fn a_inside(r: vec3<i32>, q: vec3<i32>) -> bool {
 
 fn a_scalar(i: i32, inside: bool) -> f32 {
     let e = u32(select(0, i, inside));
-    return select(0.0, act_quad_elem(a[e / 4u], e % 4u), inside);
+    return select(0.0, act_elem(a[e / 4u][act_lane(e % 4u)], e), inside);
 }
 
 fn a_vec(i: i32, inside: bool) -> vec4<f32> {

@@ -20,8 +20,8 @@ fn act_pack(v: vec4<f32>) -> act4 {
     return half4_bits(v);
 }
 
-fn act_quad_elem(q: act4, r: u32) -> f32 {
-    return unpack2x16float(q[r / 2u])[r % 2u];
+fn act_lane(r: u32) -> u32 {
+    return r / 2u;
 }
 
 // A staged quad is its two words in x and y (see act_f32.wgsl); values built from single

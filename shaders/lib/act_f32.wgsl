@@ -24,9 +24,12 @@ fn act_pack(v: vec4<f32>) -> act4 {
     return v;
 }
 
-// Element r of a stored quad (scalar reads of a quad-bound tensor).
-fn act_quad_elem(q: act4, r: u32) -> f32 {
-    return q[r];
+// Element r of a stored quad is word `act_lane(r)` of it: a scalar read indexes the binding
+// down to that word (`act_elem(buf[i / 4u][act_lane(i % 4u)], i)`), a 4-byte load, where
+// indexing a loaded quad by value would load all 16 bytes and extract (the 3-channel stem
+// gathers ran up to 2x slower that way).
+fn act_lane(r: u32) -> u32 {
+    return r;
 }
 
 // The GEMM's staged quads of A (`a_reg` in conv2d.wgsl) hold the stored form: an f16 quad

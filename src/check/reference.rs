@@ -411,9 +411,13 @@ fn forward_node<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, 
     if !node.stores_f16() {
         return forward_node_as::<A>(w, cx, node, name, dec, x);
     }
+    // A convolution writes f16 only from an f16 input (see `Conv2D::forward`).
+    let f16_in = x.shape.last().is_some_and(|c| c % 4 == 0);
     store::<A>(&mut x);
     let (mut y, rec, taken) = forward_node_as::<A>(w, cx, node, name, dec, x)?;
-    store::<A>(&mut y);
+    if f16_in || !matches!(node, Node::Conv2D { .. }) {
+        store::<A>(&mut y);
+    }
     Ok((y, rec, taken))
 }
 
