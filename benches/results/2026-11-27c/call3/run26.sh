@@ -1,0 +1,28 @@
+#!/bin/bash
+# Session 19, call 3: f16 activations with A staged as stored (two words an f16 quad) and the
+# in-range f16 rounding by pack2x16float. The GPU kernel tests, convoy check in both
+# precisions, every product on f32 and f16 activations, model speeds against the previous
+# tree (convoy_old, 7804f7c) in the same call, a profile, and PyTorch.
+cd "$(dirname "$0")/.."
+for f in .gl/*.deb; do dpkg -x $f / >/dev/null; done; ldconfig
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_RUNTIME_DIR=/tmp
+cd .gpu && unxz -f *.xz && chmod +x convoy convoy_old kernels gemm && cd ..
+C=.gpu/convoy
+O=${OUT:-/tmp/out}; mkdir -p $O
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee $O/verify.txt
+CONVOY_TEST_DEVICE=0 timeout 240 .gpu/kernels 2>&1 | grep -E "test result|FAILED|panicked|worst|failures:|^    [a-z_]+::" | tee -a $O/verify.txt
+timeout 120 $C check --devices 0 --model all --batch-size 24 --precision mixed 2>&1 | tail -3 | tee -a $O/verify.txt
+timeout 120 $C check --devices 0 --model all --batch-size 24 2>&1 | tail -1 | tee -a $O/verify.txt
+timeout 200 .gpu/gemm --store f32,a16,a16c16 --reps 20 > $O/gemm_store.txt 2>&1
+grep mixed $O/gemm_store.txt | cut -c1-75
+for spec in "resnet18 224 256 mixed" "resnet50 224 128 mixed" "resnet18 224 256 float32"; do
+  set -- $spec
+  for b in convoy_old convoy; do
+    timeout 60 .gpu/$b bench --model $1 --image-size $2 --batch-size $3 --classes 1000 --devices 0 --steps 20 --no-scaling --precision $4 --json 2>/dev/null | tail -1 > $O/${b}_${1}_$4.json
+    python3 -c "import json; j=json.load(open('$O/${b}_${1}_$4.json')); print('$b $1 $2 $4', round(j['images_per_sec']), round(j['step_ms'],2))" | tee -a $O/verify.txt
+  done
+done
+timeout 60 $C bench --model resnet50 --image-size 224 --batch-size 128 --classes 1000 --devices 0 --steps 10 --no-scaling --precision mixed --profile --dispatches > $O/profile_resnet50_mixed.txt 2>&1
+timeout 150 python3 .gpu/torch_imagenet.py --json $O/torch_imagenet.json 2>&1 | grep -v Warn | tail -8 | tee $O/torch_imagenet.txt
+# Device runs return at most 8 files: everything in one archive, the summary beside it.
+cd $O && cp verify.txt /tmp/verify.txt && tar czf /tmp/call.tgz . && find . -mindepth 1 -delete && mv /tmp/call.tgz . && mv /tmp/verify.txt .
