@@ -528,6 +528,51 @@ mod tests {
         })
     }
 
+    /// Under mixed_float16 the device keeps f16 exactly where the reference rounds
+    /// (`Node::stores_f16`, channels in whole quads, a convolution's output only from an f16
+    /// input): the check's own records show each recorded output's storage, so a layer that
+    /// silently fell back to f32 (or a reference that rounds where the device does not)
+    /// fails here rather than only loosening the check's bounds.
+    #[test]
+    fn mixed_precision_stores_f16_where_the_reference_rounds() {
+        use crate::model::DTypePolicy;
+        let devices = crate::device::open("software").expect("the software adapter");
+        let cfg = CheckConfig { precision: DTypePolicy::MixedFloat16, steps: 1, ..CheckConfig::new("resnet18", 8, 32) };
+        let (mut model, batches) = zoo_case(&cfg, devices).unwrap();
+        // check_steps leaves the records kept (check itself drops them after).
+        let report = check_steps(&mut model, &batches, |_| {}).unwrap();
+        assert!(report.ok, "{report:?}");
+        let net = Net::from_definition(model.definition()).unwrap();
+        let c = model.compiled().unwrap();
+        let records = c.replicas.replicas[0].records(8, 1.0 / 8.0).expect("the check keeps its records");
+        // (node, its input, its record): every node's output storage against the rule.
+        fn walk(nodes: &[Node], recs: &[(crate::Tensor, crate::layers::Saved)], at: &str, seen: &mut Vec<String>) {
+            for (i, (node, (x, saved))) in nodes.iter().zip(recs).enumerate() {
+                let quads = |t: &crate::Tensor| t.shape().last().is_some_and(|c| c % 4 == 0);
+                let conv_from_f32 = matches!(node, Node::Conv2D { .. }) && !quads(x);
+                // A fused ReLU's record passes its BatchNorm's output on: only the nodes that
+                // store are held to the rule.
+                let want = node.stores_f16() && quads(&saved.output) && !conv_from_f32;
+                if node.stores_f16() {
+                        assert_eq!(saved.output.dtype() == crate::DType::F16, want, "{at}[{i}] {node:?}: output {:?} is {:?}", saved.output.shape(), saved.output.dtype());
+                }
+                if want {
+                    seen.push(format!("{at}[{i}]"));
+                }
+                if let Node::Residual { main, shortcut, .. } = node {
+                    let (m, s) = saved.inner.split_at(main.len());
+                    walk(main, m, &format!("{at}[{i}].main"), seen);
+                    walk(shortcut, s, &format!("{at}[{i}].shortcut"), seen);
+                }
+            }
+        }
+        let recs: Vec<(crate::Tensor, crate::layers::Saved)> = records.iter().map(|(_, x, s)| (x.clone(), s.clone())).collect();
+        let mut seen = Vec::new();
+        walk(&net.nodes, &recs, "resnet18", &mut seen);
+        // The stem's BatchNorm and pool, every block and its layers, the global pool.
+        assert!(seen.len() > 40, "f16 outputs: {seen:?}");
+    }
+
     #[test]
     fn the_check_passes_on_convoy_and_fails_on_a_mask_from_the_wrong_side() {
         let devices = || crate::device::open("software").expect("the software adapter");
