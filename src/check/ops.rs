@@ -24,7 +24,7 @@ pub(crate) trait Arith: Copy + Send + Sync + 'static {
     const F16_OPERANDS: bool = false;
     /// Whether activations are stored as f16 where the device stores them so (the nodes of
     /// [`super::net::Node::stores_f16`], channels in whole quads): mixed_float16's storage.
-    const F16_STORAGE: bool = true;
+    const F16_STORAGE: bool = false;
     /// Whether convolutions the device computes through Winograd's F(m x m, 3 x 3) are
     /// computed the same way (`check::winograd`): the plain-f32 model of the float32 policy.
     const WINOGRAD: bool = false;
