@@ -27,8 +27,8 @@ fn half4_value(w: vec2<u32>) -> vec4<f32> {
 
 // A quad rounded to f16 and packed into two words, as `half4_value` reads them: two
 // conversions where all four are in f16's range (the bit compare also catches NaN), the
-// element-wise rounding otherwise. Fewer registers than four `half_bits` in a kernel's
-// epilogue, which the tensor-core GEMM's occupancy depends on.
+// element-wise rounding otherwise. (With four `half_bits` always, the first f16 tree's
+// products ran slower on the H100: session 19, call 1.)
 fn half4_bits(v: vec4<f32>) -> vec2<u32> {
     let magnitude = bitcast<vec4<u32>>(v) & vec4<u32>(0x7fffffffu);
     if (all(magnitude < vec4<u32>(0x477ff000u))) {
