@@ -27,8 +27,9 @@ fn half4_value(w: vec2<u32>) -> vec4<f32> {
 
 // A quad rounded to f16 and packed into two words, as `half4_value` reads them: two
 // conversions where all four are in f16's range (the bit compare also catches NaN), the
-// element-wise rounding otherwise. (With four `half_bits` always, the first f16 tree's
-// products ran slower on the H100: session 19, call 1.)
+// element-wise rounding otherwise. (The first f16 tree, which rounded with four
+// `half_bits` and widened A in the GEMM's gathers, ran its products slower on the H100;
+// the two fixes went in together: session 19, calls 1 and 3.)
 fn half4_bits(v: vec4<f32>) -> vec2<u32> {
     let magnitude = bitcast<vec4<u32>>(v) & vec4<u32>(0x7fffffffu);
     if (all(magnitude < vec4<u32>(0x477ff000u))) {
