@@ -16,7 +16,7 @@ use bytemuck::{Pod, Zeroable};
 use super::gemm::Engine;
 use super::gemm_cpu::{threads, INVOCATIONS_PER_THREAD, WORKGROUP};
 use super::reduce::{launch, launch_with, scratch, Bind, Split};
-use super::{expect_channels, expect_dtype, grid_for, width_token, Dispatch, Shader, Storage, BATCHNORM_ALL, BATCHNORM_CPU_ALL};
+use super::{expect_activations, expect_channels, expect_dtype, grid_for, width_token, Dispatch, Shader, Storage, BATCHNORM_ALL, BATCHNORM_CPU_ALL};
 use crate::{bail, DType, Device, Result, Tensor};
 
 /// The layer's hyper-parameters, with Keras' names and defaults.
@@ -364,21 +364,9 @@ fn scalar_binding(i: u32) -> u32 {
 /// divisible by 4 on either engine: only the vec4 passes store y as f16, and the CPU kernels
 /// take no other channel counts.
 fn activations(kernel: &str, split: &Split, acts: &[(&str, &Tensor)], f32s: &[(&str, &Tensor)]) -> Result<Storage> {
-    let (first, a) = acts[0];
-    if !matches!(a.dtype(), DType::F32 | DType::F16) {
-        bail!(Shape, "{kernel}: {first} {:?} is {:?}, expected F32 or F16 activations", a.shape(), a.dtype());
-    }
-    for (name, t) in &acts[1..] {
-        if t.dtype() != a.dtype() {
-            bail!(Shape, "{kernel}: {name} {:?} is {:?} but {first} {:?} is {:?}: the activations share one dtype", t.shape(), t.dtype(), a.shape(), a.dtype());
-        }
-    }
+    let storage = expect_activations(kernel, acts, ("channels", split.cols as usize))?;
     for (name, t) in f32s {
         expect_dtype(kernel, name, t, DType::F32)?;
-    }
-    let storage = Storage::of(a);
-    if storage == Storage::F16 && !split.cols.is_multiple_of(4) {
-        bail!(Shape, "{kernel}: {first} {:?} is F16 with {} channels, expected a multiple of 4 for f16 activations", a.shape(), split.cols);
     }
     Ok(storage)
 }

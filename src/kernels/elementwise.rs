@@ -11,7 +11,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{expect_activation, expect_dtype, expect_dtype_as, expect_same_len, grid_for, u32_of, width_token, Dispatch, Shader, Storage, ELEMENTWISE, ELEMENTWISE_ALL, WG_CONST};
+use super::{expect_activations, expect_dtype, expect_same_len, grid_for, u32_of, width_token, Dispatch, Shader, Storage, ELEMENTWISE, ELEMENTWISE_ALL, WG_CONST};
 use crate::{bail, DType, Device, Result, Tensor};
 
 #[repr(C)]
@@ -45,24 +45,11 @@ fn params(kernel: &str, n: usize) -> Result<Params> {
     Ok(Params { n: u32_of(kernel, "elements", n)?, alpha: 0.0, seed: 0, c: 1 })
 }
 
-/// Refuses an f16 operand whose element count leaves a partial quad: the scalar kernels
-/// cannot store f16 without racing a neighbour on its word.
-fn expect_quads(kernel: &str, operand: &str, t: &Tensor, storage: Storage) -> Result<()> {
-    if storage == Storage::F16 && !t.len().is_multiple_of(4) {
-        bail!(Shape, "{kernel}: {operand} {:?} is F16 with {} elements, expected a multiple of 4 (f16 is stored four at a time)", t.shape(), t.len());
-    }
-    Ok(())
-}
-
 /// The storage of the residual join's operands: `a`'s, which `b` and `out` must share.
 fn join_storage(kernel: &str, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<Storage> {
     expect_same_len(kernel, ("a", a), ("b", b))?;
     expect_same_len(kernel, ("a", a), ("out", out))?;
-    let storage = expect_activation(kernel, "a", a)?;
-    expect_dtype_as(kernel, "b", b, ("a", a))?;
-    expect_dtype_as(kernel, "out", out, ("a", a))?;
-    expect_quads(kernel, "a", a, storage)?;
-    Ok(storage)
+    expect_activations(kernel, &[("a", a), ("b", b), ("out", out)], ("elements", a.len()))
 }
 
 /// `y = max(x, 0)`; NaN stays NaN (a diverged activation must not turn into a finite 0).
@@ -83,8 +70,7 @@ pub fn relu_backward(device: &Device, dy: &Tensor, y: &Tensor, dx: &Tensor) -> R
     expect_same_len(k, ("dy", dy), ("dx", dx))?;
     expect_dtype(k, "dy", dy, DType::F32)?;
     expect_dtype(k, "dx", dx, DType::F32)?;
-    let storage = expect_activation(k, "y", y)?;
-    expect_quads(k, "y", y, storage)?;
+    let storage = expect_activations(k, &[("y", y)], ("elements", y.len()))?;
     launch_vec4(device, k, "relu_backward4", dy.len(), storage, &[(1, dy), (2, y), (3, dx)], &[(5, dy), (9, y), (7, dx)])
 }
 

@@ -772,11 +772,10 @@ pub(super) fn product_params(
     Ok((p, tokens))
 }
 
-/// The module of a GEMM family for how A and C are stored (see `gemm_family!` in
-/// src/kernels/mod.rs): `c_f16` is whether the dispatch writes an f16 C, which split
-/// partials never are.
-fn storage_variant(family: &'static [Shader; 4], a: &Tensor, c_f16: bool) -> &'static Shader {
-    &family[(a.dtype() == DType::F16) as usize + 2 * c_f16 as usize]
+/// The module of a GEMM family for how the dispatch's A and C are stored (see
+/// `gemm_family!` in src/kernels/mod.rs): split partials are f32 on both sides of theirs.
+fn storage_variant(family: &'static [Shader; 4], a_f16: bool, c_f16: bool) -> &'static Shader {
+    &family[a_f16 as usize + 2 * c_f16 as usize]
 }
 
 /// The path token of a product's storage: `store=a16`, `store=c16`, `store=a16c16`, or
@@ -824,7 +823,7 @@ pub(super) fn record(
             (3, quad_binding(kernel, bias)?),
             (4, quad_binding(kernel, g.c)?),
         ];
-        let shader = storage_variant(family, g.a, g.c.dtype() == DType::F16);
+        let shader = storage_variant(family, g.a.dtype() == DType::F16, g.c.dtype() == DType::F16);
         let gemm = with_uniform(device, shader, entry, &constants, &p, &bindings, groups).named(kernel, flops);
         return Ok(vec![gemm.tagged(format!("{path} {bias_token} {}", storage_token(g)))]);
     }
@@ -860,7 +859,7 @@ pub(super) fn record(
     if g.groups.is_some() {
         (partial.c_ld, partial.c_step) = (p.n, u32_of(kernel, "M * N", g.m * g.n)?);
     }
-    let shader = storage_variant(family, g.a, false);
+    let shader = storage_variant(family, g.a.dtype() == DType::F16, false);
     let gemm = with_uniform(device, shader, entry, &constants, &partial, &bindings, groups).named(kernel, flops).tagged(format!("{path} {}", storage_token(g)));
     p.flags |= if g.bias.is_some() { BIAS } else { 0 };
     let mut rows_constants = Vec::new();
@@ -906,8 +905,7 @@ fn reduce_dispatch(
     let quads = if p.flags & QUAD_C != 0 { "quad_c" } else { "scalar_c" };
     let mut constants = vec![WG_CONST];
     constants.extend_from_slice(rows);
-    // The partials are f32; C may be f16.
-    let shader = &CONV2D_ALL[2 * (c.dtype() == DType::F16) as usize];
+    let shader = storage_variant(&CONV2D_ALL, false, c.dtype() == DType::F16);
     Ok(with_uniform(device, shader, "reduce_splits", &constants, p, &bindings, groups).tagged(format!("{quads} splits={}", p.splits)))
 }
 

@@ -152,11 +152,6 @@ pub enum Storage {
 }
 
 impl Storage {
-    /// The storage of a tensor of `dtype`: F16 for [`crate::DType::F16`], F32 otherwise.
-    pub fn of(t: &crate::Tensor) -> Storage {
-        if t.dtype() == crate::DType::F16 { Storage::F16 } else { Storage::F32 }
-    }
-
     /// This storage's shader of a pair.
     pub fn pick(self, pair: &'static [Shader; 2]) -> &'static Shader {
         &pair[self as usize]
@@ -404,7 +399,7 @@ pub fn expect_dtype(kernel: &str, operand: &str, t: &crate::Tensor, dtype: crate
 
 /// The storage of activation `t`: F32 or F16, any other element type an error naming the
 /// kernel and operand (a u32 tensor read as activations would be garbage, not a failure).
-pub fn expect_activation(kernel: &str, operand: &str, t: &crate::Tensor) -> Result<Storage> {
+fn expect_activation(kernel: &str, operand: &str, t: &crate::Tensor) -> Result<Storage> {
     match t.dtype() {
         crate::DType::F32 => Ok(Storage::F32),
         crate::DType::F16 => Ok(Storage::F16),
@@ -412,9 +407,25 @@ pub fn expect_activation(kernel: &str, operand: &str, t: &crate::Tensor) -> Resu
     }
 }
 
+/// The storage of a kernel's activations `acts`: the first one's (F32 or F16), which the
+/// others must share (one module reads them all), and F16 only where `count`, what the
+/// kernel's vec4 passes step over (`what`: elements or channels), is a multiple of 4: the
+/// scalar passes cannot store f16 without two invocations racing on one word.
+pub fn expect_activations(kernel: &str, acts: &[(&str, &crate::Tensor)], (what, count): (&str, usize)) -> Result<Storage> {
+    let (first, a) = acts[0];
+    let storage = expect_activation(kernel, first, a)?;
+    for (name, t) in &acts[1..] {
+        expect_dtype_as(kernel, name, t, (first, a))?;
+    }
+    if storage == Storage::F16 && !count.is_multiple_of(4) {
+        bail!(Shape, "{kernel}: {first} {:?} is F16 with {count} {what}, expected a multiple of 4 (f16 is stored four at a time)", a.shape());
+    }
+    Ok(storage)
+}
+
 /// Checks that `t` has the dtype of the operand named `like`, which fixed the kernel's
 /// storage: one module reads all of them, so mixing f32 and f16 cannot be served.
-pub fn expect_dtype_as(kernel: &str, operand: &str, t: &crate::Tensor, like: (&str, &crate::Tensor)) -> Result<()> {
+fn expect_dtype_as(kernel: &str, operand: &str, t: &crate::Tensor, like: (&str, &crate::Tensor)) -> Result<()> {
     if t.dtype() != like.1.dtype() {
         bail!(Shape, "{kernel}: {operand} {:?} is {:?}, expected {:?} as {} {:?}", t.shape(), t.dtype(), like.1.dtype(), like.0, like.1.shape());
     }

@@ -14,7 +14,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{expect_activation, expect_dtype, expect_dtype_as, expect_separate, expect_shape, grid_for, u32_of, width_token, Dispatch, Shader, Storage, POOL, POOL_ALL, WG_CONST};
+use super::{expect_activations, expect_dtype, expect_separate, expect_shape, grid_for, u32_of, width_token, Dispatch, Shader, Storage, POOL, POOL_ALL, WG_CONST};
 use crate::{bail, DType, Device, Error, Result, Tensor};
 
 /// Keras' `padding` argument of the pooling layers.
@@ -244,16 +244,9 @@ fn launch_vec4(device: &Device, entry: &'static str, entry4: &'static str, geom:
     Ok(launch(device, shader, entry4, Params { n: p.n / 4, ..p }, wide)?.named(entry, 0.0).tagged(format!("{} {}", width_token(true), storage.token())))
 }
 
-/// The storage of a forward kernel's `x` and `y`, which must share it: F16 only with
-/// channels divisible by 4, the vec4 kernels being the only ones that store f16 without two
-/// invocations racing on a word.
+/// The storage of a forward kernel's `x` and `y`, which must share it.
 fn forward_storage(kernel: &str, x: &Tensor, y: &Tensor, channels: usize) -> Result<Storage> {
-    let storage = expect_activation(kernel, "x", x)?;
-    expect_dtype_as(kernel, "y", y, ("x", x))?;
-    if storage == Storage::F16 && !channels.is_multiple_of(4) {
-        bail!(Shape, "{kernel}: x {:?} is F16 with {channels} channels, expected a multiple of 4 (f16 is stored four channels at a time)", x.shape());
-    }
-    Ok(storage)
+    expect_activations(kernel, &[("x", x), ("y", y)], ("channels", channels))
 }
 
 /// Max pooling; `argmax` records, per output, the input position `h * in_w + w` that won

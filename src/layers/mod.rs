@@ -168,9 +168,12 @@ impl<'d> Graph<'d> {
     }
     /// A batch-sized activation tensor: `[batch, ..shape]`.
     pub fn activation(&self, shape: &[usize]) -> Result<Tensor> {
+        self.batched(shape, crate::DType::F32)
+    }
+    fn batched(&self, shape: &[usize], dtype: crate::DType) -> Result<Tensor> {
         let mut full = vec![self.batch];
         full.extend_from_slice(shape);
-        self.device.alloc(&full, crate::DType::F32)
+        self.device.alloc(&full, dtype)
     }
     /// The storage of an activation with `channels` channels written by a layer that
     /// [stores f16](Layer::stores_f16): f16 under `mixed_float16` where the channels are
@@ -181,9 +184,7 @@ impl<'d> Graph<'d> {
     /// A batch-sized activation tensor `[batch, ..shape]` as a layer that [stores
     /// f16](Layer::stores_f16) writes its output: see [`Graph::storage`].
     pub fn stored(&self, shape: &[usize]) -> Result<Tensor> {
-        let mut full = vec![self.batch];
-        full.extend_from_slice(shape);
-        self.device.alloc(&full, self.storage(shape.last().copied().unwrap_or(0)))
+        self.batched(shape, self.storage(shape.last().copied().unwrap_or(0)))
     }
     /// `x` in the storage `layer` reads: f16 where the layer [stores f16](Layer::stores_f16)
     /// (and follows the mixed policy) and x's channels are whole quads, f32 otherwise; a

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeSet;
 
-use convoy::device::half::{f16_bits, f16_value};
 use convoy::kernels::batchnorm::{self, BatchNormConfig};
 use convoy::kernels::gemm::Engine;
 use convoy::{DType, Tensor};
@@ -65,7 +64,7 @@ pub(crate) fn case(r: &mut StdRng, shape: &[usize], offset: f32) -> Case {
 /// [`case`] with x and y stored as f16: x rounded to f16 on the host, as `upload_f16` does.
 pub(crate) fn case_f16(r: &mut StdRng, shape: &[usize], offset: f32) -> Case {
     let k = case(r, shape, offset);
-    Case { x: k.x.iter().map(|v| f16_value(f16_bits(*v))).collect(), f16: true, ..k }
+    Case { x: k.x.iter().map(|&v| to_half(v)).collect(), f16: true, ..k }
 }
 
 /// An activation read back, f16 widened exactly.

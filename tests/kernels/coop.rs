@@ -9,7 +9,6 @@
 //! operands were rounded: `operands_are_rounded_to_f16` shows it (the result matches f64 on
 //! f16-rounded inputs to f32 accuracy, and an operand past f16's range overflows).
 
-use convoy::device::half::{f16_bits, f16_value};
 use convoy::kernels::conv2d::{self, Conv2dGeometry, Padding};
 use convoy::kernels::dense;
 use convoy::kernels::gemm::{CoopTile, Engine, GemmOptions};
@@ -207,27 +206,21 @@ fn forced_tensor_core_tiles_match_f64_within_f16_bounds() {
     assert_paths_cover("forced tensor-core tiles", &take_paths(), &expected, &[]);
 }
 
-/// `x` rounded to the nearest f16 (ties to even), as an f32: infinite from 65520 up (the
-/// host's conversion, itself tested against an f64 rounding in `device::half`).
-fn round_f16(x: f32) -> f32 {
-    f16_value(f16_bits(x))
-}
-
 #[test]
 fn operands_are_rounded_to_f16() {
     // f16's spacing at 1 is 2^-10.
-    assert_eq!(round_f16(1.0 + 3.0 / 4096.0), 1.0 + 1.0 / 1024.0);
-    assert_eq!(round_f16(1.0 + 2.0 / 4096.0), 1.0, "a tie goes to even");
-    assert_eq!(round_f16(1.0 + 6.0 / 4096.0), 1.0 + 2.0 / 1024.0, "a tie goes to even");
-    assert_eq!(round_f16(65519.0), 65504.0);
-    assert_eq!(round_f16(-65520.0), f32::NEG_INFINITY);
+    assert_eq!(to_half(1.0 + 3.0 / 4096.0), 1.0 + 1.0 / 1024.0);
+    assert_eq!(to_half(1.0 + 2.0 / 4096.0), 1.0, "a tie goes to even");
+    assert_eq!(to_half(1.0 + 6.0 / 4096.0), 1.0 + 2.0 / 1024.0, "a tie goes to even");
+    assert_eq!(to_half(65519.0), 65504.0);
+    assert_eq!(to_half(-65520.0), f32::NEG_INFINITY);
     let d = device();
     for (mkn, n_wide) in [((65, 70, 67), true), ((33, 40, 12), false)] {
         let (m, k, n) = mkn;
         let mut r = rng(70 + n as u64);
         let (a, b) = (random(&mut r, m * k), random(&mut r, k * n));
         let (ta, tb, tc) = (upload(&a, &[m, k]), upload(&b, &[k, n]), upload(&vec![0.0; m * n], &[m, n]));
-        let rounded: (Vec<f32>, Vec<f32>) = (a.iter().map(|&x| round_f16(x)).collect(), b.iter().map(|&x| round_f16(x)).collect());
+        let rounded: (Vec<f32>, Vec<f32>) = (a.iter().map(|&x| to_half(x)).collect(), b.iter().map(|&x| to_half(x)).collect());
         let want_rounded = matmul_ref(&rounded.0, &rounded.1, mkn, false, false);
         let want_exact = matmul_ref(&a, &b, mkn, false, false);
         // Each engine rounds its operands (the tiled kernel in its loads, the CPU one in its K
@@ -297,7 +290,7 @@ fn f16_activations_feed_and_leave_the_products() {
                 let (xs, ws, ys) = (g.input_shape(), g.kernel_shape(), g.output_shape());
                 let (xl, wl, yl): (usize, usize, usize) = (xs.iter().product(), ws.iter().product(), ys.iter().product());
                 // The values the f16 tensors hold, so that the references read them too.
-                let x: Vec<f32> = random(&mut r, xl).iter().map(|&v| round_f16(v)).collect();
+                let x = random_half(&mut r, xl);
                 let (w, dy) = (random(&mut r, wl), random(&mut r, yl));
                 let (tx16, tx32, tw, tdy) = (d.upload_f16(&xs, &x).unwrap(), upload(&x, &xs), upload(&w, &ws), upload(&dy, &ys));
                 let (ty16, ty32) = (d.zeros_of(&ys, DType::F16).unwrap(), upload(&vec![7.0; yl], &ys));
