@@ -35,11 +35,12 @@
 // dilated.
 //
 // Every operand is bound as an array of quads: a quad is one 16-byte load where the layout
-// allows (flags), and a scalar is element i % 4 of quad i / 4 elsewhere. A and C may hold
-// f16 (activations under mixed_float16): A is read through shaders/lib/act_*.wgsl's
-// `act_quad` / `act_elem`, C written through shaders/lib/c_*.wgsl's `c_put4` /
-// `c_put1`, and src/kernels/mod.rs builds a module for each pairing. B, the bias and the
-// split partials are f32. The host rounds binding sizes up to 16 bytes; every index is
+// allows (flags), and a scalar is element i % 4 of quad i / 4 elsewhere. A, B and C may
+// hold f16 (activations, and gradients stored as their activations, under mixed_float16): A
+// is read through shaders/lib/act_*.wgsl's `act_raw` / `act_elem`, B through
+// shaders/lib/b_*.wgsl's `b_staged` / `b_elem`, C written through shaders/lib/c_*.wgsl's
+// `c_put4` / `c_put1`, and src/kernels/mod.rs builds a module for each combination. The
+// bias and the split partials are f32. The host rounds binding sizes up to 16 bytes; every index is
 // guarded against the real sizes below.
 
 struct Params {
@@ -101,7 +102,7 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> a: array<act4>;
-@group(0) @binding(2) var<storage, read> b: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> b: array<b4>;
 @group(0) @binding(3) var<storage, read> bias: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> c: array<c_quad>;
 
@@ -308,9 +309,7 @@ fn b_at(k: u32, n: u32) -> f32 {
     if (i == NONE) {
         return 0.0;
     }
-    let q = i / 4u;
-    let r = i % 4u;
-    return b[q][r];
+    return b_elem(i);
 }
 
 fn a_is_m_contiguous() -> bool {
@@ -342,13 +341,12 @@ fn b_quad(k: u32, n: u32) -> vec4<f32> {
         if (i == NONE) {
             return vec4<f32>(0.0);
         }
-        let q = i / 4u;
-        return b[q];
+        return b_staged(i / 4u);
     }
     if (B_KIND == B_ROWS) {
-        return vec4<f32>(b_at(k, n), b_at(k, n + 1u), b_at(k, n + 2u), b_at(k, n + 3u));
+        return b_staged_of(vec4<f32>(b_at(k, n), b_at(k, n + 1u), b_at(k, n + 2u), b_at(k, n + 3u)));
     }
-    return vec4<f32>(b_at(k, n), b_at(k + 1u, n), b_at(k + 2u, n), b_at(k + 3u, n));
+    return b_staged_of(vec4<f32>(b_at(k, n), b_at(k + 1u, n), b_at(k + 2u, n), b_at(k + 3u, n)));
 }
 
 fn set_b_tile(i: u32, v: f32) {
@@ -362,7 +360,8 @@ fn set_b_tile(i: u32, v: f32) {
 // memory (`store_*`) after it. Each invocation handles A_SLOTS quads of A and B_SLOTS of B
 // per step: slot s is linear index l = lid + s * THREADS of the tile's quads, with
 // consecutive invocations on consecutive addresses of the source. A's slots hold quads as
-// stored (f16 ones as their two words: see shaders/lib/act_*.wgsl's `act_raw`).
+// stored (f16 ones as their two words: see shaders/lib/act_*.wgsl's `act_raw`), and B's
+// likewise (shaders/lib/b_*.wgsl's `b_staged`).
 var<private> a_reg: array<vec4<f32>, MAX_SLOTS>;
 var<private> b_reg: array<vec4<f32>, MAX_SLOTS>;
 
@@ -441,7 +440,7 @@ fn fetch_b(n0: u32, k0: u32, lid: u32) {
 fn store_b(lid: u32, base: u32) {
     for (var s = 0u; s < B_SLOTS; s++) {
         let l = lid + s * THREADS;
-        let v = operand(b_reg[s]);
+        let v = operand(b_staged_value(b_reg[s]));
         if (B_KIND == B_ROWS) {
             b_tile[base + (l / (BN / 4u)) * (BN / 4u) + l % (BN / 4u)] = v;
         } else {

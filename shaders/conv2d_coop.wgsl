@@ -68,7 +68,7 @@ fn store_a16(lid: u32, base: u32) {
 fn store_b16(lid: u32, base: u32) {
     for (var s = 0u; s < B_SLOTS; s++) {
         let l = lid + s * THREADS;
-        let v = vec4<f16>(b_reg[s]);
+        let v = vec4<f16>(b_staged_value(b_reg[s]));
         var at: u32;
         if (B_KIND == B_ROWS) {
             at = base + (l / (BN / 4u)) * BS + (l % (BN / 4u)) * 4u;

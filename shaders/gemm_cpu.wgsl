@@ -324,7 +324,7 @@ fn b_advance(step: u32) {
 
 fn b_scalar(i: u32, ok: bool) -> f32 {
     let e = select(0u, i, ok);
-    return select(0.0, b[e / 4u][e % 4u], ok);
+    return select(0.0, b_elem(e), ok);
 }
 
 // bq[kk * 2 + h] = B[k0 + kk, n0 + 4h .. n0 + 4h + 4], zero past k_end; columns past N
@@ -339,7 +339,7 @@ fn b_panel(bq: ptr<function, array<vec4<f32>, 8>>, n0: u32, k0: u32, k_end: u32)
             for (var h = 0u; h < CPU_COLS / 4u; h++) {
                 if (B_QUADS) {
                     let n = min(n0 + h * 4u, p.n - 4u);
-                    (*bq)[kk * 2u + h] = select(vec4<f32>(0.0), b[select(0u, row + n, ok) / 4u], ok);
+                    (*bq)[kk * 2u + h] = select(vec4<f32>(0.0), b_value(select(0u, row + n, ok) / 4u), ok);
                 } else {
                     for (var e = 0u; e < 4u; e++) {
                         (*bq)[kk * 2u + h][e] = b_scalar(row + min(n0 + h * 4u + e, p.n - 1u), ok);
@@ -354,7 +354,7 @@ fn b_panel(bq: ptr<function, array<vec4<f32>, 8>>, n0: u32, k0: u32, k_end: u32)
         let ok = k0 < k_end;
         let base = b_block_off();
         for (var c = 0u; c < CPU_COLS; c++) {
-            let v = select(vec4<f32>(0.0), b[select(0u, base + min(n0 + c, p.n - 1u) * ld, ok) / 4u], ok);
+            let v = select(vec4<f32>(0.0), b_value(select(0u, base + min(n0 + c, p.n - 1u) * ld, ok) / 4u), ok);
             (*bq)[c / 4u][c % 4u] = v.x;
             (*bq)[2u + c / 4u][c % 4u] = v.y;
             (*bq)[4u + c / 4u][c % 4u] = v.z;

@@ -24,16 +24,16 @@ fn act_lane(r: u32) -> u32 {
     return r / 2u;
 }
 
-// A staged quad is its two words in x and y (see act_f32.wgsl); values built from single
-// f16 elements pack back exactly.
+// A staged quad is its two words in x and y (see act_f32.wgsl and half.wgsl's
+// `half_staged`); values built from single f16 elements pack back exactly.
 fn act_raw(q: act4) -> vec4<f32> {
-    return vec4<f32>(bitcast<f32>(q.x), bitcast<f32>(q.y), 0.0, 0.0);
+    return half_staged(q);
 }
 
 fn raw_of(v: vec4<f32>) -> vec4<f32> {
-    return vec4<f32>(bitcast<f32>(pack2x16float(v.xy)), bitcast<f32>(pack2x16float(v.zw)), 0.0, 0.0);
+    return half_staged_of(v);
 }
 
 fn raw_value(v: vec4<f32>) -> vec4<f32> {
-    return vec4<f32>(unpack2x16float(bitcast<u32>(v.x)), unpack2x16float(bitcast<u32>(v.y)));
+    return half_staged_value(v);
 }

@@ -37,3 +37,20 @@ fn half4_bits(v: vec4<f32>) -> vec2<u32> {
     }
     return vec2<u32>(half_bits(v.x) | (half_bits(v.y) << 16u), half_bits(v.z) | (half_bits(v.w) << 16u));
 }
+
+// A quad of f16 as staged by the GEMM's gathers (shaders/conv2d.wgsl's `a_reg`, `b_reg`):
+// its two stored words carried in x and y of a vec4<f32> (naga 30 has no bitcast from a word
+// to two halves), so a quad goes from memory to workgroup memory without widening and
+// narrowing in between. `half_staged_of` stages values built from single elements (exact
+// for values that were f16), `half_staged_value` widens a staged quad.
+fn half_staged(w: vec2<u32>) -> vec4<f32> {
+    return vec4<f32>(bitcast<f32>(w.x), bitcast<f32>(w.y), 0.0, 0.0);
+}
+
+fn half_staged_of(v: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(bitcast<f32>(pack2x16float(v.xy)), bitcast<f32>(pack2x16float(v.zw)), 0.0, 0.0);
+}
+
+fn half_staged_value(v: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(unpack2x16float(bitcast<u32>(v.x)), unpack2x16float(bitcast<u32>(v.y)));
+}

@@ -330,6 +330,10 @@ fn flipped(device: &Device, kernel: &'static str, geom: &Conv2dGeometry, back: &
 ///
 /// # Shapes
 /// dy `[batch, out_h, out_w, filters]`, w `[kh, kw, in_c / groups, filters]`, dx `[batch, in_h, in_w, in_c]`.
+///
+/// # Dtypes
+/// dy and dx F32 or F16 (gradients stored as their activations under `mixed_float16`); an
+/// F16 dx needs whole quads of channels in place: unit stride, one group.
 pub fn backward_data(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w: &Tensor, dx: &Tensor) -> Result<Vec<Dispatch>> {
     backward_data_with(device, geom, dy, w, dx, &GemmOptions::default())
 }
@@ -343,7 +347,9 @@ pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w
     if let Some(back) = flips(device, K, geom, opts)? {
         return flipped(device, K, geom, &back, dy, w, dx, opts);
     }
-    if let Some(m) = winograd::choose(device, geom, Pass::BackwardData, opts)? {
+    // The Winograd transforms read and write f32; an f16 gradient takes the implicit GEMM.
+    let f32_storage = dy.dtype() == crate::DType::F32 && dx.dtype() == crate::DType::F32;
+    if f32_storage && let Some(m) = winograd::choose(device, geom, Pass::BackwardData, opts)? {
         return winograd::convolve(device, K, geom, Pass::BackwardData, m, dy, w, dx, opts);
     }
     if let Some(phases) = phase_products(geom) {
@@ -486,6 +492,9 @@ fn phase_axis(input: usize, k: usize, s: usize, pad: usize, phase: usize) -> Opt
 ///
 /// # Shapes
 /// x `[batch, in_h, in_w, in_c]`, dy `[batch, out_h, out_w, filters]`, dw `[kh, kw, in_c / groups, filters]`.
+///
+/// # Dtypes
+/// x and dy F32 or F16, each on its own; dw F32.
 pub fn backward_weights(device: &Device, geom: &Conv2dGeometry, x: &Tensor, dy: &Tensor, dw: &Tensor) -> Result<Vec<Dispatch>> {
     backward_weights_with(device, geom, x, dy, dw, &GemmOptions::default())
 }

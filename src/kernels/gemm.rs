@@ -609,8 +609,9 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         bail!(Config, "{kernel}: a convolution load needs its geometry");
     }
     for (name, t) in [("a", g.a), ("b", g.b), ("c", g.c)].into_iter().chain(g.bias.map(|b| ("bias", b))) {
-        // A and C may be activations stored as f16 (mixed_float16); B and the bias are f32.
-        let f16_allowed = matches!(name, "a" | "c");
+        // A, B and C may be activations or their gradients stored as f16 (mixed_float16);
+        // the bias is f32.
+        let f16_allowed = name != "bias";
         if t.dtype() != DType::F32 && !(f16_allowed && t.dtype() == DType::F16) {
             let expected = if f16_allowed { "F32 or F16" } else { "F32" };
             bail!(Shape, "{kernel}: {name} {:?} is {:?}, expected {expected}", t.shape(), t.dtype());
@@ -667,7 +668,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     if bytes > limit {
         bail!(Config, "{kernel}: tile {tile:?} needs {bytes} bytes of workgroup memory, more than {}'s {limit}", device.name());
     }
-    let (family, entry): (&'static [Shader; 4], &'static str) = if coop { (&CONV2D_COOP_ALL, "gemm_coop") } else { (&CONV2D_ALL, "gemm") };
+    let (family, entry): (&'static [Shader; 8], &'static str) = if coop { (&CONV2D_COOP_ALL, "gemm_coop") } else { (&CONV2D_ALL, "gemm") };
     let (bk, threads) = if coop { (shape.bk, shape.threads()) } else { (tile.bk(), tile.threads()) };
     let (tiles_m, tiles_n) = (g.m.div_ceil(shape.bm), g.n.div_ceil(shape.bn));
     let split = match opts.splits {
@@ -772,20 +773,29 @@ pub(super) fn product_params(
     Ok((p, tokens))
 }
 
-/// The module of a GEMM family for how the dispatch's A and C are stored (see
-/// `gemm_family!` in src/kernels/mod.rs): split partials are f32 on both sides of theirs.
-fn storage_variant(family: &'static [Shader; 4], a_f16: bool, c_f16: bool) -> &'static Shader {
-    &family[a_f16 as usize + 2 * c_f16 as usize]
+/// Which of A, B and C are stored as f16 (activations and their gradients under
+/// `mixed_float16`).
+#[derive(Clone, Copy)]
+struct Halves {
+    a: bool,
+    b: bool,
+    c: bool,
 }
 
-/// The path token of a product's storage: `store=a16`, `store=c16`, `store=a16c16`, or
-/// none for f32 operands.
-fn storage_token(g: &Gemm) -> &'static str {
-    match (g.a.dtype() == DType::F16, g.c.dtype() == DType::F16) {
-        (false, false) => "",
-        (true, false) => "store=a16",
-        (false, true) => "store=c16",
-        (true, true) => "store=a16c16",
+impl Halves {
+    fn of(g: &Gemm) -> Halves {
+        Halves { a: g.a.dtype() == DType::F16, b: g.b.dtype() == DType::F16, c: g.c.dtype() == DType::F16 }
+    }
+    /// The module of a GEMM family for this storage (see `gemm_family!` in
+    /// src/kernels/mod.rs).
+    fn variant(self, family: &'static [Shader; 8]) -> &'static Shader {
+        &family[self.a as usize + 2 * self.c as usize + 4 * self.b as usize]
+    }
+    /// The path token: `store=` and the f16 operands (`store=a16b16c16`), or none for f32
+    /// operands.
+    fn token(self) -> String {
+        let names: String = [(self.a, "a16"), (self.b, "b16"), (self.c, "c16")].iter().filter(|(on, _)| *on).map(|(_, n)| *n).collect();
+        if names.is_empty() { String::new() } else { format!("store={names}") }
     }
 }
 
@@ -796,7 +806,7 @@ fn storage_token(g: &Gemm) -> &'static str {
 pub(super) fn record(
     device: &Device,
     g: &Gemm,
-    (family, entry): (&'static [Shader; 4], &'static str),
+    (family, entry): (&'static [Shader; 8], &'static str),
     constants: &[(&'static str, f64)],
     mut p: Params,
     workgroups: usize,
@@ -823,9 +833,9 @@ pub(super) fn record(
             (3, quad_binding(kernel, bias)?),
             (4, quad_binding(kernel, g.c)?),
         ];
-        let shader = storage_variant(family, g.a.dtype() == DType::F16, g.c.dtype() == DType::F16);
-        let gemm = with_uniform(device, shader, entry, &constants, &p, &bindings, groups).named(kernel, flops);
-        return Ok(vec![gemm.tagged(format!("{path} {bias_token} {}", storage_token(g)))]);
+        let halves = Halves::of(g);
+        let gemm = with_uniform(device, halves.variant(family), entry, &constants, &p, &bindings, groups).named(kernel, flops);
+        return Ok(vec![gemm.tagged(format!("{path} {bias_token} {}", halves.token()))]);
     }
 
     // A forced split can ask for more partial sums than one binding holds (the engine's own
@@ -859,8 +869,9 @@ pub(super) fn record(
     if g.groups.is_some() {
         (partial.c_ld, partial.c_step) = (p.n, u32_of(kernel, "M * N", g.m * g.n)?);
     }
-    let shader = storage_variant(family, g.a.dtype() == DType::F16, false);
-    let gemm = with_uniform(device, shader, entry, &constants, &partial, &bindings, groups).named(kernel, flops).tagged(format!("{path} {}", storage_token(g)));
+    // The partials are f32 whatever C is: the reduce rounds once.
+    let halves = Halves::of(g);
+    let gemm = with_uniform(device, Halves { c: false, ..halves }.variant(family), entry, &constants, &partial, &bindings, groups).named(kernel, flops).tagged(format!("{path} {}", halves.token()));
     p.flags |= if g.bias.is_some() { BIAS } else { 0 };
     let mut rows_constants = Vec::new();
     if rows {
@@ -905,7 +916,7 @@ fn reduce_dispatch(
     let quads = if p.flags & QUAD_C != 0 { "quad_c" } else { "scalar_c" };
     let mut constants = vec![WG_CONST];
     constants.extend_from_slice(rows);
-    let shader = storage_variant(&CONV2D_ALL, false, c.dtype() == DType::F16);
+    let shader = Halves { a: false, b: false, c: c.dtype() == DType::F16 }.variant(&CONV2D_ALL);
     Ok(with_uniform(device, shader, "reduce_splits", &constants, p, &bindings, groups).tagged(format!("{quads} splits={}", p.splits)))
 }
 

@@ -120,23 +120,28 @@ macro_rules! storage_pair {
     };
 }
 
-/// A GEMM module (conv2d.wgsl and what follows it) for each storage of A and of C, indexed
-/// `[a_f16 as usize + 2 * c_f16 as usize]`: A through `shaders/lib/act_*.wgsl`, C through
-/// `shaders/lib/c_*.wgsl`; B, the bias and the split partials are always f32.
+/// A GEMM module (conv2d.wgsl and what follows it) for each storage of A, C and B, indexed
+/// `[a_f16 as usize + 2 * c_f16 as usize + 4 * b_f16 as usize]`: A through
+/// `shaders/lib/act_*.wgsl`, B through `shaders/lib/b_*.wgsl`, C through
+/// `shaders/lib/c_*.wgsl`; the bias and the split partials are always f32.
 macro_rules! gemm_family {
     ($ident:ident, $name:literal, $prefix:literal $(, $tail:literal)?) => {
-        #[doc = concat!("`shaders/conv2d.wgsl`", $(" + `shaders/", $tail, "`",)? " for each storage of A and of C.")]
-        pub const $ident: [Shader; 4] = [
-            gemm_family!(@one $name, $prefix, "act_f32.wgsl", "c_f32.wgsl" $(, $tail)?),
-            gemm_family!(@one concat!($name, "+a16"), $prefix, "act_f16.wgsl", "c_f32.wgsl" $(, $tail)?),
-            gemm_family!(@one concat!($name, "+c16"), $prefix, "act_f32.wgsl", "c_f16.wgsl" $(, $tail)?),
-            gemm_family!(@one concat!($name, "+a16+c16"), $prefix, "act_f16.wgsl", "c_f16.wgsl" $(, $tail)?),
+        #[doc = concat!("`shaders/conv2d.wgsl`", $(" + `shaders/", $tail, "`",)? " for each storage of A, B and C.")]
+        pub const $ident: [Shader; 8] = [
+            gemm_family!(@one $name, $prefix, "act_f32.wgsl", "b_f32.wgsl", "c_f32.wgsl" $(, $tail)?),
+            gemm_family!(@one concat!($name, "+a16"), $prefix, "act_f16.wgsl", "b_f32.wgsl", "c_f32.wgsl" $(, $tail)?),
+            gemm_family!(@one concat!($name, "+c16"), $prefix, "act_f32.wgsl", "b_f32.wgsl", "c_f16.wgsl" $(, $tail)?),
+            gemm_family!(@one concat!($name, "+a16+c16"), $prefix, "act_f16.wgsl", "b_f32.wgsl", "c_f16.wgsl" $(, $tail)?),
+            gemm_family!(@one concat!($name, "+b16"), $prefix, "act_f32.wgsl", "b_f16.wgsl", "c_f32.wgsl" $(, $tail)?),
+            gemm_family!(@one concat!($name, "+a16+b16"), $prefix, "act_f16.wgsl", "b_f16.wgsl", "c_f32.wgsl" $(, $tail)?),
+            gemm_family!(@one concat!($name, "+b16+c16"), $prefix, "act_f32.wgsl", "b_f16.wgsl", "c_f16.wgsl" $(, $tail)?),
+            gemm_family!(@one concat!($name, "+a16+b16+c16"), $prefix, "act_f16.wgsl", "b_f16.wgsl", "c_f16.wgsl" $(, $tail)?),
         ];
     };
-    (@one $name:expr, $prefix:literal, $a:literal, $c:literal $(, $tail:literal)?) => {
+    (@one $name:expr, $prefix:literal, $a:literal, $b:literal, $c:literal $(, $tail:literal)?) => {
         Shader {
             name: $name,
-            source: concat!($prefix, libs!("half.wgsl", $a, $c), include_str!("../../shaders/conv2d.wgsl") $(, include_str!(concat!("../../shaders/", $tail)))?),
+            source: concat!($prefix, libs!("half.wgsl", $a, $b, $c), include_str!("../../shaders/conv2d.wgsl") $(, include_str!(concat!("../../shaders/", $tail)))?),
             trusted: true,
         }
     };
@@ -211,8 +216,11 @@ shader!(CAST, "cast.wgsl", ["half.wgsl"]);
 /// Every shader module (each storage variant), for validation tests.
 pub const ALL_SHADERS: &[&Shader] = &[
     &CONV2D_ALL[0], &CONV2D_ALL[1], &CONV2D_ALL[2], &CONV2D_ALL[3],
+    &CONV2D_ALL[4], &CONV2D_ALL[5], &CONV2D_ALL[6], &CONV2D_ALL[7],
     &CONV2D_COOP_ALL[0], &CONV2D_COOP_ALL[1], &CONV2D_COOP_ALL[2], &CONV2D_COOP_ALL[3],
+    &CONV2D_COOP_ALL[4], &CONV2D_COOP_ALL[5], &CONV2D_COOP_ALL[6], &CONV2D_COOP_ALL[7],
     &GEMM_CPU_ALL[0], &GEMM_CPU_ALL[1], &GEMM_CPU_ALL[2], &GEMM_CPU_ALL[3],
+    &GEMM_CPU_ALL[4], &GEMM_CPU_ALL[5], &GEMM_CPU_ALL[6], &GEMM_CPU_ALL[7],
     &ELEMENTWISE_ALL[0], &ELEMENTWISE_ALL[1], &BATCHNORM_ALL[0], &BATCHNORM_ALL[1],
     &BATCHNORM_CPU_ALL[0], &BATCHNORM_CPU_ALL[1], &POOL_ALL[0], &POOL_ALL[1],
     &REDUCE, &DEPTHWISE, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE, &CONCAT, &ACTIVATION, &LAYERNORM, &AUGMENT, &WINOGRAD, &FLIP, &CAST,

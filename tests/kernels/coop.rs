@@ -329,10 +329,10 @@ fn f16_activations_feed_and_leave_the_products() {
             let y = d.zeros_of(&g.output_shape(), DType::F16).unwrap();
             let err = conv2d::forward_with(&d, &g, &x, &w, &y, &mixed).unwrap_err().to_string();
             assert!(err.contains("F16") && err.contains("6 columns"), "{err}");
-            let bad_w = d.zeros_of(&g.kernel_shape(), DType::F16).unwrap();
+            let bad_w = d.zeros_of(&g.kernel_shape(), DType::U32).unwrap();
             let y = upload(&vec![0.0; 300], &g.output_shape());
             let err = conv2d::forward_with(&d, &g, &x, &bad_w, &y, &mixed).unwrap_err().to_string();
-            assert!(err.contains("b ") && err.contains("expected F32"), "{err}");
+            assert!(err.contains("b ") && err.contains("expected F32 or F16"), "{err}");
         }
     });
     let taken = take_paths();
@@ -351,4 +351,89 @@ fn f16_activations_feed_and_leave_the_products() {
     expected.push(("gemm", "store=a16c16".to_string()));
     expected.push(("reduce_splits", "quad_c".to_string()));
     assert_paths_cover("f16 storage gemm", &taken, &expected, &[]);
+}
+
+/// Gradients stored as f16 (mixed_float16 stores a gradient as its activation): the weight
+/// gradient reads an f16 dy as B beside an f16 x or the stem's f32 one; the input gradient
+/// reads it as A (the flipped kernel's image rows, the stuffed dy, a 1x1's rows, the phase
+/// products of a stride-2 one) and writes dx as f16 where its rows are whole quads in place
+/// (a phase product's dx stays f32, and an f16 one is refused), on both engines, K split by
+/// force once. Under float32 the f16 values are read exactly (f32 accuracy). The coverage
+/// assertion fails when a storage went untested on an engine.
+#[test]
+fn f16_gradients_feed_the_backward_products() {
+    take_paths();
+    on_sweep_variants(|_| {
+        let d = device();
+        for engine in Engine::ALL {
+            let mixed = GemmOptions { engine: Some(engine), ..MIXED };
+            let convs = [
+                (Conv2dGeometry::new(&[8, 16, 16, 64], 64, (3, 3), (1, 1), Padding::Explicit(1, 1)).unwrap(), GemmOptions { flip: Some(true), ..mixed }),
+                (Conv2dGeometry::new(&[8, 12, 12, 16], 96, (3, 3), (1, 1), Padding::Same).unwrap(), GemmOptions { flip: Some(false), ..mixed }),
+                (Conv2dGeometry::new(&[4, 9, 9, 32], 64, (1, 1), (1, 1), Padding::Valid).unwrap(), GemmOptions { flip: Some(false), ..mixed }),
+                (Conv2dGeometry::new(&[6, 14, 14, 64], 128, (1, 1), (2, 2), Padding::Explicit(0, 0)).unwrap(), mixed),
+                // dy's 6 channels are not whole quads: its single halves are gathered.
+                (Conv2dGeometry::new(&[3, 7, 7, 8], 6, (3, 3), (1, 1), Padding::Same).unwrap(), mixed),
+                (Conv2dGeometry::new(&[4, 8, 8, 64], 64, (3, 3), (1, 1), Padding::Same).unwrap(), GemmOptions { splits: Some(3), flip: Some(false), ..mixed }),
+                (Conv2dGeometry::new(&[4, 8, 8, 16], 32, (3, 3), (2, 2), Padding::Same).unwrap(), GemmOptions { mixed: false, ..mixed }),
+                (Conv2dGeometry::new(&[4, 8, 8, 16], 32, (3, 3), (1, 1), Padding::Same).unwrap(), GemmOptions { mixed: false, ..mixed }),
+            ];
+            for (i, (g, opts)) in convs.iter().enumerate() {
+                let mut r = rng(190 + i as u64);
+                let (xs, ws, ys) = (g.input_shape(), g.kernel_shape(), g.output_shape());
+                let (xl, wl, yl): (usize, usize, usize) = (xs.iter().product(), ws.iter().product(), ys.iter().product());
+                // The values the f16 tensors hold, so that the references read them too.
+                let (x, w, dy) = (random_half(&mut r, xl), random(&mut r, wl), random_half(&mut r, yl));
+                let (tx16, tx32, tw, tdy) = (d.upload_f16(&xs, &x).unwrap(), upload(&x, &xs), upload(&w, &ws), d.upload_f16(&ys, &dy).unwrap());
+                let (tdw16, tdw32, tdx32) = (upload(&random(&mut r, wl), &ws), upload(&random(&mut r, wl), &ws), upload(&random(&mut r, xl), &xs));
+                let unit = g.stride_h == 1 && g.stride_w == 1;
+                let tdx16 = d.zeros_of(&xs, DType::F16).unwrap();
+                let mut all = conv2d::backward_weights_with(&d, g, &tx16, &tdy, &tdw16, opts).unwrap();
+                all.extend(conv2d::backward_weights_with(&d, g, &tx32, &tdy, &tdw32, opts).unwrap());
+                all.extend(conv2d::backward_data_with(&d, g, &tdy, &tw, &tdx32, opts).unwrap());
+                if unit {
+                    all.extend(conv2d::backward_data_with(&d, g, &tdy, &tw, &tdx16, opts).unwrap());
+                } else {
+                    let err = conv2d::backward_data_with(&d, g, &tdy, &tw, &tdx16, opts).unwrap_err().to_string();
+                    assert!(err.contains("F16") && err.contains("phase rows"), "{err}");
+                }
+                run(&all);
+                let (wgrad, dgrad) = (backward_weights_ref(g, &x, &dy), backward_data_ref(g, &dy, &w));
+                let case = format!("f16 gradients {g:?} {opts:?}");
+                let (dw16, dw32, dx32, dx16) = (read(&tdw16), read(&tdw32), read(&tdx32), d.read_f16(&tdx16).unwrap());
+                if opts.mixed {
+                    let (ax, aw, ady) = (abs(&x), abs(&w), abs(&dy));
+                    let (wbound, dbound) = (backward_weights_ref(g, &ax, &ady), backward_data_ref(g, &ady, &aw));
+                    assert_mixed(&format!("{case} backward_weights f16 x, f16 dy"), &dw16, &wgrad, &wbound);
+                    assert_mixed(&format!("{case} backward_weights f32 x, f16 dy"), &dw32, &wgrad, &wbound);
+                    assert_mixed(&format!("{case} backward_data f16 dy -> f32"), &dx32, &dgrad, &dbound);
+                    if unit {
+                        // One rounding of the stored dx, u |dx|, on top of the operands' 2u b.
+                        let stored: Vec<f64> = dbound.iter().zip(&dgrad).map(|(b, w)| b + 0.5 * (w.abs() + 2.0 * F16_U * b)).collect();
+                        assert_mixed(&format!("{case} backward_data f16 dy -> f16"), &dx16, &dgrad, &stored);
+                    }
+                } else {
+                    assert_close(&format!("{case} backward_weights f16 x, f16 dy"), &dw16, &wgrad);
+                    assert_close(&format!("{case} backward_weights f32 x, f16 dy"), &dw32, &wgrad);
+                    assert_close(&format!("{case} backward_data f16 dy -> f32"), &dx32, &dgrad);
+                    for (j, (&g16, &w)) in dx16.iter().zip(&dgrad).enumerate().filter(|_| unit) {
+                        let limit = F16_U * w.abs() + 1e-5;
+                        assert!((g16 as f64 - w).abs() <= limit, "{case} backward_data f16 -> f16: element {j} is {g16}, f64 {w}, beyond one f16 rounding {limit:.2e}");
+                    }
+                }
+            }
+        }
+    });
+    let taken = take_paths();
+    let coop = device().has_coop16();
+    let mut expected = Vec::new();
+    for entry in [if coop { "gemm_coop" } else { "gemm" }, "gemm_cpu"] {
+        for t in ["store=a16b16", "store=b16", "store=a16c16", "store=a16", "a=Im2colT", "a=Cols", "a=DyStuffed", "a=Rows", "a=Im2col", "flipped", "split=forced"] {
+            expected.push((entry, t.to_string()));
+        }
+    }
+    expected.push(("gemm", "store=a16b16".to_string()));
+    expected.extend(["gemm", "gemm_cpu"].map(|e| (e, "scalar_b".to_string())));
+    expected.push(("reduce_splits", "quad_c".to_string()));
+    assert_paths_cover("f16 gradient gemm", &taken, &expected, &[]);
 }
