@@ -139,6 +139,24 @@ enum Rec {
     Scale { derivative: Vec<f64> },
     /// A softmax over rows of `k`, with its output.
     Softmax { y: Vec<f64>, k: usize },
+    /// A node whose input (`x16`) or output (`y16`) the device stores as f16, and with them
+    /// their gradients (mixed_float16 stores a gradient as its activation): the gradient
+    /// arriving at the output and the one leaving for the input are rounded to f16.
+    Stored { rec: Box<Rec>, x16: bool, y16: bool },
+}
+
+impl Rec {
+    /// The record inside a [`Rec::Stored`], and whether its input and output are f16.
+    fn stored(&self) -> (&Rec, bool, bool) {
+        match self {
+            Rec::Stored { rec, x16, y16 } => (rec, *x16, *y16),
+            rec => (rec, false, false),
+        }
+    }
+    /// `rec` marked with its storage, unmarked where nothing is f16.
+    fn with_storage(rec: Rec, x16: bool, y16: bool) -> Rec {
+        if x16 || y16 { Rec::Stored { rec: Box::new(rec), x16, y16 } } else { rec }
+    }
 }
 
 /// The forward pass's mutable context: the moving statistics it updates and the report
@@ -267,14 +285,15 @@ fn forward_graph<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, net: &Net, decisions: Op
         let (y, rec, taken) = match node {
             Node::Add { relu } => {
                 // Each input, and each partial sum, as the device stores them.
-                xs.iter_mut().for_each(store::<A>);
+                let x16 = xs.iter_mut().fold(false, |any, x| store::<A>(x) | any);
                 let mut y = xs[0].clone();
+                let mut y16 = x16;
                 for b in &xs[1..] {
                     if b.shape != y.shape {
                         bail!(Shape, "{}: Add of shapes {:?} and {:?}", net.names[k], y.shape, b.shape);
                     }
                     y.data.par_iter_mut().zip(&b.data).for_each(|(a, b)| *a = A::r(*a + b));
-                    store::<A>(&mut y);
+                    y16 = store::<A>(&mut y);
                 }
                 let (join, taken) = if *relu {
                     let device = match dec {
@@ -287,7 +306,7 @@ fn forward_graph<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, net: &Net, decisions: Op
                 } else {
                     (None, decisions.is_none().then_some(Decision::None))
                 };
-                (y, Rec::Add { inputs: xs.len(), join }, taken)
+                (y, Rec::with_storage(Rec::Add { inputs: xs.len(), join }, x16, y16), taken)
             }
             Node::Concatenate => {
                 let rows = xs[0].data.len() / xs[0].shape.last().copied().unwrap_or(1).max(1);
@@ -324,11 +343,17 @@ fn backward_graph<A: Arith>(w: &[Vec<f64>], net: &Net, recs: &[Rec], dlogits: Ve
     let n = recs.len();
     let mut dys: Vec<Option<Vec<f64>>> = vec![None; n + 1];
     dys[n] = Some(dlogits);
+    // Whether node j's output (slot j + 1) is stored as f16, and its gradient with it.
+    let y16 = |slot: usize| slot > 0 && recs[slot - 1].stored().2;
     for k in (0..n).rev() {
         let Some(mut dy) = dys[k + 1].take() else { continue };
         let from = net.inputs_of(k);
         let need_dx = from.iter().any(|&j| j != 0);
-        let dxs: Vec<Option<Vec<f64>>> = match &recs[k] {
+        let (rec, x16, _) = recs[k].stored();
+        if y16(k + 1) {
+            round_all(&mut dy);
+        }
+        let dxs: Vec<Option<Vec<f64>>> = match rec {
             Rec::Add { inputs, join } => {
                 if let Some(mask) = join {
                     dy.par_iter_mut().zip(mask).for_each(|(g, &m)| *g = if m { *g } else { 0.0 });
@@ -351,11 +376,17 @@ fn backward_graph<A: Arith>(w: &[Vec<f64>], net: &Net, recs: &[Rec], dlogits: Ve
             rec => vec![backward_node::<A>(w, rec, dy, need_dx, grads)],
         };
         for (&j, dx) in from.iter().zip(dxs) {
-            let (true, Some(dx)) = (j != 0, dx) else { continue };
+            let (true, Some(mut dx)) = (j != 0, dx) else { continue };
+            if x16 || y16(j) {
+                round_all(&mut dx);
+            }
             dys[j] = Some(match dys[j].take() {
                 None => dx,
                 Some(mut prev) => {
                     prev.par_iter_mut().zip(&dx).for_each(|(a, b)| *a = A::r(*a + b));
+                    if y16(j) {
+                        round_all(&mut prev);
+                    }
                     prev
                 }
             });
@@ -398,10 +429,16 @@ fn winograd_tile<A: Arith>(geom: &Conv2dGeometry) -> Result<Option<usize>> {
 
 /// Rounds `t` to f16 where the arithmetic stores activations so (`Arith::F16_STORAGE`) and
 /// its channels are whole quads: what the device's f16 tensors hold under mixed_float16.
-fn store<A: Arith>(t: &mut T) {
-    if A::F16_STORAGE && t.shape.last().is_some_and(|c| c % 4 == 0) {
-        t.data.par_iter_mut().for_each(|v| *v = ops::round_f16(*v));
+fn store<A: Arith>(t: &mut T) -> bool {
+    let f16 = A::F16_STORAGE && t.shape.last().is_some_and(|c| c % 4 == 0);
+    if f16 {
+        round_all(&mut t.data);
     }
+    f16
+}
+
+fn round_all(v: &mut [f64]) {
+    v.par_iter_mut().for_each(|v| *v = ops::round_f16(*v));
 }
 
 /// One node's forward; returns its output, its record and (deciding itself) its decision.
@@ -412,13 +449,10 @@ fn forward_node<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, 
         return forward_node_as::<A>(w, cx, node, name, dec, x);
     }
     // A convolution writes f16 only from an f16 input (see `Conv2D::forward`).
-    let f16_in = x.shape.last().is_some_and(|c| c % 4 == 0);
-    store::<A>(&mut x);
+    let x16 = store::<A>(&mut x);
     let (mut y, rec, taken) = forward_node_as::<A>(w, cx, node, name, dec, x)?;
-    if f16_in || !matches!(node, Node::Conv2D { .. }) {
-        store::<A>(&mut y);
-    }
-    Ok((y, rec, taken))
+    let y16 = (x16 || !matches!(node, Node::Conv2D { .. })) && store::<A>(&mut y);
+    Ok((y, Rec::with_storage(rec, x16, y16), taken))
 }
 
 fn forward_node_as<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, dec: Option<&Decision>, x: T) -> Result<(T, Rec, Option<Decision>)> {
@@ -939,6 +973,16 @@ fn backward_chain<A: Arith>(w: &[Vec<f64>], recs: &[Rec], mut dy: Vec<f64>, need
 /// One node's backward: writes its parameter gradients, returns dx when `need_dx`.
 fn backward_node<A: Arith>(w: &[Vec<f64>], rec: &Rec, mut dy: Vec<f64>, need_dx: bool, grads: &mut [Vec<f64>]) -> Option<Vec<f64>> {
     match rec {
+        Rec::Stored { rec, x16, y16 } => {
+            if *y16 {
+                round_all(&mut dy);
+            }
+            let mut dx = backward_node::<A>(w, rec, dy, need_dx, grads)?;
+            if *x16 {
+                round_all(&mut dx);
+            }
+            Some(dx)
+        }
         Rec::Conv { x, geom, p, bias } => {
             grads[*p] = ops::conv_weight_grad::<A>(geom, &x.data, &dy);
             if *bias {

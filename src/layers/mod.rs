@@ -186,10 +186,16 @@ impl<'d> Graph<'d> {
     pub fn stored(&self, shape: &[usize]) -> Result<Tensor> {
         self.batched(shape, self.storage(shape.last().copied().unwrap_or(0)))
     }
+    /// The gradient of `x`, stored as `x` is: under `mixed_float16` a gradient is f16 where
+    /// its activation is (the loss scale keeps it inside f16's range, and an overflow
+    /// becomes infinite, which the scale's check sees), f32 elsewhere.
+    pub fn gradient(&self, x: &Tensor) -> Result<Tensor> {
+        self.device.alloc(x.shape(), x.dtype())
+    }
     /// `x` in the storage `layer` reads: f16 where the layer [stores f16](Layer::stores_f16)
     /// (and follows the mixed policy) and x's channels are whole quads, f32 otherwise; a
-    /// cast is recorded where x is stored the other way. The cast's gradient is the identity
-    /// (gradients are f32), so the layer's input gradient is x's.
+    /// cast is recorded where x is stored the other way. The cast's gradient is the identity,
+    /// cast back to x's storage by whoever sums it (the plan, a composite layer).
     pub fn input_for(&mut self, layer: &dyn Layer, x: &Tensor) -> Result<Tensor> {
         let channels = x.shape().last().copied().unwrap_or(0);
         let f16 = layer.supports_mixed_precision() && layer.stores_f16();
@@ -271,7 +277,7 @@ pub trait Layer: Send + Sync + std::fmt::Debug {
     /// Under `mixed_float16`, whether the layer reads and writes its activations as f16
     /// ([`crate::DType::F16`]) where their channels are whole quads (see
     /// [`Graph::input_for`], [`Graph::stored`]): its kernels then take f16 inputs and
-    /// outputs, f32 gradients. A layer that does not say so reads and writes f32, the model
+    /// outputs, and their gradients stored the same way ([`Graph::gradient`]). A layer that does not say so reads and writes f32, the model
     /// casting between the two; convoy's convolutions without a bias (their output f16 only
     /// from an f16 input), BatchNormalization, the residual join, Add and the spatial
     /// poolings do.

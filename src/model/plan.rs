@@ -263,8 +263,12 @@ impl Plan {
         if training {
             // The gradient of each node, summed over its readers as they are recorded (last
             // layer first); a fused ReLU hands its gradient to the layer that applied it.
+            // Each gradient is stored as its node's activation (`Graph::gradient`): a
+            // layer's input gradient is cast to its node's storage where the layer read a
+            // cast copy, before the readers' gradients are summed.
             let mut grads: Vec<Option<Tensor>> = vec![None; n + 1];
-            grads[n] = Some(dlogits);
+            let storage = |j: usize| slots[j].as_ref().map_or(DType::F32, |t| t.dtype());
+            grads[n] = Some(g.cast_to(&dlogits, storage(n))?);
             // Whether a node's gradient is used: some layer on a path from the input to it
             // has parameters. The input's never is, nor that of a Flatten or a pool in
             // front of the first weights (an MLP's first Dense behind Flatten computed the
@@ -295,10 +299,11 @@ impl Plan {
                 let dxs = g.under_policy_of(layer, |g| layer.backward_all(g, xs, saved, &dy, &weights(def, shared, i), need_dx))?;
                 for (&j, dx) in from.iter().zip(dxs) {
                     let (true, Some(dx)) = (wanted[j], dx) else { continue };
+                    let dx = g.cast_to(&dx, storage(j))?;
                     grads[j] = Some(match grads[j].take() {
                         None => dx,
                         Some(prev) => {
-                            let sum = g.activation(&prev.shape()[1..])?;
+                            let sum = g.gradient(&prev)?;
                             g.push(elementwise::add(device, &prev, &dx, &sum)?);
                             sum
                         }
