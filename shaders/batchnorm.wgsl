@@ -15,12 +15,13 @@
 // saved holds [2, cols]: row 0 the batch mean, row 1 the inverse standard deviation
 // 1 / sqrt(var + epsilon), which the backward pass reuses.
 //
-// The activations x and y are bound through shaders/lib/act_f32.wgsl's names, so the module
-// built with act_f16.wgsl reads them, and writes y, as f16 (mixed_float16 halves their
-// traffic); the statistics, the parameters and the gradients dy and dx stay f32 in either.
-// y is stored only by the vec4 passes (y_out4): a scalar f16 store would race with its
+// The activations x and y, and their gradients dy and dx (a gradient is stored as its
+// activation), are bound through shaders/lib/act_f32.wgsl's names, so the module built with
+// act_f16.wgsl reads and writes all four as f16 (mixed_float16 halves their traffic); the
+// statistics, the parameters, their gradients and every sum stay f32 in either. f16 y and
+// dx are stored only by the vec4 passes (out4): a scalar f16 store would race with its
 // neighbour on the shared word, so the host refuses f16 activations unless the channels
-// divide by 4.
+// divide by 4, and never runs the scalar passes on them.
 
 struct Params {
     rows: u32,
@@ -38,7 +39,7 @@ struct Params {
 // Inputs.
 @group(0) @binding(1) var<storage, read> x: array<act>;
 @group(0) @binding(2) var<storage, read> y: array<act>;
-@group(0) @binding(3) var<storage, read> dy: array<f32>;
+@group(0) @binding(3) var<storage, read> dy: array<act>;
 @group(0) @binding(4) var<storage, read> gamma: array<f32>;
 @group(0) @binding(5) var<storage, read> beta: array<f32>;
 @group(0) @binding(6) var<storage, read> saved: array<f32>;
@@ -52,21 +53,19 @@ struct Params {
 @group(0) @binding(13) var<storage, read_write> saved_out: array<f32>;
 @group(0) @binding(14) var<storage, read_write> moving_mean: array<f32>;
 @group(0) @binding(15) var<storage, read_write> moving_var: array<f32>;
-// The scalar passes' output: dx, or y where the activations are f32.
+// The scalar passes' output, y or dx: f32 even in the f16 module, which never runs them
+// (see the header).
 @group(0) @binding(16) var<storage, read_write> out: array<f32>;
 @group(0) @binding(17) var<storage, read_write> dgamma: array<f32>;
 @group(0) @binding(18) var<storage, read_write> dbeta: array<f32>;
 
-// x, y, dy and the outputs seen four channels at a time, for the per-element passes' *4 entry
-// points (channels divisible by 4): 16-byte loads stream faster than 4-byte ones.
+// x, y, dy and the output (y or dx) seen four channels at a time, for the per-element
+// passes' *4 entry points (channels divisible by 4): 16-byte loads stream faster than 4-byte
+// ones, and the only stores an f16 binding can take.
 @group(0) @binding(19) var<storage, read> x4: array<act4>;
 @group(0) @binding(20) var<storage, read> y4: array<act4>;
-@group(0) @binding(21) var<storage, read> dy4: array<vec4<f32>>;
-// dx, always f32.
-@group(0) @binding(22) var<storage, read_write> out4: array<vec4<f32>>;
-// The forward's y, in the activations' storage: a binding apart from out4 because dx is f32
-// whatever y is.
-@group(0) @binding(23) var<storage, read_write> y_out4: array<act4>;
+@group(0) @binding(21) var<storage, read> dy4: array<act4>;
+@group(0) @binding(22) var<storage, read_write> out4: array<act4>;
 
 override WG: u32 = 256u;
 
@@ -134,12 +133,15 @@ fn linear_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.x + wid.y * nwg.x) * WG + lid;
 }
 
-// Element i of x and of y, widened to f32 where they are stored as f16.
+// Element i of x, y and dy, widened to f32 where they are stored as f16.
 fn x_at(i: u32) -> f32 {
     return act_elem(x[act_word(i)], i);
 }
 fn y_at(i: u32) -> f32 {
     return act_elem(y[act_word(i)], i);
+}
+fn dy_at(i: u32) -> f32 {
+    return act_elem(dy[act_word(i)], i);
 }
 
 // A running count, mean and sum of squared deviations.
@@ -280,7 +282,7 @@ fn write_y4(i: u32, c: u32, mean: vec4<f32>, inv_std: vec4<f32>) {
     if (p.relu != 0u) {
         v = relu4(v);
     }
-    y_out4[i] = act_pack(v);
+    out4[i] = act_pack(v);
 }
 
 // normalize_train and normalize_infer over rows * cols / 4 vec4s.
@@ -307,8 +309,8 @@ fn normalize_infer4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
 // The upstream gradient, masked by the fused ReLU's output where there is one; NaN where
 // that output is NaN, as in elementwise.wgsl's relu_backward.
 fn grad(i: u32) -> f32 {
-    if (p.relu == 0u) { return dy[i]; }
-    return relu_grad(dy[i], y_at(i));
+    if (p.relu == 0u) { return dy_at(i); }
+    return relu_grad(dy_at(i), y_at(i));
 }
 
 // Backward pass 1: per (chunk, column) Σ dy and Σ dy * (x - mean) into the two planes of
@@ -402,13 +404,13 @@ fn backward_dx4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     let c = (i << 2u) % p.cols;
     let inv_std = saved4(p.cols + c);
     let x_hat = (act_quad(x4[i]) - saved4(c)) * inv_std;
-    var g = dy4[i];
+    var g = act_quad(dy4[i]);
     if (p.relu != 0u) {
         g = relu_grad4(g, act_quad(y4[i]));
     }
     let dbeta4 = vec4<f32>(dbeta_in[c], dbeta_in[c + 1u], dbeta_in[c + 2u], dbeta_in[c + 3u]);
     let dgamma4 = vec4<f32>(dgamma_in[c], dgamma_in[c + 1u], dgamma_in[c + 2u], dgamma_in[c + 3u]);
-    out4[i] = gamma4(c) * inv_std * (g - (dbeta4 + x_hat * dgamma4) / f32(p.rows));
+    out4[i] = act_pack(gamma4(c) * inv_std * (g - (dbeta4 + x_hat * dgamma4) / f32(p.rows)));
 }
 
 // Backward of the inference forward, for a layer that trains in inference mode (Keras 3's
@@ -430,10 +432,10 @@ fn backward_infer_dx4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgr
     let i = linear_index(wid, nwg, lid);
     if (i >= p.rows * (p.cols >> 2u)) { return; }
     let c = (i << 2u) % p.cols;
-    var g = dy4[i];
+    var g = act_quad(dy4[i]);
     if (p.relu != 0u) {
         g = relu_grad4(g, act_quad(y4[i]));
     }
     let var4 = vec4<f32>(moving_var_in[c], moving_var_in[c + 1u], moving_var_in[c + 2u], moving_var_in[c + 3u]);
-    out4[i] = g * (gamma4(c) * inverseSqrt(var4 + vec4<f32>(p.epsilon)));
+    out4[i] = act_pack(g * (gamma4(c) * inverseSqrt(var4 + vec4<f32>(p.epsilon))));
 }

@@ -11,8 +11,8 @@
 // one chunk of rows and walks the chunk alone: one vec4 load per row and tensor, the
 // per-channel values loaded once, no workgroup memory and no barrier. The merges take one
 // invocation per channel. The channel count is a multiple of 4 (the host runs the GPU
-// kernels otherwise), so x, y, dy and out are bound as vec4 arrays only: x4 and y4 read
-// through act_quad and y stored through y_out4, in either storage of the activations.
+// kernels otherwise), so x, y, dy and the output (y or dx) are bound as vec4 arrays only,
+// read through act_quad and stored through act_pack in either storage of the activations.
 //
 // Invocation g is (chunk, quad) = (g / quads, g % quads); lanes past the last walk no rows
 // and store nothing, and read their per-channel values at the last quad (in range).
@@ -53,9 +53,9 @@ fn vec4_index(s: Span, r: u32) -> u32 {
 // The upstream gradient at vec4 i, masked by the fused ReLU's output (NaN where it is NaN).
 fn grad4(i: u32) -> vec4<f32> {
     if (CPU_RELU) {
-        return relu_grad4(dy4[i], act_quad(y4[i]));
+        return relu_grad4(act_quad(dy4[i]), act_quad(y4[i]));
     }
-    return dy4[i];
+    return act_quad(dy4[i]);
 }
 
 // Writes a (chunk, 4 channels) partial: the two statistics at planes 0 and 1 of partials.
@@ -147,7 +147,7 @@ fn normalize_span(s: Span, mean: vec4<f32>, inv_std: vec4<f32>) {
         if (CPU_RELU) {
             v = relu4(v);
         }
-        y_out4[i] = act_pack(v);
+        out4[i] = act_pack(v);
     }
 }
 
@@ -197,7 +197,7 @@ fn backward_dx_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocat
     for (var r = s.start; r < s.end; r++) {
         let i = vec4_index(s, r);
         let x_hat = (act_quad(x4[i]) - mean) * inv_std;
-        out4[i] = k * (grad4(i) - (dbeta4 + x_hat * dgamma4) / m);
+        out4[i] = act_pack(k * (grad4(i) - (dbeta4 + x_hat * dgamma4) / m));
     }
 }
 
@@ -210,6 +210,6 @@ fn backward_infer_dx_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_i
     let k = gamma4(c) * inverseSqrt(var4 + vec4<f32>(p.epsilon));
     for (var r = s.start; r < s.end; r++) {
         let i = vec4_index(s, r);
-        out4[i] = grad4(i) * k;
+        out4[i] = act_pack(grad4(i) * k);
     }
 }

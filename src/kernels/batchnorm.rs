@@ -7,9 +7,10 @@
 //! alike, as Keras 3 does; it stays finite for a batch of one row (see the shader's header).
 //!
 //! The activations x and y may be stored as f16 ([`DType::F16`], as `mixed_float16` keeps
-//! them), both or neither, with the channels a multiple of 4: the kernels compute in f32 and
-//! only y's store rounds, four channels at a time. Everything else (dy, dx, the parameters,
-//! the statistics and their gradients) is f32 in either case.
+//! them), both or neither, with the channels a multiple of 4, and their gradients dy and dx
+//! are stored as they are (a gradient is stored as its activation): the kernels compute and
+//! sum in f32, and only the stores of y and dx round, four channels at a time. Everything
+//! else (the parameters, the statistics and their gradients) is f32 in either case.
 
 use bytemuck::{Pod, Zeroable};
 
@@ -109,7 +110,7 @@ pub fn forward_train(
             &params,
             &[(9, Bind::Scratch(&partials)), (13, t(saved)), (14, t(moving_mean)), (15, t(moving_var))],
         )?,
-        plan.per_element(device, ["normalize_train", "normalize_train4", "normalize_train_cpu"], &params, &[(1, t(x)), (4, t(gamma)), (5, t(beta)), (6, t(saved)), (Y_OUT, t(y))])?,
+        plan.per_element(device, ["normalize_train", "normalize_train4", "normalize_train_cpu"], &params, &[(1, t(x)), (4, t(gamma)), (5, t(beta)), (6, t(saved)), (16, t(y))])?,
     ])
 }
 
@@ -143,7 +144,7 @@ pub fn forward_infer(
         device,
         ["normalize_infer", "normalize_infer4", "normalize_infer_cpu"],
         &Params::new(plan.split(), cfg),
-        &[(1, t(x)), (4, t(gamma)), (5, t(beta)), (7, t(moving_mean)), (8, t(moving_var)), (Y_OUT, t(y))],
+        &[(1, t(x)), (4, t(gamma)), (5, t(beta)), (7, t(moving_mean)), (8, t(moving_var)), (16, t(y))],
     )?])
 }
 
@@ -156,8 +157,8 @@ pub fn forward_infer(
 /// x, y, dy, dx: `[..., C]`; gamma, dgamma, dbeta: `[C]`; saved: `[2, C]`.
 ///
 /// # Dtypes
-/// x and y as the forward had them (both F32, or both F16 with C a multiple of 4); the
-/// rest, dy and dx included, F32.
+/// x and y as the forward had them, and dy and dx stored as they are: all four F32, or all
+/// four F16 with C a multiple of 4; the rest F32.
 #[allow(clippy::too_many_arguments)]
 pub fn backward(
     device: &Device,
@@ -173,7 +174,7 @@ pub fn backward(
 ) -> Result<Vec<Dispatch>> {
     const K: &str = "batchnorm backward";
     let split = check(K, cfg, x, &[("y", y), ("dy", dy), ("dx", dx)], &[("gamma", gamma), ("dgamma", dgamma), ("dbeta", dbeta)], saved)?;
-    let storage = activations(K, &split, &[("x", x), ("y", y)], &[("dy", dy), ("dx", dx), ("gamma", gamma), ("saved", saved), ("dgamma", dgamma), ("dbeta", dbeta)])?;
+    let storage = activations(K, &split, &[("x", x), ("y", y), ("dy", dy), ("dx", dx)], &[("gamma", gamma), ("saved", saved), ("dgamma", dgamma), ("dbeta", dbeta)])?;
     disjoint(K, &[("dx", dx), ("dgamma", dgamma), ("dbeta", dbeta)], &[("x", x), ("y", y), ("dy", dy), ("gamma", gamma), ("saved", saved)])?;
     let plan = Plan::new(device, cfg, split, storage, K)?;
     let params = Params::new(plan.split(), cfg);
@@ -206,11 +207,11 @@ pub fn backward(
 /// y, dy, dx: `[..., C]`; gamma, moving_var: `[C]`.
 ///
 /// # Dtypes
-/// y F32, or F16 with C a multiple of 4; the rest F32.
+/// y, dy and dx all F32, or all F16 with C a multiple of 4; the rest F32.
 pub fn backward_infer(device: &Device, cfg: &BatchNormConfig, y: &Tensor, dy: &Tensor, gamma: &Tensor, moving_var: &Tensor, dx: &Tensor) -> Result<Vec<Dispatch>> {
     const K: &str = "batchnorm backward_infer";
     let split = check(K, cfg, dy, &[("y", y), ("dx", dx)], &[("gamma", gamma), ("moving_var", moving_var)], None)?;
-    let storage = activations(K, &split, &[("y", y)], &[("dy", dy), ("dx", dx), ("gamma", gamma), ("moving_var", moving_var)])?;
+    let storage = activations(K, &split, &[("y", y), ("dy", dy), ("dx", dx)], &[("gamma", gamma), ("moving_var", moving_var)])?;
     disjoint(K, &[("dx", dx)], &[("y", y), ("dy", dy), ("gamma", gamma), ("moving_var", moving_var)])?;
     let plan = Plan::new(device, cfg, split, storage, K)?;
     let t = Bind::Tensor;
@@ -237,6 +238,7 @@ const MIN_CPU_CHUNK_ROWS: usize = 64;
 struct Plan {
     layout: Layout,
     storage: Storage,
+    kernel: &'static str,
 }
 
 /// The GPU kernels' workgroup tiles, or the CPU kernels' invocations of four channels over a
@@ -250,10 +252,10 @@ impl Plan {
     /// The CPU layout where the engine (forced, else the device's) is [`Engine::Cpu`] and the
     /// channels divide by 4: enough invocations for every CPU thread, each at least
     /// [`MIN_CPU_CHUNK_ROWS`] rows.
-    fn new(device: &Device, cfg: &BatchNormConfig, split: Split, storage: Storage, kernel: &str) -> Result<Plan> {
+    fn new(device: &Device, cfg: &BatchNormConfig, split: Split, storage: Storage, kernel: &'static str) -> Result<Plan> {
         let engine = cfg.engine.unwrap_or_else(|| Engine::for_device(device));
         if engine == Engine::Tiled || !split.cols.is_multiple_of(4) {
-            return Ok(Plan { layout: Layout::Tiled(split), storage });
+            return Ok(Plan { layout: Layout::Tiled(split), storage, kernel });
         }
         let (rows, quads) = (split.rows as usize, split.cols as usize / 4);
         let want = (INVOCATIONS_PER_THREAD * threads() / quads).clamp(1, rows.div_ceil(MIN_CPU_CHUNK_ROWS).max(1));
@@ -264,7 +266,7 @@ impl Plan {
         if (quads * chunks).div_ceil(WORKGROUP) > max || (split.cols as usize).div_ceil(WORKGROUP) > max {
             bail!(Shape, "{kernel}: {} columns need more than {max} workgroups of {WORKGROUP}", split.cols);
         }
-        Ok(Plan { layout: Layout::Cpu(cpu), storage })
+        Ok(Plan { layout: Layout::Cpu(cpu), storage, kernel })
     }
 
     fn split(&self) -> &Split {
@@ -322,7 +324,8 @@ impl Plan {
 
     /// A per-element pass. Tiled: one invocation per element (`entries[0]`), or per four
     /// channels (`entries[1]`, x, y, dy and the output bound as vec4 arrays) where the
-    /// channel count is divisible by 4. CPU: `entries[2]` over spans.
+    /// channel count is divisible by 4. CPU: `entries[2]` over spans. The scalar entry
+    /// stores single elements to an f32 binding, so it is refused on f16 storage.
     fn per_element(&self, device: &Device, entries: [&'static str; 3], params: &Params, binds: &[(u32, Bind<'_>)]) -> Result<Dispatch> {
         let store = self.storage.token();
         if let Layout::Cpu(split) = &self.layout {
@@ -330,22 +333,21 @@ impl Plan {
         }
         let n = params.rows as usize * params.cols as usize;
         if !params.cols.is_multiple_of(4) {
-            let binds: Vec<(u32, Bind<'_>)> = binds.iter().map(|(i, b)| (scalar_binding(*i), *b)).collect();
-            return Ok(launch(device, self.tiled(), entries[0], params, &binds, grid_for(device, n)?).tagged(width_token(false)).tagged(store));
+            // The activations' check refuses these already; were it ever loosened, an f16 y or
+            // dx written one element at a time would race on shared words and be read as f32.
+            if self.storage == Storage::F16 {
+                bail!(Shape, "{}: {} channels stored as F16 would need the scalar {}, which stores f32 only; expected a multiple of 4", self.kernel, params.cols, entries[0]);
+            }
+            return Ok(launch(device, self.tiled(), entries[0], params, binds, grid_for(device, n)?).tagged(width_token(false)).tagged(store));
         }
         let binds: Vec<(u32, Bind<'_>)> = binds.iter().map(|(i, b)| (vec4_binding(*i), *b)).collect();
         Ok(launch(device, self.tiled(), entries[1], params, &binds, grid_for(device, n / 4)?).named(entries[0], 0.0).tagged(width_token(true)).tagged(store))
     }
 }
 
-/// The binding the wrappers give the forward's output y: `y_out4`, which the vec4 and CPU
-/// passes store in the activations' storage. The scalar passes write it through `out` (16)
-/// instead, f32 only: an f16 store of one element would race with its neighbour's on the
-/// shared word.
-const Y_OUT: u32 = 23;
-
 /// The binding of a tensor the per-element and CPU passes read or write as vec4s: x, y, dy
-/// and the output have vec4 twins at 19-22 (y's store is at [`Y_OUT`] already).
+/// and the output (y or dx, `out` at 16) have vec4 twins at 19-22, the only ones an f16
+/// binding may be stored through.
 fn vec4_binding(i: u32) -> u32 {
     match i {
         1..=3 => i + 18,
@@ -354,15 +356,10 @@ fn vec4_binding(i: u32) -> u32 {
     }
 }
 
-/// The binding of a tensor the scalar per-element passes write: y goes through `out`.
-fn scalar_binding(i: u32) -> u32 {
-    if i == Y_OUT { 16 } else { i }
-}
-
-/// The activations' storage, checking the dtypes: `acts` (x and y, those the call binds)
-/// share one, F32 or F16, and every tensor of `f32s` is F32. F16 activations need channels
-/// divisible by 4 on either engine: only the vec4 passes store y as f16, and the CPU kernels
-/// take no other channel counts.
+/// The activations' storage, checking the dtypes: `acts` (x, y, dy and dx, those the call
+/// binds: a gradient is stored as its activation) share one, F32 or F16, and every tensor of
+/// `f32s` is F32. F16 activations need channels divisible by 4 on either engine: only the
+/// vec4 passes store y and dx as f16, and the CPU kernels take no other channel counts.
 fn activations(kernel: &str, split: &Split, acts: &[(&str, &Tensor)], f32s: &[(&str, &Tensor)]) -> Result<Storage> {
     let storage = expect_activations(kernel, acts, ("channels", split.cols as usize))?;
     for (name, t) in f32s {
