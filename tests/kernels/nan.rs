@@ -4,7 +4,7 @@
 //! are the places where `max(x, 0.0)` (SPIR-V FMax: lavapipe returns the number) or a
 //! comparison (false against NaN) turned a diverged network into finite output. The kernels
 //! that take f16 activations (the residual join, ReLU's gradient, max pooling) are held to
-//! the same with f16 inputs.
+//! the same with f16 inputs, and ReLU's gradient, f16 with them, keeps NaN and infinity.
 
 use convoy::kernels::batchnorm::{self, BatchNormConfig};
 use convoy::kernels::gemm::Engine;
@@ -65,25 +65,35 @@ fn relu_add_relu_and_relu_backward_keep_nan() {
 #[test]
 fn f16_join_and_relu_backward_keep_nan() {
     // The vec4 entry points alone (f16 is stored four at a time); NaN and ±inf are exact in
-    // f16, as is every other value of the pattern.
+    // f16, as is every other value of the pattern. dy repeats every 5 elements against the
+    // pattern's 9, so that NaN and ±inf in dy meet positive, zero and NaN outputs.
     on_each_variant(|variant| {
         let d = device();
         for n in [12, 36] {
             let x = special(n);
+            let dy: Vec<f32> = (0..n).map(|i| [0.75, INF, f32::NAN, -INF, -2.0][i % 5]).collect();
             let zero = vec![0.0f32; n];
             let (tx, tz) = (upload_f16(&x, &[n]), upload_f16(&zero, &[n]));
             let (ts, tr) = (d.zeros_of(&[n], DType::F16).unwrap(), d.zeros_of(&[n], DType::F16).unwrap());
-            let (tdy, tdx) = (upload(&vec![1.0f32; n], &[n]), d.zeros(&[n]).unwrap());
+            let (tdy, tdx) = (upload_f16(&dy, &[n]), upload_f16(&vec![1234.5; n], &[n]));
+            // the same gradient in f32 from the same y, which the f16 one must match
+            let (ty32, tdy32, tdx32) = (upload(&x.iter().map(|&v| relu_ref(v)).collect::<Vec<_>>(), &[n]), upload(&dy, &[n]), d.zeros(&[n]).unwrap());
             run(&[
                 elementwise::add(&d, &tx, &tz, &ts).unwrap(),
                 elementwise::add_relu(&d, &tx, &tz, &tr).unwrap(),
                 elementwise::relu_backward(&d, &tdy, &tr, &tdx).unwrap(),
+                elementwise::relu_backward(&d, &tdy32, &ty32, &tdx32).unwrap(),
             ]);
             assert_same(&format!("{variant} f16 add n={n}"), &read_f16(&ts), &x);
             let want: Vec<f32> = x.iter().map(|&v| relu_ref(v)).collect();
             assert_same(&format!("{variant} f16 add_relu n={n}"), &read_f16(&tr), &want);
-            let want_dx: Vec<f32> = want.iter().map(|&y| if y.is_nan() { f32::NAN } else if y > 0.0 { 1.0 } else { 0.0 }).collect();
-            assert_same(&format!("{variant} relu_backward on an f16 y n={n}"), &read(&tdx), &want_dx);
+            // dy passes where y is positive (NaN and ±inf included), NaN where y is NaN, 0
+            // elsewhere (a NaN dy included, as in f32)
+            let want_dx: Vec<f32> = want.iter().zip(&dy).map(|(&y, &g)| if y.is_nan() { f32::NAN } else if y > 0.0 { g } else { 0.0 }).collect();
+            let passed = |keep: fn(f32) -> bool| (0..n).any(|i| want[i] > 0.0 && keep(dy[i]));
+            assert!(passed(f32::is_nan) && passed(|g| g == INF) && passed(|g| g == -INF), "the pattern passes NaN and ±inf in dy: {dy:?}");
+            assert_same(&format!("{variant} relu_backward on f16 dy, y and dx n={n}"), &read_f16(&tdx), &want_dx);
+            assert_same(&format!("{variant} relu_backward in f32 n={n}"), &read(&tdx32), &want_dx);
         }
     });
 }
