@@ -1,5 +1,6 @@
-//! ReLU, add, add + ReLU, scale and dropout against f64 references; the residual join and
-//! ReLU's gradient on f16 activations too, the gradients stored as f16 with them.
+//! ReLU, add, add + ReLU, scale and dropout against f64 references; the residual join, the
+//! gradient sums and ReLU's gradient on f16 activations too, the gradients stored as f16
+//! with them.
 
 use convoy::kernels::{elementwise, Dispatch};
 use convoy::{DType, Result};
@@ -188,6 +189,65 @@ fn f16_join_covers_a_folded_grid() {
     let want = |i: usize| if y[i] > 0.0 { dy_at(i) } else { 0.0 };
     let wrong = (0..n).filter(|&i| dx[i] != want(i)).count();
     assert_eq!(wrong, 0, "folded f16 relu_backward: {wrong} elements wrong (first at {:?})", (0..n).find(|&i| dx[i] != want(i)));
+}
+
+#[test]
+fn f16_gradient_sums_overflow_to_infinity_and_keep_non_finite() {
+    // Two gradients of an f16 activation summed (a branch point's, a residual block's input):
+    // taken in f32 and rounded once, so a sum past f16's range is infinite (loss scaling must
+    // see it), never clipped to 65504 nor NaN, and an overflowed (infinite) or NaN gradient
+    // stays so.
+    const INF: f32 = f32::INFINITY;
+    let tiny = 2f32.powi(-24);
+    #[rustfmt::skip]
+    let cases: &[(f32, f32, f32)] = &[
+        (65504.0, 8.0, 65504.0),         // below 65520: rounds down to the largest finite
+        (65504.0, 16.0, INF),            // 65520 rounds to infinity
+        (65504.0, 65504.0, INF),
+        (40000.0, 40000.0, INF),
+        (-40000.0, -30000.0, -INF),
+        (32768.0, 32768.0, INF),
+        (60000.0, 5504.0, 65504.0),      // the largest finite exactly
+        (INF, 1.0, INF),
+        (INF, -65504.0, INF),
+        (-INF, 3.0, -INF),
+        (INF, INF, INF),
+        (INF, -INF, f32::NAN),
+        (f32::NAN, 1.0, f32::NAN),
+        (0.5, f32::NAN, f32::NAN),
+        (f32::NAN, INF, f32::NAN),
+        (tiny, tiny, 2.0 * tiny),        // subnormals add exactly
+        (-0.0, 0.0, 0.0),
+        (1.0, 2f32.powi(-11), 1.0),      // a tie: to even
+        (1.0, 3.0 * 2f32.powi(-11), 1.0 + 2f32.powi(-9)),
+        (-65504.0, -65504.0, -INF),
+    ];
+    on_each_variant(|variant| {
+        let d = device();
+        let mut r = rng(6);
+        // the table, then random gradients up to ±60,000 (a fifth of their sums overflow)
+        let n = 4100;
+        let mut a: Vec<f32> = cases.iter().map(|c| c.0).collect();
+        let mut b: Vec<f32> = cases.iter().map(|c| c.1).collect();
+        a.extend(random(&mut r, n - a.len()).iter().map(|v| to_half(v * 60000.0)));
+        b.extend(random(&mut r, n - b.len()).iter().map(|v| to_half(v * 60000.0)));
+        let (ta, tb, ts) = (upload_f16(&a, &[n]), upload_f16(&b, &[n]), upload_f16(&vec![1234.5; n], &[n]));
+        run(&[elementwise::add(&d, &ta, &tb, &ts).unwrap()]);
+        let got = read_f16(&ts);
+        for (i, &(x, y, want)) in cases.iter().enumerate() {
+            let g = got[i];
+            assert!((g == want && g.is_sign_negative() == want.is_sign_negative()) || (g.is_nan() && want.is_nan()), "{variant} f16 {x} + {y}: got {g}, expected {want}");
+        }
+        // the exact sum rounded to f16 (f32 holds every sum of two f16 values to within far
+        // less than the f16 rounding, so rounding it again cannot move it)
+        let mut overflowed = 0;
+        for i in cases.len()..n {
+            let want = to_half((a[i] as f64 + b[i] as f64) as f32);
+            overflowed += want.is_infinite() as usize;
+            assert!(got[i] == want, "{variant} f16 {} + {}: got {}, expected {want}", a[i], b[i], got[i]);
+        }
+        assert!(overflowed > n / 10, "{variant}: only {overflowed} random sums overflowed");
+    });
 }
 
 #[test]
