@@ -3,8 +3,10 @@
 // be folded into 2-D (see src/kernels/mod.rs).
 //
 // max_pool_forward4 and global_avg_pool_forward4 read x and write y through lib/act_*.wgsl's
-// `act4` (x4, y4), so they serve activations stored as f32 or f16; the backward kernels read
-// only dy and argmax and write dx, all f32 (argmax is u32), whatever the storage.
+// `act4` (x4, y4), so they serve activations stored as f32 or f16. A gradient is stored as its
+// activation: max_pool_backward4 and global_avg_pool_backward4 read dy and write dx through
+// `act4` too (src4, dst4), summing in f32 and rounding once when they store. The scalar
+// kernels are f32 alone.
 //
 // Backward kernels are gathers (one invocation per input-gradient element, summing over the
 // windows that cover it) because WGSL has no float atomics; they overwrite their output.
@@ -41,13 +43,13 @@ struct Params {
 // max_pool_forward: for each output, the input position `h * in_w + w` it took its value from
 @group(0) @binding(4) var<storage, read_write> arg_out: array<u32>;
 
-// The same operands four channels at a time, for the max pool *4 entry points (channels
-// divisible by 4): one window decode and 16-byte loads per four channels, where the
-// scalar kernels spent more on index arithmetic than on memory.
-// src4 and dst4 carry max_pool_backward4's gradients, f32 in either module.
-@group(0) @binding(5) var<storage, read> src4: array<vec4<f32>>;
+// The same operands four channels at a time, for the *4 entry points (channels divisible
+// by 4): one window decode and 16-byte loads per four channels, where the scalar kernels
+// spent more on index arithmetic than on memory. src4 and dst4 are the backward kernels'
+// dy and dx in this module's storage (f32 or f16, as the activations they belong to).
+@group(0) @binding(5) var<storage, read> src4: array<act4>;
 @group(0) @binding(6) var<storage, read> arg_in4: array<vec4<u32>>;
-@group(0) @binding(7) var<storage, read_write> dst4: array<vec4<f32>>;
+@group(0) @binding(7) var<storage, read_write> dst4: array<act4>;
 @group(0) @binding(8) var<storage, read_write> arg_out4: array<vec4<u32>>;
 // The forward kernels' x and y four channels at a time in this module's activation storage:
 // the same code is the f32 kernel bit for bit and the f16 one. Stores are whole quads, so
@@ -198,7 +200,8 @@ fn max_pool_forward4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgro
     arg_out4[i] = arg;
 }
 
-// max_pool_backward on four channels; i counts quads of dx.
+// max_pool_backward on four channels; i counts quads of dx. The sum stays in f32 until the
+// store: an input that several windows chose is rounded to f16 once, not once per window.
 @compute @workgroup_size(WG)
 fn max_pool_backward4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                       @builtin(local_invocation_index) lid: u32) {
@@ -212,10 +215,10 @@ fn max_pool_backward4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgr
     for (var oh = rows.x; oh <= rows.y; oh++) {
         for (var ow = cols.x; ow <= cols.y; ow++) {
             let o = out_index(pos.x, oh, ow, pos.w) / 4u;
-            g += select(vec4<f32>(0.0), src4[o], arg_in4[o] == here);
+            g += select(vec4<f32>(0.0), act_quad(src4[o]), arg_in4[o] == here);
         }
     }
-    dst4[i] = g;
+    dst4[i] = act_pack(g);
 }
 
 // Keras (TensorFlow) semantics: the mean is over the input elements of the window only;
@@ -300,4 +303,18 @@ fn global_avg_pool_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_
     let c = i % p.channels;
     let b = i / (hw * p.channels);
     dst[i] = src[b * p.channels + c] / f32(hw);
+}
+
+// global_avg_pool_backward on four channels, i counting quads of dx: the f16 form (scalar
+// stores of f16 would race), dividing in f32 as the scalar kernel does and rounding once.
+@compute @workgroup_size(WG)
+fn global_avg_pool_backward4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                             @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    let quads = p.channels / 4u;
+    let hw = p.in_h * p.in_w;
+    let q = i % quads;
+    let b = i / (hw * quads);
+    dst4[i] = act_pack(act_quad(src4[b * quads + q]) / f32(hw));
 }

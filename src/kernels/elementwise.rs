@@ -4,10 +4,11 @@
 //! Every operand has the same number of elements; shapes are otherwise free.
 //!
 //! # Storage
-//! Gradients are f32. The residual join ([`add`], [`add_relu`]) takes its operands all f32 or
-//! all f16, and [`relu_backward`] its forward output `y` in either; an f16 operand needs a
-//! multiple of 4 elements, since only the vec4 kernels store f16 (a scalar store would share
-//! a word with its neighbour's). The other kernels take f32 alone.
+//! A gradient is stored as its activation. The residual join ([`add`], [`add_relu`]) takes its
+//! operands all f32 or all f16, as do gradient sums ([`add`]) and [`relu_backward`] (`dy`,
+//! `y`, `dx`); an f16 operand needs a multiple of 4 elements, since only the vec4 kernels
+//! store f16 (a scalar store would share a word with its neighbour's). The other kernels take
+//! f32 alone.
 
 use bytemuck::{Pod, Zeroable};
 
@@ -63,19 +64,20 @@ pub fn relu_forward(device: &Device, x: &Tensor, y: &Tensor) -> Result<Dispatch>
 }
 
 /// `dx = dy * (y > 0)`, from the forward's output `y` (so `x` need not be kept); NaN where
-/// `y` is NaN, the derivative there. `dy` and `dx` are f32, `y` f32 or f16.
+/// `y` is NaN, the derivative there. `dy`, `y` and `dx` all f32 or all f16 (the gradients
+/// stored as the activation); in f16 `dx` holds `dy`'s values exactly, infinities included.
 pub fn relu_backward(device: &Device, dy: &Tensor, y: &Tensor, dx: &Tensor) -> Result<Dispatch> {
     let k = "relu_backward";
     expect_same_len(k, ("dy", dy), ("y", y))?;
     expect_same_len(k, ("dy", dy), ("dx", dx))?;
-    expect_dtype(k, "dy", dy, DType::F32)?;
-    expect_dtype(k, "dx", dx, DType::F32)?;
-    let storage = expect_activations(k, &[("y", y)], ("elements", y.len()))?;
-    launch_vec4(device, k, "relu_backward4", dy.len(), storage, &[(1, dy), (2, y), (3, dx)], &[(5, dy), (9, y), (7, dx)])
+    let storage = expect_activations(k, &[("y", y), ("dy", dy), ("dx", dx)], ("elements", y.len()))?;
+    launch_vec4(device, k, "relu_backward4", dy.len(), storage, &[(1, dy), (2, y), (3, dx)], &[(8, dy), (9, y), (10, dx)])
 }
 
-/// `out = a + b`: a, b and out all f32 (gradient sums too) or all f16 (the residual join's
-/// forward under f16 storage).
+/// `out = a + b`: a, b and out all f32 or all f16 (the residual join's forward, and the sum
+/// of two gradients of an activation stored as f16). f16 sums are taken in f32 and rounded
+/// once: a sum past f16's range is infinite, never clipped, and an infinite or NaN operand
+/// stays so, which loss scaling watches for.
 pub fn add(device: &Device, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<Dispatch> {
     let storage = join_storage("add", a, b, out)?;
     launch_vec4(device, "add", "add4", a.len(), storage, &[(1, a), (2, b), (3, out)], &[(8, a), (9, b), (10, out)])

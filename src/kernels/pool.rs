@@ -7,10 +7,12 @@
 //! channels]`; global pooling outputs `[batch, channels]`.
 //!
 //! # Storage
-//! Gradients are f32 and argmax u32. Max pooling (global too) and global average pooling
-//! take `x` and `y` both f32 or both f16; f16 needs channels divisible by 4, since only the
-//! vec4 kernels store f16 (a scalar store would share a word with its neighbour's). Average
-//! pooling takes f32 alone.
+//! A gradient is stored as its activation; argmax is u32. Max pooling (global too) and global
+//! average pooling take `x` and `y` both f32 or both f16, and their backwards `dy` and `dx`
+//! both f32 or both f16 (f16 sums are taken in f32 and rounded once, when stored); f16 needs
+//! channels divisible by 4, since only the vec4 kernels store f16 (a scalar store would share
+//! a word with its neighbour's). Average pooling, forward and backward, takes f32 alone: its
+//! activations are never f16, so neither are its gradients.
 
 use bytemuck::{Pod, Zeroable};
 
@@ -249,6 +251,12 @@ fn forward_storage(kernel: &str, x: &Tensor, y: &Tensor, channels: usize) -> Res
     expect_activations(kernel, &[("x", x), ("y", y)], ("channels", channels))
 }
 
+/// The storage of a backward kernel's `dy` and `dx`, which must share it: one module reads
+/// and writes both, and the gradients are stored as the activations they belong to.
+fn backward_storage(kernel: &str, dy: &Tensor, dx: &Tensor, channels: usize) -> Result<Storage> {
+    expect_activations(kernel, &[("dy", dy), ("dx", dx)], ("channels", channels))
+}
+
 /// Max pooling; `argmax` records, per output, the input position `h * in_w + w` that won
 /// (the first maximum in row-major window order on ties), for the backward pass. A window
 /// holding NaN outputs NaN, its first NaN the argmax: a diverged input is never hidden by
@@ -269,21 +277,22 @@ pub fn max_pool_forward(device: &Device, geom: &Pool2dGeometry, x: &Tensor, y: &
 }
 
 /// The gradient of max pooling: each input position receives the sum of `dy` over the
-/// outputs whose `argmax` chose it. Overwrites `dx`.
+/// outputs whose `argmax` chose it, taken in f32 and rounded once where `dx` is f16 (a sum
+/// past f16's range is infinite). Overwrites `dx`.
 ///
 /// # Shapes
-/// `dy`, `argmax`: `[batch, out_h, out_w, channels]` -> `dx`: `[batch, in_h, in_w, channels]`.
+/// `dy`, `argmax`: `[batch, out_h, out_w, channels]` -> `dx`: `[batch, in_h, in_w, channels]`;
+/// `dy` and `dx` both f32 or both f16 (channels divisible by 4), `argmax` u32.
 pub fn max_pool_backward(device: &Device, geom: &Pool2dGeometry, dy: &Tensor, argmax: &Tensor, dx: &Tensor) -> Result<Dispatch> {
     let k = "max_pool_backward";
     expect_shape(k, "dy", dy, &geom.output_shape())?;
     expect_shape(k, "argmax", argmax, &geom.output_shape())?;
     expect_shape(k, "dx", dx, &geom.input_shape())?;
-    expect_dtype(k, "dy", dy, DType::F32)?;
+    let storage = backward_storage(k, dy, dx, geom.channels)?;
     expect_dtype(k, "argmax", argmax, DType::U32)?;
-    expect_dtype(k, "dx", dx, DType::F32)?;
     expect_separate(k, &[("dx", dx)], &[("dy", dy), ("argmax", argmax)])?;
     let (narrow, wide) = ([(1, dy), (2, argmax), (3, dx)], [(5, dy), (6, argmax), (7, dx)]);
-    launch_vec4(device, k, "max_pool_backward4", geom, dx.len(), Storage::F32, &narrow, &wide)
+    launch_vec4(device, k, "max_pool_backward4", geom, dx.len(), storage, &narrow, &wide)
 }
 
 /// Average pooling; the mean is over the input positions of each window (padding is not
@@ -305,7 +314,8 @@ pub fn avg_pool_forward(device: &Device, geom: &Pool2dGeometry, x: &Tensor, y: &
 /// The gradient of average pooling. Overwrites `dx`.
 ///
 /// # Shapes
-/// `dy`: `[batch, out_h, out_w, channels]` -> `dx`: `[batch, in_h, in_w, channels]`.
+/// `dy`: `[batch, out_h, out_w, channels]` -> `dx`: `[batch, in_h, in_w, channels]`, f32
+/// (as [`avg_pool_forward`]'s activations, whose gradients they are).
 pub fn avg_pool_backward(device: &Device, geom: &Pool2dGeometry, dy: &Tensor, dx: &Tensor) -> Result<Dispatch> {
     let k = "avg_pool_backward";
     expect_shape(k, "dy", dy, &geom.output_shape())?;
@@ -345,18 +355,26 @@ pub fn global_avg_pool_forward(device: &Device, x: &Tensor, y: &Tensor) -> Resul
     Ok(launch(device, shader, entry4, Params { n: p.n / 4, ..p }, &[(9, x), (10, y)])?.named(k, 0.0).tagged(format!("{} {}", width_token(true), storage.token())))
 }
 
-/// Spreads `dy / (height * width)` over the map. Overwrites `dx`.
+/// Spreads `dy / (height * width)` over the map. Overwrites `dx`. f16 runs four channels
+/// per invocation, dividing in f32 and rounding once (the only way to store f16 without
+/// racing on a word); f32 keeps one per invocation.
 ///
 /// # Shapes
-/// `dy`: `[batch, channels]` -> `dx`: `[batch, height, width, channels]`.
+/// `dy`: `[batch, channels]` -> `dx`: `[batch, height, width, channels]`, both f32 or both
+/// f16 (channels divisible by 4).
 pub fn global_avg_pool_backward(device: &Device, dy: &Tensor, dx: &Tensor) -> Result<Dispatch> {
     let k = "global_avg_pool_backward";
     let g = global_geometry(k, dx.shape())?;
     expect_shape(k, "dy", dy, &[g.batch, g.channels])?;
-    expect_dtype(k, "dy", dy, DType::F32)?;
-    expect_dtype(k, "dx", dx, DType::F32)?;
+    let storage = backward_storage(k, dy, dx, g.channels)?;
     expect_separate(k, &[("dx", dx)], &[("dy", dy)])?;
-    launch(device, &POOL, k, g.params(dx.len())?, &[(1, dy), (3, dx)])
+    let p = g.params(dx.len())?;
+    let shader = storage.pick(&POOL_ALL);
+    if storage == Storage::F32 {
+        return Ok(launch(device, shader, k, p, &[(1, dy), (3, dx)])?.tagged(format!("{} {}", width_token(false), storage.token())));
+    }
+    let entry4 = "global_avg_pool_backward4";
+    Ok(launch(device, shader, entry4, Params { n: p.n / 4, ..p }, &[(5, dy), (7, dx)])?.named(k, 0.0).tagged(format!("{} {}", width_token(true), storage.token())))
 }
 
 /// The maximum over height and width of each channel: max pooling with one window over the
@@ -382,12 +400,15 @@ pub fn global_max_pool_forward(device: &Device, x: &Tensor, y: &Tensor, argmax: 
 /// position, zeros elsewhere. Overwrites `dx`.
 ///
 /// # Shapes
-/// `dy`, `argmax`: `[batch, channels]` -> `dx`: `[batch, height, width, channels]`.
+/// `dy`, `argmax`: `[batch, channels]` -> `dx`: `[batch, height, width, channels]`; `dy` and
+/// `dx` both f32 or both f16 (channels divisible by 4), `argmax` u32.
 pub fn global_max_pool_backward(device: &Device, dy: &Tensor, argmax: &Tensor, dx: &Tensor) -> Result<Dispatch> {
     let k = "global_max_pool_backward";
     let g = global_geometry(k, dx.shape())?;
     expect_shape(k, "dy", dy, &[g.batch, g.channels])?;
     expect_shape(k, "argmax", argmax, &[g.batch, g.channels])?;
+    // Checked here too so a refusal names this kernel, not the max pool it runs as.
+    backward_storage(k, dy, dx, g.channels)?;
     let map = g.output_shape();
     Ok(max_pool_backward(device, &g, &dy.reshape(&map)?, &argmax.reshape(&map)?, dx)?.named(k, 0.0).tagged("global"))
 }

@@ -1,5 +1,6 @@
-//! ReLU, add, add + ReLU, scale and dropout against f64 references; the residual join and
-//! ReLU's gradient on f16 activations too.
+//! ReLU, add, add + ReLU, scale and dropout against f64 references; the residual join, the
+//! gradient sums and ReLU's gradient on f16 activations too, the gradients stored as f16
+//! with them.
 
 use convoy::kernels::{elementwise, Dispatch};
 use convoy::{DType, Result};
@@ -127,10 +128,12 @@ fn f16_join_and_relu_backward() {
         let mut r = rng(5);
         take_paths();
         for &n in SIZES_F16 {
-            let (a, b, dy) = (random_half(&mut r, n), random_half(&mut r, n), random(&mut r, n));
-            let (ta, tb, tdy) = (upload_f16(&a, &[n]), upload_f16(&b, &[n]), upload(&dy, &[n]));
-            let (ts, tr, tdx) = (d.zeros_of(&[n], DType::F16).unwrap(), d.zeros_of(&[n], DType::F16).unwrap(), d.zeros(&[n]).unwrap());
-            // relu_backward reads the f16 y add_relu stored, as a residual block's backward does
+            let (a, b, dy) = (random_half(&mut r, n), random_half(&mut r, n), random_half(&mut r, n));
+            let (ta, tb, tdy) = (upload_f16(&a, &[n]), upload_f16(&b, &[n]), upload_f16(&dy, &[n]));
+            // dx starts as garbage: the kernel must overwrite every element
+            let (ts, tr, tdx) = (d.zeros_of(&[n], DType::F16).unwrap(), d.zeros_of(&[n], DType::F16).unwrap(), upload_f16(&vec![1234.5; n], &[n]));
+            // relu_backward reads the f16 y add_relu stored and an f16 dy, as a residual
+            // block's backward does once its gradients are stored as its activations
             run(&[
                 elementwise::add(&d, &ta, &tb, &ts).unwrap(),
                 elementwise::add_relu(&d, &ta, &tb, &tr).unwrap(),
@@ -142,9 +145,10 @@ fn f16_join_and_relu_backward() {
             assert_close_f16(&format!("{variant} f16 add n={n}"), &read_f16(&ts), &sum, tiny);
             let relu: Vec<f64> = sum.iter().map(|v| v.max(0.0)).collect();
             assert_close_f16(&format!("{variant} f16 add_relu n={n}"), &read_f16(&tr), &relu, tiny);
-            // a nonzero sum stays nonzero in f16 (see above), so the mask is the exact sum's sign
+            // a nonzero sum stays nonzero in f16 (see above), so the mask is the exact sum's
+            // sign; dx is dy or 0, both f16 values, so it is stored exactly
             let want_dx: Vec<f32> = sum.iter().zip(&dy).map(|(&v, &g)| if v > 0.0 { g } else { 0.0 }).collect();
-            assert_eq!(read(&tdx), want_dx, "{variant} relu_backward on an f16 y, n={n}");
+            assert_eq!(read_f16(&tdx), want_dx, "{variant} relu_backward on f16 dy, y and dx, n={n}");
         }
         let expected: Vec<(&str, String)> = ["add4", "add_relu4", "relu_backward4"].iter().flat_map(|&e| [(e, "store=f16".to_string()), (e, "vec4".to_string())]).collect();
         assert_paths_cover("f16 elementwise", &take_paths(), &expected, &[]);
@@ -155,7 +159,8 @@ fn f16_join_and_relu_backward() {
 fn f16_join_covers_a_folded_grid() {
     // More than 65,535 * 256 quads fold the vec4 grid into 2-D; in f16 that is 128 MiB, which
     // the software adapter's largest binding still holds. Small integers and halves: every
-    // sum is exact in f16, so each element is checked for equality.
+    // sum is exact in f16, so each element is checked for equality. ReLU's gradient runs on
+    // the same grid, its dy, y and dx all f16.
     let d = device();
     let n = 65_535 * 256 * 4 + 4;
     let a: Vec<f32> = (0..n).map(|i| (i % 97) as f32 - 48.0).collect();
@@ -168,6 +173,81 @@ fn f16_join_covers_a_folded_grid() {
     let y = read_f16(&tr);
     let wrong = (0..n).filter(|&i| y[i] != (a[i] + b[i]).max(0.0)).count();
     assert_eq!(wrong, 0, "folded f16 grid: {wrong} elements wrong (first at {:?})", (0..n).find(|&i| y[i] != (a[i] + b[i]).max(0.0)));
+    drop((ta, tb));
+
+    let dy_at = |i: usize| (i % 83) as f32 * 0.25 - 10.0;
+    let dy: Vec<f32> = (0..n).map(dy_at).collect();
+    let tdy = upload_f16(&dy, &[n]);
+    drop(dy);
+    // dx starts as garbage, so an element the grid misses is seen
+    let tdx = upload_f16(&vec![1234.5; n], &[n]);
+    let dispatch = elementwise::relu_backward(&d, &tdy, &tr, &tdx).unwrap();
+    assert!(dispatch.groups()[1] > 1, "grid {:?} was not folded", dispatch.groups());
+    assert!(dispatch.path_tokens().any(|t| t == "store=f16"), "path {}", dispatch.path);
+    run(&[dispatch]);
+    let dx = read_f16(&tdx);
+    let want = |i: usize| if y[i] > 0.0 { dy_at(i) } else { 0.0 };
+    let wrong = (0..n).filter(|&i| dx[i] != want(i)).count();
+    assert_eq!(wrong, 0, "folded f16 relu_backward: {wrong} elements wrong (first at {:?})", (0..n).find(|&i| dx[i] != want(i)));
+}
+
+#[test]
+fn f16_gradient_sums_overflow_to_infinity_and_keep_non_finite() {
+    // Two gradients of an f16 activation summed (a branch point's, a residual block's input):
+    // taken in f32 and rounded once, so a sum past f16's range is infinite (loss scaling must
+    // see it), never clipped to 65504 nor NaN, and an overflowed (infinite) or NaN gradient
+    // stays so.
+    const INF: f32 = f32::INFINITY;
+    let tiny = 2f32.powi(-24);
+    #[rustfmt::skip]
+    let cases: &[(f32, f32, f32)] = &[
+        (65504.0, 8.0, 65504.0),         // below 65520: rounds down to the largest finite
+        (65504.0, 16.0, INF),            // 65520 rounds to infinity
+        (65504.0, 65504.0, INF),
+        (40000.0, 40000.0, INF),
+        (-40000.0, -30000.0, -INF),
+        (32768.0, 32768.0, INF),
+        (60000.0, 5504.0, 65504.0),      // the largest finite exactly
+        (INF, 1.0, INF),
+        (INF, -65504.0, INF),
+        (-INF, 3.0, -INF),
+        (INF, INF, INF),
+        (INF, -INF, f32::NAN),
+        (f32::NAN, 1.0, f32::NAN),
+        (0.5, f32::NAN, f32::NAN),
+        (f32::NAN, INF, f32::NAN),
+        (tiny, tiny, 2.0 * tiny),        // subnormals add exactly
+        (-0.0, 0.0, 0.0),
+        (1.0, 2f32.powi(-11), 1.0),      // a tie: to even
+        (1.0, 3.0 * 2f32.powi(-11), 1.0 + 2f32.powi(-9)),
+        (-65504.0, -65504.0, -INF),
+    ];
+    on_each_variant(|variant| {
+        let d = device();
+        let mut r = rng(6);
+        // the table, then random gradients up to ±60,000 (a fifth of their sums overflow)
+        let n = 4100;
+        let mut a: Vec<f32> = cases.iter().map(|c| c.0).collect();
+        let mut b: Vec<f32> = cases.iter().map(|c| c.1).collect();
+        a.extend(random(&mut r, n - a.len()).iter().map(|v| to_half(v * 60000.0)));
+        b.extend(random(&mut r, n - b.len()).iter().map(|v| to_half(v * 60000.0)));
+        let (ta, tb, ts) = (upload_f16(&a, &[n]), upload_f16(&b, &[n]), upload_f16(&vec![1234.5; n], &[n]));
+        run(&[elementwise::add(&d, &ta, &tb, &ts).unwrap()]);
+        let got = read_f16(&ts);
+        for (i, &(x, y, want)) in cases.iter().enumerate() {
+            let g = got[i];
+            assert!((g == want && g.is_sign_negative() == want.is_sign_negative()) || (g.is_nan() && want.is_nan()), "{variant} f16 {x} + {y}: got {g}, expected {want}");
+        }
+        // the exact sum rounded to f16 (f32 holds every sum of two f16 values to within far
+        // less than the f16 rounding, so rounding it again cannot move it)
+        let mut overflowed = 0;
+        for i in cases.len()..n {
+            let want = to_half((a[i] as f64 + b[i] as f64) as f32);
+            overflowed += want.is_infinite() as usize;
+            assert!(got[i] == want, "{variant} f16 {} + {}: got {}, expected {want}", a[i], b[i], got[i]);
+        }
+        assert!(overflowed > n / 10, "{variant}: only {overflowed} random sums overflowed");
+    });
 }
 
 #[test]
@@ -184,11 +264,15 @@ fn f16_operands_are_checked() {
         (err(elementwise::add(&d, &f(8), &f(8), &h(8))), "add: out [8] is F16, expected F32 as a [8]"),
         // f16 is stored four at a time: no scalar path
         (err(elementwise::add(&d, &h(6), &h(6), &h(6))), "add: a [6] is F16 with 6 elements, expected a multiple of 4"),
-        (err(elementwise::relu_backward(&d, &f(6), &h(6), &f(6))), "relu_backward: y [6] is F16 with 6 elements, expected a multiple of 4"),
-        // gradients are f32, activations f32 or f16
-        (err(elementwise::relu_backward(&d, &h(8), &h(8), &f(8))), "relu_backward: dy [8] is F16, expected F32"),
-        (err(elementwise::relu_backward(&d, &f(8), &f(8), &h(8))), "relu_backward: dx [8] is F16, expected F32"),
+        (err(elementwise::relu_backward(&d, &h(6), &h(6), &h(6))), "relu_backward: y [6] is F16 with 6 elements, expected a multiple of 4"),
+        // a gradient is stored as its activation: dy, y and dx share one storage
+        (err(elementwise::relu_backward(&d, &f(8), &h(8), &f(8))), "relu_backward: dy [8] is F32, expected F16 as y [8]"),
+        (err(elementwise::relu_backward(&d, &h(8), &h(8), &f(8))), "relu_backward: dx [8] is F32, expected F16 as y [8]"),
+        (err(elementwise::relu_backward(&d, &f(8), &h(8), &h(8))), "relu_backward: dy [8] is F32, expected F16 as y [8]"),
+        (err(elementwise::relu_backward(&d, &h(8), &f(8), &f(8))), "relu_backward: dy [8] is F16, expected F32 as y [8]"),
+        (err(elementwise::relu_backward(&d, &f(8), &f(8), &h(8))), "relu_backward: dx [8] is F16, expected F32 as y [8]"),
         (err(elementwise::relu_backward(&d, &f(1), &step, &f(1))), "relu_backward: y [1] is U32, expected F32 or F16"),
+        (err(elementwise::relu_backward(&d, &step, &f(1), &f(1))), "relu_backward: dy [1] is U32, expected F32 as y [1]"),
         (err(elementwise::add(&d, &step, &step, &f(1))), "add: a [1] is U32, expected F32 or F16"),
         // the kernels with no f16 form
         (err(elementwise::relu_forward(&d, &h(8), &f(8))), "relu_forward: x [8] is F16, expected F32"),

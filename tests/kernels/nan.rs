@@ -4,7 +4,8 @@
 //! are the places where `max(x, 0.0)` (SPIR-V FMax: lavapipe returns the number) or a
 //! comparison (false against NaN) turned a diverged network into finite output. The kernels
 //! that take f16 activations (the residual join, ReLU's gradient, max pooling) are held to
-//! the same with f16 inputs.
+//! the same with f16 inputs, and those whose gradients are then f16 (ReLU's, the pools')
+//! keep NaN and infinity in them, and overflow to infinity, never to NaN or 65504.
 
 use convoy::kernels::batchnorm::{self, BatchNormConfig};
 use convoy::kernels::gemm::Engine;
@@ -65,25 +66,35 @@ fn relu_add_relu_and_relu_backward_keep_nan() {
 #[test]
 fn f16_join_and_relu_backward_keep_nan() {
     // The vec4 entry points alone (f16 is stored four at a time); NaN and ±inf are exact in
-    // f16, as is every other value of the pattern.
+    // f16, as is every other value of the pattern. dy repeats every 5 elements against the
+    // pattern's 9, so that NaN and ±inf in dy meet positive, zero and NaN outputs.
     on_each_variant(|variant| {
         let d = device();
         for n in [12, 36] {
             let x = special(n);
+            let dy: Vec<f32> = (0..n).map(|i| [0.75, INF, f32::NAN, -INF, -2.0][i % 5]).collect();
             let zero = vec![0.0f32; n];
             let (tx, tz) = (upload_f16(&x, &[n]), upload_f16(&zero, &[n]));
             let (ts, tr) = (d.zeros_of(&[n], DType::F16).unwrap(), d.zeros_of(&[n], DType::F16).unwrap());
-            let (tdy, tdx) = (upload(&vec![1.0f32; n], &[n]), d.zeros(&[n]).unwrap());
+            let (tdy, tdx) = (upload_f16(&dy, &[n]), upload_f16(&vec![1234.5; n], &[n]));
+            // the same gradient in f32 from the same y, which the f16 one must match
+            let (ty32, tdy32, tdx32) = (upload(&x.iter().map(|&v| relu_ref(v)).collect::<Vec<_>>(), &[n]), upload(&dy, &[n]), d.zeros(&[n]).unwrap());
             run(&[
                 elementwise::add(&d, &tx, &tz, &ts).unwrap(),
                 elementwise::add_relu(&d, &tx, &tz, &tr).unwrap(),
                 elementwise::relu_backward(&d, &tdy, &tr, &tdx).unwrap(),
+                elementwise::relu_backward(&d, &tdy32, &ty32, &tdx32).unwrap(),
             ]);
             assert_same(&format!("{variant} f16 add n={n}"), &read_f16(&ts), &x);
             let want: Vec<f32> = x.iter().map(|&v| relu_ref(v)).collect();
             assert_same(&format!("{variant} f16 add_relu n={n}"), &read_f16(&tr), &want);
-            let want_dx: Vec<f32> = want.iter().map(|&y| if y.is_nan() { f32::NAN } else if y > 0.0 { 1.0 } else { 0.0 }).collect();
-            assert_same(&format!("{variant} relu_backward on an f16 y n={n}"), &read(&tdx), &want_dx);
+            // dy passes where y is positive (NaN and ±inf included), NaN where y is NaN, 0
+            // elsewhere (a NaN dy included, as in f32)
+            let want_dx: Vec<f32> = want.iter().zip(&dy).map(|(&y, &g)| if y.is_nan() { f32::NAN } else if y > 0.0 { g } else { 0.0 }).collect();
+            let passed = |keep: fn(f32) -> bool| (0..n).any(|i| want[i] > 0.0 && keep(dy[i]));
+            assert!(passed(f32::is_nan) && passed(|g| g == INF) && passed(|g| g == -INF), "the pattern passes NaN and ±inf in dy: {dy:?}");
+            assert_same(&format!("{variant} relu_backward on f16 dy, y and dx n={n}"), &read_f16(&tdx), &want_dx);
+            assert_same(&format!("{variant} relu_backward in f32 n={n}"), &read(&tdx32), &want_dx);
         }
     });
 }
@@ -161,13 +172,14 @@ fn max_pool_window_with_nan_outputs_nan() {
             let (xs, ys) = ([1, 4, 4, channels], [1, 2, 2, channels]);
             let (tx, ty) = if f16 { (upload_f16(&x, &xs), d.zeros_of(&ys, DType::F16).unwrap()) } else { (upload(&x, &xs), d.zeros(&ys).unwrap()) };
             let targ = d.zeros_of(&ys, DType::U32).unwrap();
-            let (tdy, tdx) = (upload(&vec![1.0; 4 * channels], &ys), d.zeros(&xs).unwrap());
+            // the gradients stored as the activations
+            let (tdy, tdx) = if f16 { (upload_f16(&vec![1.0; 4 * channels], &ys), d.zeros_of(&xs, DType::F16).unwrap()) } else { (upload(&vec![1.0; 4 * channels], &ys), d.zeros(&xs).unwrap()) };
             let forward = pool::max_pool_forward(&d, &g, &tx, &ty, &targ).unwrap();
             assert_eq!(forward.path_tokens().any(|t| t == "store=f16"), f16, "{variant}: path {}", forward.path);
             run(&[forward, pool::max_pool_backward(&d, &g, &tdy, &targ, &tdx).unwrap()]);
             let channels_name = if f16 { format!("{channels} f16") } else { format!("{channels}") };
             let y = if f16 { read_f16(&ty) } else { read(&ty) };
-            let (arg, dx) = (d.read_u32(&targ).unwrap(), read(&tdx));
+            let (arg, dx) = (d.read_u32(&targ).unwrap(), if f16 { read_f16(&tdx) } else { read(&tdx) });
             for c in 0..channels {
                 let (want_y, want_arg) = if c == 2 { ([5.0, 9.0, 3.0, -5.0], [0, 7, 12, 14]) } else { ([f32::NAN, f32::NAN, 3.0, f32::NAN], [1, 2, 12, 14]) };
                 let of = |v: &[f32]| -> Vec<f32> { v.iter().skip(c).step_by(channels).copied().collect() };
@@ -177,6 +189,66 @@ fn max_pool_window_with_nan_outputs_nan() {
                 assert_eq!(arg_c, want_arg, "{variant} argmax, {channels_name} channels, channel {c}");
                 let hit: Vec<u32> = of(&dx).iter().enumerate().filter(|(_, v)| **v != 0.0).map(|(i, _)| i as u32).collect();
                 assert_eq!(hit, want_arg, "{variant} max pool backward, {channels_name} channels, channel {c}: {dx:?}");
+            }
+        }
+    });
+}
+
+#[test]
+fn f16_pool_gradients_keep_nan_and_overflow_to_infinity() {
+    const NAN: f32 = f32::NAN;
+    let tiny = 2f32.powi(-24);
+    let half_ulp = 2f32.powi(-11);
+    // One 3x3 map, 2x2 windows at stride 1: the four windows overlap at the centre, which
+    // wins all four where it holds the maximum (channels 0-10), so its gradient is the sum of
+    // the four dy, in window order. In channel 11 the map is flat and each window's first
+    // position wins: four positions get one dy each, and a NaN must stay at its own.
+    #[rustfmt::skip]
+    let lanes: [([f32; 4], f32); 11] = [
+        ([1.0, 2.0, 3.0, 4.0], 10.0),
+        ([40000.0, 40000.0, -1.0, 0.0], INF),            // past f16's range: infinite
+        ([65504.0, 16.0, 0.0, 0.0], INF),                // 65520 rounds to infinity
+        ([65504.0, 8.0, 0.0, 0.0], 65504.0),             // 65512 to the largest finite
+        ([-40000.0, -40000.0, 0.0, 0.0], -INF),
+        ([60000.0, 60000.0, -60000.0, -60000.0], 0.0),   // summed in f32: no overflow on the way
+        ([INF, 1.0, 2.0, 3.0], INF),
+        ([INF, -INF, 0.0, 0.0], NAN),
+        ([NAN, 1.0, 1.0, 1.0], NAN),
+        ([1.0, half_ulp, half_ulp, 0.0], 1.0 + 2.0 * half_ulp), // rounded once (per window, 1)
+        ([tiny, tiny, tiny, tiny], 4.0 * tiny),          // subnormals
+    ];
+    let flat = [NAN, INF, -INF, 5.0];
+    let c = 12;
+    on_each_variant(|variant| {
+        let d = device();
+        let g = Pool2dGeometry::new(&[1, 3, 3, c], [2, 2], Some([1, 1]), PoolPadding::Valid).unwrap();
+        let (xs, ys) = (g.input_shape(), g.output_shape());
+        let x: Vec<f32> = (0..9 * c).map(|i| if i / c == 4 && i % c < 11 { 1.0 } else { 0.0 }).collect();
+        let dy: Vec<f32> = (0..4 * c).map(|i| if i % c < 11 { lanes[i % c].0[i / c] } else { flat[i / c] }).collect();
+        let (tx, ty, targ) = (upload_f16(&x, &xs), d.zeros_of(&ys, DType::F16).unwrap(), d.zeros_of(&ys, DType::U32).unwrap());
+        let (tdy, tdx) = (upload_f16(&dy, &ys), upload_f16(&vec![1234.5; 9 * c], &xs));
+        run(&[pool::max_pool_forward(&d, &g, &tx, &ty, &targ).unwrap(), pool::max_pool_backward(&d, &g, &tdy, &targ, &tdx).unwrap()]);
+        let dx = read_f16(&tdx);
+        let of = |ch: usize| -> Vec<f32> { dx.iter().skip(ch).step_by(c).copied().collect() };
+        for (ch, (dys, sum)) in lanes.iter().enumerate() {
+            let want: Vec<f32> = (0..9).map(|p| if p == 4 { *sum } else { 0.0 }).collect();
+            assert_same(&format!("{variant} f16 max pool backward, channel {ch}: dy {dys:?}"), &of(ch), &want);
+        }
+        assert_same(&format!("{variant} f16 max pool backward, flat channel"), &of(11), &[NAN, INF, 0.0, -INF, 5.0, 0.0, 0.0, 0.0, 0.0]);
+
+        // Global average pooling's gradient divides in f32 and rounds once: NaN and ±inf
+        // stay, a quarter of 2^-24 rounds to 0, and 65504 over one position stays finite.
+        for (hw, dy, want) in [
+            (4usize, vec![INF, -INF, NAN, 65504.0, 4.0 * tiny, tiny, 3.0, -0.0], vec![INF, -INF, NAN, 16376.0, tiny, 0.0, 0.75, -0.0]),
+            (1, vec![65504.0, -65504.0, INF, NAN], vec![65504.0, -65504.0, INF, NAN]),
+        ] {
+            let ch = dy.len();
+            let side = if hw == 4 { 2 } else { 1 };
+            let (tdy, tdx) = (upload_f16(&dy, &[1, ch]), upload_f16(&vec![1234.5; hw * ch], &[1, side, side, ch]));
+            run(&[pool::global_avg_pool_backward(&d, &tdy, &tdx).unwrap()]);
+            let got = read_f16(&tdx);
+            for p in 0..hw {
+                assert_same(&format!("{variant} f16 global avg pool backward over {hw}, position {p}"), &got[p * ch..(p + 1) * ch], &want);
             }
         }
     });

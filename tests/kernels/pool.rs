@@ -3,7 +3,8 @@
 //! padded positions never win a max, average pooling divides by the window's input positions
 //! (Keras) or, with explicit padding, by the whole window (PyTorch's `count_include_pad`), and
 //! max-pool ties go to the first maximum in row-major window order. Max and global average
-//! pooling run on f16 activations too, from the same references on the f16-rounded inputs.
+//! pooling run on f16 activations too, their gradients stored as f16 with them, from the
+//! same references on the f16-rounded inputs.
 
 use convoy::kernels::pool::{self, Pool2dGeometry, PoolPadding};
 use convoy::{DType, Tensor};
@@ -242,11 +243,13 @@ fn bad_shapes_are_errors() {
 }
 
 /// [`geometries`] with channels divisible by 4 (f16's condition: its kernels store whole
-/// quads), and a ResNet stem's pool over a map that takes many workgroups.
+/// quads) and 3x3 windows at stride 1 too (up to nine windows choose one input, so its
+/// gradient is a sum of up to nine dy), and a ResNet stem's pool over a map that takes many
+/// workgroups.
 fn geometries_f16() -> Vec<Pool2dGeometry> {
     let mut out = vec![];
     for (batch, h, w, channels) in [(1, 5, 7, 4), (3, 9, 9, 8), (3, 5, 7, 20)] {
-        for (pool, stride) in [(2, 2), (3, 2)] {
+        for (pool, stride) in [(2, 2), (3, 2), (3, 1)] {
             for padding in [PoolPadding::Valid, PoolPadding::Same, PoolPadding::Explicit(1, 1), PoolPadding::Explicit(1, 0)] {
                 out.push(Pool2dGeometry::new(&[batch, h, w, channels], [pool, pool], Some([stride, stride]), padding).unwrap());
             }
@@ -262,6 +265,14 @@ fn garbage_f16(shape: &[usize]) -> Tensor {
     upload_f16(&vec![1234.5; n], shape)
 }
 
+/// The absolute slack [`assert_close_f16`] needs for a sum of up to `k` values below 1 in
+/// magnitude taken in f32 and rounded to f16 once: the f32 sum's rounding (at most k - 1
+/// additions, each off by 2^-24 of a partial sum below k) and f16's subnormal steps (half of
+/// 2^-24). A sum rounded to f16 per addition is off by up to k - 1 f16 roundings instead.
+fn f16_sum_slack(k: usize) -> f64 {
+    (k * k) as f64 * 2f64.powi(-24) + 2f64.powi(-25)
+}
+
 #[test]
 fn f16_max_pool_forward_and_backward() {
     on_each_variant(|variant| {
@@ -273,56 +284,121 @@ fn f16_max_pool_forward_and_backward() {
             let x = random_half(&mut r, xs.iter().product());
             // and three levels, so most windows hold tied maxima
             let tied: Vec<f32> = x.iter().map(|v| (v * 1.5).round()).collect();
+            // the most windows that cover one input, and so the most dy one dx sums
+            let k = g.pool_h.div_ceil(g.stride_h) * g.pool_w.div_ceil(g.stride_w);
             for x in [x, tied] {
-                let dy = random(&mut r, ys.iter().product());
-                let (tx, ty, targ, tdy, tdx) = (upload_f16(&x, &xs), garbage_f16(&ys), d.zeros_of(&ys, DType::U32).unwrap(), upload(&dy, &ys), garbage(&xs));
+                // dy and dx f16 as the activations; dy's magnitudes spread over f16's binades
+                let dy: Vec<f32> = random(&mut r, ys.iter().product()).iter().enumerate().map(|(i, v)| to_half(v * 2f32.powi(-((i % 7) as i32)))).collect();
+                let (tx, ty, targ, tdy, tdx) = (upload_f16(&x, &xs), garbage_f16(&ys), d.zeros_of(&ys, DType::U32).unwrap(), upload_f16(&dy, &ys), garbage_f16(&xs));
                 run(&[pool::max_pool_forward(&d, &g, &tx, &ty, &targ).unwrap(), pool::max_pool_backward(&d, &g, &tdy, &targ, &tdx).unwrap()]);
                 let (want_y, want_arg, want_dx) = max_pool_ref(&g, &x, &dy);
                 assert_eq!(d.read_u32(&targ).unwrap(), want_arg, "{variant} f16 argmax {g:?}");
                 // the max of f16 values is one of them, stored exactly
                 let want_y: Vec<f32> = want_y.iter().map(|&v| v as f32).collect();
                 assert_eq!(read_f16(&ty), want_y, "{variant} f16 max pool forward {g:?}");
-                assert_close(&format!("{variant} max pool backward after an f16 forward {g:?}"), &read(&tdx), &want_dx);
+                let e = assert_close_f16(&format!("{variant} f16 max pool backward {g:?}"), &read_f16(&tdx), &want_dx, f16_sum_slack(k));
+                println!("f16 max pool backward {xs:?} pool {} stride {}: {e:.2} of the bound", g.pool_h, g.stride_h);
             }
         }
-        // the global max pool is the max pool over the whole map
+        // the global max pool is the max pool over the whole map, its gradient too
         let shape = [2, 7, 7, 8];
         let x = random_half(&mut r, shape.iter().product());
+        let dy = random_half(&mut r, 16);
         let (tx, ty, targ) = (upload_f16(&x, &shape), garbage_f16(&[2, 8]), d.zeros_of(&[2, 8], DType::U32).unwrap());
-        run(&[pool::global_max_pool_forward(&d, &tx, &ty, &targ).unwrap()]);
+        let (tdy, tdx) = (upload_f16(&dy, &[2, 8]), garbage_f16(&shape));
+        run(&[pool::global_max_pool_forward(&d, &tx, &ty, &targ).unwrap(), pool::global_max_pool_backward(&d, &tdy, &targ, &tdx).unwrap()]);
         let g = Pool2dGeometry::new(&shape, [7, 7], None, PoolPadding::Valid).unwrap();
-        let (want_y, want_arg, _) = max_pool_ref(&g, &x, &[0.0; 16]);
+        let (want_y, want_arg, want_dx) = max_pool_ref(&g, &x, &dy);
         assert_eq!(d.read_u32(&targ).unwrap(), want_arg, "{variant} f16 global max pool argmax");
         assert_eq!(read_f16(&ty), want_y.iter().map(|&v| v as f32).collect::<Vec<_>>(), "{variant} f16 global max pool");
-        assert_paths_cover("f16 max pool", &take_paths(), &[("max_pool_forward4", "store=f16".into()), ("max_pool_forward4", "vec4".into())], &[]);
+        // one dy per position, stored exactly
+        assert_eq!(read_f16(&tdx), want_dx.iter().map(|&v| v as f32).collect::<Vec<_>>(), "{variant} f16 global max pool backward");
+        let expected: Vec<(&str, String)> = ["max_pool_forward4", "max_pool_backward4"].iter().flat_map(|&e| [(e, "store=f16".to_string()), (e, "vec4".to_string())]).collect();
+        assert_paths_cover("f16 max pool", &take_paths(), &expected, &[]);
     });
 }
 
 #[test]
-fn f16_global_avg_pool_forward() {
+fn f16_global_avg_pool_forward_and_backward() {
     on_each_variant(|variant| {
         let d = device();
         let mut r = rng(16);
         take_paths();
-        // [4, 7, 7, 512]: 512 quads of output, two workgroups
-        for (n, h, w, c) in [(1, 1, 1, 4), (3, 7, 5, 8), (2, 8, 8, 64), (4, 7, 7, 512)] {
+        // [4, 7, 7, 512]: 512 quads of output, two workgroups; 12,544 quads of dx, 49
+        for (n, h, w, c) in [(1, 1, 1, 4), (3, 7, 5, 8), (2, 8, 8, 64), (4, 7, 7, 512), (3, 3, 1, 12)] {
             let x = random_half(&mut r, n * h * w * c);
-            let (tx, ty) = (upload_f16(&x, &[n, h, w, c]), garbage_f16(&[n, c]));
-            run(&[pool::global_avg_pool_forward(&d, &tx, &ty).unwrap()]);
-            let (want, _) = global_avg_pool_ref([n, h, w, c], &x, &vec![0.0; n * c]);
+            let dy = random_half(&mut r, n * c);
+            let (tx, ty, tdy, tdx) = (upload_f16(&x, &[n, h, w, c]), garbage_f16(&[n, c]), upload_f16(&dy, &[n, c]), garbage_f16(&[n, h, w, c]));
+            run(&[pool::global_avg_pool_forward(&d, &tx, &ty).unwrap(), pool::global_avg_pool_backward(&d, &tdy, &tdx).unwrap()]);
+            let (want, want_dx) = global_avg_pool_ref([n, h, w, c], &x, &dy);
             // the kernel sums h * w values of magnitude below 1 in f32 before rounding to f16
             let slack = (h * w) as f64 * 2f64.powi(-24);
             let e = assert_close_f16(&format!("{variant} f16 global avg pool {:?}", [n, h, w, c]), &read_f16(&ty), &want, slack);
-            println!("f16 global avg pool {:?}: {e:.2} of the bound", [n, h, w, c]);
+            // one f32 division, then one f16 rounding (subnormal below 2^-14)
+            let e2 = assert_close_f16(&format!("{variant} f16 global avg pool backward {:?}", [n, h, w, c]), &read_f16(&tdx), &want_dx, 2f64.powi(-25));
+            println!("f16 global avg pool {:?}: forward {e:.2}, backward {e2:.2} of the bound", [n, h, w, c]);
         }
-        assert_paths_cover("f16 global avg pool", &take_paths(), &[("global_avg_pool_forward4", "store=f16".into())], &[]);
+        let expected: Vec<(&str, String)> = ["global_avg_pool_forward4", "global_avg_pool_backward4"].iter().flat_map(|&e| [(e, "store=f16".to_string()), (e, "vec4".to_string())]).collect();
+        assert_paths_cover("f16 global avg pool", &take_paths(), &expected, &[]);
     });
+}
+
+#[test]
+fn f16_pool_gradients_cover_a_folded_grid() {
+    // More than 65,535 * 256 quads of dx fold the vec4 grid into 2-D; in f16 that is 128 MiB,
+    // which the software adapter's largest binding still holds. Small integers and halves:
+    // every sum is exact in f16, so each element is checked for equality.
+    let d = device();
+    let fold = 65_535 * 256;
+
+    // Max pooling: 3x3 maps, 2x2 windows at stride 1, so the centre may gather four dy. The
+    // inputs repeat every 13 samples, whose reference is computed once; a quad the grid
+    // misses keeps its garbage, one written to the wrong place meets another sample's values.
+    let (period, n) = (13, 1_864_108);
+    let g = Pool2dGeometry::new(&[n, 3, 3, 4], [2, 2], Some([1, 1]), PoolPadding::Valid).unwrap();
+    let small = Pool2dGeometry::new(&[period, 3, 3, 4], [2, 2], Some([1, 1]), PoolPadding::Valid).unwrap();
+    let (xs, ys) = (g.input_shape(), g.output_shape());
+    let (per_x, per_y) = (36, 16);
+    // three levels, so windows tie
+    let x: Vec<f32> = (0..period * per_x).map(|i| ((i * 7 + i / 5) % 3) as f32).collect();
+    let dy: Vec<f32> = (0..period * per_y).map(|i| ((i * 11) % 17) as f32 * 0.5 - 4.0).collect();
+    let (_, _, want) = max_pool_ref(&small, &x, &dy);
+    let tx = upload_f16(&(0..n * per_x).map(|i| x[i % x.len()]).collect::<Vec<_>>(), &xs);
+    let tdy = upload_f16(&(0..n * per_y).map(|i| dy[i % dy.len()]).collect::<Vec<_>>(), &ys);
+    let (ty, targ, tdx) = (d.zeros_of(&ys, DType::F16).unwrap(), d.zeros_of(&ys, DType::U32).unwrap(), upload_f16(&vec![1234.5; n * per_x], &xs));
+    let backward = pool::max_pool_backward(&d, &g, &tdy, &targ, &tdx).unwrap();
+    assert!(n * per_x / 4 > fold && backward.groups()[1] > 1, "grid {:?} was not folded", backward.groups());
+    assert!(backward.path_tokens().any(|t| t == "store=f16"), "path {}", backward.path);
+    run(&[pool::max_pool_forward(&d, &g, &tx, &ty, &targ).unwrap(), backward]);
+    drop((tx, ty, targ, tdy));
+    let dx = read_f16(&tdx);
+    drop(tdx);
+    let want = |i: usize| want[i % want.len()] as f32;
+    let wrong = (0..dx.len()).filter(|&i| dx[i] != want(i)).count();
+    assert_eq!(wrong, 0, "folded f16 max pool backward: {wrong} elements wrong (first at {:?})", (0..dx.len()).find(|&i| dx[i] != want(i)));
+    drop(dx);
+
+    // Global average pooling over 2x2 maps: dx = dy / 4, exact for these dy.
+    let n = 4_194_250;
+    assert!(n * 16 / 4 > fold);
+    let dy_at = |i: usize| ((i % 97) as f32 - 48.0) * 0.5;
+    let tdy = upload_f16(&(0..n * 4).map(dy_at).collect::<Vec<_>>(), &[n, 4]);
+    let tdx = upload_f16(&vec![1234.5; n * 16], &[n, 2, 2, 4]);
+    let backward = pool::global_avg_pool_backward(&d, &tdy, &tdx).unwrap();
+    assert!(backward.groups()[1] > 1, "grid {:?} was not folded", backward.groups());
+    assert!(backward.path_tokens().any(|t| t == "store=f16"), "path {}", backward.path);
+    run(&[backward]);
+    let dx = read_f16(&tdx);
+    let want = |i: usize| dy_at(i / 16 * 4 + i % 4) / 4.0;
+    let wrong = (0..dx.len()).filter(|&i| dx[i] != want(i)).count();
+    assert_eq!(wrong, 0, "folded f16 global avg pool backward: {wrong} elements wrong (first at {:?})", (0..dx.len()).find(|&i| dx[i] != want(i)));
 }
 
 #[test]
 fn f16_pooling_refuses_what_it_cannot_store() {
     let d = device();
     let h = |shape: &[usize]| d.zeros_of(shape, DType::F16).unwrap();
+    let f = |shape: &[usize]| d.zeros(shape).unwrap();
     let arg = |shape: &[usize]| d.zeros_of(shape, DType::U32).unwrap();
     let err = |r: convoy::Result<convoy::kernels::Dispatch>| r.map(|_| ()).unwrap_err().to_string();
     let g3 = Pool2dGeometry::new(&[1, 5, 7, 3], [2, 2], None, PoolPadding::Same).unwrap();
@@ -337,10 +413,22 @@ fn f16_pooling_refuses_what_it_cannot_store() {
         (err(pool::max_pool_forward(&d, &g4, &x4, &d.zeros(&g4.output_shape()).unwrap(), &arg(&g4.output_shape()))), "max_pool_forward: y [1, 3, 4, 4] is F32, expected F16 as x [1, 5, 7, 4]"),
         (err(pool::global_avg_pool_forward(&d, &x4, &d.zeros(&[1, 4]).unwrap())), "global_avg_pool_forward: y [1, 4] is F32, expected F16 as x [1, 5, 7, 4]"),
         (err(pool::max_pool_forward(&d, &g4, &arg(&g4.input_shape()), &y4, &arg(&g4.output_shape()))), "max_pool_forward: x [1, 5, 7, 4] is U32, expected F32 or F16"),
-        // average pooling has no f16 form; gradients are f32
+        // average pooling has no f16 form, so neither have its gradients
         (err(pool::avg_pool_forward(&d, &g4, &x4, &y4)), "avg_pool_forward: x [1, 5, 7, 4] is F16, expected F32"),
-        (err(pool::max_pool_backward(&d, &g4, &y4, &arg(&g4.output_shape()), &d.zeros(&g4.input_shape()).unwrap())), "max_pool_backward: dy [1, 3, 4, 4] is F16, expected F32"),
-        (err(pool::global_avg_pool_backward(&d, &d.zeros(&[1, 4]).unwrap(), &x4)), "global_avg_pool_backward: dx [1, 5, 7, 4] is F16, expected F32"),
+        (err(pool::avg_pool_backward(&d, &g4, &y4, &x4)), "avg_pool_backward: dy [1, 3, 4, 4] is F16, expected F32"),
+        // the gradients are stored as the activations: dy and dx share one storage
+        (err(pool::max_pool_backward(&d, &g4, &y4, &arg(&g4.output_shape()), &f(&g4.input_shape()))), "max_pool_backward: dx [1, 5, 7, 4] is F32, expected F16 as dy [1, 3, 4, 4]"),
+        (err(pool::max_pool_backward(&d, &g4, &f(&g4.output_shape()), &arg(&g4.output_shape()), &x4)), "max_pool_backward: dx [1, 5, 7, 4] is F16, expected F32 as dy [1, 3, 4, 4]"),
+        (err(pool::global_avg_pool_backward(&d, &f(&[1, 4]), &x4)), "global_avg_pool_backward: dx [1, 5, 7, 4] is F16, expected F32 as dy [1, 4]"),
+        (err(pool::global_avg_pool_backward(&d, &h(&[1, 4]), &f(&g4.input_shape()))), "global_avg_pool_backward: dx [1, 5, 7, 4] is F32, expected F16 as dy [1, 4]"),
+        (err(pool::global_max_pool_backward(&d, &h(&[1, 4]), &arg(&[1, 4]), &f(&g4.input_shape()))), "global_max_pool_backward: dx [1, 5, 7, 4] is F32, expected F16 as dy [1, 4]"),
+        // f16 gradients are stored four channels at a time too
+        (err(pool::max_pool_backward(&d, &g3, &y3, &arg(&g3.output_shape()), &x3)), "max_pool_backward: dy [1, 3, 4, 3] is F16 with 3 channels, expected a multiple of 4"),
+        (err(pool::global_avg_pool_backward(&d, &h(&[1, 3]), &x3)), "global_avg_pool_backward: dy [1, 3] is F16 with 3 channels, expected a multiple of 4"),
+        (err(pool::global_max_pool_backward(&d, &h(&[1, 3]), &arg(&[1, 3]), &x3)), "global_max_pool_backward: dy [1, 3] is F16 with 3 channels, expected a multiple of 4"),
+        // argmax stays u32, and a gradient is F32 or F16
+        (err(pool::max_pool_backward(&d, &g4, &y4, &y4, &x4)), "max_pool_backward: argmax [1, 3, 4, 4] is F16, expected U32"),
+        (err(pool::max_pool_backward(&d, &g4, &arg(&g4.output_shape()), &arg(&g4.output_shape()), &x4)), "max_pool_backward: dy [1, 3, 4, 4] is U32, expected F32 or F16"),
     ];
     for (got, want) in cases {
         assert!(got.contains(want), "expected an error containing {want:?}, got {got:?}");
