@@ -573,6 +573,41 @@ mod tests {
         assert!(seen.len() > 40, "f16 outputs: {seen:?}");
     }
 
+    /// Under mixed_float16 a gradient is stored as its activation: in a resnet18 step every
+    /// backward pass of BatchNorm, the join's ReLU gradient, the gradient sums and the pools
+    /// runs on the f16 modules, and every convolution's weight gradient reads an f16 dy but
+    /// the stem's (its output is f32: see `Conv2D::forward`), whose input gradient is never
+    /// formed; the unit-stride input gradients write f16. A layer that handed on an f32
+    /// gradient would fail here.
+    #[test]
+    fn mixed_precision_stores_gradients_as_their_activations() {
+        use crate::kernels::Dispatch;
+        use crate::model::DTypePolicy;
+        let devices = crate::device::open("software").expect("the software adapter");
+        let cfg = CheckConfig { precision: DTypePolicy::MixedFloat16, steps: 1, ..CheckConfig::new("resnet18", 8, 32) };
+        let (mut model, batches) = zoo_case(&cfg, devices).unwrap();
+        check_steps(&mut model, &batches, |_| {}).unwrap();
+        let c = model.compiled().unwrap();
+        let dispatches = c.replicas.replicas[0].training_dispatches(8, 1.0 / 8.0).expect("the step's plan");
+        // BatchNorm's gradient passes by their entries (the software adapter's end in `_cpu`).
+        for entry in ["backward_partial", "backward_dx", "relu_backward", "add", "max_pool_backward", "global_avg_pool_backward"] {
+            let all: Vec<&Dispatch> = dispatches.iter().filter(|d| d.kernel.strip_suffix("_cpu").unwrap_or(d.kernel) == entry).collect();
+            assert!(!all.is_empty(), "{entry}: not recorded");
+            for d in all {
+                assert!(d.shader.ends_with("+f16"), "{entry} runs {} ({})", d.shader, d.path);
+            }
+        }
+        let weights: Vec<&Dispatch> = dispatches.iter().filter(|d| d.kernel == "conv2d_backward_weights" && d.flops > 0.0).collect();
+        let f32_dy: Vec<&&Dispatch> = weights.iter().filter(|d| !d.shader.contains("b16")).collect();
+        assert!(weights.len() > 15 && f32_dy.len() == 1, "{} weight gradients, on an f32 dy: {f32_dy:#?}", weights.len());
+        let data: Vec<&Dispatch> = dispatches.iter().filter(|d| d.kernel == "conv2d_backward_data" && d.flops > 0.0).collect();
+        assert!(data.iter().all(|d| d.shader.contains("a16")), "an input gradient read an f32 dy: {data:#?}");
+        // Unit-stride ones write dx as f16; the stride-2 ones' phase products write f32.
+        // (a split product's partials are f32: its path names the storage it ends in).
+        let f16_dx = data.iter().filter(|d| d.path.split_whitespace().any(|t| t.starts_with("store=") && t.ends_with("c16"))).count();
+        assert_eq!(f16_dx, 13, "of {} input gradients, those writing an f16 dx: ResNet-18's 13 unit-stride convolutions but the stem", data.len());
+    }
+
     #[test]
     fn the_check_passes_on_convoy_and_fails_on_a_mask_from_the_wrong_side() {
         let devices = || crate::device::open("software").expect("the software adapter");

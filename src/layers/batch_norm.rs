@@ -102,8 +102,7 @@ impl Layer for BatchNormalization {
         }
     }
     fn backward(&self, g: &mut Graph, x: &Tensor, saved: &Saved, dy: &Tensor, w: &Weights, _need_dx: bool) -> Result<Option<Tensor>> {
-        // A gradient is stored as its activation (the kernels refuse any other storage).
-        let dx = g.device.alloc(x.shape(), x.dtype())?;
+        let dx = g.gradient(x)?;
         if g.frozen {
             // The inference transform's gradient; gamma's and beta's stay as they are (zero:
             // nothing writes them), as Keras computes none for a frozen layer.

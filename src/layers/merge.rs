@@ -87,12 +87,9 @@ impl Layer for Add {
         }
         // The sum passes its gradient to every input unchanged (after the fused ReLU's mask).
         let dy = if self.fused_relu {
-            // relu_backward takes dy, y and dx in one storage: the mask is stored as dy, and
-            // y is cast where it is stored otherwise (f16 under mixed_float16 while the
-            // gradients reaching here are f32).
-            let masked = g.device.alloc(dy.shape(), dy.dtype())?;
-            let y = g.cast_to(&saved.output, dy.dtype())?;
-            g.push(elementwise::relu_backward(g.device, dy, &y, &masked)?);
+            // dy is stored as the output it is the gradient of (Graph::gradient).
+            let masked = g.gradient(dy)?;
+            g.push(elementwise::relu_backward(g.device, dy, &saved.output, &masked)?);
             masked
         } else {
             dy.clone()

@@ -79,7 +79,7 @@ impl Layer for MaxPool2D {
             return Ok(None);
         }
         let geom = self.0.geometry("MaxPool2D", g.batch, &x.shape()[1..])?;
-        let dx = g.activation(&x.shape()[1..])?;
+        let dx = g.gradient(x)?;
         g.push(pool::max_pool_backward(g.device, &geom, dy, &saved.extra[0], &dx)?);
         Ok(Some(dx))
     }
@@ -173,7 +173,7 @@ impl Layer for GlobalAveragePooling2D {
         if !need_dx {
             return Ok(None);
         }
-        let dx = g.activation(&x.shape()[1..])?;
+        let dx = g.gradient(x)?;
         g.push(pool::global_avg_pool_backward(g.device, dy, &dx)?);
         Ok(Some(dx))
     }

@@ -156,12 +156,9 @@ impl Layer for Residual {
     fn backward(&self, g: &mut Graph, x: &Tensor, saved: &Saved, dy: &Tensor, w: &Weights, need_dx: bool) -> Result<Option<Tensor>> {
         let walk = self.walk(&x.shape()[1..])?;
         let dy = if self.fused_relu {
-            // relu_backward takes dy, y and dx in one storage: the mask is stored as dy, and
-            // y is cast where it is stored otherwise (f16 under mixed_float16 while the
-            // gradients reaching here are f32).
-            let masked = g.device.alloc(dy.shape(), dy.dtype())?;
-            let y = g.cast_to(&saved.output, dy.dtype())?;
-            g.push(elementwise::relu_backward(g.device, dy, &y, &masked)?);
+            // dy is stored as the output it is the gradient of (Graph::gradient).
+            let masked = g.gradient(dy)?;
+            g.push(elementwise::relu_backward(g.device, dy, &saved.output, &masked)?);
             masked
         } else {
             dy.clone()
@@ -180,15 +177,19 @@ impl Layer for Residual {
             // Only the first layer of a chain may skip its input gradient.
             let first_of_chain = Some(i) == first_main || Some(i) == first_short;
             let need = need_dx || !first_of_chain;
-            if let Some(d) = g.under_policy_of(*layer, |g| layer.backward(g, input, rec, &grads[path], &sub, need))? {
+            // Each gradient stored as the output it belongs to: the join's storage may differ
+            // from a chain end's, and a layer that read a cast copy returns the copy's.
+            let dy = g.cast_to(&grads[path], rec.output.dtype())?;
+            if let Some(d) = g.under_policy_of(*layer, |g| layer.backward(g, input, rec, &dy, &sub, need))? {
                 grads[path] = d;
             }
         }
         if !need_dx {
             return Ok(None);
         }
-        let dx = g.activation(&x.shape()[1..])?;
-        g.push(elementwise::add(g.device, &grads[0], &grads[1], &dx)?);
+        let ends = [g.cast_to(&grads[0], x.dtype())?, g.cast_to(&grads[1], x.dtype())?];
+        let dx = g.gradient(x)?;
+        g.push(elementwise::add(g.device, &ends[0], &ends[1], &dx)?);
         Ok(Some(dx))
     }
 }

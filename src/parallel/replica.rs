@@ -549,6 +549,13 @@ impl Replica {
         self.plans.get(&(n, true, scale.to_bits())).map(|p| p.records.as_slice()).filter(|r| !r.is_empty())
     }
 
+    /// The recorded dispatches (forward, loss, backward) of the training step of `n` samples
+    /// whose loss gradient was scaled by `scale`, if that plan is built: what a test reads
+    /// each kernel's storage from.
+    pub fn training_dispatches(&self, n: usize, scale: f32) -> Option<&[Dispatch]> {
+        self.plans.get(&(n, true, scale.to_bits())).map(|p| p.dispatches.as_slice())
+    }
+
     /// Steps submitted whose outputs have not been collected.
     pub fn pending(&self) -> usize {
         self.in_flight.len()
