@@ -883,15 +883,19 @@ fn reduce_splits(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
             }
         }
     }
-    if (flag(2u) && !GROUPED && !PHASE_ROWS) {
-        // N % 4 == 0 and C row-major: the quad is one aligned quad of C (the only store an
-        // f16 C takes: shaders/lib/c_f16.wgsl).
+    if (flag(2u) && !GROUPED) {
+        // N % 4 == 0: the quad is one aligned quad of C, at its row or at its phase row's
+        // pixel (the only store an f16 C takes: shaders/lib/c_f16.wgsl).
         var v = s;
         if (flag(3u)) {
             let n = i0 % p.n;
             v += vec4<f32>(bias_at(n), bias_at(n + 1u), bias_at(n + 2u), bias_at(n + 3u));
         }
-        c_put4(i0 / 4u, v);
+        var at = i0;
+        if (PHASE_ROWS) {
+            at = c_index(i0 / p.n, i0 % p.n);
+        }
+        c_put4(at / 4u, v);
         return;
     }
     for (var e = 0u; e < 4u; e++) {

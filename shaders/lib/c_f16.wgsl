@@ -1,7 +1,7 @@
 // C stored as f16, two to a word, rounded as shaders/lib/half.wgsl rounds (see c_f32.wgsl).
 // Only whole quads are stored: the host refuses an f16 C where a row's columns are not
-// whole quads (N % 4 != 0), or where rows go to scattered places (phase rows, groups), the
-// cases where conv2d.wgsl stores single elements and two invocations would share a word.
+// whole quads (N % 4 != 0) or a row is a group's slice of a wider C, the cases where
+// conv2d.wgsl stores single elements and two invocations would share a word.
 alias c_quad = vec2<u32>;
 
 fn c_put4(q: u32, v: vec4<f32>) {

@@ -577,8 +577,8 @@ mod tests {
     /// backward pass of BatchNorm, the join's ReLU gradient, the gradient sums and the pools
     /// runs on the f16 modules, and every convolution's weight gradient reads an f16 dy but
     /// the stem's (its output is f32: see `Conv2D::forward`), whose input gradient is never
-    /// formed; the unit-stride input gradients write f16. A layer that handed on an f32
-    /// gradient would fail here.
+    /// formed; every input gradient writes f16, the stride-2 ones' phase products too. A
+    /// layer that handed on an f32 gradient would fail here.
     #[test]
     fn mixed_precision_stores_gradients_as_their_activations() {
         use crate::kernels::Dispatch;
@@ -602,10 +602,10 @@ mod tests {
         assert!(weights.len() > 15 && f32_dy.len() == 1, "{} weight gradients, on an f32 dy: {f32_dy:#?}", weights.len());
         let data: Vec<&Dispatch> = dispatches.iter().filter(|d| d.kernel == "conv2d_backward_data" && d.flops > 0.0).collect();
         assert!(data.iter().all(|d| d.shader.contains("a16")), "an input gradient read an f32 dy: {data:#?}");
-        // Unit-stride ones write dx as f16; the stride-2 ones' phase products write f32.
-        // (a split product's partials are f32: its path names the storage it ends in).
+        // Each writes dx as f16 (a split product's partials are f32: its path names the
+        // storage it ends in).
         let f16_dx = data.iter().filter(|d| d.path.split_whitespace().any(|t| t.starts_with("store=") && t.ends_with("c16"))).count();
-        assert_eq!(f16_dx, 13, "of {} input gradients, those writing an f16 dx: ResNet-18's 13 unit-stride convolutions but the stem", data.len());
+        assert!(data.len() > 20 && f16_dx == data.len(), "{f16_dx} of {} input gradients write an f16 dx", data.len());
     }
 
     #[test]

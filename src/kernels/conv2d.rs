@@ -333,7 +333,7 @@ fn flipped(device: &Device, kernel: &'static str, geom: &Conv2dGeometry, back: &
 ///
 /// # Dtypes
 /// dy and dx F32 or F16 (gradients stored as their activations under `mixed_float16`); an
-/// F16 dx needs whole quads of channels in place: unit stride, one group.
+/// F16 dx needs whole quads of channels and one group.
 pub fn backward_data(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w: &Tensor, dx: &Tensor) -> Result<Vec<Dispatch>> {
     backward_data_with(device, geom, dy, w, dx, &GemmOptions::default())
 }

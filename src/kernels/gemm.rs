@@ -620,10 +620,10 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
             bail!(Shape, "{kernel}: output {:?} overlaps input {name} {:?}", g.c.shape(), t.shape());
         }
     }
-    // An f16 C is stored a whole quad at a time (two invocations would share a word):
-    // its rows must be whole quads and in place.
-    if g.c.dtype() == DType::F16 && (!g.n.is_multiple_of(4) || g.groups.is_some() || g.phase.is_some()) {
-        bail!(Shape, "{kernel}: an F16 output {:?} needs a multiple of 4 columns in plain rows, got {} columns{}{}", g.c.shape(), g.n, if g.groups.is_some() { ", grouped" } else { "" }, if g.phase.is_some() { ", phase rows" } else { "" });
+    // An f16 C is stored a whole quad at a time (two invocations would share a word): its
+    // rows (or a phase product's pixels) must be whole quads, not a group's slice.
+    if g.c.dtype() == DType::F16 && (!g.n.is_multiple_of(4) || g.groups.is_some()) {
+        bail!(Shape, "{kernel}: an F16 output {:?} needs a multiple of 4 columns in whole rows, got {} columns{}", g.c.shape(), g.n, if g.groups.is_some() { ", grouped" } else { "" });
     }
     if g.m == 0 || g.n == 0 {
         return Ok(Vec::new());

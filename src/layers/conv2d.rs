@@ -175,10 +175,9 @@ impl Layer for Conv2D {
         if !need_dx {
             return Ok(None);
         }
-        // dx as x is stored where the product can write it: a phase product (stride above
-        // 1) scatters its rows, so its dx is f32 and the caller casts it.
-        let unit = geom.stride_h == 1 && geom.stride_w == 1;
-        let dx = if unit && self.groups == 1 { g.gradient(x)? } else { g.activation(&x.shape()[1..])? };
+        // dx as x is stored where the product can write it: a grouped product stores its
+        // rows' slices element by element, so its dx is f32 and the caller casts it.
+        let dx = if self.groups == 1 { g.gradient(x)? } else { g.activation(&x.shape()[1..])? };
         g.extend(conv2d::backward_data_with(g.device, &geom, dy, &w.params[0], &dx, &g.gemm())?);
         Ok(Some(dx))
     }
