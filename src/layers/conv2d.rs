@@ -137,6 +137,10 @@ impl Layer for Conv2D {
         // The bias is its own f32 pass, and a grouped product scatters its rows.
         !self.use_bias && self.groups == 1
     }
+    fn takes_f16_gradient(&self) -> bool {
+        // dy is an operand of both products; the bias's gradient sums it in f32.
+        self.stores_f16()
+    }
     fn config(&self) -> serde_json::Value {
         json!({
             "filters": self.filters,

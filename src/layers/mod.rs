@@ -284,6 +284,13 @@ pub trait Layer: Send + Sync + std::fmt::Debug {
     fn stores_f16(&self) -> bool {
         false
     }
+    /// Whether the layer's backward takes its output's gradient stored either way (f32 or
+    /// f16) whatever its output is stored as: the plan then hands it an f16 gradient as it
+    /// was written rather than casting it to the output's f32 (the stem convolution, whose
+    /// products read either).
+    fn takes_f16_gradient(&self) -> bool {
+        false
+    }
     /// Whether this is a plain `max(x, 0)` ReLU, the only kind a BatchNorm or residual join
     /// applies in its own pass (see [`Layer::fuse_relu`]); a capped or leaky one is not.
     fn is_plain_relu(&self) -> bool {

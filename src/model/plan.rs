@@ -268,6 +268,8 @@ impl Plan {
             // cast copy, before the readers' gradients are summed.
             let mut grads: Vec<Option<Tensor>> = vec![None; n + 1];
             let storage = |j: usize| slots[j].as_ref().map_or(DType::F32, |t| t.dtype());
+            let mut readers = vec![0usize; n + 1];
+            def.layout.inbound.iter().flatten().for_each(|&j| readers[j] += 1);
             grads[n] = Some(g.cast_to(&dlogits, storage(n))?);
             // Whether a node's gradient is used: some layer on a path from the input to it
             // has parameters. The input's never is, nor that of a Flatten or a pool in
@@ -299,7 +301,9 @@ impl Plan {
                 let dxs = g.under_policy_of(layer, |g| layer.backward_all(g, xs, saved, &dy, &weights(def, shared, i), need_dx))?;
                 for (&j, dx) in from.iter().zip(dxs) {
                     let (true, Some(dx)) = (wanted[j], dx) else { continue };
-                    let dx = g.cast_to(&dx, storage(j))?;
+                    // A node's only gradient reaches a layer that takes either storage as it is.
+                    let as_is = j > 0 && !def.fused[j - 1] && def.layers[j - 1].takes_f16_gradient() && grads[j].is_none() && readers[j] == 1;
+                    let dx = if as_is { dx } else { g.cast_to(&dx, storage(j))? };
                     grads[j] = Some(match grads[j].take() {
                         None => dx,
                         Some(prev) => {
