@@ -277,33 +277,59 @@ fn gamma4(c: u32) -> vec4<f32> { return vec4<f32>(gamma[c], gamma[c + 1u], gamma
 fn beta4(c: u32) -> vec4<f32> { return vec4<f32>(beta[c], beta[c + 1u], beta[c + 2u], beta[c + 3u]); }
 fn saved4(c: u32) -> vec4<f32> { return vec4<f32>(saved[c], saved[c + 1u], saved[c + 2u], saved[c + 3u]); }
 
-fn write_y4(i: u32, c: u32, mean: vec4<f32>, inv_std: vec4<f32>) {
-    var v = (act_quad(x4[i]) - mean) * (inv_std * gamma4(c)) + beta4(c);
-    if (p.relu != 0u) {
-        v = relu4(v);
-    }
-    out4[i] = act_pack(v);
+// The vec4 per-element passes take one quad of channels over QUAD_ROWS consecutive rows an
+// invocation, consecutive invocations consecutive quads of a row, so that the channels'
+// factors (four scalar loads each) are loaded once for all of them: one quad a load, they
+// cost more than the quad itself under f16 (H100, resnet50 mixed: the normalize at 52% of
+// its memory floor). Keep in step with QUAD_ROWS in src/kernels/batchnorm.rs.
+const QUAD_ROWS: u32 = 4u;
+
+struct Quads {
+    // The first quad's index, the quads between rows, how many rows, and the first channel.
+    first: u32,
+    stride: u32,
+    count: u32,
+    c: u32,
 }
 
-// normalize_train and normalize_infer over rows * cols / 4 vec4s.
+fn quads_of(i: u32) -> Quads {
+    let per_row = p.cols >> 2u;
+    let row0 = (i / per_row) * QUAD_ROWS;
+    let cq = i % per_row;
+    let count = select(0u, min(QUAD_ROWS, p.rows - min(row0, p.rows)), row0 < p.rows);
+    return Quads(row0 * per_row + cq, per_row, count, cq << 2u);
+}
+
+// y over the invocation's quads: (x - mean) * k + b, k = inv_std * gamma and b = beta.
+fn write_y4(q: Quads, mean: vec4<f32>, k: vec4<f32>, b: vec4<f32>) {
+    for (var r = 0u; r < q.count; r++) {
+        let i = q.first + r * q.stride;
+        var v = (act_quad(x4[i]) - mean) * k + b;
+        if (p.relu != 0u) {
+            v = relu4(v);
+        }
+        out4[i] = act_pack(v);
+    }
+}
+
+// normalize_train and normalize_infer over the vec4s, QUAD_ROWS rows an invocation.
 @compute @workgroup_size(WG)
 fn normalize_train4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                     @builtin(local_invocation_index) lid: u32) {
-    let i = linear_index(wid, nwg, lid);
-    if (i >= p.rows * (p.cols >> 2u)) { return; }
-    let c = (i << 2u) % p.cols;
-    write_y4(i, c, saved4(c), saved4(p.cols + c));
+    let q = quads_of(linear_index(wid, nwg, lid));
+    if (q.count == 0u) { return; }
+    write_y4(q, saved4(q.c), saved4(p.cols + q.c) * gamma4(q.c), beta4(q.c));
 }
 
 @compute @workgroup_size(WG)
 fn normalize_infer4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                     @builtin(local_invocation_index) lid: u32) {
-    let i = linear_index(wid, nwg, lid);
-    if (i >= p.rows * (p.cols >> 2u)) { return; }
-    let c = (i << 2u) % p.cols;
+    let q = quads_of(linear_index(wid, nwg, lid));
+    if (q.count == 0u) { return; }
+    let c = q.c;
     let mean = vec4<f32>(moving_mean_in[c], moving_mean_in[c + 1u], moving_mean_in[c + 2u], moving_mean_in[c + 3u]);
     let var4 = vec4<f32>(moving_var_in[c], moving_var_in[c + 1u], moving_var_in[c + 2u], moving_var_in[c + 3u]);
-    write_y4(i, c, mean, inverseSqrt(var4 + vec4<f32>(p.epsilon)));
+    write_y4(q, mean, inverseSqrt(var4 + vec4<f32>(p.epsilon)) * gamma4(c), beta4(c));
 }
 
 // The upstream gradient, masked by the fused ReLU's output where there is one; NaN where
@@ -399,18 +425,23 @@ fn backward_dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
 @compute @workgroup_size(WG)
 fn backward_dx4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
-    let i = linear_index(wid, nwg, lid);
-    if (i >= p.rows * (p.cols >> 2u)) { return; }
-    let c = (i << 2u) % p.cols;
+    let q = quads_of(linear_index(wid, nwg, lid));
+    if (q.count == 0u) { return; }
+    let c = q.c;
     let inv_std = saved4(p.cols + c);
-    let x_hat = (act_quad(x4[i]) - saved4(c)) * inv_std;
-    var g = act_quad(dy4[i]);
-    if (p.relu != 0u) {
-        g = relu_grad4(g, act_quad(y4[i]));
-    }
+    let mean = saved4(c);
+    let k = gamma4(c) * inv_std;
     let dbeta4 = vec4<f32>(dbeta_in[c], dbeta_in[c + 1u], dbeta_in[c + 2u], dbeta_in[c + 3u]);
     let dgamma4 = vec4<f32>(dgamma_in[c], dgamma_in[c + 1u], dgamma_in[c + 2u], dgamma_in[c + 3u]);
-    out4[i] = act_pack(gamma4(c) * inv_std * (g - (dbeta4 + x_hat * dgamma4) / f32(p.rows)));
+    for (var r = 0u; r < q.count; r++) {
+        let i = q.first + r * q.stride;
+        let x_hat = (act_quad(x4[i]) - mean) * inv_std;
+        var g = act_quad(dy4[i]);
+        if (p.relu != 0u) {
+            g = relu_grad4(g, act_quad(y4[i]));
+        }
+        out4[i] = act_pack(k * (g - (dbeta4 + x_hat * dgamma4) / f32(p.rows)));
+    }
 }
 
 // Backward of the inference forward, for a layer that trains in inference mode (Keras 3's
@@ -429,13 +460,17 @@ fn backward_infer_dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgro
 @compute @workgroup_size(WG)
 fn backward_infer_dx4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                       @builtin(local_invocation_index) lid: u32) {
-    let i = linear_index(wid, nwg, lid);
-    if (i >= p.rows * (p.cols >> 2u)) { return; }
-    let c = (i << 2u) % p.cols;
-    var g = act_quad(dy4[i]);
-    if (p.relu != 0u) {
-        g = relu_grad4(g, act_quad(y4[i]));
-    }
+    let q = quads_of(linear_index(wid, nwg, lid));
+    if (q.count == 0u) { return; }
+    let c = q.c;
     let var4 = vec4<f32>(moving_var_in[c], moving_var_in[c + 1u], moving_var_in[c + 2u], moving_var_in[c + 3u]);
-    out4[i] = act_pack(g * (gamma4(c) * inverseSqrt(var4 + vec4<f32>(p.epsilon))));
+    let k = gamma4(c) * inverseSqrt(var4 + vec4<f32>(p.epsilon));
+    for (var r = 0u; r < q.count; r++) {
+        let i = q.first + r * q.stride;
+        var g = act_quad(dy4[i]);
+        if (p.relu != 0u) {
+            g = relu_grad4(g, act_quad(y4[i]));
+        }
+        out4[i] = act_pack(g * k);
+    }
 }

@@ -341,9 +341,14 @@ impl Plan {
             return Ok(launch(device, self.tiled(), entries[0], params, binds, grid_for(device, n)?).tagged(width_token(false)).tagged(store));
         }
         let binds: Vec<(u32, Bind<'_>)> = binds.iter().map(|(i, b)| (vec4_binding(*i), *b)).collect();
-        Ok(launch(device, self.tiled(), entries[1], params, &binds, grid_for(device, n / 4)?).named(entries[0], 0.0).tagged(width_token(true)).tagged(store))
+        let invocations = (params.rows as usize).div_ceil(QUAD_ROWS) * (params.cols as usize / 4);
+        Ok(launch(device, self.tiled(), entries[1], params, &binds, grid_for(device, invocations)?).named(entries[0], 0.0).tagged(width_token(true)).tagged(store))
     }
 }
+
+/// Rows of one quad of channels a vec4 per-element invocation takes (`QUAD_ROWS` in
+/// shaders/batchnorm.wgsl).
+const QUAD_ROWS: usize = 4;
 
 /// The binding of a tensor the per-element and CPU passes read or write as vec4s: x, y, dy
 /// and the output (y or dx, `out` at 16) have vec4 twins at 19-22, the only ones an f16
