@@ -1,6 +1,10 @@
-// Activations beyond the plain ReLU, over flat f32 tensors: Keras' ReLU with max_value and
+// Activations beyond the plain ReLU, over flat tensors: Keras' ReLU with max_value and
 // negative_slope (LeakyReLU, ReLU6), sigmoid, tanh, SiLU, GELU (erf and tanh forms); a
 // softmax over the last axis; and a per-channel affine map (Rescaling, Normalization).
+// The element-wise functions' vec4 entry points also take activations stored as f16 (the
+// module is compiled once per lib/act_*.wgsl): they sit between f16 BatchNorms in
+// mixed_float16 models, where f32 alone cost a cast on each side, both passes. They compute
+// in f32 and round once on the store. Softmax and the channel maps stay f32.
 // Element-wise kernels run one invocation per element (per vec4 in the *4 entry points);
 // the grid may be folded into 2-D (see src/kernels/mod.rs). Softmax runs one workgroup per row.
 //
@@ -27,14 +31,21 @@ struct Params {
 // forward: y; backward: dx
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
-// The same operands four elements at a time, for the *4 entry points (element counts
-// divisible by 4; views are 256-byte aligned).
+// The same operands four elements at a time, for the channel maps' *4 entry points
+// (element counts divisible by 4; views are 256-byte aligned).
 @group(0) @binding(5) var<storage, read> a4: array<vec4<f32>>;
-@group(0) @binding(6) var<storage, read> b4: array<vec4<f32>>;
 @group(0) @binding(7) var<storage, read_write> out4: array<vec4<f32>>;
 
 // channel_affine: (scale, offset) per channel, element i taking entry i % p.c.
 @group(0) @binding(8) var<storage, read> table: array<vec2<f32>>;
+
+// The element-wise functions' operands four at a time in this module's storage (f32 or f16
+// by the act_*.wgsl prepended): in the f32 module `act_quad` and `act_pack` are the identity,
+// so activation_forward4 and activation_backward4 compute there exactly what they did on
+// a4/b4/out4. Stores are whole quads, so two invocations never share an f16 word.
+@group(0) @binding(9) var<storage, read> a4h: array<act4>;
+@group(0) @binding(10) var<storage, read> b4h: array<act4>;
+@group(0) @binding(11) var<storage, read_write> out4h: array<act4>;
 
 override WG: u32 = 256u;
 
@@ -187,7 +198,7 @@ fn activation_forward4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workg
                        @builtin(local_invocation_index) lid: u32) {
     let i = index(wid, nwg, lid);
     if (i >= p.n) { return; }
-    out4[i] = forward_f(a4[i]);
+    out4h[i] = act_pack(forward_f(act_quad(a4h[i])));
 }
 
 // out = a (the upstream gradient) * f'(b) (b: the forward's input)
@@ -204,7 +215,7 @@ fn activation_backward4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_work
                         @builtin(local_invocation_index) lid: u32) {
     let i = index(wid, nwg, lid);
     if (i >= p.n) { return; }
-    out4[i] = a4[i] * derivative(b4[i]);
+    out4h[i] = act_pack(act_quad(a4h[i]) * derivative(act_quad(b4h[i])));
 }
 
 // out = a * scale[c] + offset[c], c = i % p.c (Rescaling, Normalization).

@@ -1,8 +1,9 @@
 // Element-wise kernels over flat f32 tensors: ReLU, residual add, dropout, scaling.
 // One invocation per element; the grid may be folded into 2-D (see src/kernels/mod.rs).
-// The residual join (add4, add_relu4) and relu_backward4 also take activations stored as
-// f16: those operands are bound through lib/act_*.wgsl's `act4` (a4h, b4h, out4h). A
-// gradient is stored as its activation, so relu_backward4's dy and dx are f16 with its y.
+// The residual join (add4, add_relu4), relu_forward4 and relu_backward4 also take
+// activations stored as f16: those operands are bound through lib/act_*.wgsl's `act4` (a4h,
+// b4h, out4h). A gradient is stored as its activation, so relu_backward4's dy and dx are f16
+// with its y.
 
 struct Params {
     n: u32,
@@ -24,14 +25,10 @@ struct Params {
 // The same operands seen four elements at a time, for the *4 entry points (element counts
 // divisible by 4; views are 256-byte aligned): a load of 16 bytes per invocation keeps
 // enough bytes in flight to stream near the memory's speed, where 4 bytes do not.
-// Only f32 operands use these (relu_forward's x and y, which have no f16 form); b has none
-// since every vec4 entry point reads an activation there.
-@group(0) @binding(5) var<storage, read> a4: array<vec4<f32>>;
-@group(0) @binding(7) var<storage, read_write> out4: array<vec4<f32>>;
-// Activation operands four at a time in this module's storage (f32 or f16 by the act_*.wgsl
-// prepended): the same code is the f32 join bit for bit and the f16 one, which is why
-// add4 (a gradient sum too) and relu_backward4 read and write here and not through a4/out4.
-// Stores are whole quads, so two invocations never share an f16 word.
+// The operands are activations, in this module's storage (f32 or f16 by the act_*.wgsl
+// prepended): the same code is the f32 kernel bit for bit and the f16 one, which is why
+// every vec4 entry point (add4, a gradient sum too) reads and writes here. Stores are whole
+// quads, so two invocations never share an f16 word.
 @group(0) @binding(8) var<storage, read> a4h: array<act4>;
 @group(0) @binding(9) var<storage, read> b4h: array<act4>;
 @group(0) @binding(10) var<storage, read_write> out4h: array<act4>;
@@ -72,15 +69,15 @@ fn add(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     out[i] = a[i] + b[i];
 }
 
-// relu_forward, relu_backward and add over p.n vec4s. relu_backward4's dy, y and dx share
-// this module's storage: each dx is dy, y (NaN) or 0, so in f16 its store is exact and keeps
-// NaN and infinity.
+// relu_forward, relu_backward and add over p.n vec4s. relu_forward4's y is x or 0, and
+// relu_backward4's dx is dy, y (NaN) or 0, each in its operands' storage: in f16 both stores
+// are exact and keep NaN and infinity.
 @compute @workgroup_size(WG)
 fn relu_forward4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                  @builtin(local_invocation_index) lid: u32) {
     let i = index(wid, nwg, lid);
     if (i >= p.n) { return; }
-    out4[i] = relu4(a4[i]);
+    out4h[i] = act_pack(relu4(act_quad(a4h[i])));
 }
 
 @compute @workgroup_size(WG)

@@ -6,11 +6,18 @@
 //! Element-wise kernels: every operand has the same number of elements, shapes otherwise
 //! free. Softmax: `[.., k]`, rows of the last axis. Channel maps: `[.., channels]` with a
 //! table of 1 or `channels` entries.
+//!
+//! # Storage
+//! The element-wise functions ([`activation_forward`], [`activation_backward`]) take their
+//! operands all f32 or all f16 (a gradient is stored as its activation); an f16 operand needs
+//! a multiple of 4 elements, since only the vec4 kernels store f16 (a scalar store would share
+//! a word with its neighbour's). They compute in f32 and round each result once. Softmax and
+//! the channel maps take f32 alone.
 
 use bytemuck::{Pod, Zeroable};
 use wgpu::util::DeviceExt;
 
-use super::{expect_dtype, expect_same_len, expect_separate, grid, grid_for, u32_of, width_token, Dispatch, ACTIVATION, WG_CONST};
+use super::{expect_activations, expect_dtype, expect_same_len, expect_separate, grid, grid_for, u32_of, width_token, Dispatch, Storage, ACTIVATION, ACTIVATION_ALL, WG_CONST};
 use crate::{bail, DType, Device, Result, Tensor};
 
 /// Invocations per softmax row; the shader's `ROW`.
@@ -103,51 +110,78 @@ struct Params {
     c: u32,
 }
 
-/// `entry` over `p.n` elements, or `entry4` over `p.n / 4` vec4s (the operands bound at
-/// binding + 4) where the count allows it; both count as `entry` in profiles.
+/// How a vec4 entry point binds its operands: the channel maps' f32 views at binding + 4, or
+/// the element-wise functions' views in `Storage` at binding + 8 (`act4`, either module).
+#[derive(Clone, Copy)]
+enum Views {
+    F32,
+    Act(Storage),
+}
+
+/// `entry` over `p.n` elements, or `entry4` over `p.n / 4` vec4s (the operands bound at their
+/// `views`) where the count allows it; both count as `entry` in profiles. The callers have
+/// refused f16 where the count is not a multiple of 4.
 fn launch_vec4(
     device: &Device,
     (entry, entry4): (&'static str, &'static str),
     constants: &[(&'static str, f64)],
     p: Params,
-    bindings: &[(u32, &Tensor)],
+    (bindings, views): (&[(u32, &Tensor)], Views),
     table: Option<&wgpu::Buffer>,
 ) -> Result<Dispatch> {
     let wide = p.n.is_multiple_of(4) && (p.c == 1 || p.c.is_multiple_of(4));
+    let (shift, storage) = match views {
+        Views::F32 => (4, Storage::F32),
+        Views::Act(s) => (8, s),
+    };
+    debug_assert!(wide || storage == Storage::F32, "{entry}: f16 reached the scalar kernel");
     let (label, p, groups) = if wide { (entry4, Params { n: p.n / 4, ..p }, grid_for(device, p.n as usize / 4)?) } else { (entry, p, grid_for(device, p.n as usize)?) };
     let uniform = device.uniform(&p);
     let mut all = vec![(0, uniform.as_entire_buffer_binding())];
-    all.extend(bindings.iter().map(|&(i, t)| (if wide { i + 4 } else { i }, t.binding())));
+    all.extend(bindings.iter().map(|&(i, t)| (if wide { i + shift } else { i }, t.binding())));
     if let Some(t) = table {
         all.push((8, t.as_entire_buffer_binding()));
     }
-    Ok(Dispatch::new(device, &ACTIVATION, label, constants, &all, groups).named(entry, 0.0).tagged(width_token(wide)))
+    let d = Dispatch::new(device, storage.pick(&ACTIVATION_ALL), label, constants, &all, groups).named(entry, 0.0).tagged(width_token(wide));
+    Ok(match views {
+        Views::F32 => d,
+        Views::Act(s) => d.tagged(s.token()),
+    })
 }
 
+/// Softmax's and the channel maps' operands: f32 alone (their layers do not store f16, so
+/// an f16 operand here is a caller's mistake, named as such).
 fn expect_f32(kernel: &str, operands: &[(&str, &Tensor)]) -> Result<()> {
+    if let Some((name, t)) = operands.iter().find(|(_, t)| t.dtype() == DType::F16) {
+        bail!(Shape, "{kernel}: {name} {:?} is F16, expected F32 (only activation_forward and activation_backward take f16 storage)", t.shape());
+    }
     operands.iter().try_for_each(|(name, t)| expect_dtype(kernel, name, t, DType::F32))
 }
 
-/// `y = f(x)`; NaN stays NaN.
+/// `y = f(x)`; NaN stays NaN. `x` and `y` both f32 or both f16 (f16: a multiple of 4
+/// elements; `y` is f(x) in f32 rounded once to f16, past f16's range infinite).
 pub fn activation_forward(device: &Device, f: Function, x: &Tensor, y: &Tensor) -> Result<Dispatch> {
     let k = "activation_forward";
     expect_same_len(k, ("x", x), ("y", y))?;
-    expect_f32(k, &[("x", x), ("y", y)])?;
+    let storage = expect_activations(k, &[("x", x), ("y", y)], ("elements", x.len()))?;
     expect_separate(k, &[("y", y)], &[("x", x)])?;
     let constants = [WG_CONST, ("OP", f.op() as f64)];
-    Ok(launch_vec4(device, (k, "activation_forward4"), &constants, f.params(k, x.len())?, &[(1, x), (3, y)], None)?.tagged(f.token()))
+    Ok(launch_vec4(device, (k, "activation_forward4"), &constants, f.params(k, x.len())?, (&[(1, x), (3, y)], Views::Act(storage)), None)?.tagged(f.token()))
 }
 
 /// `dx = dy * f'(x)`, from the forward's input `x`; NaN where `x` is NaN. At ReLU's kinks
-/// the derivative is TensorFlow's: 0 at `max_value`, `negative_slope` at 0.
+/// the derivative is TensorFlow's: 0 at `max_value`, `negative_slope` at 0. `dy`, `x` and
+/// `dx` all f32 or all f16 (the gradients stored as the activation; f16: a multiple of 4
+/// elements, the product taken in f32 and rounded once, past f16's range infinite, which
+/// loss scaling watches for).
 pub fn activation_backward(device: &Device, f: Function, dy: &Tensor, x: &Tensor, dx: &Tensor) -> Result<Dispatch> {
     let k = "activation_backward";
     expect_same_len(k, ("dy", dy), ("x", x))?;
     expect_same_len(k, ("dy", dy), ("dx", dx))?;
-    expect_f32(k, &[("dy", dy), ("x", x), ("dx", dx)])?;
+    let storage = expect_activations(k, &[("x", x), ("dy", dy), ("dx", dx)], ("elements", x.len()))?;
     expect_separate(k, &[("dx", dx)], &[("dy", dy), ("x", x)])?;
     let constants = [WG_CONST, ("OP", f.op() as f64)];
-    Ok(launch_vec4(device, (k, "activation_backward4"), &constants, f.params(k, dy.len())?, &[(1, dy), (2, x), (3, dx)], None)?.tagged(f.token()))
+    Ok(launch_vec4(device, (k, "activation_backward4"), &constants, f.params(k, dy.len())?, (&[(1, dy), (2, x), (3, dx)], Views::Act(storage)), None)?.tagged(f.token()))
 }
 
 /// Rows of the last axis of `t`, which must have at least one column.
@@ -233,7 +267,7 @@ pub fn channel_affine(device: &Device, x: &Tensor, scale: &[f32], offset: &[f32]
     expect_separate(k, &[("y", y)], &[("x", x)])?;
     let (table, c) = channel_table(device, k, x, scale, offset)?;
     let p = Params { n: u32_of(k, "elements", x.len())?, alpha: 0.0, beta: 0.0, c };
-    Ok(launch_vec4(device, (k, "channel_affine4"), &[WG_CONST], p, &[(1, x), (3, y)], Some(&table))?.tagged(table_token(c)))
+    Ok(launch_vec4(device, (k, "channel_affine4"), &[WG_CONST], p, (&[(1, x), (3, y)], Views::F32), Some(&table))?.tagged(table_token(c)))
 }
 
 /// The gradient of [`channel_affine`]: `dx = dy * scale[c]`.
@@ -247,5 +281,5 @@ pub fn channel_scale(device: &Device, dy: &Tensor, scale: &[f32], dx: &Tensor) -
     expect_separate(k, &[("dx", dx)], &[("dy", dy)])?;
     let (table, c) = channel_table(device, k, dy, scale, &vec![0.0; scale.len()])?;
     let p = Params { n: u32_of(k, "elements", dy.len())?, alpha: 0.0, beta: 0.0, c };
-    Ok(launch_vec4(device, (k, "channel_scale4"), &[WG_CONST], p, &[(1, dy), (3, dx)], Some(&table))?.tagged(table_token(c)))
+    Ok(launch_vec4(device, (k, "channel_scale4"), &[WG_CONST], p, (&[(1, dy), (3, dx)], Views::F32), Some(&table))?.tagged(table_token(c)))
 }

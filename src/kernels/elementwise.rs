@@ -5,8 +5,8 @@
 //!
 //! # Storage
 //! A gradient is stored as its activation. The residual join ([`add`], [`add_relu`]) takes its
-//! operands all f32 or all f16, as do gradient sums ([`add`]) and [`relu_backward`] (`dy`,
-//! `y`, `dx`); an f16 operand needs a multiple of 4 elements, since only the vec4 kernels
+//! operands all f32 or all f16, as do gradient sums ([`add`]), [`relu_forward`] (`x`, `y`)
+//! and [`relu_backward`] (`dy`, `y`, `dx`); an f16 operand needs a multiple of 4 elements, since only the vec4 kernels
 //! store f16 (a scalar store would share a word with its neighbour's). The other kernels take
 //! f32 alone.
 
@@ -28,8 +28,8 @@ fn launch(device: &Device, shader: &Shader, entry: &'static str, params: Params,
     Ok(Dispatch::with_params(device, shader, entry, &[WG_CONST], &params, bindings, grid_for(device, params.n as usize)?))
 }
 
-/// `entry` four elements per invocation (`entry4` on the `wide` bindings: f32 operands' quad
-/// views at binding + 4, activations' at binding + 7) where the element count allows it, else
+/// `entry` four elements per invocation (`entry4` on the `wide` bindings: the activations'
+/// quad views at binding + 7) where the element count allows it, else
 /// one on the `narrow` bindings; both count as `entry` in profiles. `storage` picks the
 /// module; the callers have refused f16 where the count is not a multiple of 4.
 fn launch_vec4(device: &Device, entry: &'static str, entry4: &'static str, n: usize, storage: Storage, narrow: &[(u32, &Tensor)], wide: &[(u32, &Tensor)]) -> Result<Dispatch> {
@@ -54,13 +54,13 @@ fn join_storage(kernel: &str, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<St
 }
 
 /// `y = max(x, 0)`; NaN stays NaN (a diverged activation must not turn into a finite 0).
-/// `x` and `y` are f32.
+/// `x` and `y` both f32 or both f16 (a ReLU between layers that store f16); in f16 `y` holds
+/// `x` or 0 exactly.
 pub fn relu_forward(device: &Device, x: &Tensor, y: &Tensor) -> Result<Dispatch> {
     let k = "relu_forward";
     expect_same_len(k, ("x", x), ("y", y))?;
-    expect_dtype(k, "x", x, DType::F32)?;
-    expect_dtype(k, "y", y, DType::F32)?;
-    launch_vec4(device, k, "relu_forward4", x.len(), Storage::F32, &[(1, x), (3, y)], &[(5, x), (7, y)])
+    let storage = expect_activations(k, &[("x", x), ("y", y)], ("elements", x.len()))?;
+    launch_vec4(device, k, "relu_forward4", x.len(), storage, &[(1, x), (3, y)], &[(8, x), (10, y)])
 }
 
 /// `dx = dy * (y > 0)`, from the forward's output `y` (so `x` need not be kept); NaN where

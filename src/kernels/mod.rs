@@ -191,6 +191,9 @@ storage_pair!(BATCHNORM_ALL, "batchnorm.wgsl", ["relu.wgsl"], ["batchnorm.wgsl"]
 // bindings and merges with passes laid out for CPU threads (see [`batchnorm`]'s `Plan`).
 storage_pair!(BATCHNORM_CPU_ALL, "batchnorm_cpu.wgsl", ["relu.wgsl"], ["batchnorm.wgsl", "batchnorm_cpu.wgsl"]);
 storage_pair!(POOL_ALL, "pool.wgsl", ["relu.wgsl"], ["pool.wgsl"]);
+// The element-wise activations' vec4 entry points read and write either storage; softmax
+// and the channel maps run the f32 module alone (see [`activation`]).
+storage_pair!(ACTIVATION_ALL, "activation.wgsl", ["relu.wgsl"], ["activation.wgsl"]);
 /// `shaders/elementwise.wgsl` on f32 activations.
 pub const ELEMENTWISE: Shader = ELEMENTWISE_ALL[0];
 /// `shaders/batchnorm.wgsl` on f32 activations.
@@ -199,6 +202,8 @@ pub const BATCHNORM: Shader = BATCHNORM_ALL[0];
 pub const BATCHNORM_CPU: Shader = BATCHNORM_CPU_ALL[0];
 /// `shaders/pool.wgsl` on f32 activations.
 pub const POOL: Shader = POOL_ALL[0];
+/// `shaders/activation.wgsl` on f32 activations (softmax and the channel maps: always).
+pub const ACTIVATION: Shader = ACTIVATION_ALL[0];
 shader!(REDUCE, "reduce.wgsl");
 shader!(DEPTHWISE, "depthwise.wgsl");
 shader!(LOSS, "loss.wgsl");
@@ -206,7 +211,6 @@ shader!(IMAGE, "image.wgsl");
 shader!(OPTIMIZER, "optimizer.wgsl");
 shader!(LOSS_SCALE, "loss_scale.wgsl");
 shader!(CONCAT, "concat.wgsl");
-shader!(ACTIVATION, "activation.wgsl", ["relu.wgsl"]);
 shader!(LAYERNORM, "layernorm.wgsl");
 shader!(AUGMENT, "augment.wgsl");
 shader!(WINOGRAD, "winograd.wgsl");
@@ -223,7 +227,8 @@ pub const ALL_SHADERS: &[&Shader] = &[
     &GEMM_CPU_ALL[4], &GEMM_CPU_ALL[5], &GEMM_CPU_ALL[6], &GEMM_CPU_ALL[7],
     &ELEMENTWISE_ALL[0], &ELEMENTWISE_ALL[1], &BATCHNORM_ALL[0], &BATCHNORM_ALL[1],
     &BATCHNORM_CPU_ALL[0], &BATCHNORM_CPU_ALL[1], &POOL_ALL[0], &POOL_ALL[1],
-    &REDUCE, &DEPTHWISE, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE, &CONCAT, &ACTIVATION, &LAYERNORM, &AUGMENT, &WINOGRAD, &FLIP, &CAST,
+    &ACTIVATION_ALL[0], &ACTIVATION_ALL[1],
+    &REDUCE, &DEPTHWISE, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE, &CONCAT, &LAYERNORM, &AUGMENT, &WINOGRAD, &FLIP, &CAST,
 ];
 
 /// One recorded kernel launch: pipeline, bindings and grid, ready to replay.

@@ -379,3 +379,164 @@ fn bad_arguments_are_refused_with_their_values() {
     let x4: Tensor = d.zeros(&[1, 2, 2, 3]).unwrap();
     assert!(err(pool::global_max_pool_forward(&d, &x4, &d.zeros(&[1, 4]).unwrap(), &d.zeros_of(&[1, 3], DType::U32).unwrap())).contains("[1, 4]"));
 }
+
+// ---- f16 storage ----------------------------------------------------------------------
+
+/// f16 runs the vec4 kernels alone, so its counts are whole quads: one, a few, several
+/// workgroups, and a large one (2^18 + 4, past any one workgroup's tail).
+const SIZES_F16: &[usize] = &[4, 12, 1000, 4100, (1 << 18) + 4];
+
+/// The f32 kernel's own error, which the f16 result carries into its rounding: relative,
+/// and absolute per unit of |dy| (`scale`). The ReLUs round once in f32 (slope * x, dy *
+/// slope); the smooth functions are allowed 2^-16 (128 ulp of f32: GELU's 6 + x^2 ulp for
+/// |x| < 4, tanh's 8), and 2^-20 absolute where a derivative crosses zero (GELU's, SiLU's),
+/// as f32 terms of order 1 cancel there and only an absolute bound holds.
+fn kernel_err(f: Function, scale: f64) -> (f64, f64) {
+    match f {
+        Function::Relu { .. } => (2f64.powi(-24), 0.0),
+        _ => (2f64.powi(-16), 2f64.powi(-20) * scale),
+    }
+}
+
+/// Asserts an f16 result is within one f16 rounding of `want`, the f64 value on the same
+/// f16 inputs: half an f16 ulp (2^-11 of |want|, 2^-25 among the subnormals) plus the f32
+/// kernel's own error `(rel, abs)`. A value past f16's range must be infinite (loss scaling
+/// watches for it), NaN NaN. Returns the largest error in units of the bound.
+#[track_caller]
+fn assert_within_f16(case: &str, got: &[f32], want: &[f64], (rel, abs): (f64, f64)) -> f64 {
+    assert_eq!(got.len(), want.len(), "{case}: length mismatch");
+    let mut worst = 0.0f64;
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        if w.is_nan() {
+            assert!(g.is_nan(), "{case}: element {i} is {g}, expected NaN");
+            continue;
+        }
+        // 65520 is the midpoint between f16's largest value and the next step: it and
+        // everything past it round to infinity
+        if w.abs() * (1.0 - rel) >= 65520.0 {
+            assert!(g.is_infinite() && (g > 0.0) == (w > 0.0), "{case}: element {i} is {g}, expected {w} (past f16's range: infinite)");
+            continue;
+        }
+        assert!(g.is_finite(), "{case}: element {i} is {g}, expected {w}");
+        let bound = w.abs() * (2f64.powi(-11) * (1.0 + rel) + rel) + abs + 2f64.powi(-25);
+        let e = (g as f64 - w).abs() / bound;
+        assert!(e <= 1.0, "{case}: element {i} is {g}, expected {w} (error {:.3e} > {bound:.3e})", (g as f64 - w).abs());
+        worst = worst.max(e);
+    }
+    worst
+}
+
+/// Forward and backward of `f` with x, y, dy and dx all f16, against f64 on the f16 inputs.
+fn check_function_f16(r: &mut StdRng, f: Function, n: usize, case: &str) {
+    let d = device();
+    let x: Vec<f32> = inputs(r, n, f).into_iter().map(to_half).collect();
+    let dy = random_half(r, n);
+    let shape = [n / 4, 4];
+    // y and dx start as garbage: the kernels must overwrite every element
+    let (tx, tdy) = (upload_f16(&x, &shape), upload_f16(&dy, &shape));
+    let (ty, tdx) = (upload_f16(&vec![1234.5; n], &shape), upload_f16(&vec![1234.5; n], &shape));
+    let forward = activation::activation_forward(&d, f, &tx, &ty).unwrap();
+    let backward = activation::activation_backward(&d, f, &tdy, &tx, &tdx).unwrap();
+    for dispatch in [&forward, &backward] {
+        assert!(dispatch.path_tokens().any(|t| t == "store=f16") && dispatch.label.ends_with('4'), "{case}: path {}", dispatch.path);
+    }
+    run(&[forward, backward]);
+    let want: Vec<(f64, f64)> = x.iter().map(|&v| reference(f, v as f64)).collect();
+    let want_y: Vec<f64> = want.iter().map(|w| w.0).collect();
+    let want_dx: Vec<f64> = want.iter().zip(&dy).map(|(w, &g)| w.1 * g as f64).collect();
+    let ey = assert_within_f16(&format!("{case} forward"), &read_f16(&ty), &want_y, kernel_err(f, 1.0));
+    let edx = assert_within_f16(&format!("{case} backward"), &read_f16(&tdx), &want_dx, kernel_err(f, 1.0));
+    if n > 4096 {
+        println!("{case}: worst error {ey:.2} (forward), {edx:.2} (backward) of one f16 rounding");
+    }
+}
+
+/// Every function with its operands stored as f16, on whole quads from one to 2^18 + 4,
+/// both shader variants: each value within one f16 rounding of f64 on the same f16 inputs.
+#[test]
+fn f16_storage_matches_f64_within_one_rounding() {
+    let mut r = rng(0xf16);
+    take_paths();
+    on_each_variant(|variant| {
+        for f in functions() {
+            for &n in SIZES_F16 {
+                check_function_f16(&mut r, f, n, &format!("{variant} f16 {f:?} n={n}"));
+            }
+        }
+    });
+    let mut expected = Vec::new();
+    for entry in ["activation_forward", "activation_backward"] {
+        expected.extend(Function::ALL.iter().map(|f| (entry, f.token().to_string())));
+        expected.extend(want(entry, &["store=f16", "vec4"]));
+    }
+    let labels: std::collections::BTreeSet<String> = take_paths().iter().map(|p| p.replacen("4 ", " ", 1)).collect();
+    assert_paths_cover("f16 activation", &labels, &expected, &[]);
+}
+
+/// NaN, ±inf, f16's extremes and subnormals through every function with f16 storage: each
+/// result is the f32 kernel's on the same values, rounded once to f16. NaN stays NaN, an
+/// infinity stays one of the same sign, and a gradient past f16's range (65504 times a
+/// derivative above 1) becomes infinite, never 65504 or NaN.
+#[test]
+fn f16_storage_keeps_nan_and_infinity_and_overflows_to_infinity() {
+    on_each_variant(|variant| {
+        let d = device();
+        let (nan, inf) = (f32::NAN, f32::INFINITY);
+        let x = [nan, inf, -inf, 0.0, -0.0, 6.0, 65504.0, -65504.0, 6e-8, -2.0, 0.5, 2.0];
+        let dy = [1.0, -1.0, 0.5, nan, inf, -inf, 1.0, 1.0, 65504.0, -65504.0, 2.0, 65504.0];
+        let n = x.len();
+        let mut overflowed = false;
+        for f in functions() {
+            let (tx, tdy) = (upload_f16(&x, &[n]), upload_f16(&dy, &[n]));
+            let (ty, tdx) = (d.zeros_of(&[n], DType::F16).unwrap(), d.zeros_of(&[n], DType::F16).unwrap());
+            // the f32 kernel on the very values the f16 one reads
+            let (x32, dy32): (Vec<f32>, Vec<f32>) = (x.iter().map(|&v| to_half(v)).collect(), dy.iter().map(|&v| to_half(v)).collect());
+            let (tx32, tdy32, ty32, tdx32) = (upload(&x32, &[n]), upload(&dy32, &[n]), d.zeros(&[n]).unwrap(), d.zeros(&[n]).unwrap());
+            run(&[
+                activation::activation_forward(&d, f, &tx, &ty).unwrap(),
+                activation::activation_backward(&d, f, &tdy, &tx, &tdx).unwrap(),
+                activation::activation_forward(&d, f, &tx32, &ty32).unwrap(),
+                activation::activation_backward(&d, f, &tdy32, &tx32, &tdx32).unwrap(),
+            ]);
+            for (what, got, want) in [("forward", read_f16(&ty), read(&ty32)), ("backward", read_f16(&tdx), read(&tdx32))] {
+                let want: Vec<f64> = want.iter().map(|&v| v as f64).collect();
+                overflowed |= want.iter().zip(&got).any(|(w, g)| w.is_finite() && g.is_infinite());
+                // one f16 rounding of the f32 value, give or take an f32 ulp of its own
+                assert_within_f16(&format!("{variant} f16 {f:?} {what} on {x:?}, dy {dy:?}"), &got, &want, (2f64.powi(-23), 0.0));
+            }
+        }
+        assert!(overflowed, "{variant}: no gradient overflowed f16: the pattern must reach past 65504");
+    });
+}
+
+/// Mixed storages, f16 off whole quads, and f16 into the f32-only kernels are errors naming
+/// the kernel, the operands, their shapes and dtypes.
+#[test]
+fn f16_operands_are_checked() {
+    let d = device();
+    let h = |n: usize| d.zeros_of(&[n], DType::F16).unwrap();
+    let f = |n: usize| d.zeros(&[n]).unwrap();
+    let err = |r: convoy::Result<convoy::kernels::Dispatch>| r.map(|_| ()).unwrap_err().to_string();
+    let silu = Function::Silu;
+    let relu6 = Function::Relu { max_value: 6.0, negative_slope: 0.0 };
+    let cases = [
+        (err(activation::activation_forward(&d, silu, &h(8), &f(8))), "activation_forward: y [8] is F32, expected F16 as x [8]"),
+        (err(activation::activation_forward(&d, relu6, &f(8), &h(8))), "activation_forward: y [8] is F16, expected F32 as x [8]"),
+        // a gradient is stored as its activation: dy, x and dx share one storage
+        (err(activation::activation_backward(&d, silu, &f(8), &h(8), &h(8))), "activation_backward: dy [8] is F32, expected F16 as x [8]"),
+        (err(activation::activation_backward(&d, relu6, &h(8), &h(8), &f(8))), "activation_backward: dx [8] is F32, expected F16 as x [8]"),
+        (err(activation::activation_backward(&d, silu, &h(8), &f(8), &h(8))), "activation_backward: dy [8] is F16, expected F32 as x [8]"),
+        // f16 is stored four at a time: no scalar path
+        (err(activation::activation_forward(&d, silu, &h(6), &h(6))), "activation_forward: x [6] is F16 with 6 elements, expected a multiple of 4"),
+        (err(activation::activation_backward(&d, relu6, &h(10), &h(10), &h(10))), "activation_backward: x [10] is F16 with 10 elements, expected a multiple of 4"),
+        (err(activation::activation_forward(&d, silu, &d.zeros_of(&[8], DType::U32).unwrap(), &f(8))), "activation_forward: x [8] is U32, expected F32 or F16"),
+        // softmax and the channel maps run on f32 alone
+        (err(activation::softmax_forward(&d, &h(8), &f(8))), "softmax_forward: x [8] is F16, expected F32 (only activation_forward and activation_backward"),
+        (err(activation::softmax_backward(&d, &f(8), &f(8), &h(8))), "softmax_backward: dx [8] is F16, expected F32"),
+        (err(activation::channel_affine(&d, &h(8), &[2.0], &[0.0], &f(8))), "channel_affine: x [8] is F16, expected F32"),
+        (err(activation::channel_scale(&d, &f(8), &[2.0], &h(8))), "channel_scale: dx [8] is F16, expected F32"),
+    ];
+    for (got, want) in cases {
+        assert!(got.contains(want), "expected an error containing {want:?}, got {got:?}");
+    }
+}

@@ -132,13 +132,18 @@ fn f16_join_and_relu_backward() {
             let (ta, tb, tdy) = (upload_f16(&a, &[n]), upload_f16(&b, &[n]), upload_f16(&dy, &[n]));
             // dx starts as garbage: the kernel must overwrite every element
             let (ts, tr, tdx) = (d.zeros_of(&[n], DType::F16).unwrap(), d.zeros_of(&[n], DType::F16).unwrap(), upload_f16(&vec![1234.5; n], &[n]));
+            let ty = upload_f16(&vec![1234.5; n], &[n]);
             // relu_backward reads the f16 y add_relu stored and an f16 dy, as a residual
             // block's backward does once its gradients are stored as its activations
             run(&[
                 elementwise::add(&d, &ta, &tb, &ts).unwrap(),
                 elementwise::add_relu(&d, &ta, &tb, &tr).unwrap(),
                 elementwise::relu_backward(&d, &tdy, &tr, &tdx).unwrap(),
+                elementwise::relu_forward(&d, &ta, &ty).unwrap(),
             ]);
+            // a plain ReLU between layers that store f16: y is x or 0, stored exactly
+            let want_y: Vec<f32> = a.iter().map(|&v| v.max(0.0)).collect();
+            assert_eq!(read_f16(&ty), want_y, "{variant} relu_forward on f16 x and y, n={n}");
             let sum: Vec<f64> = a.iter().zip(&b).map(|(&x, &y)| x as f64 + y as f64).collect();
             // a sum of two f16 values is a multiple of 2^-24: one f16 rounding, subnormal or not
             let tiny = 2f64.powi(-25);
@@ -150,7 +155,7 @@ fn f16_join_and_relu_backward() {
             let want_dx: Vec<f32> = sum.iter().zip(&dy).map(|(&v, &g)| if v > 0.0 { g } else { 0.0 }).collect();
             assert_eq!(read_f16(&tdx), want_dx, "{variant} relu_backward on f16 dy, y and dx, n={n}");
         }
-        let expected: Vec<(&str, String)> = ["add4", "add_relu4", "relu_backward4"].iter().flat_map(|&e| [(e, "store=f16".to_string()), (e, "vec4".to_string())]).collect();
+        let expected: Vec<(&str, String)> = ["add4", "add_relu4", "relu_backward4", "relu_forward4"].iter().flat_map(|&e| [(e, "store=f16".to_string()), (e, "vec4".to_string())]).collect();
         assert_paths_cover("f16 elementwise", &take_paths(), &expected, &[]);
     });
 }
@@ -275,7 +280,9 @@ fn f16_operands_are_checked() {
         (err(elementwise::relu_backward(&d, &step, &f(1), &f(1))), "relu_backward: dy [1] is U32, expected F32 as y [1]"),
         (err(elementwise::add(&d, &step, &step, &f(1))), "add: a [1] is U32, expected F32 or F16"),
         // the kernels with no f16 form
-        (err(elementwise::relu_forward(&d, &h(8), &f(8))), "relu_forward: x [8] is F16, expected F32"),
+        (err(elementwise::relu_forward(&d, &h(8), &f(8))), "relu_forward: y [8] is F32, expected F16 as x [8]"),
+        (err(elementwise::relu_forward(&d, &f(8), &h(8))), "relu_forward: y [8] is F16, expected F32 as x [8]"),
+        (err(elementwise::relu_forward(&d, &h(6), &h(6))), "relu_forward: x [6] is F16 with 6 elements, expected a multiple of 4"),
         (err(elementwise::scale(&d, &f(8), 2.0, &h(8))), "scale: out [8] is F16, expected F32"),
         (err(elementwise::dropout(&d, &h(8), &f(8), 0.5, 1, &step)), "dropout: x [8] is F16, expected F32"),
         (err(elementwise::bias_add(&d, &h(8), &f(8))), "bias_add: y [8] is F16, expected F32"),

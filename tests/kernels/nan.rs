@@ -3,7 +3,7 @@
 //! label rank) passes a NaN input through, on the checked and the unchecked shaders. These
 //! are the places where `max(x, 0.0)` (SPIR-V FMax: lavapipe returns the number) or a
 //! comparison (false against NaN) turned a diverged network into finite output. The kernels
-//! that take f16 activations (the residual join, ReLU's gradient, max pooling) are held to
+//! that take f16 activations (the residual join, ReLU and its gradient, max pooling) are held to
 //! the same with f16 inputs, and those whose gradients are then f16 (ReLU's, the pools')
 //! keep NaN and infinity in them, and overflow to infinity, never to NaN or 65504.
 
@@ -77,6 +77,7 @@ fn f16_join_and_relu_backward_keep_nan() {
             let (tx, tz) = (upload_f16(&x, &[n]), upload_f16(&zero, &[n]));
             let (ts, tr) = (d.zeros_of(&[n], DType::F16).unwrap(), d.zeros_of(&[n], DType::F16).unwrap());
             let (tdy, tdx) = (upload_f16(&dy, &[n]), upload_f16(&vec![1234.5; n], &[n]));
+            let ty = upload_f16(&vec![1234.5; n], &[n]);
             // the same gradient in f32 from the same y, which the f16 one must match
             let (ty32, tdy32, tdx32) = (upload(&x.iter().map(|&v| relu_ref(v)).collect::<Vec<_>>(), &[n]), upload(&dy, &[n]), d.zeros(&[n]).unwrap());
             run(&[
@@ -84,9 +85,11 @@ fn f16_join_and_relu_backward_keep_nan() {
                 elementwise::add_relu(&d, &tx, &tz, &tr).unwrap(),
                 elementwise::relu_backward(&d, &tdy, &tr, &tdx).unwrap(),
                 elementwise::relu_backward(&d, &tdy32, &ty32, &tdx32).unwrap(),
+                elementwise::relu_forward(&d, &tx, &ty).unwrap(),
             ]);
             assert_same(&format!("{variant} f16 add n={n}"), &read_f16(&ts), &x);
             let want: Vec<f32> = x.iter().map(|&v| relu_ref(v)).collect();
+            assert_same(&format!("{variant} f16 relu_forward n={n}"), &read_f16(&ty), &want);
             assert_same(&format!("{variant} f16 add_relu n={n}"), &read_f16(&tr), &want);
             // dy passes where y is positive (NaN and ±inf included), NaN where y is NaN, 0
             // elsewhere (a NaN dy included, as in f32)

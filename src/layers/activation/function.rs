@@ -108,6 +108,14 @@ impl Layer for Activation {
     fn class_name(&self) -> &'static str {
         "Activation"
     }
+    // The element-wise functions take f16 quads; softmax stays f32 (its sums want f32), and
+    // the identity records nothing, passing its input on as an f32 layer would see it.
+    fn supports_mixed_precision(&self) -> bool {
+        self.function.function().is_some()
+    }
+    fn stores_f16(&self) -> bool {
+        self.function.function().is_some()
+    }
     fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>> {
         Ok(input.to_vec())
     }

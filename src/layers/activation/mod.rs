@@ -13,19 +13,21 @@ use super::{Graph, Saved};
 use crate::kernels::activation::{self, Function};
 use crate::{Result, Tensor};
 
-/// Records `y = f(x)`; the backward pass reads `x` (see [`backward`]).
+/// Records `y = f(x)`; the backward pass reads `x` (see [`backward`]). `y` is stored as the
+/// layers that store f16 store theirs ([`Graph::stored`]): the functions sit between f16
+/// BatchNorms, where an f32 output cost a cast each way.
 fn forward(g: &mut Graph, x: &Tensor, f: Function) -> Result<Saved> {
-    let y = g.activation(&x.shape()[1..])?;
+    let y = g.stored(&x.shape()[1..])?;
     g.push(activation::activation_forward(g.device, f, x, &y)?);
     Ok(Saved::output(y))
 }
 
-/// Records `dx = dy * f'(x)`.
+/// Records `dx = dy * f'(x)`, `dx` stored as `x` ([`Graph::gradient`]).
 fn backward(g: &mut Graph, x: &Tensor, dy: &Tensor, f: Function, need_dx: bool) -> Result<Option<Tensor>> {
     if !need_dx {
         return Ok(None);
     }
-    let dx = g.activation(&x.shape()[1..])?;
+    let dx = g.gradient(x)?;
     g.push(activation::activation_backward(g.device, f, dy, x, &dx)?);
     Ok(Some(dx))
 }

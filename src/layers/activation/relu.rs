@@ -66,6 +66,14 @@ impl Layer for ReLU {
     fn class_name(&self) -> &'static str {
         "ReLU"
     }
+    fn supports_mixed_precision(&self) -> bool {
+        true
+    }
+    // Every form: the plain one's own kernels (when not fused) and the capped or leaky ones'
+    // take f16 quads, so a ReLU6 between f16 BatchNorms costs no cast.
+    fn stores_f16(&self) -> bool {
+        true
+    }
     fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>> {
         self.validate()?;
         Ok(input.to_vec())
@@ -77,7 +85,7 @@ impl Layer for ReLU {
         if !self.is_plain_relu() {
             return super::forward(g, x, self.function());
         }
-        let y = g.activation(&x.shape()[1..])?;
+        let y = g.stored(&x.shape()[1..])?;
         g.push(elementwise::relu_forward(g.device, x, &y)?);
         Ok(Saved::output(y))
     }
@@ -88,7 +96,7 @@ impl Layer for ReLU {
         if !need_dx {
             return Ok(None);
         }
-        let dx = g.activation(&x.shape()[1..])?;
+        let dx = g.gradient(x)?;
         g.push(elementwise::relu_backward(g.device, dy, &saved.output, &dx)?);
         Ok(Some(dx))
     }
@@ -131,6 +139,12 @@ impl LeakyReLU {
 impl Layer for LeakyReLU {
     fn class_name(&self) -> &'static str {
         "LeakyReLU"
+    }
+    fn supports_mixed_precision(&self) -> bool {
+        true
+    }
+    fn stores_f16(&self) -> bool {
+        true
     }
     fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>> {
         self.validate()?;
