@@ -70,6 +70,10 @@ fn mixed_float16_steps_match_a_plain_mixed_reference() {
     // Activations stored as f16 through the stem (an f32 image into an f16 output), the max
     // pool, every residual join and the global pool, cast to f32 for the classifier.
     run(&mixed("resnet18", 8, 32), "software", ShaderChecks::Unchecked);
+    // ReLU6 keeps its input's f16 between BatchNorms and the depthwise convolutions cast both
+    // ways; the MLP's ReLUs stay f32 between its Dense layers.
+    run(&mixed("mobilenet_v2", 8, 32), "software", ShaderChecks::Unchecked);
+    run(&mixed("mlp", 6, 5), "software", ShaderChecks::Unchecked);
 }
 
 #[test]

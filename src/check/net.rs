@@ -240,16 +240,20 @@ impl Node {
     /// (where their channels are whole quads): the layers that say so of themselves
     /// (`Layer::stores_f16`), restated here from the saved configuration: a convolution
     /// without a bias or groups (its output only from an f16 input), BatchNorm, the residual
-    /// block, max and global average pooling, and the element-wise activations (ReLU in
-    /// every form, LeakyReLU, `Activation`'s functions; not softmax, nor the identity). (Add
-    /// is rounded where the reference joins a graph's branches.)
+    /// block, max and global average pooling. (Add is rounded where the reference joins a
+    /// graph's branches.)
     pub fn stores_f16(&self) -> bool {
         match self {
             Node::Conv2D { use_bias, groups, .. } => !use_bias && *groups == 1,
             Node::BatchNorm { .. } | Node::Residual { .. } | Node::MaxPool { .. } | Node::GlobalAvgPool => true,
-            Node::ReLU | Node::Activation(_) => true,
             _ => false,
         }
+    }
+    /// Whether the device keeps this node's output (and its input's gradient) stored as its
+    /// input is (`Layer::keeps_input_storage`): the element-wise activations, ReLU in every
+    /// form, LeakyReLU and `Activation`'s functions (not softmax, nor the identity).
+    pub fn keeps_input_storage(&self) -> bool {
+        matches!(self, Node::ReLU | Node::Activation(_))
     }
 }
 

@@ -270,7 +270,7 @@ fn run_forward<A: Arith, P: Copy + Into<f64>>(
 fn forward_graph<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, net: &Net, decisions: Option<&[Decision]>, x: T) -> Result<(T, Vec<Rec>, Option<Vec<Decision>>)> {
     let mut slots: Vec<Option<T>> = vec![None; net.nodes.len() + 1];
     slots[0] = Some(x);
-    let mut recs = Vec::with_capacity(net.nodes.len());
+    let mut recs: Vec<Rec> = Vec::with_capacity(net.nodes.len());
     let mut own = decisions.is_none().then(Vec::new);
     for (k, node) in net.nodes.iter().enumerate() {
         let from = net.inputs_of(k);
@@ -323,7 +323,9 @@ fn forward_graph<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, net: &Net, decisions: Op
             }
             _ => {
                 let x = xs.pop().expect("a node reads one input");
-                forward_node::<A>(w, cx, node, &net.names[k], dec, x)?
+                // Whether the device holds the input as f16: its producer stored it so.
+                let x16 = from[0] > 0 && recs[from[0] - 1].stored().2;
+                forward_node::<A>(w, cx, node, &net.names[k], dec, x16, x)?
             }
         };
         if let (Some(own), Some(taken)) = (own.as_mut(), taken) {
@@ -395,11 +397,12 @@ fn backward_graph<A: Arith>(w: &[Vec<f64>], net: &Net, recs: &[Rec], dlogits: Ve
 }
 
 /// Runs `nodes` in order on `x`; `names` label them in reports.
-fn forward_chain<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, nodes: &[Node], names: &[String], decisions: Option<&[Decision]>, mut x: T) -> Result<(T, Vec<Rec>, Option<Vec<Decision>>)> {
+fn forward_chain<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, nodes: &[Node], names: &[String], decisions: Option<&[Decision]>, mut x16: bool, mut x: T) -> Result<(T, Vec<Rec>, Option<Vec<Decision>>)> {
     let mut recs = Vec::with_capacity(nodes.len());
     let mut own = decisions.is_none().then(Vec::new);
     for (i, node) in nodes.iter().enumerate() {
-        let (y, rec, taken) = forward_node::<A>(w, cx, node, &names[i], decisions.map(|d| &d[i]), x)?;
+        let (y, rec, taken) = forward_node::<A>(w, cx, node, &names[i], decisions.map(|d| &d[i]), x16, x)?;
+        x16 = rec.stored().2;
         if let (Some(own), Some(taken)) = (own.as_mut(), taken) {
             own.push(taken);
         }
@@ -443,8 +446,17 @@ fn round_all(v: &mut [f64]) {
 
 /// One node's forward; returns its output, its record and (deciding itself) its decision.
 /// A node that stores f16 ([`Node::stores_f16`]) reads its input and writes its output
-/// rounded as the device stores them.
-fn forward_node<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, dec: Option<&Decision>, mut x: T) -> Result<(T, Rec, Option<Decision>)> {
+/// rounded as the device stores them; one that keeps its input's storage
+/// ([`Node::keeps_input_storage`]) rounds its output where its input (`x16`) is f16.
+#[allow(clippy::too_many_arguments)]
+fn forward_node<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, dec: Option<&Decision>, x16: bool, mut x: T) -> Result<(T, Rec, Option<Decision>)> {
+    if A::F16_STORAGE && node.keeps_input_storage() {
+        let (mut y, rec, taken) = forward_node_as::<A>(w, cx, node, name, dec, x)?;
+        if x16 {
+            round_all(&mut y.data);
+        }
+        return Ok((y, Rec::with_storage(rec, x16, x16), taken));
+    }
     if !node.stores_f16() {
         return forward_node_as::<A>(w, cx, node, name, dec, x);
     }
@@ -641,8 +653,10 @@ fn forward_node_as<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &st
         Node::Residual { main, shortcut, relu } => {
             let names = |chain: &str, n: usize| (0..n).map(|i| format!("{name}/{chain}[{i}]")).collect::<Vec<_>>();
             let short_in = T { shape: x.shape.clone(), data: x.data.clone() };
-            let (mut y, main_recs, main_own) = forward_chain::<A>(w, cx, main, &names("main", main.len()), sub_decision(dec, true)?, x)?;
-            let (s, short_recs, short_own) = forward_chain::<A>(w, cx, shortcut, &names("shortcut", shortcut.len()), sub_decision(dec, false)?, short_in)?;
+            // The block reads x in its own storage (see `forward_node`).
+            let x16 = A::F16_STORAGE && x.shape.last().is_some_and(|c| c % 4 == 0);
+            let (mut y, main_recs, main_own) = forward_chain::<A>(w, cx, main, &names("main", main.len()), sub_decision(dec, true)?, x16, x)?;
+            let (s, short_recs, short_own) = forward_chain::<A>(w, cx, shortcut, &names("shortcut", shortcut.len()), sub_decision(dec, false)?, x16, short_in)?;
             if y.shape != s.shape {
                 bail!(Shape, "{name}: main path gives {:?} but the shortcut gives {:?}", y.shape, s.shape);
             }

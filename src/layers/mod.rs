@@ -186,17 +186,25 @@ impl<'d> Graph<'d> {
     pub fn stored(&self, shape: &[usize]) -> Result<Tensor> {
         self.batched(shape, self.storage(shape.last().copied().unwrap_or(0)))
     }
+    /// A tensor of x's shape stored as `x` is: the output of a layer that [keeps its input's
+    /// storage](Layer::keeps_input_storage).
+    pub fn like(&self, x: &Tensor) -> Result<Tensor> {
+        self.device.alloc(x.shape(), x.dtype())
+    }
     /// The gradient of `x`, stored as `x` is: under `mixed_float16` a gradient is f16 where
     /// its activation is (the loss scale keeps it inside f16's range, and an overflow
     /// becomes infinite, which the scale's check sees), f32 elsewhere.
     pub fn gradient(&self, x: &Tensor) -> Result<Tensor> {
-        self.device.alloc(x.shape(), x.dtype())
+        self.like(x)
     }
     /// `x` in the storage `layer` reads: f16 where the layer [stores f16](Layer::stores_f16)
     /// (and follows the mixed policy) and x's channels are whole quads, f32 otherwise; a
     /// cast is recorded where x is stored the other way. The cast's gradient is the identity,
     /// cast back to x's storage by whoever sums it (the plan, a composite layer).
     pub fn input_for(&mut self, layer: &dyn Layer, x: &Tensor) -> Result<Tensor> {
+        if layer.supports_mixed_precision() && layer.keeps_input_storage() {
+            return Ok(x.clone());
+        }
         let channels = x.shape().last().copied().unwrap_or(0);
         let f16 = layer.supports_mixed_precision() && layer.stores_f16();
         let want = if f16 { self.storage(channels) } else { crate::DType::F32 };
@@ -282,6 +290,13 @@ pub trait Layer: Send + Sync + std::fmt::Debug {
     /// from an f16 input), BatchNormalization, the residual join, Add and the spatial
     /// poolings do.
     fn stores_f16(&self) -> bool {
+        false
+    }
+    /// Under `mixed_float16`, whether the layer reads its input as it is stored, f32 or f16,
+    /// and writes its output and its input's gradient the same way ([`Graph::like`]): the
+    /// element-wise activations, which a cast would only cost (f16 between f16 layers,
+    /// f32 between f32 ones such as Dense).
+    fn keeps_input_storage(&self) -> bool {
         false
     }
     /// Whether the layer's backward takes its output's gradient stored either way (f32 or

@@ -113,7 +113,7 @@ impl Layer for Activation {
     fn supports_mixed_precision(&self) -> bool {
         self.function.function().is_some()
     }
-    fn stores_f16(&self) -> bool {
+    fn keeps_input_storage(&self) -> bool {
         self.function.function().is_some()
     }
     fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>> {

@@ -13,11 +13,11 @@ use super::{Graph, Saved};
 use crate::kernels::activation::{self, Function};
 use crate::{Result, Tensor};
 
-/// Records `y = f(x)`; the backward pass reads `x` (see [`backward`]). `y` is stored as the
-/// layers that store f16 store theirs ([`Graph::stored`]): the functions sit between f16
-/// BatchNorms, where an f32 output cost a cast each way.
+/// Records `y = f(x)`; the backward pass reads `x` (see [`backward`]). `y` is stored as x is
+/// ([`Graph::like`]): between f16 BatchNorms f16, where an f32 output cost a cast each way,
+/// and between f32 layers f32.
 fn forward(g: &mut Graph, x: &Tensor, f: Function) -> Result<Saved> {
-    let y = g.stored(&x.shape()[1..])?;
+    let y = g.like(x)?;
     g.push(activation::activation_forward(g.device, f, x, &y)?);
     Ok(Saved::output(y))
 }

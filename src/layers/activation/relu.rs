@@ -71,7 +71,7 @@ impl Layer for ReLU {
     }
     // Every form: the plain one's own kernels (when not fused) and the capped or leaky ones'
     // take f16 quads, so a ReLU6 between f16 BatchNorms costs no cast.
-    fn stores_f16(&self) -> bool {
+    fn keeps_input_storage(&self) -> bool {
         true
     }
     fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>> {
@@ -85,7 +85,7 @@ impl Layer for ReLU {
         if !self.is_plain_relu() {
             return super::forward(g, x, self.function());
         }
-        let y = g.stored(&x.shape()[1..])?;
+        let y = g.like(x)?;
         g.push(elementwise::relu_forward(g.device, x, &y)?);
         Ok(Saved::output(y))
     }
@@ -143,7 +143,7 @@ impl Layer for LeakyReLU {
     fn supports_mixed_precision(&self) -> bool {
         true
     }
-    fn stores_f16(&self) -> bool {
+    fn keeps_input_storage(&self) -> bool {
         true
     }
     fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>> {
