@@ -221,11 +221,12 @@ fn batchnorm_takes_every_path() {
         crate::batchnorm::check_infer(&name, &crate::batchnorm::case(&mut r, &shape, 0.0), &cfg);
         crate::batchnorm::check_infer_backward(&name, &crate::batchnorm::case(&mut r, &shape, 0.0), &cfg, &random(&mut r, shape.iter().product()));
     });
-    // The vec4 passes fold only past 65,535 * 256 vec4s: a 256 MiB tensor, for a GPU.
+    // The vec4 passes fold only past 65,535 * 256 invocations of four rows of a quad: a
+    // 1 GiB tensor, for a GPU.
     if test_selection().is_some() {
         on_device(devices()[1].clone(), || {
             let cfg = BatchNormConfig { relu: true, ..Default::default() };
-            let shape = [65_535 * 256 + 3, 4];
+            let shape = [65_535 * 256 + 3, 16];
             let name = format!("unchecked seed {:#x} batchnorm vec4 folded {shape:?}", SEED + 1);
             batchnorm_case(&mut r, &shape, &cfg, &name);
             crate::batchnorm::check_infer(&name, &crate::batchnorm::case(&mut r, &shape, 0.0), &cfg);
