@@ -612,6 +612,29 @@ mod tests {
         assert!(data.len() > 20 && f16_dx == data.len(), "{f16_dx} of {} input gradients write an f16 dx", data.len());
     }
 
+    /// The element-wise activations keep their input's storage under mixed_float16: the
+    /// MLP's ReLUs between Dense layers stay f32 and its step casts nothing, and MobileNetV2's
+    /// ReLU6 runs both ways on the f16 module between its f16 BatchNorms.
+    #[test]
+    fn mixed_precision_activations_keep_their_input_storage() {
+        use crate::model::DTypePolicy;
+        let step = |model: &str, batch: usize, size: usize| {
+            let devices = crate::device::open("software").expect("the software adapter");
+            let cfg = CheckConfig { precision: DTypePolicy::MixedFloat16, steps: 1, ..CheckConfig::new(model, batch, size) };
+            let (mut model, batches) = zoo_case(&cfg, devices).unwrap();
+            check_steps(&mut model, &batches, |_| {}).unwrap();
+            let c = model.compiled().unwrap();
+            let dispatches = c.replicas.replicas[0].training_dispatches(batch, 1.0 / batch as f32).expect("the step's plan");
+            dispatches.iter().map(|d| (d.kernel, d.shader)).collect::<Vec<_>>()
+        };
+        let mlp = step("mlp", 6, 5);
+        assert!(mlp.iter().all(|(_, shader)| *shader != "cast.wgsl"), "the MLP casts: {mlp:?}");
+        assert!(mlp.iter().any(|(k, _)| *k == "relu_forward"), "{mlp:?}");
+        let mobilenet = step("mobilenet_v2", 8, 32);
+        let relu6: Vec<_> = mobilenet.iter().filter(|(k, _)| k.starts_with("activation_")).collect();
+        assert!(relu6.len() > 60 && relu6.iter().all(|(_, shader)| shader.ends_with("+f16")), "MobileNetV2's ReLU6: {relu6:?}");
+    }
+
     #[test]
     fn the_check_passes_on_convoy_and_fails_on_a_mask_from_the_wrong_side() {
         let devices = || crate::device::open("software").expect("the software adapter");
