@@ -6,9 +6,9 @@
 //! # Storage
 //! A gradient is stored as its activation. The residual join ([`add`], [`add_relu`]) takes its
 //! operands all f32 or all f16, as do gradient sums ([`add`]), [`relu_forward`] (`x`, `y`)
-//! and [`relu_backward`] (`dy`, `y`, `dx`); an f16 operand needs a multiple of 4 elements, since only the vec4 kernels
-//! store f16 (a scalar store would share a word with its neighbour's). The other kernels take
-//! f32 alone.
+//! and [`relu_backward`] (`dy`, `y`, `dx`); an f16 operand needs a multiple of 4 elements,
+//! since only the vec4 kernels store f16 (a scalar store would share a word with its
+//! neighbour's). The other kernels take f32 alone.
 
 use bytemuck::{Pod, Zeroable};
 

@@ -285,10 +285,10 @@ pub trait Layer: Send + Sync + std::fmt::Debug {
     /// Under `mixed_float16`, whether the layer reads and writes its activations as f16
     /// ([`crate::DType::F16`]) where their channels are whole quads (see
     /// [`Graph::input_for`], [`Graph::stored`]): its kernels then take f16 inputs and
-    /// outputs, and their gradients stored the same way ([`Graph::gradient`]). A layer that does not say so reads and writes f32, the model
-    /// casting between the two; convoy's convolutions without a bias (their output f16 only
-    /// from an f16 input), BatchNormalization, the residual join, Add and the spatial
-    /// poolings do.
+    /// outputs, and their gradients stored the same way ([`Graph::gradient`]). A layer that
+    /// does not say so reads and writes f32, the model casting between the two; convoy's
+    /// convolutions without a bias (their output f16 only from an f16 input),
+    /// BatchNormalization, the residual join, Add and the spatial poolings do.
     fn stores_f16(&self) -> bool {
         false
     }

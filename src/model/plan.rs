@@ -302,7 +302,7 @@ impl Plan {
                 for (&j, dx) in from.iter().zip(dxs) {
                     let (true, Some(dx)) = (wanted[j], dx) else { continue };
                     // A node's only gradient reaches a layer that takes either storage as it is.
-                    let as_is = j > 0 && !def.fused[j - 1] && def.layers[j - 1].takes_f16_gradient() && grads[j].is_none() && readers[j] == 1;
+                    let as_is = j > 0 && !def.fused[j - 1] && def.layers[j - 1].takes_f16_gradient() && readers[j] == 1;
                     let dx = if as_is { dx } else { g.cast_to(&dx, storage(j))? };
                     grads[j] = Some(match grads[j].take() {
                         None => dx,

@@ -13,8 +13,8 @@ pub enum DTypePolicy {
     /// Keras' `"mixed_float16"`: products on f16 operands with f32 accumulation, on the
     /// tensor cores where the adapter has cooperative matrices (elsewhere the f32 units
     /// compute the same numbers), activations stored as f16 between the layers that can
-    /// (`Layer::stores_f16`, channels in whole quads) and gradients as f32, and the loss
-    /// scaled dynamically ([`LossScale`]).
+    /// (`Layer::stores_f16`, channels in whole quads) and each gradient as its activation,
+    /// and the loss scaled dynamically ([`LossScale`]).
     MixedFloat16,
 }
 
