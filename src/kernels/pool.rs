@@ -237,9 +237,15 @@ fn launch(device: &Device, shader: &Shader, entry: &'static str, params: Params,
 /// the channels are not a multiple of 4.
 #[allow(clippy::too_many_arguments)]
 fn launch_vec4(device: &Device, entry: &'static str, entry4: &'static str, geom: &Pool2dGeometry, n: usize, storage: Storage, narrow: &[(u32, &Tensor)], wide: &[(u32, &Tensor)]) -> Result<Dispatch> {
-    let p = geom.params(n)?;
+    launch_width(device, (entry, entry4), geom.params(n)?, storage, geom.channels.is_multiple_of(4), (narrow, wide))
+}
+
+/// `entry` one element per invocation on the `narrow` bindings or, `quads`, `entry4` four
+/// channels per invocation on the `wide` ones (counted as `entry` in profiles), in
+/// `storage`'s module and tagged with the width and the storage. f16 takes the quads alone.
+fn launch_width(device: &Device, (entry, entry4): (&'static str, &'static str), p: Params, storage: Storage, quads: bool, (narrow, wide): (&[(u32, &Tensor)], &[(u32, &Tensor)])) -> Result<Dispatch> {
     let shader = storage.pick(&POOL_ALL);
-    if !geom.channels.is_multiple_of(4) {
+    if !quads {
         debug_assert_eq!(storage, Storage::F32, "{entry}: f16 reached the scalar kernel");
         return Ok(launch(device, shader, entry, p, narrow)?.tagged(format!("{} {}", width_token(false), storage.token())));
     }
@@ -346,13 +352,8 @@ pub fn global_avg_pool_forward(device: &Device, x: &Tensor, y: &Tensor) -> Resul
     expect_shape(k, "y", y, &[g.batch, g.channels])?;
     let storage = forward_storage(k, x, y, g.channels)?;
     expect_separate(k, &[("y", y)], &[("x", x)])?;
-    let p = g.params(y.len())?;
-    let shader = storage.pick(&POOL_ALL);
-    if storage == Storage::F32 {
-        return Ok(launch(device, shader, k, p, &[(1, x), (3, y)])?.tagged(format!("{} {}", width_token(false), storage.token())));
-    }
-    let entry4 = "global_avg_pool_forward4";
-    Ok(launch(device, shader, entry4, Params { n: p.n / 4, ..p }, &[(9, x), (10, y)])?.named(k, 0.0).tagged(format!("{} {}", width_token(true), storage.token())))
+    let f16 = storage == Storage::F16;
+    launch_width(device, (k, "global_avg_pool_forward4"), g.params(y.len())?, storage, f16, (&[(1, x), (3, y)], &[(9, x), (10, y)]))
 }
 
 /// Spreads `dy / (height * width)` over the map. Overwrites `dx`. f16 runs four channels
@@ -368,13 +369,8 @@ pub fn global_avg_pool_backward(device: &Device, dy: &Tensor, dx: &Tensor) -> Re
     expect_shape(k, "dy", dy, &[g.batch, g.channels])?;
     let storage = backward_storage(k, dy, dx, g.channels)?;
     expect_separate(k, &[("dx", dx)], &[("dy", dy)])?;
-    let p = g.params(dx.len())?;
-    let shader = storage.pick(&POOL_ALL);
-    if storage == Storage::F32 {
-        return Ok(launch(device, shader, k, p, &[(1, dy), (3, dx)])?.tagged(format!("{} {}", width_token(false), storage.token())));
-    }
-    let entry4 = "global_avg_pool_backward4";
-    Ok(launch(device, shader, entry4, Params { n: p.n / 4, ..p }, &[(5, dy), (7, dx)])?.named(k, 0.0).tagged(format!("{} {}", width_token(true), storage.token())))
+    let f16 = storage == Storage::F16;
+    launch_width(device, (k, "global_avg_pool_backward4"), g.params(dx.len())?, storage, f16, (&[(1, dy), (3, dx)], &[(5, dy), (7, dx)]))
 }
 
 /// The maximum over height and width of each channel: max pooling with one window over the
