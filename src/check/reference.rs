@@ -351,12 +351,14 @@ fn backward_graph<A: Arith>(w: &[Vec<f64>], net: &Net, recs: &[Rec], dlogits: Ve
         let Some(mut dy) = dys[k + 1].take() else { continue };
         let from = net.inputs_of(k);
         let need_dx = from.iter().any(|&j| j != 0);
-        let (rec, x16, _) = recs[k].stored();
-        if y16(k + 1) {
-            round_all(&mut dy);
-        }
-        let dxs: Vec<Option<Vec<f64>>> = match rec {
+        // A merge is run here, every other node by `backward_node`, whose `Rec::Stored` arm
+        // rounds its gradients. (A merge's inputs are stored as its output: its input
+        // gradients, copies of dy, round with it.)
+        let dxs: Vec<Option<Vec<f64>>> = match recs[k].stored().0 {
             Rec::Add { inputs, join } => {
+                if y16(k + 1) {
+                    round_all(&mut dy);
+                }
                 if let Some(mask) = join {
                     dy.par_iter_mut().zip(mask).for_each(|(g, &m)| *g = if m { *g } else { 0.0 });
                 }
@@ -375,11 +377,12 @@ fn backward_graph<A: Arith>(w: &[Vec<f64>], net: &Net, recs: &[Rec], dlogits: Ve
                     })
                     .collect()
             }
-            rec => vec![backward_node::<A>(w, rec, dy, need_dx, grads)],
+            _ => vec![backward_node::<A>(w, &recs[k], dy, need_dx, grads)],
         };
         for (&j, dx) in from.iter().zip(dxs) {
             let (true, Some(mut dx)) = (j != 0, dx) else { continue };
-            if x16 || y16(j) {
+            // A gradient reaching an f16 node from a reader that kept f32 is cast there.
+            if y16(j) {
                 round_all(&mut dx);
             }
             dys[j] = Some(match dys[j].take() {
