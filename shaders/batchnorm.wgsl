@@ -22,6 +22,9 @@
 // dx are stored only by the vec4 passes (out4): a scalar f16 store would race with its
 // neighbour on the shared word, so the host refuses f16 activations unless the channels
 // divide by 4, and never runs the scalar passes on them.
+//
+// The joined normalize passes (*_joined4) add addend4, a residual block's shortcut, before
+// the ReLU: the block's end in one pass. They exist only four channels at a time.
 
 struct Params {
     rows: u32,
@@ -66,6 +69,9 @@ struct Params {
 @group(0) @binding(20) var<storage, read> y4: array<act4>;
 @group(0) @binding(21) var<storage, read> dy4: array<act4>;
 @group(0) @binding(22) var<storage, read_write> out4: array<act4>;
+// What the joined normalize passes add to y before the ReLU: a residual block's shortcut,
+// in the activations' storage (see forward_train_joined in src/kernels/batchnorm.rs).
+@group(0) @binding(23) var<storage, read> addend4: array<act4>;
 
 override WG: u32 = 256u;
 
@@ -300,15 +306,28 @@ fn quads_of(i: u32) -> Quads {
     return Quads(row0 * per_row + cq, per_row, count, cq << 2u);
 }
 
+// The ReLU of the layer, or of the residual join the pass writes.
+fn finish4(v: vec4<f32>) -> vec4<f32> {
+    if (p.relu != 0u) {
+        return relu4(v);
+    }
+    return v;
+}
+
 // y over the invocation's quads: (x - mean) * k + b, k = inv_std * gamma and b = beta.
 fn write_y4(q: Quads, mean: vec4<f32>, k: vec4<f32>, b: vec4<f32>) {
     for (var r = 0u; r < q.count; r++) {
         let i = q.first + r * q.stride;
-        var v = (act_quad(x4[i]) - mean) * k + b;
-        if (p.relu != 0u) {
-            v = relu4(v);
-        }
-        out4[i] = act_pack(v);
+        out4[i] = act_pack(finish4((act_quad(x4[i]) - mean) * k + b));
+    }
+}
+
+// write_y4 with the addend joined before the ReLU, rounded once: a residual block's end in
+// one pass over its output instead of two (the normalize's store and the join's load).
+fn write_joined4(q: Quads, mean: vec4<f32>, k: vec4<f32>, b: vec4<f32>) {
+    for (var r = 0u; r < q.count; r++) {
+        let i = q.first + r * q.stride;
+        out4[i] = act_pack(finish4((act_quad(x4[i]) - mean) * k + b + act_quad(addend4[i])));
     }
 }
 
@@ -321,15 +340,38 @@ fn normalize_train4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     write_y4(q, saved4(q.c), saved4(p.cols + q.c) * gamma4(q.c), beta4(q.c));
 }
 
+// The moving statistics' mean and inv_std * gamma of channels c..c+3.
+fn moving4(c: u32) -> array<vec4<f32>, 2> {
+    let mean = vec4<f32>(moving_mean_in[c], moving_mean_in[c + 1u], moving_mean_in[c + 2u], moving_mean_in[c + 3u]);
+    let var4 = vec4<f32>(moving_var_in[c], moving_var_in[c + 1u], moving_var_in[c + 2u], moving_var_in[c + 3u]);
+    return array<vec4<f32>, 2>(mean, inverseSqrt(var4 + vec4<f32>(p.epsilon)) * gamma4(c));
+}
+
 @compute @workgroup_size(WG)
 fn normalize_infer4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                     @builtin(local_invocation_index) lid: u32) {
     let q = quads_of(linear_index(wid, nwg, lid));
     if (q.count == 0u) { return; }
-    let c = q.c;
-    let mean = vec4<f32>(moving_mean_in[c], moving_mean_in[c + 1u], moving_mean_in[c + 2u], moving_mean_in[c + 3u]);
-    let var4 = vec4<f32>(moving_var_in[c], moving_var_in[c + 1u], moving_var_in[c + 2u], moving_var_in[c + 3u]);
-    write_y4(q, mean, inverseSqrt(var4 + vec4<f32>(p.epsilon)) * gamma4(c), beta4(c));
+    let m = moving4(q.c);
+    write_y4(q, m[0], m[1], beta4(q.c));
+}
+
+// normalize_train4 and normalize_infer4 joined with addend4 (write_joined4).
+@compute @workgroup_size(WG)
+fn normalize_train_joined4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                           @builtin(local_invocation_index) lid: u32) {
+    let q = quads_of(linear_index(wid, nwg, lid));
+    if (q.count == 0u) { return; }
+    write_joined4(q, saved4(q.c), saved4(p.cols + q.c) * gamma4(q.c), beta4(q.c));
+}
+
+@compute @workgroup_size(WG)
+fn normalize_infer_joined4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                           @builtin(local_invocation_index) lid: u32) {
+    let q = quads_of(linear_index(wid, nwg, lid));
+    if (q.count == 0u) { return; }
+    let m = moving4(q.c);
+    write_joined4(q, m[0], m[1], beta4(q.c));
 }
 
 // The upstream gradient, masked by the fused ReLU's output where there is one; NaN where

@@ -124,31 +124,54 @@ fn stats_finalize_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invo
 @compute @workgroup_size(CPU_WG)
 fn normalize_train_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let s = span(wid, lid);
-    normalize_span(s, saved4(s.c), saved4(p.cols + s.c));
+    normalize_span(s, saved4(s.c), saved4(p.cols + s.c) * gamma4(s.c));
 }
 
-// Inference: the same with the moving statistics.
+// Inference: the same with the moving statistics (moving4 gives inv_std * gamma).
 @compute @workgroup_size(CPU_WG)
 fn normalize_infer_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let s = span(wid, lid);
-    let c = s.c;
-    let mean = vec4<f32>(moving_mean_in[c], moving_mean_in[c + 1u], moving_mean_in[c + 2u], moving_mean_in[c + 3u]);
-    let var4 = vec4<f32>(moving_var_in[c], moving_var_in[c + 1u], moving_var_in[c + 2u], moving_var_in[c + 3u]);
-    normalize_span(s, mean, inverseSqrt(var4 + vec4<f32>(p.epsilon)));
+    let m = moving4(s.c);
+    normalize_span(s, m[0], m[1]);
 }
 
-// write_y4 over the invocation's rows, its factors loaded once.
-fn normalize_span(s: Span, mean: vec4<f32>, inv_std: vec4<f32>) {
-    let k = inv_std * gamma4(s.c);
+// The fused ReLU, of the layer or of the residual join the pass writes.
+fn finish_cpu(v: vec4<f32>) -> vec4<f32> {
+    if (CPU_RELU) {
+        return relu4(v);
+    }
+    return v;
+}
+
+// y over the invocation's rows, k = inv_std * gamma, its factors loaded once.
+fn normalize_span(s: Span, mean: vec4<f32>, k: vec4<f32>) {
     let b = beta4(s.c);
     for (var r = s.start; r < s.end; r++) {
         let i = vec4_index(s, r);
-        var v = (act_quad(x4[i]) - mean) * k + b;
-        if (CPU_RELU) {
-            v = relu4(v);
-        }
-        out4[i] = act_pack(v);
+        out4[i] = act_pack(finish_cpu((act_quad(x4[i]) - mean) * k + b));
     }
+}
+
+// normalize_span with addend4 joined before the ReLU (write_joined4 of batchnorm.wgsl).
+fn normalize_joined_span(s: Span, mean: vec4<f32>, k: vec4<f32>) {
+    let b = beta4(s.c);
+    for (var r = s.start; r < s.end; r++) {
+        let i = vec4_index(s, r);
+        out4[i] = act_pack(finish_cpu((act_quad(x4[i]) - mean) * k + b + act_quad(addend4[i])));
+    }
+}
+
+@compute @workgroup_size(CPU_WG)
+fn normalize_train_joined_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let s = span(wid, lid);
+    normalize_joined_span(s, saved4(s.c), saved4(p.cols + s.c) * gamma4(s.c));
+}
+
+@compute @workgroup_size(CPU_WG)
+fn normalize_infer_joined_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let s = span(wid, lid);
+    let m = moving4(s.c);
+    normalize_joined_span(s, m[0], m[1]);
 }
 
 // Backward pass 1: Σ dy and Σ dy * (x - mean) of the chunk per channel.

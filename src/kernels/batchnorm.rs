@@ -11,6 +11,9 @@
 //! are stored as they are (a gradient is stored as its activation): the kernels compute and
 //! sum in f32, and only the stores of y and dx round, four channels at a time. Everything
 //! else (the parameters, the statistics and their gradients) is f32 in either case.
+//!
+//! The joined forwards ([`forward_train_joined`], [`forward_infer_joined`]) add a residual
+//! block's shortcut to y before the ReLU, so the block's end is one pass over its output.
 
 use bytemuck::{Pod, Zeroable};
 
@@ -94,14 +97,47 @@ pub fn forward_train(
     saved: &Tensor,
     y: &Tensor,
 ) -> Result<Vec<Dispatch>> {
-    const K: &str = "batchnorm forward_train";
-    let split = check(K, cfg, x, &[("y", y)], &[("gamma", gamma), ("beta", beta), ("moving_mean", moving_mean), ("moving_var", moving_var)], saved)?;
-    let storage = activations(K, &split, &[("x", x), ("y", y)], &[("gamma", gamma), ("beta", beta), ("moving_mean", moving_mean), ("moving_var", moving_var), ("saved", saved)])?;
-    disjoint(K, &[("y", y), ("saved", saved), ("moving_mean", moving_mean), ("moving_var", moving_var)], &[("x", x), ("gamma", gamma), ("beta", beta)])?;
-    let plan = Plan::new(device, cfg, split, storage, K)?;
+    train("batchnorm forward_train", device, cfg, x, None, [gamma, beta, moving_mean, moving_var, saved], y)
+}
+
+/// [`forward_train`] joined with `addend` as a residual block ends:
+/// `y = gamma * x_hat + beta + addend`, ReLU'd if `cfg.relu`, in one pass over y instead of a
+/// normalize and a join (the sum is rounded once where y is F16). `cfg.relu` is the join's
+/// ReLU here; the backward is [`backward`] without one, on the gradient the join passes down.
+///
+/// # Shapes and dtypes
+/// As [`forward_train`], `addend` like x; the channels a multiple of 4.
+#[allow(clippy::too_many_arguments)]
+pub fn forward_train_joined(
+    device: &Device,
+    cfg: &BatchNormConfig,
+    x: &Tensor,
+    addend: &Tensor,
+    gamma: &Tensor,
+    beta: &Tensor,
+    moving_mean: &Tensor,
+    moving_var: &Tensor,
+    saved: &Tensor,
+    y: &Tensor,
+) -> Result<Vec<Dispatch>> {
+    train("batchnorm forward_train_joined", device, cfg, x, Some(addend), [gamma, beta, moving_mean, moving_var, saved], y)
+}
+
+/// [`forward_train`] and [`forward_train_joined`]: `per_channel` is gamma, beta,
+/// moving_mean, moving_var and saved.
+fn train(kernel: &'static str, device: &Device, cfg: &BatchNormConfig, x: &Tensor, addend: Option<&Tensor>, per_channel: [&Tensor; 5], y: &Tensor) -> Result<Vec<Dispatch>> {
+    let [gamma, beta, moving_mean, moving_var, saved] = per_channel;
+    let params_in = [("gamma", gamma), ("beta", beta), ("moving_mean", moving_mean), ("moving_var", moving_var)];
+    let (like_x, inputs) = with_addend(addend, &[("y", y)], &[("x", x), ("gamma", gamma), ("beta", beta)]);
+    let split = check(kernel, cfg, x, &like_x, &params_in, saved)?;
+    let (acts, _) = with_addend(addend, &[("x", x), ("y", y)], &[]);
+    let storage = activations(kernel, &split, &acts, &[("gamma", gamma), ("beta", beta), ("moving_mean", moving_mean), ("moving_var", moving_var), ("saved", saved)])?;
+    disjoint(kernel, &[("y", y), ("saved", saved), ("moving_mean", moving_mean), ("moving_var", moving_var)], &inputs)?;
+    let plan = Plan::new(device, cfg, split, storage, kernel)?;
     let params = Params::new(plan.split(), cfg);
     let partials = scratch(device, "batchnorm statistics", 2 * plan.split().chunks as usize * split.cols as usize);
     let t = Bind::Tensor;
+    let normalize = [(1, t(x)), (4, t(gamma)), (5, t(beta)), (6, t(saved)), (16, t(y))];
     Ok(vec![
         plan.partial(device, ["stats_partial", "stats_partial_cpu"], &params, &[(1, t(x)), (12, Bind::Scratch(&partials))])?,
         plan.merge(
@@ -110,8 +146,18 @@ pub fn forward_train(
             &params,
             &[(9, Bind::Scratch(&partials)), (13, t(saved)), (14, t(moving_mean)), (15, t(moving_var))],
         )?,
-        plan.per_element(device, ["normalize_train", "normalize_train4", "normalize_train_cpu"], &params, &[(1, t(x)), (4, t(gamma)), (5, t(beta)), (6, t(saved)), (16, t(y))])?,
+        match addend {
+            None => plan.per_element(device, ["normalize_train", "normalize_train4", "normalize_train_cpu"], &params, &normalize)?,
+            Some(a) => plan.joined(device, ["normalize_train_joined", "normalize_train_joined4", "normalize_train_joined_cpu"], &params, &[&normalize[..], &[(23, t(a))]].concat())?,
+        },
     ])
+}
+
+/// The two lists with the addend, where there is one, added to both: the tensors shaped
+/// and stored like x, and the inputs no output may overlap.
+fn with_addend<'a>(addend: Option<&'a Tensor>, like_x: &[(&'static str, &'a Tensor)], inputs: &[(&'static str, &'a Tensor)]) -> (Vec<(&'static str, &'a Tensor)>, Vec<(&'static str, &'a Tensor)>) {
+    let extra = addend.map(|a| ("addend", a));
+    (like_x.iter().copied().chain(extra).collect(), inputs.iter().copied().chain(extra).collect())
 }
 
 /// Inference forward: `y = gamma * (x - moving_mean) / sqrt(moving_var + eps) + beta`
@@ -133,19 +179,47 @@ pub fn forward_infer(
     moving_var: &Tensor,
     y: &Tensor,
 ) -> Result<Vec<Dispatch>> {
-    const K: &str = "batchnorm forward_infer";
-    let per_channel = [("gamma", gamma), ("beta", beta), ("moving_mean", moving_mean), ("moving_var", moving_var)];
-    let split = check(K, cfg, x, &[("y", y)], &per_channel, None)?;
-    let storage = activations(K, &split, &[("x", x), ("y", y)], &per_channel)?;
-    disjoint(K, &[("y", y)], &[("x", x), ("gamma", gamma), ("beta", beta), ("moving_mean", moving_mean), ("moving_var", moving_var)])?;
-    let plan = Plan::new(device, cfg, split, storage, K)?;
+    infer("batchnorm forward_infer", device, cfg, x, None, [gamma, beta, moving_mean, moving_var], y)
+}
+
+/// [`forward_infer`] joined with `addend` as [`forward_train_joined`] is with
+/// [`forward_train`]: `y = gamma * x_hat + beta + addend`, ReLU'd if `cfg.relu`, in one pass.
+///
+/// # Shapes and dtypes
+/// As [`forward_infer`], `addend` like x; the channels a multiple of 4.
+#[allow(clippy::too_many_arguments)]
+pub fn forward_infer_joined(
+    device: &Device,
+    cfg: &BatchNormConfig,
+    x: &Tensor,
+    addend: &Tensor,
+    gamma: &Tensor,
+    beta: &Tensor,
+    moving_mean: &Tensor,
+    moving_var: &Tensor,
+    y: &Tensor,
+) -> Result<Vec<Dispatch>> {
+    infer("batchnorm forward_infer_joined", device, cfg, x, Some(addend), [gamma, beta, moving_mean, moving_var], y)
+}
+
+/// [`forward_infer`] and [`forward_infer_joined`]: `per_channel` is gamma, beta,
+/// moving_mean and moving_var.
+fn infer(kernel: &'static str, device: &Device, cfg: &BatchNormConfig, x: &Tensor, addend: Option<&Tensor>, per_channel: [&Tensor; 4], y: &Tensor) -> Result<Vec<Dispatch>> {
+    let [gamma, beta, moving_mean, moving_var] = per_channel;
+    let params_in = [("gamma", gamma), ("beta", beta), ("moving_mean", moving_mean), ("moving_var", moving_var)];
+    let (like_x, _) = with_addend(addend, &[("y", y)], &[]);
+    let split = check(kernel, cfg, x, &like_x, &params_in, None)?;
+    let (acts, inputs) = with_addend(addend, &[("x", x), ("y", y)], &[("x", x), ("gamma", gamma), ("beta", beta), ("moving_mean", moving_mean), ("moving_var", moving_var)]);
+    let storage = activations(kernel, &split, &acts, &params_in)?;
+    disjoint(kernel, &[("y", y)], &inputs)?;
+    let plan = Plan::new(device, cfg, split, storage, kernel)?;
     let t = Bind::Tensor;
-    Ok(vec![plan.per_element(
-        device,
-        ["normalize_infer", "normalize_infer4", "normalize_infer_cpu"],
-        &Params::new(plan.split(), cfg),
-        &[(1, t(x)), (4, t(gamma)), (5, t(beta)), (7, t(moving_mean)), (8, t(moving_var)), (16, t(y))],
-    )?])
+    let params = Params::new(plan.split(), cfg);
+    let normalize = [(1, t(x)), (4, t(gamma)), (5, t(beta)), (7, t(moving_mean)), (8, t(moving_var)), (16, t(y))];
+    Ok(vec![match addend {
+        None => plan.per_element(device, ["normalize_infer", "normalize_infer4", "normalize_infer_cpu"], &params, &normalize)?,
+        Some(a) => plan.joined(device, ["normalize_infer_joined", "normalize_infer_joined4", "normalize_infer_joined_cpu"], &params, &[&normalize[..], &[(23, t(a))]].concat())?,
+    }])
 }
 
 /// Backward of [`forward_train`]: `dgamma = Σ dy·x_hat`, `dbeta = Σ dy`,
@@ -343,6 +417,15 @@ impl Plan {
         let binds: Vec<(u32, Bind<'_>)> = binds.iter().map(|(i, b)| (vec4_binding(*i), *b)).collect();
         let invocations = (params.rows as usize).div_ceil(QUAD_ROWS) * (params.cols as usize / 4);
         Ok(launch(device, self.tiled(), entries[1], params, &binds, grid_for(device, invocations)?).named(entries[0], 0.0).tagged(width_token(true)).tagged(store))
+    }
+
+    /// A joined normalize, [`Plan::per_element`] where there is no scalar entry (`entries[0]`
+    /// only names the pass): the channels must divide by 4.
+    fn joined(&self, device: &Device, entries: [&'static str; 3], params: &Params, binds: &[(u32, Bind<'_>)]) -> Result<Dispatch> {
+        if !params.cols.is_multiple_of(4) {
+            bail!(Shape, "{}: joining an addend needs channels divisible by 4, got {}", self.kernel, params.cols);
+        }
+        self.per_element(device, entries, params, binds)
     }
 }
 

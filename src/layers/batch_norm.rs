@@ -101,6 +101,25 @@ impl Layer for BatchNormalization {
             Ok(Saved::output(y))
         }
     }
+    fn forward_joined(&self, g: &mut Graph, x: &Tensor, w: &Weights, addend: &Tensor, relu: bool, out: &Tensor) -> Result<Option<Saved>> {
+        // Its own ReLU would come before the join; the joined passes take whole quads only.
+        let quads = x.shape().last().is_some_and(|c| c % 4 == 0);
+        if self.fused_relu || !quads || x.dtype() != out.dtype() || addend.dtype() != out.dtype() {
+            return Ok(None);
+        }
+        let (gamma, beta, mean, var) = (&w.params[0], &w.params[1], &w.states[0], &w.states[1]);
+        let cfg = BatchNormConfig { relu, ..self.cfg() };
+        // The record's output is the block's: the backward reads only its storage (and binds
+        // it, unread, as y: this layer has no ReLU of its own).
+        if g.training && !g.frozen {
+            let saved = g.device.alloc(&[2, *x.shape().last().unwrap()], crate::DType::F32)?;
+            g.extend(batchnorm::forward_train_joined(g.device, &cfg, x, addend, gamma, beta, mean, var, &saved, out)?);
+            Ok(Some(Saved { output: out.clone(), extra: vec![saved], inner: Vec::new() }))
+        } else {
+            g.extend(batchnorm::forward_infer_joined(g.device, &cfg, x, addend, gamma, beta, mean, var, out)?);
+            Ok(Some(Saved::output(out.clone())))
+        }
+    }
     fn backward(&self, g: &mut Graph, x: &Tensor, saved: &Saved, dy: &Tensor, w: &Weights, _need_dx: bool) -> Result<Option<Tensor>> {
         let dx = g.gradient(x)?;
         if g.frozen {

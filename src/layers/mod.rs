@@ -318,6 +318,14 @@ pub trait Layer: Send + Sync + std::fmt::Debug {
     /// Called by the model at compile so that a composite layer fuses the ReLUs inside it
     /// as the model does at the top level.
     fn fuse_inner(&mut self) {}
+    /// As the last layer of a residual block's main chain, writes the block's output itself:
+    /// `self(x) + addend` into `out`, ReLU'd if `relu`, in one pass where the layer can
+    /// (BatchNormalization: the normalize and the join in one pass over the output),
+    /// returning the layer's record, whose backward then takes the join's gradient. `None`
+    /// where it cannot: the block runs the layer and the join apart.
+    fn forward_joined(&self, _g: &mut Graph, _x: &Tensor, _w: &Weights, _addend: &Tensor, _relu: bool, _out: &Tensor) -> Result<Option<Saved>> {
+        Ok(None)
+    }
     /// The names of the layer's parameters (`states`: its moving statistics), in the order
     /// of `params()` / `states()`, as they follow the layer's name in a checkpoint: the
     /// spec's name for a plain layer (`kernel`), the sub-layer's Keras name before it for a

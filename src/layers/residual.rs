@@ -1,6 +1,8 @@
 //! A residual block: `main(x) + shortcut(x)`, where the shortcut is the identity or a short
 //! chain (ResNet's 1x1 projection + BatchNorm). The ReLU after the join is a separate layer,
-//! which the model fuses into the join (one pass instead of two over the block's output).
+//! which the model fuses into the join (one pass instead of two over the block's output),
+//! and a main chain ending in a BatchNorm writes the join itself (`Layer::forward_joined`:
+//! the normalize, the sum and the ReLU in one pass).
 
 use serde_json::json;
 
@@ -130,28 +132,49 @@ impl Layer for Residual {
         }
     }
     fn forward(&self, g: &mut Graph, x: &Tensor, w: &Weights) -> Result<Saved> {
-        let mut inner = Vec::new();
+        let walk = self.walk(&x.shape()[1..])?;
+        let y = g.stored(&self.output_shape(&x.shape()[1..])?)?;
+        // The shortcut first, so that the main chain's last layer may write the join itself
+        // (Layer::forward_joined); the records stay in walk order, main then shortcut.
+        let last_main = walk.iter().rposition(|w| w.4);
+        let order = (0..walk.len()).filter(|&i| !walk[i].4).chain((0..walk.len()).filter(|&i| walk[i].4));
+        let mut inner: Vec<Option<(Tensor, Saved)>> = vec![None; walk.len()];
         let mut ends = [x.clone(), x.clone()];
-        for (i, (layer, shape, p, s, is_main)) in self.walk(&x.shape()[1..])?.into_iter().enumerate() {
-            let sub = w.slice(p, layer.params(&shape).len(), s, layer.states(&shape).len());
+        let mut joined = false;
+        for i in order {
+            let (layer, shape, p, s, is_main) = &walk[i];
+            let sub = w.slice(*p, layer.params(shape).len(), *s, layer.states(shape).len());
             let input = ends[!is_main as usize].clone();
             if self.is_fused(i) {
                 // The BatchNorm before it wrote relu(y): its record is that output, as a
                 // standalone ReLU's would be.
-                inner.push((input.clone(), Saved { output: input, extra: Vec::new(), inner: Vec::new() }));
+                inner[i] = Some((input.clone(), Saved { output: input, extra: Vec::new(), inner: Vec::new() }));
                 continue;
             }
-            let input = g.input_for(layer, &input)?;
-            let saved = g.under_policy_of(layer, |g| layer.forward(g, &input, &sub))?;
+            let input = g.input_for(*layer, &input)?;
+            let saved = if Some(i) == last_main {
+                // The shortcut's end in the join's storage, for either way of joining.
+                ends[1] = g.cast_to(&ends[1], y.dtype())?;
+                match g.under_policy_of(*layer, |g| layer.forward_joined(g, &input, &sub, &ends[1], self.fused_relu, &y))? {
+                    Some(saved) => {
+                        joined = true;
+                        saved
+                    }
+                    None => g.under_policy_of(*layer, |g| layer.forward(g, &input, &sub))?,
+                }
+            } else {
+                g.under_policy_of(*layer, |g| layer.forward(g, &input, &sub))?
+            };
             ends[!is_main as usize] = saved.output.clone();
-            inner.push((input, saved));
+            inner[i] = Some((input, saved));
         }
-        // Both ends in the join's storage: a chain may end in a layer that stores f32.
-        let y = g.stored(&ends[0].shape()[1..])?;
-        let ends = [g.cast_to(&ends[0], y.dtype())?, g.cast_to(&ends[1], y.dtype())?];
-        let join = if self.fused_relu { elementwise::add_relu } else { elementwise::add };
-        g.push(join(g.device, &ends[0], &ends[1], &y)?);
-        Ok(Saved { output: y, extra: Vec::new(), inner })
+        if !joined {
+            // Both ends in the join's storage: a chain may end in a layer that stores f32.
+            let ends = [g.cast_to(&ends[0], y.dtype())?, g.cast_to(&ends[1], y.dtype())?];
+            let join = if self.fused_relu { elementwise::add_relu } else { elementwise::add };
+            g.push(join(g.device, &ends[0], &ends[1], &y)?);
+        }
+        Ok(Saved { output: y, extra: Vec::new(), inner: inner.into_iter().flatten().collect() })
     }
     fn backward(&self, g: &mut Graph, x: &Tensor, saved: &Saved, dy: &Tensor, w: &Weights, need_dx: bool) -> Result<Option<Tensor>> {
         let walk = self.walk(&x.shape()[1..])?;

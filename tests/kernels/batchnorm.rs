@@ -253,6 +253,62 @@ fn inference_forward_matches_f64() {
     });
 }
 
+/// The joined forwards (a residual block's last BatchNorm writing the block's output):
+/// `relu?(normalize(x) + addend)` against f64, training and inference, f32 and f16 storage,
+/// both engines, with the addend stored as the activations (its f16 values what the
+/// reference reads); the pass each engine runs is named, and channels not divisible by 4 are
+/// refused.
+#[test]
+fn joined_forwards_match_f64() {
+    on_each_variant(|_| {
+        let mut r = rng(39);
+        let d = device();
+        let mut refused = 0;
+        for shape in [&[3, 1, 3, 12][..], &[2, 3, 3, 64], &[250, 7, 7, 8], &[5, 4], &[5, 6]] {
+            for (f16, relu, engine) in [false, true].into_iter().flat_map(|f| [false, true].into_iter().flat_map(move |relu| Engine::ALL.map(|e| (f, relu, e)))) {
+                let k = if f16 { case_f16(&mut r, shape, 0.5) } else { case(&mut r, shape, 0.5) };
+                let cfg = BatchNormConfig { momentum: 0.6, relu, engine: Some(engine), ..Default::default() };
+                let (addend, added) = k.upload_dy(&random(&mut r, k.x.len()));
+                let params = parameters(&k);
+                let [gamma, beta, mm, mv] = &params;
+                let (x, y, saved) = (k.upload_x(), k.stale_act(), stale(&[2, k.c]));
+                let name = format!("joined {shape:?} f16={f16} relu={relu} {engine:?}");
+                let join = |y: Vec<f64>| -> Vec<f64> { y.iter().zip(&added).map(|(y, a)| if relu { (y + *a as f64).max(0.0) } else { y + *a as f64 }).collect() };
+                let train = batchnorm::forward_train_joined(&d, &cfg, &x, &addend, gamma, beta, mm, mv, &saved, &y);
+                if !k.c.is_multiple_of(4) {
+                    let err = train.unwrap_err().to_string();
+                    let quads = if f16 { "multiple of 4" } else { "divisible by 4" };
+                    assert!(err.contains(quads) && err.contains("forward_train_joined"), "{name}: {err}");
+                    refused += 1;
+                    continue;
+                }
+                let dispatches = train.unwrap();
+                let label = if engine == Engine::Tiled { "normalize_train_joined4" } else { "normalize_train_joined_cpu" };
+                assert_eq!((dispatches[2].label, dispatches[2].kernel.trim_end_matches("_cpu")), (label, "normalize_train_joined"), "{name}");
+                run(&dispatches);
+                let (mean, var) = stats(&k.x, k.c);
+                let inv: Vec<f64> = var.iter().map(|v| 1.0 / (v + cfg.epsilon as f64).sqrt()).collect();
+                let e = assert_act_close(&format!("{name}: train y"), &y, &join(normalize(&k, &mean, &inv, false)));
+                // Inference, on the moving statistics the training pass just left.
+                let (moving_mean, moving_var) = (read(mm), read(mv));
+                let y = k.stale_act();
+                run(&batchnorm::forward_infer_joined(&d, &cfg, &x, &addend, gamma, beta, mm, mv, &y).unwrap());
+                let mean: Vec<f64> = moving_mean.iter().map(|v| *v as f64).collect();
+                let inv: Vec<f64> = moving_var.iter().map(|v| 1.0 / (*v as f64 + cfg.epsilon as f64).sqrt()).collect();
+                let e = e.max(assert_act_close(&format!("{name}: infer y"), &y, &join(normalize(&k, &mean, &inv, false))));
+                println!("{name}: rel err {e:.2e}");
+            }
+        }
+        assert_eq!(refused, 8);
+        // The addend must be stored as x and y are.
+        let k = case(&mut r, &[4, 8], 0.0);
+        let [gamma, beta, mm, mv] = &parameters(&k);
+        let half = upload_f16(&[0.0; 32], &[4, 8]);
+        let err = batchnorm::forward_infer_joined(&d, &BatchNormConfig::default(), &k.upload_x(), &half, gamma, beta, mm, mv, &stale(&[4, 8])).unwrap_err().to_string();
+        assert!(err.contains("addend"), "{err}");
+    });
+}
+
 /// Runs the inference forward then its backward (a frozen layer's training step) and checks
 /// dx against f64: `dy * gamma / sqrt(moving_var + eps)`, masked by the fused ReLU's output.
 /// dy and dx are stored as the case's activations. The moving statistics must be left alone.
