@@ -5,7 +5,10 @@
 // reductions split like shaders/reduce.wgsl: a workgroup owns 2^col_log2 adjacent columns
 // and one chunk of chunk_rows rows, its invocations laid out as lanes x columns; each lane
 // walks every lanes-th row of the chunk, the lanes fold through a tree in workgroup memory,
-// and a second pass merges the [chunks, cols] partials.
+// and a second pass merges the [chunks, cols] partials. Where the channels divide by 4 the
+// first passes run their *4 forms instead: the same column tile and chunks, an invocation
+// owning a quad of four adjacent channels (col_log2 then counts quads, and there are four
+// times the lanes), read as whole quads; they write the same partials.
 //
 // Training statistics are Welford per lane and Chan's pairwise merge between lanes and
 // chunks: E[x²] − E[x]² in f32 loses every digit when |mean| >> std. The variance is the
@@ -21,7 +24,8 @@
 // statistics, the parameters, their gradients and every sum stay f32 in either. f16 y and
 // dx are stored only by the vec4 passes (out4): a scalar f16 store would race with its
 // neighbour on the shared word, so the host refuses f16 activations unless the channels
-// divide by 4, and never runs the scalar passes on them.
+// divide by 4, and never runs the scalar passes on them (the partial passes included, whose
+// scalar reads would load each word twice, once per half).
 //
 // The joined normalize passes (*_joined4) add addend4, a residual block's shortcut, before
 // the ReLU: the block's end in one pass. They exist only four channels at a time.
@@ -62,9 +66,9 @@ struct Params {
 @group(0) @binding(17) var<storage, read_write> dgamma: array<f32>;
 @group(0) @binding(18) var<storage, read_write> dbeta: array<f32>;
 
-// x, y, dy and the output (y or dx) seen four channels at a time, for the per-element
-// passes' *4 entry points (channels divisible by 4): 16-byte loads stream faster than 4-byte
-// ones, and the only stores an f16 binding can take.
+// x, y, dy and the output (y or dx) seen four channels at a time, for the *4 entry points
+// (channels divisible by 4): 16-byte loads stream faster than 4-byte ones, and the only
+// stores an f16 binding can take.
 @group(0) @binding(19) var<storage, read> x4: array<act4>;
 @group(0) @binding(20) var<storage, read> y4: array<act4>;
 @group(0) @binding(21) var<storage, read> dy4: array<act4>;
@@ -75,12 +79,17 @@ struct Params {
 
 override WG: u32 = 256u;
 
-// Per invocation: a count and two statistics (mean and M2, or two sums).
+// Per invocation: a count and two statistics (mean and M2, or two sums); the quad passes
+// keep their two statistics in sh_a4 and sh_b4 (one count serves a quad: its channels
+// share their rows). 11 KiB in all, within the 16 KiB every adapter offers.
 var<workgroup> sh_n: array<f32, WG>;
 var<workgroup> sh_a: array<f32, WG>;
 var<workgroup> sh_b: array<f32, WG>;
+var<workgroup> sh_a4: array<vec4<f32>, WG>;
+var<workgroup> sh_b4: array<vec4<f32>, WG>;
 
-// Where an invocation sits in its workgroup's lanes x columns layout.
+// Where an invocation sits in its workgroup's lanes x columns layout (in the quad passes,
+// col and width count quads).
 struct Tile {
     col: u32,
     lane: u32,
@@ -133,6 +142,53 @@ fn fold_sums(t: Tile, lid: u32) {
     }
 }
 
+// fold_welford of the quad passes' (n, mean, M2) in sh_n, sh_a4 and sh_b4.
+fn fold_welford4(t: Tile, lid: u32) {
+    workgroupBarrier();
+    for (var half = t.lanes >> 1u; half > 0u; half >>= 1u) {
+        if (t.lane < half) {
+            let j = lid + half * t.width;
+            let na = sh_n[lid];
+            let nb = sh_n[j];
+            let n = na + nb;
+            if (nb > 0.0) {
+                let d = sh_a4[j] - sh_a4[lid];
+                let f = nb / n;
+                sh_a4[lid] += d * f;
+                sh_b4[lid] += sh_b4[j] + d * d * na * f;
+                sh_n[lid] = n;
+            }
+        }
+        workgroupBarrier();
+    }
+}
+
+// fold_sums of the quad passes' sums in sh_a4 and sh_b4.
+fn fold_sums4(t: Tile, lid: u32) {
+    workgroupBarrier();
+    for (var half = t.lanes >> 1u; half > 0u; half >>= 1u) {
+        if (t.lane < half) {
+            let j = lid + half * t.width;
+            sh_a4[lid] += sh_a4[j];
+            sh_b4[lid] += sh_b4[j];
+        }
+        workgroupBarrier();
+    }
+}
+
+// Column c's two statistics of a chunk into the planes of partials that the merges read.
+fn write_partial(chunk: u32, c: u32, a: f32, b: f32) {
+    partials[chunk * p.cols + c] = a;
+    partials[(p.chunks + chunk) * p.cols + c] = b;
+}
+
+// The same for quad q's four columns.
+fn write_partial4(chunk: u32, q: u32, a: vec4<f32>, b: vec4<f32>) {
+    for (var e = 0u; e < 4u; e++) {
+        write_partial(chunk, 4u * q + e, a[e], b[e]);
+    }
+}
+
 // is_nan, relu and relu_grad (and their vec4 forms) come from lib/relu.wgsl.
 
 fn linear_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
@@ -164,6 +220,21 @@ fn welford(s: Welford, v: f32) -> Welford {
     return Welford(n, mean, s.m2 + d * (v - mean));
 }
 
+// Four columns' Welford states over the same rows: one count.
+struct Welford4 {
+    n: f32,
+    mean: vec4<f32>,
+    m2: vec4<f32>,
+}
+
+// welford on each of four columns.
+fn welford4(s: Welford4, v: vec4<f32>) -> Welford4 {
+    let n = s.n + 1.0;
+    let d = v - s.mean;
+    let mean = s.mean + d / n;
+    return Welford4(n, mean, s.m2 + d * (v - mean));
+}
+
 // Pass 1 of the training statistics: per (chunk, column) mean and M2 into
 // partials[chunk * cols + col] and partials[(chunks + chunk) * cols + col].
 @compute @workgroup_size(WG)
@@ -192,8 +263,43 @@ fn stats_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
     sh_b[lid] = s.m2;
     fold_welford(t, lid);
     if (t.lane == 0u && t.col < p.cols && chunk < p.chunks) {
-        partials[chunk * p.cols + t.col] = sh_a[lid];
-        partials[(p.chunks + chunk) * p.cols + t.col] = sh_b[lid];
+        write_partial(chunk, t.col, sh_a[lid], sh_b[lid]);
+    }
+}
+
+// stats_partial over quads (channels divisible by 4): the lanes of quad column t.col walk
+// the chunk's rows as stats_partial's do, four channels a load (8 bytes as f16, where the
+// scalar pass loads each shared word twice), and write the same partials.
+@compute @workgroup_size(WG)
+fn stats_partial4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let t = tile(wid, lid);
+    let chunk = wid.y;
+    let start = chunk * p.chunk_rows;
+    let end = min(start + p.chunk_rows, p.rows);
+    let quads = p.cols >> 2u;
+    var s = Welford4(0.0, vec4<f32>(0.0), vec4<f32>(0.0));
+    if (t.col < quads) {
+        // Four rows' loads in flight, as in stats_partial.
+        let step = t.lanes * quads;
+        var r = start + t.lane;
+        for (; r + 3u * t.lanes < end; r += 4u * t.lanes) {
+            let i = r * quads + t.col;
+            let v0 = act_quad(x4[i]);
+            let v1 = act_quad(x4[i + step]);
+            let v2 = act_quad(x4[i + 2u * step]);
+            let v3 = act_quad(x4[i + 3u * step]);
+            s = welford4(welford4(welford4(welford4(s, v0), v1), v2), v3);
+        }
+        for (; r < end; r += t.lanes) {
+            s = welford4(s, act_quad(x4[r * quads + t.col]));
+        }
+    }
+    sh_n[lid] = s.n;
+    sh_a4[lid] = s.mean;
+    sh_b4[lid] = s.m2;
+    fold_welford4(t, lid);
+    if (t.lane == 0u && t.col < quads && chunk < p.chunks) {
+        write_partial4(chunk, t.col, sh_a4[lid], sh_b4[lid]);
     }
 }
 
@@ -381,6 +487,12 @@ fn grad(i: u32) -> f32 {
     return relu_grad(dy_at(i), y_at(i));
 }
 
+// grad of quad i (dy4 and y4).
+fn grad_quad(i: u32) -> vec4<f32> {
+    if (p.relu == 0u) { return act_quad(dy4[i]); }
+    return relu_grad4(act_quad(dy4[i]), act_quad(y4[i]));
+}
+
 // Backward pass 1: per (chunk, column) Σ dy and Σ dy * (x - mean) into the two planes of
 // partials (inv_std is applied once, in the merge).
 @compute @workgroup_size(WG)
@@ -414,8 +526,50 @@ fn backward_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
     sh_b[lid] = s_dyx;
     fold_sums(t, lid);
     if (t.lane == 0u && t.col < p.cols && chunk < p.chunks) {
-        partials[chunk * p.cols + t.col] = sh_a[lid];
-        partials[(p.chunks + chunk) * p.cols + t.col] = sh_b[lid];
+        write_partial(chunk, t.col, sh_a[lid], sh_b[lid]);
+    }
+}
+
+// backward_partial over quads, laid out as stats_partial4.
+@compute @workgroup_size(WG)
+fn backward_partial4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let t = tile(wid, lid);
+    let chunk = wid.y;
+    let start = chunk * p.chunk_rows;
+    let end = min(start + p.chunk_rows, p.rows);
+    let quads = p.cols >> 2u;
+    var s_dy = vec4<f32>(0.0);
+    var s_dyx = vec4<f32>(0.0);
+    if (t.col < quads) {
+        let mean = saved4(4u * t.col);
+        // Four rows at a time, summed in backward_partial's order.
+        let step = t.lanes * quads;
+        var r = start + t.lane;
+        for (; r + 3u * t.lanes < end; r += 4u * t.lanes) {
+            let i = r * quads + t.col;
+            let g0 = grad_quad(i);
+            let g1 = grad_quad(i + step);
+            let g2 = grad_quad(i + 2u * step);
+            let g3 = grad_quad(i + 3u * step);
+            let x0 = act_quad(x4[i]) - mean;
+            let x1 = act_quad(x4[i + step]) - mean;
+            let x2 = act_quad(x4[i + 2u * step]) - mean;
+            let x3 = act_quad(x4[i + 3u * step]) - mean;
+            s_dy += ((g0 + g1) + g2) + g3;
+            s_dyx += ((g0 * x0 + g1 * x1) + g2 * x2) + g3 * x3;
+        }
+        for (; r < end; r += t.lanes) {
+            let i = r * quads + t.col;
+            let g = grad_quad(i);
+            s_dy += g;
+            s_dyx += g * (act_quad(x4[i]) - mean);
+        }
+    }
+    sh_a4[lid] = s_dy;
+    sh_b4[lid] = s_dyx;
+    fold_sums4(t, lid);
+    if (t.lane == 0u && t.col < quads && chunk < p.chunks) {
+        write_partial4(chunk, t.col, sh_a4[lid], sh_b4[lid]);
     }
 }
 
@@ -478,11 +632,7 @@ fn backward_dx4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     for (var r = 0u; r < q.count; r++) {
         let i = q.first + r * q.stride;
         let x_hat = (act_quad(x4[i]) - mean) * inv_std;
-        var g = act_quad(dy4[i]);
-        if (p.relu != 0u) {
-            g = relu_grad4(g, act_quad(y4[i]));
-        }
-        out4[i] = act_pack(k * (g - (dbeta4 + x_hat * dgamma4) / f32(p.rows)));
+        out4[i] = act_pack(k * (grad_quad(i) - (dbeta4 + x_hat * dgamma4) / f32(p.rows)));
     }
 }
 
@@ -509,10 +659,6 @@ fn backward_infer_dx4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgr
     let k = gamma4(c) * inverseSqrt(var4 + vec4<f32>(p.epsilon));
     for (var r = 0u; r < q.count; r++) {
         let i = q.first + r * q.stride;
-        var g = act_quad(dy4[i]);
-        if (p.relu != 0u) {
-            g = relu_grad4(g, act_quad(y4[i]));
-        }
-        out4[i] = act_pack(g * k);
+        out4[i] = act_pack(grad_quad(i) * k);
     }
 }

@@ -12,6 +12,13 @@
 //! sum in f32, and only the stores of y and dx round, four channels at a time. Everything
 //! else (the parameters, the statistics and their gradients) is f32 in either case.
 //!
+//! On the tiled engine, every pass whose channels divide by 4 runs its quad form (the `*4`
+//! entry points, tagged `vec4`): the per-element passes and the first passes of the two
+//! column reductions (`stats_partial4`, `backward_partial4`) read x, y and dy four channels
+//! a load (16 bytes, or 8 as f16) through their vec4 bindings; the scalar forms (tagged
+//! `scalar`) take the other channel counts, on f32 only. The reductions' quad passes keep
+//! the scalar ones' row chunks and partials, so one merge serves both.
+//!
 //! The joined forwards ([`forward_train_joined`], [`forward_infer_joined`]) add a residual
 //! block's shortcut to y before the ReLU, so the block's end is one pass over its output.
 
@@ -73,6 +80,11 @@ impl Params {
     /// The same problem seen by a merge pass, which tiles columns more narrowly.
     fn for_merge(self, split: &Split) -> Params {
         Params { col_log2: split.merge_log2(), ..self }
+    }
+    /// The same problem seen by a quad first pass: its tile counts quads (`quads` from
+    /// [`Split::quads`]), while `cols` stays the channels that index the partials.
+    fn for_quads(self, quads: &Split) -> Params {
+        Params { col_log2: quads.col_log2, ..self }
     }
 }
 
@@ -139,7 +151,7 @@ fn train(kernel: &'static str, device: &Device, cfg: &BatchNormConfig, x: &Tenso
     let t = Bind::Tensor;
     let normalize = [(1, t(x)), (4, t(gamma)), (5, t(beta)), (6, t(saved)), (16, t(y))];
     Ok(vec![
-        plan.partial(device, ["stats_partial", "stats_partial_cpu"], &params, &[(1, t(x)), (12, Bind::Scratch(&partials))])?,
+        plan.partial(device, ["stats_partial", "stats_partial4", "stats_partial_cpu"], &params, &[(1, t(x)), (12, Bind::Scratch(&partials))])?,
         plan.merge(
             device,
             ["stats_finalize", "stats_finalize_cpu"],
@@ -257,7 +269,7 @@ pub fn backward(
     Ok(vec![
         plan.partial(
             device,
-            ["backward_partial", "backward_partial_cpu"],
+            ["backward_partial", "backward_partial4", "backward_partial_cpu"],
             &params,
             &[(1, t(x)), (2, t(y)), (3, t(dy)), (6, t(saved)), (12, Bind::Scratch(&partials))],
         )?,
@@ -297,10 +309,10 @@ pub fn backward_infer(device: &Device, cfg: &BatchNormConfig, y: &Tensor, dy: &T
     )?])
 }
 
-/// The path tokens of a first (partial) pass: the split's, and whether its lanes read four
-/// rows per step.
-fn partial_tokens(split: &Split) -> String {
-    format!("{} rows={}", split.tokens(), if split.four_row_loads() { "x4" } else { "x1" })
+/// The path tokens of a first (partial) pass: the split's (of quads for a quad pass), and
+/// whether its lanes read four rows per step, and its width.
+fn partial_tokens(split: &Split, quads: bool) -> String {
+    format!("{} rows={} {}", split.tokens(), if split.four_row_loads() { "x4" } else { "x1" }, width_token(quads))
 }
 
 /// Rows the CPU kernels give an invocation at least: fewer cost more in merging than they
@@ -368,19 +380,27 @@ impl Plan {
     /// A CPU pass over (chunk, four channels) spans, x, y, dy and the output bound as vec4s.
     fn cpu_span(&self, device: &Device, entry: &'static str, split: &Split, params: &Params, binds: &[(u32, Bind<'_>)]) -> Dispatch {
         let (constants, relu) = Self::cpu_constants(params);
-        let binds: Vec<(u32, Bind<'_>)> = binds.iter().map(|(i, b)| (vec4_binding(*i), *b)).collect();
+        let binds = vec4_binds(binds);
         let groups = [(split.cols / 4 * split.chunks).div_ceil(WORKGROUP as u32), 1, 1];
         launch_with(device, self.cpu(), entry, &constants, params, &binds, groups).tagged(format!("{} {relu}", split.chunks_token()))
     }
 
     /// The first pass of a reduction: per-chunk partials of each column. `entries`: the
-    /// tiled kernel's, the CPU kernel's.
-    fn partial(&self, device: &Device, entries: [&'static str; 2], params: &Params, binds: &[(u32, Bind<'_>)]) -> Result<Dispatch> {
-        Ok(match &self.layout {
-            Layout::Tiled(split) => launch(device, self.tiled(), entries[0], params, binds, split.groups(device, entries[0])?).tagged(partial_tokens(split)),
-            Layout::Cpu(split) => self.cpu_span(device, entries[1], split, params, binds),
+    /// tiled kernel's scalar form, its quad form (where [`Plan::by_quads`]: x, y and dy
+    /// bound as vec4s, tiled as [`Split::quads`], named as the scalar form for timings),
+    /// the CPU kernel's.
+    fn partial(&self, device: &Device, entries: [&'static str; 3], params: &Params, binds: &[(u32, Bind<'_>)]) -> Result<Dispatch> {
+        let store = self.storage.token();
+        let split = match &self.layout {
+            Layout::Tiled(split) => split,
+            Layout::Cpu(split) => return Ok(self.cpu_span(device, entries[2], split, params, binds).tagged(store)),
+        };
+        if !self.by_quads(entries[0])? {
+            return Ok(launch(device, self.tiled(), entries[0], params, binds, split.groups(device, entries[0])?).tagged(partial_tokens(split, false)).tagged(store));
         }
-        .tagged(self.storage.token()))
+        let quads = split.quads();
+        let dispatch = launch(device, self.tiled(), entries[1], &params.for_quads(&quads), &vec4_binds(binds), quads.groups(device, entries[1])?);
+        Ok(dispatch.named(entries[0], 0.0).tagged(partial_tokens(&quads, true)).tagged(store))
     }
 
     /// The merge of the partials per column.
@@ -406,17 +426,26 @@ impl Plan {
             return Ok(self.cpu_span(device, entries[2], split, params, binds).named(entries[0], 0.0).tagged(store));
         }
         let n = params.rows as usize * params.cols as usize;
-        if !params.cols.is_multiple_of(4) {
-            // The activations' check refuses these already; were it ever loosened, an f16 y or
-            // dx written one element at a time would race on shared words and be read as f32.
-            if self.storage == Storage::F16 {
-                bail!(Shape, "{}: {} channels stored as F16 would need the scalar {}, which stores f32 only; expected a multiple of 4", self.kernel, params.cols, entries[0]);
-            }
+        if !self.by_quads(entries[0])? {
             return Ok(launch(device, self.tiled(), entries[0], params, binds, grid_for(device, n)?).tagged(width_token(false)).tagged(store));
         }
-        let binds: Vec<(u32, Bind<'_>)> = binds.iter().map(|(i, b)| (vec4_binding(*i), *b)).collect();
         let invocations = (params.rows as usize).div_ceil(QUAD_ROWS) * (params.cols as usize / 4);
-        Ok(launch(device, self.tiled(), entries[1], params, &binds, grid_for(device, invocations)?).named(entries[0], 0.0).tagged(width_token(true)).tagged(store))
+        Ok(launch(device, self.tiled(), entries[1], params, &vec4_binds(binds), grid_for(device, invocations)?).named(entries[0], 0.0).tagged(width_token(true)).tagged(store))
+    }
+
+    /// Whether a tiled pass runs its quad form: wherever the channels divide by 4. `scalar`,
+    /// the scalar form, is refused on F16 storage, whose check asks for such channels
+    /// already; were it ever loosened, an f16 y or dx written one element at a time would
+    /// race on shared words and be read as f32.
+    fn by_quads(&self, scalar: &str) -> Result<bool> {
+        let cols = self.split().cols;
+        if cols.is_multiple_of(4) {
+            return Ok(true);
+        }
+        if self.storage == Storage::F16 {
+            bail!(Shape, "{}: {cols} channels stored as F16 would need the scalar {scalar}, which the f16 module never runs; expected a multiple of 4", self.kernel);
+        }
+        Ok(false)
     }
 
     /// A joined normalize, [`Plan::per_element`] where there is no scalar entry (`entries[0]`
@@ -433,15 +462,20 @@ impl Plan {
 /// shaders/batchnorm.wgsl).
 const QUAD_ROWS: usize = 4;
 
-/// The binding of a tensor the per-element and CPU passes read or write as vec4s: x, y, dy
-/// and the output (y or dx, `out` at 16) have vec4 twins at 19-22, the only ones an f16
-/// binding may be stored through.
+/// The binding of a tensor the quad and CPU passes read or write as vec4s: x, y, dy and
+/// the output (y or dx, `out` at 16) have vec4 twins at 19-22, the only ones an f16 binding
+/// may be stored through.
 fn vec4_binding(i: u32) -> u32 {
     match i {
         1..=3 => i + 18,
         16 => 22,
         _ => i,
     }
+}
+
+/// `binds` with each tensor at its [`vec4_binding`].
+fn vec4_binds<'a>(binds: &[(u32, Bind<'a>)]) -> Vec<(u32, Bind<'a>)> {
+    binds.iter().map(|(i, b)| (vec4_binding(*i), *b)).collect()
 }
 
 /// The activations' storage, checking the dtypes: `acts` (x, y, dy and dx, those the call

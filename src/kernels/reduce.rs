@@ -109,6 +109,16 @@ impl Split {
         Ok([tiles, 1, 1])
     }
 
+    /// The split of a first pass whose invocations read four adjacent columns each (`cols`
+    /// a multiple of 4), seen over `cols / 4` quad columns: the same column tiles and row
+    /// chunks, so the merge of `self` takes its partials, each tile a quarter as many quads
+    /// wide as it has columns, with four times the lanes.
+    pub fn quads(&self) -> Split {
+        debug_assert!(self.cols.is_multiple_of(4), "{self:?}: quads of columns not a multiple of 4");
+        // cols >= 4 gives col_log2 >= 2.
+        Split { cols: self.cols / 4, col_log2: self.col_log2 - 2, ..*self }
+    }
+
     /// The split of the merge pass seen as a reduction of its own: the `[chunks, cols]`
     /// partials in one chunk.
     fn merge(&self) -> Split {
@@ -255,5 +265,15 @@ mod tests {
             assert!((1usize << s.col_log2) <= cols.next_power_of_two() && s.col_log2 <= super::MAX_TILE_LOG2, "{s:?}");
         }
         assert!(Split::new("t", 5, 0).is_err());
+    }
+
+    #[test]
+    fn quad_splits_keep_the_tiles_and_chunks() {
+        for (rows, cols) in [(1, 4), (3, 12), (12_250, 100), (70_000, 4), (4096, 64), (12_544, 2052)] {
+            let s = Split::new("t", rows, cols).unwrap();
+            let q = s.quads();
+            assert_eq!((q.rows, q.chunk_rows, q.chunks, q.tiles()), (s.rows, s.chunk_rows, s.chunks, s.tiles()), "{s:?} {q:?}");
+            assert_eq!((q.cols, q.lanes()), (s.cols / 4, 4 * s.lanes()), "{s:?} {q:?}");
+        }
     }
 }

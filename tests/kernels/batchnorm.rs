@@ -12,8 +12,9 @@ use rand::RngExt;
 
 use crate::common::*;
 
-// Channel counts divisible by 4 (12, 8, 64) take the per-element passes four channels at a
-// time, and the CPU kernels (the others run the tiled ones under either engine).
+// Channel counts divisible by 4 (12, 8, 64) take the tiled passes four channels at a time
+// (the first passes of the reductions too), and the CPU kernels (the others run the tiled
+// ones under either engine).
 const SHAPES: &[&[usize]] = &[&[1, 1, 1, 3], &[2, 5, 7, 5], &[3, 9, 9, 17], &[4, 33], &[3, 1, 3, 12], &[7, 8], &[2, 3, 3, 64]];
 
 /// Inputs of one case: x is `offset[c] + scale[c] * u` per channel, so means sit away from
@@ -388,11 +389,51 @@ fn backward_matches_f64() {
     });
 }
 
+// The first passes' scalar and quad forms on the tiled engine: quad tiles partly past the
+// channels (12 in a tile of 4 quads, 100 in two of 16, 2052 in 33 of 16, the last holding
+// one), rows that fill neither the four-row steps nor the lanes (3; 250·7·7 = 12,250 in
+// chunks of 256 rows for 64 lanes or of 64 for 16, the last of 218 or 26; 98 in two chunks
+// of 49, a four-row step for the first of 16 lanes alone), and 70,000 rows in 274 chunks.
+// The scalar shapes (channels not a multiple of 4) are f32 alone: f16 activations need
+// quads.
+const QUAD_SHAPES: &[&[usize]] = &[&[3, 12], &[250, 7, 7, 12], &[7, 100, 100, 12], &[3, 100], &[250, 7, 7, 100], &[3, 2052], &[2, 7, 7, 2052]];
+const SCALAR_SHAPES: &[&[usize]] = &[&[3, 13], &[250, 7, 7, 13], &[250, 7, 7, 101], &[2, 7, 7, 2051]];
+
+#[test]
+fn partial_passes_match_f64_scalar_and_quad() {
+    take_paths();
+    on_each_variant(|variant| {
+        let mut r = rng(41);
+        let cases = QUAD_SHAPES.iter().flat_map(|s| [(s, false), (s, true)]).chain(SCALAR_SHAPES.iter().map(|s| (s, false)));
+        for ((shape, f16), relu) in cases.flat_map(|c| [(c, false), (c, true)]) {
+            let name = format!("{variant} partial passes {shape:?} f16={f16} relu={relu}");
+            let cfg = BatchNormConfig { momentum: 0.6, relu, engine: Some(Engine::Tiled), ..Default::default() };
+            let k = if f16 { case_f16(&mut r, shape, 0.0) } else { case(&mut r, shape, 0.0) };
+            let (out, dispatches) = train(&k, &cfg);
+            let quads = k.c.is_multiple_of(4);
+            assert_eq!(dispatches[0].label, if quads { "stats_partial4" } else { "stats_partial" }, "{name}");
+            run(&dispatches);
+            let e = check_train(&name, &k, &cfg, &out);
+            println!("train forward {name}: rel err {e:.2e}");
+            let e = check_backward(&name, &k, &cfg, &random(&mut r, k.x.len()));
+            println!("backward {name}: rel err {e:.2e}");
+        }
+    });
+    let taken = take_paths();
+    let partial_tokens = ["chunks=single", "chunks=multi", "rows=x4", "rows=x1", "cols=one_tile", "cols=tiled"];
+    let mut expected = every(&["stats_partial4", "backward_partial4"], &partial_tokens);
+    expected.extend(every(&["stats_partial4", "backward_partial4"], &["vec4", "store=f32", "store=f16"]));
+    expected.extend(every(&["stats_partial", "backward_partial"], &partial_tokens));
+    expected.extend(every(&["stats_partial", "backward_partial"], &["scalar", "store=f32"]));
+    assert_paths_cover("batchnorm partial passes", &taken, &expected, &[]);
+    assert_paths_cover("batchnorm partial passes f16", &on_f16(taken), &every(&["stats_partial4", "backward_partial4"], &partial_tokens), &[]);
+}
+
 #[test]
 fn many_rows_are_merged_across_workgroups_and_stay_stable() {
     // 70,000 rows with means near 100 and unit spread: E[x²] − E[x]² in f32 would lose
     // about four digits here; the Welford/Chan merge must not. Three channels run the tiled
-    // kernels, four the CPU ones where asked.
+    // scalar kernels, four the tiled quad ones or the CPU ones.
     let d = device();
     let mut r = rng(34);
     for (channels, engine) in [(3, Engine::Tiled), (4, Engine::Tiled), (4, Engine::Cpu)] {
@@ -544,15 +585,20 @@ fn f16_activations_match_f64() {
             }
         }
     });
+    let taken = on_f16(take_paths());
+    // The f16 module runs the first passes by quads only (its scalar reads would load each
+    // word twice).
+    let scalar: Vec<&String> = taken.iter().filter(|p| p.starts_with("stats_partial ") || p.starts_with("backward_partial ")).collect();
+    assert!(scalar.is_empty(), "scalar first passes on f16: {scalar:#?}");
     let mut expected = Vec::new();
-    expected.extend(every(&["stats_partial", "backward_partial"], &["chunks=single", "chunks=multi", "rows=x4", "rows=x1", "cols=one_tile", "cols=tiled"]));
+    expected.extend(every(&["stats_partial4", "backward_partial4"], &["chunks=single", "chunks=multi", "rows=x4", "rows=x1", "cols=one_tile", "cols=tiled", "vec4"]));
     expected.extend(every(&["stats_finalize", "backward_merge", "stats_partial_cpu", "stats_finalize_cpu", "backward_merge_cpu"], &["chunks=single", "chunks=multi"]));
     expected.extend(every(&["normalize_train4", "backward_dx4", "normalize_infer4", "backward_infer_dx4"], &["vec4", "grid=1d"]));
     expected.extend(every(
         &["normalize_train_cpu", "backward_partial_cpu", "backward_dx_cpu", "normalize_infer_cpu", "backward_infer_dx_cpu"],
         &["chunks=single", "chunks=multi", "relu", "no_relu"],
     ));
-    assert_paths_cover("batchnorm f16", &on_f16(take_paths()), &expected, &[]);
+    assert_paths_cover("batchnorm f16", &taken, &expected, &[]);
 }
 
 #[test]
@@ -579,7 +625,7 @@ fn f16_many_rows_stay_stable() {
         println!("inference backward f16 70,000 x 4 relu {engine:?}: rel err {e:.2e}");
     }
     let taken = on_f16(take_paths());
-    for entry in ["stats_partial", "normalize_train4", "backward_partial", "backward_dx4", "backward_infer_dx4", "stats_partial_cpu", "normalize_train_cpu", "backward_partial_cpu", "backward_dx_cpu", "backward_infer_dx_cpu"] {
+    for entry in ["stats_partial4", "normalize_train4", "backward_partial4", "backward_dx4", "backward_infer_dx4", "stats_partial_cpu", "normalize_train_cpu", "backward_partial_cpu", "backward_dx_cpu", "backward_infer_dx_cpu"] {
         assert!(taken.iter().any(|p| p.split_whitespace().next() == Some(entry)), "{entry} never ran on f16: {taken:#?}");
     }
 }

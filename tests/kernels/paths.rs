@@ -179,7 +179,8 @@ fn dense_bias_gradient(r: &mut StdRng, batch: usize, units: usize, variant: &str
 
 /// Every path of BatchNormalization's training forward and backward: one and several row
 /// chunks (and their merges), four-row and one-row loads, one column tile and several
-/// (above 64 channels), vec4 and scalar per-element passes, and a folded grid; and of the
+/// (above 64 channels), each for the scalar and the quad first passes, vec4 and scalar
+/// per-element passes, and a folded grid; and of the
 /// inference forward and backward (vec4 and scalar, each with and without the fused ReLU,
 /// folded); each shape on the tiled and the CPU kernels.
 #[test]
@@ -187,8 +188,10 @@ fn batchnorm_takes_every_path() {
     let mut r = rng(SEED + 1);
     take_paths();
     on_each_variant(|variant| {
-        // Row counts from 1 to 70,000, channels from 1 to 260 (on and off multiples of 4).
-        let mut shapes: Vec<Vec<usize>> = vec![vec![7, 3], vec![300, 3], vec![70_000, 3], vec![50, 130], vec![3000, 68]];
+        // Row counts from 1 to 70,000, channels from 1 to 260 (on and off multiples of 4);
+        // the fixed shapes take every path of the first passes, scalar and quad, whatever
+        // the draws (quad tiles partly past the channels: 12 and 100).
+        let mut shapes: Vec<Vec<usize>> = vec![vec![7, 3], vec![300, 3], vec![70_000, 3], vec![50, 130], vec![3000, 68], vec![3, 12], vec![12_250, 100]];
         for _ in 0..6 {
             // Two rows make dx a difference of near-equal terms (x_hat = ±1): f32 cannot
             // hold 1e-4 of a result that small, so the sweep starts at three.
@@ -236,7 +239,10 @@ fn batchnorm_takes_every_path() {
 
     let mut expected = Vec::new();
     for entry in ["stats_partial", "backward_partial"] {
-        expected.extend(want(entry, &["chunks=single", "chunks=multi", "rows=x4", "rows=x1", "cols=one_tile", "cols=tiled"]));
+        expected.extend(want(entry, &["scalar", "chunks=single", "chunks=multi", "rows=x4", "rows=x1", "cols=one_tile", "cols=tiled"]));
+    }
+    for entry in ["stats_partial4", "backward_partial4"] {
+        expected.extend(want(entry, &["vec4", "chunks=single", "chunks=multi", "rows=x4", "rows=x1", "cols=one_tile", "cols=tiled"]));
     }
     for entry in ["stats_finalize", "backward_merge"] {
         expected.extend(want(entry, &["chunks=single", "chunks=multi"]));
