@@ -22,10 +22,7 @@
 // (BUFS 1), with a barrier before each step's quads overwrite it.
 // At the end the accumulators go through workgroup memory, one 16x16 block of each subgroup
 // at a time, so that every invocation stores quads with conv2d.wgsl's `store` (bias, phase
-// rows, partial splits, edges). Where the memory allows (C_BUFS 2) the rounds alternate
-// between two staging buffers, so a round waits on one barrier instead of two: a buffer is
-// written again only two rounds later, after every invocation has passed the barrier that
-// follows its last reads.
+// rows, partial splits, edges).
 
 // Rows and columns of the tile one subgroup owns: 32 or 64 each (2 or 4 accumulators).
 override SG_M: u32 = 32u;
@@ -40,15 +37,9 @@ override BKS: u32 = BK + 8u;
 // Halves of one of the two buffers of each tile, in either layout.
 override A16: u32 = max(BK * AS, BM * AKS);
 override B16: u32 = max(BK * BS, BN * BKS);
-// Staging buffers of the accumulators on their way out: 1 or 2, THREADS * 8 floats each.
-override C_BUFS: u32 = 1u;
-// Every override is declared before the arrays: naga 30 gives an array size written as an
-// expression an unnamed override of its own, and its pipeline constants stop (unreachable
-// panic) at an unnamed one met before a named one another override refers to.
-override C_STAGE: u32 = C_BUFS * THREADS * 8u;
 var<workgroup> a16: array<f16, BUFS * A16>;
 var<workgroup> b16: array<f16, BUFS * B16>;
-var<workgroup> c_stage: array<f32, C_STAGE>;
+var<workgroup> c_stage: array<f32, THREADS * 8u>;
 
 // A staged quad of A as f16: an f16 activation's two words widened (exactly: naga 30 has no
 // bitcast from a word to two halves), an f32 one rounded.
@@ -241,12 +232,11 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     // subgroup each: its 16x16 block row-major at c_stage[sg * 256], then two quads per
     // invocation out through `store`.
     let base = partial_base(split);
+    let stage = sg * 256u;
     let across = SG_N / 16u;
     for (var round = 0u; round < (SG_M / 16u) * across; round++) {
         let bi = round / across;
         let bj = round % across;
-        let staged = (round % C_BUFS) * THREADS * 8u;
-        let stage = staged + sg * 256u;
         switch bi * 4u + bj {
             case 0u: { coopStoreT(c00, &c_stage[stage], 16u); }
             case 1u: { coopStoreT(c01, &c_stage[stage], 16u); }
@@ -275,12 +265,10 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
             let m = m0 + row;
             let n = n0 + col;
             if (m < p.m && n < p.n) {
-                let at = staged + owner * 256u + within * 4u;
+                let at = owner * 256u + within * 4u;
                 store(base, m, n, vec4<f32>(c_stage[at], c_stage[at + 1u], c_stage[at + 2u], c_stage[at + 3u]));
             }
         }
-        if (C_BUFS == 1u) {
-            workgroupBarrier();
-        }
+        workgroupBarrier();
     }
 }

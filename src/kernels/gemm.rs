@@ -102,25 +102,12 @@ impl CoopTile {
         candidates.into_iter().find(|&(want, shape)| want && shape.bytes() <= limit).map_or(own, |(_, shape)| shape)
     }
 
-    /// Workgroup memory at least: the f16 operand tiles with 8 halves of padding a row
-    /// (stored either way round), plus one staging buffer of the accumulators' 8 floats an
-    /// invocation on their way out.
+    /// Workgroup memory: the f16 operand tiles with 8 halves of padding a row (stored either
+    /// way round), plus the accumulators' 8 floats an invocation on their way out.
     fn bytes(self) -> usize {
         let bk = self.bk;
         let (a, b) = ((bk * (self.bm + 8)).max(self.bm * (bk + 8)), (bk * (self.bn + 8)).max(self.bn * (bk + 8)));
-        self.bufs * (a + b) * 2 + self.stage_bytes()
-    }
-
-    /// One staging buffer of the accumulators.
-    fn stage_bytes(self) -> usize {
-        self.threads() * 8 * 4
-    }
-
-    /// Staging buffers of the accumulators (`C_BUFS`): two where they fit within `limit`
-    /// bytes, which halves the barriers of the stores (every tile but 128 x 128, whose two
-    /// operand buffers take the rest of 48 KB).
-    fn stage_bufs(self, limit: usize) -> usize {
-        if self.bytes() + self.stage_bytes() <= limit { 2 } else { 1 }
+        self.bufs * (a + b) * 2 + self.threads() * 8 * 4
     }
 
     /// A forced tile the kernel can run within `limit` bytes of workgroup memory, or an error
@@ -145,10 +132,9 @@ impl CoopTile {
         bail!(Config, "{kernel}: tensor-core tile {t:?} ({threads} invocations, {} bytes, limit {limit}): {why}", t.bytes())
     }
 
-    /// The pipeline constants that differ from `tile`'s own within `limit` bytes of workgroup
-    /// memory, and the path tokens: `coop`, the tile (`coop=256x64`), its staging buffers
-    /// (`stage=2`), and its invocations where they are not `tile`'s.
-    fn constants(self, tile: Tile, limit: usize) -> (Vec<(&'static str, f64)>, String) {
+    /// The pipeline constants that differ from `tile`'s own, and the path tokens: `coop`,
+    /// the tile (`coop=256x64`), and its invocations where they are not `tile`'s.
+    fn constants(self, tile: Tile) -> (Vec<(&'static str, f64)>, String) {
         let own = CoopTile::of(tile);
         let mut constants = Vec::new();
         let mut token = "coop".to_string();
@@ -160,14 +146,13 @@ impl CoopTile {
             ("BUFS", self.bufs, 2),
             ("BK", self.bk, tile.bk()),
             ("THREADS", self.threads(), tile.threads()),
-            ("C_BUFS", self.stage_bufs(limit), 1),
         ];
         for (name, value, default) in fields {
             if value != default {
                 constants.push((name, value as f64));
             }
         }
-        token += &format!(" coop={}x{} stage={}", self.bm, self.bn, self.stage_bufs(limit));
+        token += &format!(" coop={}x{}", self.bm, self.bn);
         if self.threads() != tile.threads() {
             token += &format!(" threads={}", self.threads());
         }
@@ -695,7 +680,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         constants.push(("ROUND_F16", 1.0));
     }
     let coop_token = if coop {
-        let (shape_constants, token) = shape.constants(tile, limit);
+        let (shape_constants, token) = shape.constants(tile);
         constants.retain(|(name, _)| shape_constants.iter().all(|(other, _)| other != name));
         constants.extend(shape_constants);
         token
@@ -1020,14 +1005,6 @@ mod tests {
         // the tall tile (33 KB) and the 64 x 64 one (24 KB) do.
         assert_eq!(shape(ALoad::Im2col, 200_704, 256, 36 << 10), (256, 64, 32, 64, 256));
         assert_eq!(shape(ALoad::Im2colT, 576, 64, 36 << 10), (64, 64, 32, 32, 128));
-        // Two staging buffers wherever they fit: all but 128 x 128's two operand buffers.
-        let stages = |a, m, n| CoopTile::choose(Tile::M128N64, a, m, n, h100).stage_bufs(h100);
-        assert_eq!(stages(ALoad::Im2col, 200_704, 256), 2);
-        assert_eq!(stages(ALoad::Im2col, 200_704, 128), 2);
-        assert_eq!(stages(ALoad::Im2col, 802_816, 64), 2);
-        assert_eq!(stages(ALoad::Im2colT, 576, 64), 2);
-        assert_eq!(stages(ALoad::Rows, 1_000, 128), 1);
-        assert_eq!(CoopTile::of(Tile::M128N64).stage_bufs(h100), 2);
     }
 
     /// A forced tile the kernel cannot run is an error naming the rule it breaks.
