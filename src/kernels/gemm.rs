@@ -87,17 +87,19 @@ impl CoopTile {
     ///   the 64-channel 3x3 forward 0.96 -> 0.77 ms, resnet18 4,059 -> 4,176.
     ///
     /// Tiles of 128 invocations with 64-row regions ran most other products 1.5-3x slower.
-    fn choose(tile: Tile, a: ALoad, m: usize, n: usize, limit: usize) -> CoopTile {
+    fn choose(tile: Tile, a: ALoad, m: usize, n: usize, k: usize, limit: usize) -> CoopTile {
         let own = CoopTile::of(tile);
         if tile != Tile::M128N64 {
             return own;
         }
+        let tall16 = CoopTile { bm: 256, bn: 64, sg_m: 32, sg_n: 64, bufs: 1, bk: 16 };
         let candidates = [
+            (k <= 128 && n > 64 && m >= COOP_TALL_MIN_M && a != ALoad::Im2colT, tall16),
             (n > 128, CoopTile { bm: 128, bn: 256, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 }),
             (n > 64 && m >= COOP_WIDE_TALL_MIN_M, CoopTile { bm: 256, bn: 128, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 }),
             (n > 64, CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 32, bufs: 2, bk: 32 }),
             (a == ALoad::Im2colT, CoopTile { bm: 64, bn: 64, sg_m: 32, sg_n: 32, bufs: 2, bk: 32 }),
-            (m >= COOP_TALL_MIN_M, CoopTile { bm: 256, bn: 64, sg_m: 32, sg_n: 64, bufs: 1, bk: 32 }),
+            (m >= COOP_TALL_MIN_M, tall16),
         ];
         candidates.into_iter().find(|&(want, shape)| want && shape.bytes() <= limit).map_or(own, |(_, shape)| shape)
     }
@@ -661,7 +663,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         }
         (false, Some(_)) if tensor_cores && !wide_enough && opts.tile.is_none() => CoopTile::of(tile),
         (_, Some(forced)) => bail!(Config, "{kernel}: tensor-core tile {forced:?} forced on a product that runs on {tile:?} without tensor cores (mixed: {}, cooperative matrices: {})", opts.mixed, device.has_coop16()),
-        (true, None) => CoopTile::choose(tile, g.a_load, g.m, g.n, limit),
+        (true, None) => CoopTile::choose(tile, g.a_load, g.m, g.n, g.k, limit),
         (false, None) => CoopTile::of(tile),
     };
     let bytes = if coop { shape.bytes() } else { tile.workgroup_bytes() };
@@ -989,7 +991,7 @@ mod tests {
     #[test]
     fn tensor_core_tiles_follow_the_products_shape_and_the_limit() {
         let shape = |a, m, n, limit| {
-            let t = CoopTile::choose(Tile::M128N64, a, m, n, limit);
+            let t = CoopTile::choose(Tile::M128N64, a, m, n, 576, limit);
             assert!(t.bytes() <= limit, "{t:?}: {} bytes over {limit}", t.bytes());
             (t.bm, t.bn, t.sg_m, t.sg_n, t.threads())
         };
