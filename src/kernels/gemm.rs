@@ -84,7 +84,11 @@ impl CoopTile {
     ///   64-channel 3x3 one 2.54 ms (on the f32 kernel, rounding) -> 2.24, the stem's 3.56 ->
     ///   3.44; 128 x 64 on 256 invocations took 2.67 and 4.61;
     /// - 33-64 columns and at least [`COOP_TALL_MIN_M`] rows, 256 x 64 at 32 x 64, one buffer:
-    ///   the 64-channel 3x3 forward 0.96 -> 0.77 ms, resnet18 4,059 -> 4,176.
+    ///   the 64-channel 3x3 forward 0.96 -> 0.77 ms, resnet18 4,059 -> 4,176; staged K 16
+    ///   a step (half the operands' workgroup memory) rather than 32, and taken too for a
+    ///   `k` of 128 or less over more columns (ResNet-50's 1x1 64 -> 256), unless a weight
+    ///   gradient: resnet18 mixed 5,358 -> 5,548 images/s, resnet50 2,131 -> 2,203,
+    ///   MobileNetV2 2,930 -> 3,005 (benches/results/2026-11-27e/call4).
     ///
     /// Tiles of 128 invocations with 64-row regions ran most other products 1.5-3x slower.
     fn choose(tile: Tile, a: ALoad, m: usize, n: usize, k: usize, limit: usize) -> CoopTile {
@@ -1002,6 +1006,12 @@ mod tests {
         assert_eq!(shape(ALoad::Rows, 1_000, 128, h100), (128, 128, 64, 32, 256));
         assert_eq!(shape(ALoad::Im2colT, 576, 64, h100), (64, 64, 32, 32, 128));
         assert_eq!(shape(ALoad::Im2col, 802_816, 64, h100), (256, 64, 32, 64, 256));
+        // K 16 a step on the tall tile, which a short K takes over more columns too.
+        let tall = |a, m, n, k| CoopTile::choose(Tile::M128N64, a, m, n, k, h100);
+        assert_eq!(tall(ALoad::Im2col, 802_816, 64, 576).bk, 16);
+        assert_eq!(tall(ALoad::Rows, 401_408, 256, 64), CoopTile { bm: 256, bn: 64, sg_m: 32, sg_n: 64, bufs: 1, bk: 16 });
+        assert_eq!(tall(ALoad::Rows, 401_408, 256, 256).bn, 256);
+        assert_eq!(tall(ALoad::Im2colT, 4_096, 256, 64).bn, 256);
         assert_eq!(shape(ALoad::Cols, 256, 64, h100), (128, 64, 32, 32, 256));
         // 36 KB: neither the 38 KB tiles (the wide ones, M128N64's own) nor 128 x 128 fit;
         // the tall tile (33 KB) and the 64 x 64 one (24 KB) do.
