@@ -21,6 +21,8 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 // dropout: word 0 is the training step, so each step draws a fresh mask from one pipeline.
 @group(0) @binding(4) var<storage, read> step: array<u32>;
+// add_relu_backward: the ReLU output whose sign masks the sum.
+@group(0) @binding(5) var<storage, read> mask_y: array<f32>;
 
 // The same operands seen four elements at a time, for the *4 entry points (element counts
 // divisible by 4; views are 256-byte aligned): a load of 16 bytes per invocation keeps
@@ -32,6 +34,7 @@ struct Params {
 @group(0) @binding(8) var<storage, read> a4h: array<act4>;
 @group(0) @binding(9) var<storage, read> b4h: array<act4>;
 @group(0) @binding(10) var<storage, read_write> out4h: array<act4>;
+@group(0) @binding(12) var<storage, read> mask_y4h: array<act4>;
 
 override WG: u32 = 256u;
 
@@ -94,6 +97,26 @@ fn add4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let i = index(wid, nwg, lid);
     if (i >= p.n) { return; }
     out4h[i] = act_pack(act_quad(a4h[i]) + act_quad(b4h[i]));
+}
+
+// out = relu_grad(a + b, y): a gradient sum masked by the ReLU that produced the activation
+// it is the gradient of, in one pass (a residual block's input gradient, when the block
+// before ends in a fused ReLU). In f16 the sum is rounded once, as add4 then relu_backward4
+// would leave it.
+@compute @workgroup_size(WG)
+fn add_relu_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                     @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    out[i] = relu_grad(a[i] + b[i], mask_y[i]);
+}
+
+@compute @workgroup_size(WG)
+fn add_relu_backward4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                      @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    out4h[i] = act_pack(relu_grad4(act_quad(a4h[i]) + act_quad(b4h[i]), act_quad(mask_y4h[i])));
 }
 
 // out = max(a + b, 0), NaN kept: the residual join with the ReLU that follows it.

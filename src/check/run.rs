@@ -590,7 +590,7 @@ mod tests {
         let c = model.compiled().unwrap();
         let dispatches = c.replicas.replicas[0].training_dispatches(8, 1.0 / 8.0).expect("the step's plan");
         // BatchNorm's gradient passes by their entries (the software adapter's end in `_cpu`).
-        for entry in ["backward_partial", "backward_dx", "relu_backward", "add", "max_pool_backward", "global_avg_pool_backward"] {
+        for entry in ["backward_partial", "backward_dx", "relu_backward", "add", "add_relu_backward", "max_pool_backward", "global_avg_pool_backward"] {
             let all: Vec<&Dispatch> = dispatches.iter().filter(|d| d.kernel.strip_suffix("_cpu").unwrap_or(d.kernel) == entry).collect();
             assert!(!all.is_empty(), "{entry}: not recorded");
             for d in all {
@@ -610,6 +610,10 @@ mod tests {
         // storage it ends in).
         let f16_dx = data.iter().filter(|d| d.path.split_whitespace().any(|t| t.starts_with("store=") && t.ends_with("c16"))).count();
         assert!(data.len() > 20 && f16_dx == data.len(), "{f16_dx} of {} input gradients write an f16 dx", data.len());
+        // Each block after the first masks its input gradient by the block before's ReLU in
+        // its sum, so only the last block masks its own: one relu_backward, seven fused sums.
+        let count = |entry: &str| dispatches.iter().filter(|d| d.kernel == entry).count();
+        assert_eq!((count("relu_backward"), count("add_relu_backward")), (1, 7), "the joins' ReLU gradients");
     }
 
     /// The element-wise activations keep their input's storage under mixed_float16: the

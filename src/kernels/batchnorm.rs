@@ -165,9 +165,12 @@ fn train(kernel: &'static str, device: &Device, cfg: &BatchNormConfig, x: &Tenso
     ])
 }
 
+/// Tensors with the names errors give them.
+type Named<'a> = Vec<(&'static str, &'a Tensor)>;
+
 /// The two lists with the addend, where there is one, added to both: the tensors shaped
 /// and stored like x, and the inputs no output may overlap.
-fn with_addend<'a>(addend: Option<&'a Tensor>, like_x: &[(&'static str, &'a Tensor)], inputs: &[(&'static str, &'a Tensor)]) -> (Vec<(&'static str, &'a Tensor)>, Vec<(&'static str, &'a Tensor)>) {
+fn with_addend<'a>(addend: Option<&'a Tensor>, like_x: &[(&'static str, &'a Tensor)], inputs: &[(&'static str, &'a Tensor)]) -> (Named<'a>, Named<'a>) {
     let extra = addend.map(|a| ("addend", a));
     (like_x.iter().copied().chain(extra).collect(), inputs.iter().copied().chain(extra).collect())
 }

@@ -5,8 +5,8 @@
 //!
 //! # Storage
 //! A gradient is stored as its activation. The residual join ([`add`], [`add_relu`]) takes its
-//! operands all f32 or all f16, as do gradient sums ([`add`]), [`relu_forward`] (`x`, `y`)
-//! and [`relu_backward`] (`dy`, `y`, `dx`); an f16 operand needs a multiple of 4 elements,
+//! operands all f32 or all f16, as do gradient sums ([`add`], [`add_relu_backward`]),
+//! [`relu_forward`] (`x`, `y`) and [`relu_backward`] (`dy`, `y`, `dx`); an f16 operand needs a multiple of 4 elements,
 //! since only the vec4 kernels store f16 (a scalar store would share a word with its
 //! neighbour's). The other kernels take f32 alone.
 
@@ -81,6 +81,17 @@ pub fn relu_backward(device: &Device, dy: &Tensor, y: &Tensor, dx: &Tensor) -> R
 pub fn add(device: &Device, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<Dispatch> {
     let storage = join_storage("add", a, b, out)?;
     launch_vec4(device, "add", "add4", a.len(), storage, &[(1, a), (2, b), (3, out)], &[(8, a), (9, b), (10, out)])
+}
+
+/// `out = relu_backward(a + b, y)`: a gradient sum masked by the ReLU output `y` it is the
+/// gradient of (zero where `y <= 0`, NaN where `y` is NaN), in one pass instead of [`add`]
+/// then [`relu_backward`], with the same result. All four f32 or all f16.
+pub fn add_relu_backward(device: &Device, a: &Tensor, b: &Tensor, y: &Tensor, out: &Tensor) -> Result<Dispatch> {
+    let k = "add_relu_backward";
+    expect_same_len(k, ("a", a), ("y", y))?;
+    let storage = join_storage(k, a, b, out)?;
+    expect_activations(k, &[("a", a), ("y", y)], ("elements", a.len()))?;
+    launch_vec4(device, k, "add_relu_backward4", a.len(), storage, &[(1, a), (2, b), (5, y), (3, out)], &[(8, a), (9, b), (12, y), (10, out)])
 }
 
 /// `out = max(a + b, 0)`: a residual join and the ReLU after it in one pass; NaN stays NaN.

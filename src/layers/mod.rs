@@ -155,12 +155,20 @@ pub struct Graph<'d> {
     /// in it (nested ones too) normalises with its moving statistics and leaves them alone in
     /// training as well, as in Keras 3.
     pub frozen: bool,
+    /// Set by the plan for one backward: the layer's output gradient arrives already masked
+    /// by its fused ReLU (the reader masked it, [`Layer::masks_dx_by_input`]), so a layer
+    /// that [`Layer::masks_dy_by_output`] skips its own mask.
+    pub dy_masked: bool,
+    /// Set by the plan for one backward: the layer's input came from a layer that masks its
+    /// gradient by a fused ReLU of its own, and the layer masks the input gradient it writes
+    /// by its input's sign instead, in its last pass.
+    pub mask_dx: bool,
 }
 
 impl<'d> Graph<'d> {
     /// An empty recording for `batch` samples on `device`; `step` is the step-counter tensor.
     pub fn new(device: &'d Device, batch: usize, training: bool, step: Tensor) -> Self {
-        Graph { device, batch, training, step, dispatches: Vec::new(), layer_index: 0, policy: Default::default(), frozen: false }
+        Graph { device, batch, training, step, dispatches: Vec::new(), layer_index: 0, policy: Default::default(), frozen: false, dy_masked: false, mask_dx: false }
     }
     /// How the policy has products computed.
     pub fn gemm(&self) -> crate::kernels::gemm::GemmOptions {
@@ -318,6 +326,18 @@ pub trait Layer: Send + Sync + std::fmt::Debug {
     /// Called by the model at compile so that a composite layer fuses the ReLUs inside it
     /// as the model does at the top level.
     fn fuse_inner(&mut self) {}
+    /// Whether the backward starts with a pass of its own that masks the output gradient by
+    /// a fused ReLU's output (a residual block's join), which it skips under
+    /// [`Graph::dy_masked`].
+    fn masks_dy_by_output(&self) -> bool {
+        false
+    }
+    /// Whether the backward can mask the input gradient it writes by its input's sign in its
+    /// last pass (a residual block's gradient sum), as [`Graph::mask_dx`] asks: the mask of
+    /// the layer before that [`Layer::masks_dy_by_output`], one pass saved.
+    fn masks_dx_by_input(&self) -> bool {
+        false
+    }
     /// As the last layer of a residual block's main chain, writes the block's output itself:
     /// `self(x) + addend` into `out`, ReLU'd if `relu`, in one pass where the layer can
     /// (BatchNormalization: the normalize and the join in one pass over the output),

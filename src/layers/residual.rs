@@ -176,9 +176,17 @@ impl Layer for Residual {
         }
         Ok(Saved { output: y, extra: Vec::new(), inner: inner.into_iter().flatten().collect() })
     }
+    fn masks_dy_by_output(&self) -> bool {
+        self.fused_relu
+    }
+    fn masks_dx_by_input(&self) -> bool {
+        true
+    }
     fn backward(&self, g: &mut Graph, x: &Tensor, saved: &Saved, dy: &Tensor, w: &Weights, need_dx: bool) -> Result<Option<Tensor>> {
         let walk = self.walk(&x.shape()[1..])?;
-        let dy = if self.fused_relu {
+        // The flags are the plan's for this block, not for the layers inside it.
+        let (dy_masked, mask_dx) = (std::mem::take(&mut g.dy_masked), std::mem::take(&mut g.mask_dx));
+        let dy = if self.fused_relu && !dy_masked {
             // dy is stored as the output it is the gradient of (Graph::gradient).
             let masked = g.gradient(dy)?;
             g.push(elementwise::relu_backward(g.device, dy, &saved.output, &masked)?);
@@ -212,7 +220,11 @@ impl Layer for Residual {
         }
         let ends = [g.cast_to(&grads[0], x.dtype())?, g.cast_to(&grads[1], x.dtype())?];
         let dx = g.gradient(x)?;
-        g.push(elementwise::add(g.device, &ends[0], &ends[1], &dx)?);
+        g.push(match mask_dx {
+            // x is the block before's ReLU'd output: its mask, applied here.
+            true => elementwise::add_relu_backward(g.device, &ends[0], &ends[1], x, &dx)?,
+            false => elementwise::add(g.device, &ends[0], &ends[1], &dx)?,
+        });
         Ok(Some(dx))
     }
 }

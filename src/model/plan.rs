@@ -279,11 +279,14 @@ impl Plan {
             for i in 0..n {
                 wanted[i + 1] = def.layout.per_layer[i].1 > 0 || def.layout.inbound[i].iter().any(|&j| wanted[j]);
             }
+            // Nodes whose gradient the reader already masked by the fused ReLU that wrote them.
+            let mut masked = vec![false; n + 1];
             let mut recorded = records.iter().zip(&inputs).rev().peekable();
             for i in (0..n).rev() {
                 let from = &def.layout.inbound[i];
                 if def.fused[i] {
                     grads[from[0]] = grads[i + 1].take();
+                    masked[from[0]] = masked[i + 1];
                     continue;
                 }
                 let Some(((_, _, saved), xs)) = recorded.next_if(|((r, _, _), _)| *r == i) else { continue };
@@ -298,7 +301,17 @@ impl Plan {
                 g.frozen = shared.frozen.contains(&i);
                 let need_dx = from.iter().any(|&j| wanted[j]);
                 let layer = def.layers[i].as_ref();
+                // The mask of a fused ReLU before a layer that sums its input gradient moves
+                // into that sum, where the layer is the only reader of the ReLU's output and
+                // reads it as stored. The ReLU is a fused layer of its own after the one
+                // that applies it (a residual block's join): its output is its input.
+                let j = from[0];
+                let applied = (j > 0 && def.fused[j - 1] && readers[j] == 1).then(|| def.layout.inbound[j - 1][0]).filter(|&k| k > 0 && readers[k] == 1);
+                let premask = need_dx && from.len() == 1 && layer.masks_dx_by_input() && applied.is_some_and(|k| !def.fused[k - 1] && def.layers[k - 1].masks_dy_by_output()) && xs[0].dtype() == storage(j);
+                (g.dy_masked, g.mask_dx) = (masked[i + 1], premask);
+                masked[j] = premask;
                 let dxs = g.under_policy_of(layer, |g| layer.backward_all(g, xs, saved, &dy, &weights(def, shared, i), need_dx))?;
+                (g.dy_masked, g.mask_dx) = (false, false);
                 for (&j, dx) in from.iter().zip(dxs) {
                     let (true, Some(dx)) = (wanted[j], dx) else { continue };
                     // A node's only gradient reaches a layer that takes either storage as it is.

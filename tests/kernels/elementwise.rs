@@ -160,6 +160,55 @@ fn f16_join_and_relu_backward() {
     });
 }
 
+/// A gradient sum masked by a ReLU output in one pass gives, bit for bit, what the sum then
+/// the mask give (f32 and f16, scalar and vec4), NaN where y is NaN, an f16 overflow kept
+/// infinite where y > 0; and it names its operands when they disagree.
+#[test]
+fn add_relu_backward_is_the_sum_then_the_mask() {
+    on_each_variant(|variant| {
+        let d = device();
+        let mut r = rng(6);
+        take_paths();
+        for (f16, &n) in SIZES.iter().map(|n| (false, n)).chain(SIZES_F16.iter().map(|n| (true, n))) {
+            let (mut a, b) = if f16 { (random_half(&mut r, n), random_half(&mut r, n)) } else { (random(&mut r, n), random(&mut r, n)) };
+            // y: positive, zero, negative and NaN; an f16 sum past the range where y > 0.
+            let y: Vec<f32> = (0..n).map(|i| [1.5, 0.0, -2.0, f32::NAN][i % 4] * if i % 8 < 4 { 1.0 } else { 0.25 }).collect();
+            if f16 && n > 4 {
+                a[4] = 65504.0;
+            }
+            let b = if f16 && n > 4 { b.iter().enumerate().map(|(i, &v)| if i == 4 { 65504.0 } else { v }).collect() } else { b };
+            let up = |v: &[f32]| if f16 { upload_f16(v, &[n]) } else { upload(v, &[n]) };
+            let (ta, tb, ty) = (up(&a), up(&b), up(&y));
+            let (fused, sum, masked) = (up(&vec![7.0; n]), up(&vec![7.0; n]), up(&vec![7.0; n]));
+            run(&[
+                elementwise::add_relu_backward(&d, &ta, &tb, &ty, &fused).unwrap(),
+                elementwise::add(&d, &ta, &tb, &sum).unwrap(),
+                elementwise::relu_backward(&d, &sum, &ty, &masked).unwrap(),
+            ]);
+            let get = |t| if f16 { read_f16(t) } else { read(t) };
+            let (got, want) = (get(&fused), get(&masked));
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{variant} add_relu_backward f16={f16} n={n}");
+            for (i, g) in got.iter().enumerate() {
+                let s = a[i] as f64 + b[i] as f64;
+                let ok = match y[i] {
+                    v if v.is_nan() => g.is_nan(),
+                    v if v > 0.0 => (*g as f64 - s).abs() <= s.abs() * 1e-3 + 1e-6 || (f16 && s > 65504.0 && g.is_infinite()),
+                    _ => *g == 0.0,
+                };
+                assert!(ok, "{variant} f16={f16} n={n} element {i}: {g} for a + b = {s}, y = {}", y[i]);
+            }
+        }
+        let expected = [("add_relu_backward", "scalar"), ("add_relu_backward4", "vec4"), ("add_relu_backward4", "store=f16")].map(|(e, t)| (e, t.to_string()));
+        assert_paths_cover("add_relu_backward", &take_paths(), &expected, &[]);
+        let (h, f) = (d.zeros_of(&[8], DType::F16).unwrap(), d.zeros(&[8]).unwrap());
+        let err = elementwise::add_relu_backward(&d, &h, &h, &f, &h).unwrap_err().to_string();
+        assert!(err.contains("add_relu_backward") && err.contains("y [8] is F32"), "{err}");
+        let err = elementwise::add_relu_backward(&d, &f, &f, &d.zeros(&[7]).unwrap(), &f).unwrap_err().to_string();
+        assert!(err.contains("add_relu_backward") && err.contains("y"), "{err}");
+    });
+}
+
 #[test]
 fn f16_join_covers_a_folded_grid() {
     // More than 65,535 * 256 quads fold the vec4 grid into 2-D; in f16 that is 128 MiB, which
