@@ -305,7 +305,7 @@ impl Plan {
                 // into that sum, where the layer is the only reader of the ReLU's output and
                 // reads it as stored. The ReLU is a fused layer of its own after the one
                 // that applies it (a residual block's join): its output is its input.
-                let j = from[0];
+                let j = from.first().copied().unwrap_or(0);
                 let applied = (j > 0 && def.fused[j - 1] && readers[j] == 1).then(|| def.layout.inbound[j - 1][0]).filter(|&k| k > 0 && readers[k] == 1);
                 let premask = need_dx && from.len() == 1 && layer.masks_dx_by_input() && applied.is_some_and(|k| !def.fused[k - 1] && def.layers[k - 1].masks_dy_by_output()) && xs[0].dtype() == storage(j);
                 (g.dy_masked, g.mask_dx) = (masked[i + 1], premask);
