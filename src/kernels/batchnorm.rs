@@ -140,11 +140,9 @@ pub fn forward_train_joined(
 fn train(kernel: &'static str, device: &Device, cfg: &BatchNormConfig, x: &Tensor, addend: Option<&Tensor>, per_channel: [&Tensor; 5], y: &Tensor) -> Result<Vec<Dispatch>> {
     let [gamma, beta, moving_mean, moving_var, saved] = per_channel;
     let params_in = [("gamma", gamma), ("beta", beta), ("moving_mean", moving_mean), ("moving_var", moving_var)];
-    let (like_x, inputs) = with_addend(addend, &[("y", y)], &[("x", x), ("gamma", gamma), ("beta", beta)]);
-    let split = check(kernel, cfg, x, &like_x, &params_in, saved)?;
-    let (acts, _) = with_addend(addend, &[("x", x), ("y", y)], &[]);
-    let storage = activations(kernel, &split, &acts, &[("gamma", gamma), ("beta", beta), ("moving_mean", moving_mean), ("moving_var", moving_var), ("saved", saved)])?;
-    disjoint(kernel, &[("y", y), ("saved", saved), ("moving_mean", moving_mean), ("moving_var", moving_var)], &inputs)?;
+    let split = check(kernel, cfg, x, &with_addend(addend, &[("y", y)]), &params_in, saved)?;
+    let storage = activations(kernel, &split, &with_addend(addend, &[("x", x), ("y", y)]), &[&params_in[..], &[("saved", saved)]].concat())?;
+    disjoint(kernel, &[("y", y), ("saved", saved), ("moving_mean", moving_mean), ("moving_var", moving_var)], &with_addend(addend, &[("x", x), ("gamma", gamma), ("beta", beta)]))?;
     let plan = Plan::new(device, cfg, split, storage, kernel)?;
     let params = Params::new(plan.split(), cfg);
     let partials = scratch(device, "batchnorm statistics", 2 * plan.split().chunks as usize * split.cols as usize);
@@ -165,14 +163,10 @@ fn train(kernel: &'static str, device: &Device, cfg: &BatchNormConfig, x: &Tenso
     ])
 }
 
-/// Tensors with the names errors give them.
-type Named<'a> = Vec<(&'static str, &'a Tensor)>;
-
-/// The two lists with the addend, where there is one, added to both: the tensors shaped
-/// and stored like x, and the inputs no output may overlap.
-fn with_addend<'a>(addend: Option<&'a Tensor>, like_x: &[(&'static str, &'a Tensor)], inputs: &[(&'static str, &'a Tensor)]) -> (Named<'a>, Named<'a>) {
-    let extra = addend.map(|a| ("addend", a));
-    (like_x.iter().copied().chain(extra).collect(), inputs.iter().copied().chain(extra).collect())
+/// `named` (tensors with the names errors give them) and the addend where there is one: it
+/// is shaped and stored like x, and no output may overlap it.
+fn with_addend<'a>(addend: Option<&'a Tensor>, named: &[(&'static str, &'a Tensor)]) -> Vec<(&'static str, &'a Tensor)> {
+    named.iter().copied().chain(addend.map(|a| ("addend", a))).collect()
 }
 
 /// Inference forward: `y = gamma * (x - moving_mean) / sqrt(moving_var + eps) + beta`
@@ -222,11 +216,9 @@ pub fn forward_infer_joined(
 fn infer(kernel: &'static str, device: &Device, cfg: &BatchNormConfig, x: &Tensor, addend: Option<&Tensor>, per_channel: [&Tensor; 4], y: &Tensor) -> Result<Vec<Dispatch>> {
     let [gamma, beta, moving_mean, moving_var] = per_channel;
     let params_in = [("gamma", gamma), ("beta", beta), ("moving_mean", moving_mean), ("moving_var", moving_var)];
-    let (like_x, _) = with_addend(addend, &[("y", y)], &[]);
-    let split = check(kernel, cfg, x, &like_x, &params_in, None)?;
-    let (acts, inputs) = with_addend(addend, &[("x", x), ("y", y)], &[("x", x), ("gamma", gamma), ("beta", beta), ("moving_mean", moving_mean), ("moving_var", moving_var)]);
-    let storage = activations(kernel, &split, &acts, &params_in)?;
-    disjoint(kernel, &[("y", y)], &inputs)?;
+    let split = check(kernel, cfg, x, &with_addend(addend, &[("y", y)]), &params_in, None)?;
+    let storage = activations(kernel, &split, &with_addend(addend, &[("x", x), ("y", y)]), &params_in)?;
+    disjoint(kernel, &[("y", y)], &with_addend(addend, &[&[("x", x)], &params_in[..]].concat()))?;
     let plan = Plan::new(device, cfg, split, storage, kernel)?;
     let t = Bind::Tensor;
     let params = Params::new(plan.split(), cfg);
