@@ -79,7 +79,8 @@ impl CoopTile {
     ///   / 1.246 ms (forward, input and weight gradient), resnet18 4,443 -> 4,542 with the
     ///   next tile;
     /// - 65-128 columns on fewer rows, 128 x 128 at 64 x 32, two buffers (48 KB): resnet18
-    ///   3,026 -> 3,764;
+    ///   3,026 -> 3,764; one buffer staging K 16 (20 KB): 6,125 -> 6,220, resnet50 2,315 ->
+    ///   2,326 (benches/results/2026-11-27f/call3, where K 16 on the wide tiles lost 1-5%);
     /// - a weight gradient into 33-64 columns, 64 x 64 at 32 x 32 on 128 invocations: the
     ///   64-channel 3x3 one 2.54 ms (on the f32 kernel, rounding) -> 2.24, the stem's 3.56 ->
     ///   3.44; 128 x 64 on 256 invocations took 2.67 and 4.61; staging K 16 a step rather
@@ -103,7 +104,7 @@ impl CoopTile {
             (k <= 128 && n > 64 && m >= COOP_TALL_MIN_M && a != ALoad::Im2colT, tall16),
             (n > 128, CoopTile { bm: 128, bn: 256, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 }),
             (n > 64 && m >= COOP_WIDE_TALL_MIN_M, CoopTile { bm: 256, bn: 128, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 }),
-            (n > 64, CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 32, bufs: 2, bk: 32 }),
+            (n > 64, CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 32, bufs: 1, bk: 16 }),
             (a == ALoad::Im2colT, CoopTile { bm: 64, bn: 64, sg_m: 32, sg_n: 32, bufs: 2, bk: 16 }),
             (m >= COOP_TALL_MIN_M, tall16),
         ];
@@ -684,7 +685,11 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         None => choose_splits(threads, tiles_m * tiles_n * group_count, g.m * g.n * group_count, g.k),
     };
     let mut constants = tile.constants(g.a_load, g.b_load);
-    if opts.mixed && !coop {
+    // Operands stored as f16 are their own rounding: rounding them again cost resnet20's
+    // 16-channel weight gradients (both operands f16, 16 columns) 0.31 -> 0.87 ms each on
+    // the H100 once the rounding learned to keep NaN.
+    let round = opts.mixed && !coop && (g.a.dtype() == DType::F32 || g.b.dtype() == DType::F32);
+    if round {
         constants.push(("ROUND_F16", 1.0));
     }
     let coop_token = if coop {
@@ -692,8 +697,10 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         constants.retain(|(name, _)| shape_constants.iter().all(|(other, _)| other != name));
         constants.extend(shape_constants);
         token
-    } else if opts.mixed {
+    } else if round {
         "round_f16".to_string()
+    } else if opts.mixed {
+        "as_stored".to_string()
     } else {
         String::new()
     };
@@ -1017,9 +1024,10 @@ mod tests {
         // A weight gradient into 33-64 columns stages K 16 too.
         assert_eq!(tall(ALoad::Im2colT, 576, 64, 802_816), CoopTile { bm: 64, bn: 64, sg_m: 32, sg_n: 32, bufs: 2, bk: 16 });
         assert_eq!(shape(ALoad::Cols, 256, 64, h100), (128, 64, 32, 32, 256));
-        // 36 KB: neither the 38 KB tiles (the wide ones, M128N64's own) nor 128 x 128 fit;
-        // the tall tile (33 KB) and the 64 x 64 one (16 KB) do.
-        assert_eq!(shape(ALoad::Im2col, 200_704, 256, 36 << 10), (256, 64, 32, 64, 256));
+        // 36 KB: the 38 KB tiles (the wide ones, M128N64's own) do not fit; 128 x 128 (20 KB),
+        // the tall tile (23 KB) and the 64 x 64 one (16 KB) do.
+        assert_eq!(shape(ALoad::Im2col, 200_704, 256, 36 << 10), (128, 128, 64, 32, 256));
+        assert_eq!(shape(ALoad::Im2col, 802_816, 64, 36 << 10), (256, 64, 32, 64, 256));
         assert_eq!(shape(ALoad::Im2colT, 576, 64, 36 << 10), (64, 64, 32, 32, 128));
     }
 
