@@ -276,7 +276,7 @@ pub struct GemmOptions {
     pub splits: Option<usize>,
     /// The `mixed_float16` product: f16 operands rounded from the f32 inputs, f32
     /// accumulation. On cooperative matrices where the device has them
-    /// ([`Device::has_coop16`]) and the output is wider than 16 columns; elsewhere the f32
+    /// ([`Device::has_coop16`]) and the output is wider than 8 columns; elsewhere the f32
     /// kernel rounds its operands to f16 first, so the numbers are the same everywhere.
     pub mixed: bool,
     /// Winograd's F(m x m, 3 x 3) for a convolution's forward and input gradient (see
@@ -289,7 +289,7 @@ pub struct GemmOptions {
     /// never, `None` the engine's choice (mixed products on tensor cores).
     pub flip: Option<bool>,
     /// The tensor-core tile instead of the engine's choice, for mixed products on a device
-    /// with cooperative matrices (outputs of 16 columns or fewer stay on the f32 kernel); an
+    /// with cooperative matrices (outputs of 8 columns or fewer stay on the f32 kernel); an
     /// error elsewhere, or for a tile the kernel cannot run.
     pub coop_tile: Option<CoopTile>,
     /// The kernel that computes the product instead of the device's own (see [`Engine`]), so
@@ -645,18 +645,17 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         return super::gemm_cpu::launch(device, g, opts);
     }
     let limit = device.limits().max_compute_workgroup_storage_size as usize;
-    // The tensor-core kernel runs on M128N64's constants (M128N32's for 17-32 columns), its
+    // The tensor-core kernel runs on M128N64's constants (M128N32's for 9-32 columns), its
     // own shape given by a `CoopTile`.
     let coop_base = if g.n > 32 || opts.coop_tile.is_some() { Tile::M128N64 } else { Tile::M128N32 };
-    // Outputs of 16 columns or fewer stay on the f32 kernel, a tensor-core tile forced or not.
+    // Outputs of 8 columns or fewer stay on the f32 kernel, a tensor-core tile forced or not.
+    // Narrower products gain from the tensor cores too, with up to half of M128N32's columns
+    // idle: on the H100 (benches/results/2026-11-27f/call4) moving the weight gradients into
+    // 17-32 columns there, then every product of 9-16 columns, took resnet20 mixed 32,000 ->
+    // 33,060 -> 41,500 images/s and MobileNetV2 3,035 -> 3,620 -> 3,705.
     let tensor_cores = opts.mixed && device.has_coop16();
-    let wide_enough = g.n > 16;
-    // A weight gradient into 32 columns or fewer runs on the f32 kernel with its operands
-    // rounded: on M128N32's tensor-core tile the 33-64-column ones were slower than that
-    // (H100, batch 256: the stem 4.61 against 3.36 ms), and the 64 x 64 tile that beats both
-    // for those would leave half its columns idle here.
-    let narrow_weight_grad = g.a_load == ALoad::Im2colT && g.n <= 32 && opts.tile.is_none() && opts.coop_tile.is_none();
-    let coop = tensor_cores && wide_enough && !narrow_weight_grad && CoopTile::of(coop_base).bytes() <= limit;
+    let wide_enough = g.n > 8;
+    let coop = tensor_cores && wide_enough && CoopTile::of(coop_base).bytes() <= limit;
     let tile = match opts.tile {
         Some(t) => t,
         None if coop => coop_base,

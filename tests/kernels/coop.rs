@@ -4,7 +4,7 @@
 //! max-norm relative error (what random rounding gives is near 1e-4; a dropped K step of a
 //! long K is 4e-3). Where the device has cooperative matrices (`CONVOY_TEST_DEVICE` on an
 //! NVIDIA GPU) that is the tensor-core kernel (shaders/conv2d_coop.wgsl), plus the f32
-//! kernel's f16-rounding form for outputs of 16 columns or fewer; elsewhere (lavapipe) the
+//! kernel's f16-rounding form for outputs of 8 columns or fewer; elsewhere (lavapipe) the
 //! rounding form everywhere. A bound that an f32 product also meets cannot show that the
 //! operands were rounded: `operands_are_rounded_to_f16` shows it (the result matches f64 on
 //! f16-rounded inputs to f32 accuracy, and an operand past f16's range overflows).
@@ -87,8 +87,8 @@ fn conv_case(g: &Conv2dGeometry, opts: &GemmOptions, seed: u64) -> [f64; 3] {
 /// operands, the convolution's three products (vec4 and scalar images, phase products of a
 /// stride-2 input gradient, a 1x1 downsample whose odd phases meet no tap), the tile shapes
 /// it runs (over 128 columns; 65-128 on many rows and on few; 33-64 on many rows, on few,
-/// and a weight gradient's; 17-32), edges of every tile size, K split automatically and by
-/// force; narrow outputs fall back to the f32 product. The coverage assertion fails when a
+/// and a weight gradient's; 9-32), edges of every tile size, K split automatically and by
+/// force; outputs of 8 columns or fewer fall back to the f32 product. The coverage assertion fails when a
 /// cooperative path went untested. Grouped and dilated convolutions go through the same
 /// gathers.
 #[test]
