@@ -85,7 +85,8 @@ impl CoopTile {
     ///   64-channel 3x3 one 2.54 ms (on the f32 kernel, rounding) -> 2.24, the stem's 3.56 ->
     ///   3.44; 128 x 64 on 256 invocations took 2.67 and 4.61; staging K 16 a step rather
     ///   than 32: resnet18 mixed 5,600 -> 6,165 images/s, resnet50 2,245 -> 2,329
-    ///   (benches/results/2026-11-27f/call2);
+    ///   (benches/results/2026-11-27f/call2); and in one buffer (10 KB): 6,193 -> 6,490 and
+    ///   2,318 -> 2,359 (call5);
     /// - 33-64 columns and at least [`COOP_TALL_MIN_M`] rows, 256 x 64 at 32 x 64, one buffer:
     ///   the 64-channel 3x3 forward 0.96 -> 0.77 ms, resnet18 4,059 -> 4,176; staged K 16
     ///   a step (half the operands' workgroup memory) rather than 32, and taken too for a
@@ -105,7 +106,7 @@ impl CoopTile {
             (n > 128, CoopTile { bm: 128, bn: 256, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 }),
             (n > 64 && m >= COOP_WIDE_TALL_MIN_M, CoopTile { bm: 256, bn: 128, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 }),
             (n > 64, CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 32, bufs: 1, bk: 16 }),
-            (a == ALoad::Im2colT, CoopTile { bm: 64, bn: 64, sg_m: 32, sg_n: 32, bufs: 2, bk: 16 }),
+            (a == ALoad::Im2colT, CoopTile { bm: 64, bn: 64, sg_m: 32, sg_n: 32, bufs: 1, bk: 16 }),
             (m >= COOP_TALL_MIN_M, tall16),
         ];
         candidates.into_iter().find(|&(want, shape)| want && shape.bytes() <= limit).map_or(own, |(_, shape)| shape)
@@ -1021,10 +1022,10 @@ mod tests {
         assert_eq!(tall(ALoad::Rows, 401_408, 256, 256).bn, 256);
         assert_eq!(tall(ALoad::Im2colT, 4_096, 256, 64).bn, 256);
         // A weight gradient into 33-64 columns stages K 16 too.
-        assert_eq!(tall(ALoad::Im2colT, 576, 64, 802_816), CoopTile { bm: 64, bn: 64, sg_m: 32, sg_n: 32, bufs: 2, bk: 16 });
+        assert_eq!(tall(ALoad::Im2colT, 576, 64, 802_816), CoopTile { bm: 64, bn: 64, sg_m: 32, sg_n: 32, bufs: 1, bk: 16 });
         assert_eq!(shape(ALoad::Cols, 256, 64, h100), (128, 64, 32, 32, 256));
         // 36 KB: the 38 KB tiles (the wide ones, M128N64's own) do not fit; 128 x 128 (20 KB),
-        // the tall tile (23 KB) and the 64 x 64 one (16 KB) do.
+        // the tall tile (23 KB) and the 64 x 64 one (10 KB) do.
         assert_eq!(shape(ALoad::Im2col, 200_704, 256, 36 << 10), (128, 128, 64, 32, 256));
         assert_eq!(shape(ALoad::Im2col, 802_816, 64, 36 << 10), (256, 64, 32, 64, 256));
         assert_eq!(shape(ALoad::Im2colT, 576, 64, 36 << 10), (64, 64, 32, 32, 128));
