@@ -652,8 +652,8 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     // Outputs of 8 columns or fewer stay on the f32 kernel, a tensor-core tile forced or not.
     // Narrower products gain from the tensor cores too, with up to half of M128N32's columns
     // idle: on the H100 (benches/results/2026-11-27f/call4) moving the weight gradients into
-    // 17-32 columns there, then every product of 9-16 columns, took resnet20 mixed 32,000 ->
-    // 33,060 -> 41,500 images/s and MobileNetV2 3,035 -> 3,620 -> 3,705.
+    // 17-32 columns there, then every product of 9-16 columns, took resnet20 mixed 32,040 ->
+    // 33,060 -> 41,510 images/s and MobileNetV2 3,035 -> 3,623 -> 3,704.
     let tensor_cores = opts.mixed && device.has_coop16();
     let wide_enough = g.n > 8;
     let coop = tensor_cores && wide_enough && CoopTile::of(coop_base).bytes() <= limit;
