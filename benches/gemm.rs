@@ -5,7 +5,7 @@
 //! kernel's tiles and K splits.
 //!
 //! `cargo bench --bench gemm [-- FILTER] [--splits auto,1,4] [--flip on,off,auto]
-//! [--coop auto,256x64/64x64/1/16] [--store f32,a16,a16c16] [--reps N] [--probe]`; FILTER keeps the cases whose name
+//! [--coop auto,256x64/64x64/1/16] [--store f32,a16,a16c16,f16] [--reps N] [--probe]`; FILTER keeps the cases whose name
 //! contains it; the device is `CONVOY_BENCH_DEVICES` (default: the first adapter). Forward
 //! and input-gradient products take only `auto` and `1` of `--splits` (their K is short).
 //! On a software adapter the shapes shrink to a smoke run. `--probe` times plain f16 products
@@ -21,14 +21,16 @@ use convoy::kernels::{Dispatch, Shader};
 use convoy::model::Peak;
 use convoy::{DType, Device, Result, Tensor};
 
-/// How a convolution's activations are stored (`--store f32,a16,a16c16`): x read as f32 or
-/// f16 (the forward's and the weight gradient's A), y written as f32 or f16 (the forward's
-/// C), as mixed_float16 stores them between layers. Gradients stay f32.
+/// How a convolution's activations are stored (`--store f32,a16,a16c16,f16`): x read as f32
+/// or f16 (the forward's and the weight gradient's A), y written as f32 or f16 (the forward's
+/// C); gradients f32, or with `f16` stored as their activations too (dy read and dx written
+/// as f16, where x's channels are whole quads), as mixed_float16 stores them in a model.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Store {
     F32,
     A16,
     A16C16,
+    F16,
 }
 
 /// One product to time: its name, its useful FLOPs and how to record it.
@@ -55,18 +57,22 @@ fn conv_cases(device: &Device, label: &str, x: [usize; 4], filters: usize, kerne
     let (xt, wt, yt) = (zeros(device, &geom.input_shape())?, zeros(device, &geom.kernel_shape())?, zeros(device, &geom.output_shape())?);
     let (dx, dw) = (zeros(device, &geom.input_shape())?, zeros(device, &geom.kernel_shape())?);
     let (x16, y16) = (device.zeros_of(&geom.input_shape(), DType::F16)?, device.zeros_of(&geom.output_shape(), DType::F16)?);
+    // An f16 dx needs whole quads of channels; the stem's 3 keep an f32 one (a model
+    // computes none).
+    let dx16 = if geom.input_shape()[3] % 4 == 0 { device.zeros_of(&geom.input_shape(), DType::F16)? } else { dx.clone() };
     let (g1, g2, g3) = (geom.clone(), geom.clone(), geom);
-    let (x1, w1, y1, x16b) = (xt.clone(), wt.clone(), yt.clone(), x16.clone());
+    let (x1, w1, y1, x16b, dy16, dy16b) = (xt.clone(), wt.clone(), yt.clone(), x16.clone(), y16.clone(), y16.clone());
     let (y2, w2) = (yt.clone(), wt);
-    let pick = |s: Store, x: &Tensor, x16: &Tensor| if s == Store::F32 { x.clone() } else { x16.clone() };
+    let pick = |s: Store, f32: &Tensor, f16: &Tensor| if s == Store::F32 { f32.clone() } else { f16.clone() };
+    let grads = |s: Store, f32: &Tensor, f16: &Tensor| if s == Store::F16 { f16.clone() } else { f32.clone() };
     Ok(vec![
         Case {
             name: format!("{label} forward"),
             flops,
-            record: Box::new(move |d, o, s| conv2d::forward_with(d, &g1, &pick(s, &x1, &x16), &w1, if s == Store::A16C16 { &y16 } else { &y1 }, o)),
+            record: Box::new(move |d, o, s| conv2d::forward_with(d, &g1, &pick(s, &x1, &x16), &w1, if matches!(s, Store::A16C16 | Store::F16) { &y16 } else { &y1 }, o)),
         },
-        Case { name: format!("{label} input grad"), flops, record: Box::new(move |d, o, _| conv2d::backward_data_with(d, &g2, &y2, &w2, &dx, o)) },
-        Case { name: format!("{label} weight grad"), flops, record: Box::new(move |d, o, s| conv2d::backward_weights_with(d, &g3, &pick(s, &xt, &x16b), &yt, &dw, o)) },
+        Case { name: format!("{label} input grad"), flops, record: Box::new(move |d, o, s| conv2d::backward_data_with(d, &g2, &grads(s, &y2, &dy16), &w2, &grads(s, &dx, &dx16), o)) },
+        Case { name: format!("{label} weight grad"), flops, record: Box::new(move |d, o, s| conv2d::backward_weights_with(d, &g3, &pick(s, &xt, &x16b), &grads(s, &yt, &dy16b), &dw, o)) },
     ])
 }
 
@@ -176,7 +182,8 @@ fn main() -> Result<()> {
                 "f32" => Ok(Store::F32),
                 "a16" => Ok(Store::A16),
                 "a16c16" => Ok(Store::A16C16),
-                other => Err(convoy::Error::Config(format!("--store {other}: expected f32, a16 or a16c16"))),
+                "f16" => Ok(Store::F16),
+                other => Err(convoy::Error::Config(format!("--store {other}: expected f32, a16, a16c16 or f16"))),
             })
             .collect::<Result<_>>()?,
         None => vec![Store::F32],
@@ -224,8 +231,15 @@ fn main() -> Result<()> {
             let flip_sweep = if case.name.contains("input grad") { &flips[..] } else { &[None] };
             let coop_sweep = if mixed { &coops[..] } else { &[None] };
             let variants = sweep.iter().flat_map(|s| flip_sweep.iter().map(move |f| (s, f)));
-            // Only the forward and weight gradient read (or write) activations.
-            let store_sweep = if case.name.contains("forward") || case.name.contains("weight grad") { &stores[..] } else { &[Store::F32] };
+            // The forward and weight gradient read (or write) activations; the input
+            // gradient reads and writes gradients only, stored f16 under `f16` alone.
+            let grad_stores: Vec<Store> = stores.iter().map(|&s| if s == Store::F16 { s } else { Store::F32 }).fold(Vec::new(), |mut v, s| {
+                if !v.contains(&s) {
+                    v.push(s);
+                }
+                v
+            });
+            let store_sweep = if case.name.contains("forward") || case.name.contains("weight grad") { &stores[..] } else if case.name.starts_with("matmul") { &[Store::F32] } else { &grad_stores[..] };
             let variants: Vec<_> = variants.flat_map(|v| coop_sweep.iter().map(move |c| (v, c))).flat_map(|v| store_sweep.iter().map(move |s| (v, *s))).collect();
             for (((&split, &flip), &coop), store) in variants {
                 let opts = GemmOptions { mixed, splits: split, flip, coop_tile: coop, ..Default::default() };

@@ -94,6 +94,13 @@ impl CoopTile {
     ///   gradient: resnet18 mixed 5,358 -> 5,548 images/s, resnet50 2,131 -> 2,203,
     ///   MobileNetV2 2,930 -> 3,005 (benches/results/2026-11-27e/call4).
     ///
+    /// - weight gradients (A the activations transposed, 3x3 or 1x1) on 128 x 128 at 64 x 32,
+    ///   one buffer, K 16, up to 1,024 columns, and on 64 x 64 where either side is 64 or
+    ///   less (`cargo bench --bench gemm -- "weight grad" --store f16`, batch 256, ms): 3x3
+    ///   128 channels 1.159 -> 0.569, 256 0.693 -> 0.573, 512 0.827 -> 0.586; 1x1 1024 -> 256
+    ///   0.313 -> 0.243, 64 -> 256 0.996 -> 0.443, 256 -> 64 0.468 -> 0.379 (2026-11-27f/call11);
+    ///   1x1 512 -> 2048 kept the widest tile (0.231, 0.264 on 128 x 128).
+    ///
     /// Tiles of 128 invocations with 64-row regions ran most other products 1.5-3x slower.
     fn choose(tile: Tile, a: ALoad, m: usize, n: usize, k: usize, limit: usize) -> CoopTile {
         let own = CoopTile::of(tile);
@@ -101,12 +108,17 @@ impl CoopTile {
             return own;
         }
         let tall16 = CoopTile { bm: 256, bn: 64, sg_m: 32, sg_n: 64, bufs: 1, bk: 16 };
+        let square16 = CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 32, bufs: 1, bk: 16 };
+        let small16 = CoopTile { bm: 64, bn: 64, sg_m: 32, sg_n: 32, bufs: 1, bk: 16 };
+        // A weight gradient (A the activations transposed, K the batch's pixels).
+        let weight_grad = matches!(a, ALoad::Im2colT | ALoad::Cols);
         let candidates = [
-            (k <= 128 && n > 64 && m >= COOP_TALL_MIN_M && a != ALoad::Im2colT, tall16),
+            (weight_grad && (m <= 64 || n <= 64), small16),
+            (weight_grad && n <= 1024, square16),
+            (k <= 128 && n > 64 && m >= COOP_TALL_MIN_M && !weight_grad, tall16),
             (n > 128, CoopTile { bm: 128, bn: 256, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 }),
             (n > 64 && m >= COOP_WIDE_TALL_MIN_M, CoopTile { bm: 256, bn: 128, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 }),
-            (n > 64, CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 32, bufs: 1, bk: 16 }),
-            (a == ALoad::Im2colT, CoopTile { bm: 64, bn: 64, sg_m: 32, sg_n: 32, bufs: 1, bk: 16 }),
+            (n > 64, square16),
             (m >= COOP_TALL_MIN_M, tall16),
         ];
         candidates.into_iter().find(|&(want, shape)| want && shape.bytes() <= limit).map_or(own, |(_, shape)| shape)
@@ -1011,7 +1023,9 @@ mod tests {
         let h100 = 48 << 10;
         assert_eq!(shape(ALoad::Im2col, 200_704, 256, h100), (128, 256, 64, 64, 256));
         assert_eq!(shape(ALoad::Im2col, 200_704, 128, h100), (256, 128, 64, 64, 256));
-        assert_eq!(shape(ALoad::Im2colT, 1_152, 128, h100), (256, 128, 64, 64, 256));
+        assert_eq!(shape(ALoad::Im2colT, 1_152, 128, h100), (128, 128, 64, 32, 256));
+        assert_eq!(shape(ALoad::Cols, 512, 2048, h100), (128, 256, 64, 64, 256));
+        assert_eq!(shape(ALoad::Cols, 64, 256, h100), (64, 64, 32, 32, 128));
         assert_eq!(shape(ALoad::Rows, 1_000, 128, h100), (128, 128, 64, 32, 256));
         assert_eq!(shape(ALoad::Im2colT, 576, 64, h100), (64, 64, 32, 32, 128));
         assert_eq!(shape(ALoad::Im2col, 802_816, 64, h100), (256, 64, 32, 64, 256));
@@ -1020,10 +1034,11 @@ mod tests {
         assert_eq!(tall(ALoad::Im2col, 802_816, 64, 576).bk, 16);
         assert_eq!(tall(ALoad::Rows, 401_408, 256, 64), CoopTile { bm: 256, bn: 64, sg_m: 32, sg_n: 64, bufs: 1, bk: 16 });
         assert_eq!(tall(ALoad::Rows, 401_408, 256, 256).bn, 256);
-        assert_eq!(tall(ALoad::Im2colT, 4_096, 256, 64).bn, 256);
+        assert_eq!(tall(ALoad::Im2colT, 4_096, 256, 64).bn, 128);
         // A weight gradient into 33-64 columns stages K 16 too.
         assert_eq!(tall(ALoad::Im2colT, 576, 64, 802_816), CoopTile { bm: 64, bn: 64, sg_m: 32, sg_n: 32, bufs: 1, bk: 16 });
-        assert_eq!(shape(ALoad::Cols, 256, 64, h100), (128, 64, 32, 32, 256));
+        assert_eq!(shape(ALoad::Cols, 256, 64, h100), (64, 64, 32, 32, 128));
+        assert_eq!(shape(ALoad::Rows, 256, 64, h100), (128, 64, 32, 32, 256));
         // 36 KB: the 38 KB tiles (the wide ones, M128N64's own) do not fit; 128 x 128 (20 KB),
         // the tall tile (23 KB) and the 64 x 64 one (10 KB) do.
         assert_eq!(shape(ALoad::Im2col, 200_704, 256, 36 << 10), (128, 128, 64, 32, 256));
