@@ -620,6 +620,14 @@ pub(super) fn b_quads(g: &Gemm) -> bool {
     own && g.groups.is_none_or(|gr| Groups::quads(gr.b))
 }
 
+/// Whether a mixed product on an f32-unit kernel rounds its operands to f16 as it loads them.
+/// Operands stored as f16 are their own rounding: rounding them again cost resnet20's
+/// 16-channel weight gradients (both operands f16, 16 columns) 0.31 -> 0.87 ms each on the
+/// H100 once the rounding learned to keep NaN.
+pub(super) fn rounds_operands(g: &Gemm, opts: &GemmOptions) -> bool {
+    opts.mixed && (g.a.dtype() == DType::F32 || g.b.dtype() == DType::F32)
+}
+
 pub(super) fn c_quads(g: &Gemm) -> bool {
     g.n.is_multiple_of(4) && g.groups.is_none_or(|gr| Groups::quads(gr.c))
 }
@@ -697,10 +705,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         None => choose_splits(threads, tiles_m * tiles_n * group_count, g.m * g.n * group_count, g.k),
     };
     let mut constants = tile.constants(g.a_load, g.b_load);
-    // Operands stored as f16 are their own rounding: rounding them again cost resnet20's
-    // 16-channel weight gradients (both operands f16, 16 columns) 0.31 -> 0.87 ms each on
-    // the H100 once the rounding learned to keep NaN.
-    let round = opts.mixed && !coop && (g.a.dtype() == DType::F32 || g.b.dtype() == DType::F32);
+    let round = !coop && rounds_operands(g, opts);
     if round {
         constants.push(("ROUND_F16", 1.0));
     }

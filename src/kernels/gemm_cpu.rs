@@ -5,7 +5,7 @@
 //!
 //! [`Engine::Cpu`]: super::gemm::Engine::Cpu
 
-use super::gemm::{b_quads, c_quads, product_params, record, ALoad, Gemm, GemmOptions, MAX_WORKSPACE};
+use super::gemm::{b_quads, c_quads, product_params, record, rounds_operands, ALoad, Gemm, GemmOptions, MAX_WORKSPACE};
 use super::{Dispatch, GEMM_CPU_ALL};
 use crate::{Device, Result};
 
@@ -41,7 +41,8 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     if general {
         constants.push(("A_GENERAL", 1.0));
     }
-    if opts.mixed {
+    let round = rounds_operands(g, opts);
+    if round {
         constants.push(("ROUND_F16", 1.0));
     }
     let (p, tokens) = product_params(g, tiles, K_STEP, split, &mut constants)?;
@@ -54,7 +55,11 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     }
     let invocations = blocks * p.splits();
     let gather = if general { "gather=general" } else { "gather=separable" };
-    let round = if opts.mixed { "round_f16" } else { "" };
+    let round = match (round, opts.mixed) {
+        (true, _) => "round_f16",
+        (false, true) => "as_stored",
+        (false, false) => "",
+    };
     record(device, g, (&GEMM_CPU_ALL, "gemm_cpu"), &constants, p, invocations.div_ceil(WORKGROUP), format!("{tokens} {gather} {round}"))
 }
 

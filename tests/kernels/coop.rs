@@ -426,8 +426,9 @@ fn f16_gradients_feed_the_backward_products() {
         }
     }
     expected.push(("gemm", "store=a16b16".to_string()));
-    // Both operands f16 on the f32 kernel: read as stored, no rounding pass.
+    // Both operands f16 on an f32-unit kernel: read as stored, no rounding pass.
     expected.push(("gemm", "as_stored".to_string()));
+    expected.push(("gemm_cpu", "as_stored".to_string()));
     expected.extend(["gemm", "gemm_cpu"].map(|e| (e, "scalar_b".to_string())));
     expected.push(("reduce_splits", "quad_c".to_string()));
     assert_paths_cover("f16 gradient gemm", &taken, &expected, &[]);
