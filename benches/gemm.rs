@@ -60,7 +60,7 @@ fn conv_cases(device: &Device, label: &str, x: [usize; 4], filters: usize, kerne
     // An f16 dx needs whole quads of channels; the stem's 3 keep an f32 one (a model
     // computes none).
     let dx16 = if geom.input_shape()[3] % 4 == 0 { device.zeros_of(&geom.input_shape(), DType::F16)? } else { dx.clone() };
-    let (g1, g2, g3) = (geom.clone(), geom.clone(), geom);
+    let (g1, g2, g3) = (geom, geom, geom);
     let (x1, w1, y1, x16b, dy16, dy16b) = (xt.clone(), wt.clone(), yt.clone(), x16.clone(), y16.clone(), y16.clone());
     let (y2, w2) = (yt.clone(), wt);
     let pick = |s: Store, f32: &Tensor, f16: &Tensor| if s == Store::F32 { f32.clone() } else { f16.clone() };

@@ -284,7 +284,7 @@ fn explicit_pool_padding_survives_the_architecture_json() {
     let e = convoy::model::config::layer_from_config(&json).unwrap().output_shape(&[9, 9, 1]).unwrap_err().to_string();
     assert!(e.contains("[2, 1]") && e.contains("[3, 3]"), "{e}");
     let json = serde_json::json!({ "class_name": "AveragePooling2D", "config": { "pool_size": [3, 3], "strides": [2, 2], "padding": "full" } });
-    let e = convoy::model::config::layer_from_config(&json).err().expect("unknown padding refused").to_string();
+    let e = convoy::model::config::layer_from_config(&json).expect_err("unknown padding refused").to_string();
     assert!(e.contains("full"), "{e}");
 }
 

@@ -643,7 +643,7 @@ fn forward_node_as<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &st
                 None => own_draws(batch, (h, wd), (oh, ow), *ky, *kx, cx.training),
             };
             let (y, src) = gather(&x.data, [batch, h, wd, c], (oh, ow), &draws, *fill, *fill_value);
-            let taken = own.then(|| Decision::Augment(draws));
+            let taken = own.then_some(Decision::Augment(draws));
             (T { shape: vec![batch, oh, ow, c], data: y }, Rec::Gather { src, in_len: x.data.len() }, taken)
         }
         Node::ChannelMap { scale, offset } => {

@@ -281,7 +281,7 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
                 seed: a.seed,
                 validation_data: Some(val.clone()),
                 callbacks,
-                augment: Some(augment.clone()),
+                augment: Some(augment),
                 verbose: 1,
                 trace: a.trace.clone(),
                 ..Default::default()

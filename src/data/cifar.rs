@@ -145,7 +145,7 @@ fn read_file(path: &Path, fmt: &Format, images: &mut Vec<u8>, labels: &mut Vec<u
 /// [`read_file`] of the file's content.
 fn parse(bytes: &[u8], path: &Path, fmt: &Format, images: &mut Vec<u8>, labels: &mut Vec<u32>) -> Result<()> {
     let record = fmt.label_bytes + IMAGE;
-    if bytes.is_empty() || bytes.len() % record != 0 {
+    if bytes.is_empty() || !bytes.len().is_multiple_of(record) {
         return Err(Error::format(
             path,
             format!(

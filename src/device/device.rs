@@ -274,10 +274,10 @@ impl Device {
         if slots.len() <= slot {
             slots.resize(slot + 1, None);
         }
-        if let Some(t) = &slots[slot] {
-            if t.len() >= floats {
-                return t.view(0, &[floats]);
-            }
+        if let Some(t) = &slots[slot]
+            && t.len() >= floats
+        {
+            return t.view(0, &[floats]);
         }
         // Not from the pool: a replaced or released scratch tensor would go back there and be
         // handed to the next tensor while plans recorded with it still write it (as the

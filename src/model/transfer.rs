@@ -63,7 +63,7 @@ impl Sequential {
         model.def.mean = self.def.mean.clone();
         model.def.std = self.def.std.clone();
         model.def.policy = self.def.policy;
-        model.def.loss_scale = self.def.loss_scale.clone();
+        model.def.loss_scale = self.def.loss_scale;
         model.normalization_fixed = self.normalization_fixed;
         model.pending_weights = Some((p, s, Vec::new()));
         Ok(model)

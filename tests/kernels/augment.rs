@@ -140,7 +140,7 @@ fn cases() -> Vec<Case> {
             v.push(flip(input, fv, fh));
         }
         let [_, h, w, _] = input;
-        for out in [(h, w), (1, 1), (h.div_ceil(2), w), (h, (w + 1) / 2), ((h + 2) / 3, w.saturating_sub(1).max(1))] {
+        for out in [(h, w), (1, 1), (h.div_ceil(2), w), (h, w.div_ceil(2)), (h.div_ceil(3), w.saturating_sub(1).max(1))] {
             v.push(crop(input, out));
         }
         for fill in FillMode::ALL {
