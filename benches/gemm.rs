@@ -188,6 +188,8 @@ fn main() -> Result<()> {
             .collect::<Result<_>>()?,
         None => vec![Store::F32],
     };
+    // The input gradients' storages: f16 under `f16`, f32 under the others.
+    let grad_stores: Vec<Store> = [Store::F32, Store::F16].into_iter().filter(|&g| stores.iter().any(|&s| (s == Store::F16) == (g == Store::F16))).collect();
     let reps: usize = value("--reps").and_then(|r| r.parse().ok()).unwrap_or(if software { 1 } else { 20 });
     let (batch, side, square) = if software { (2, 16, 256) } else { (256, 56, 4096) };
     let mut cases = vec![matmul_case(&device, square, square, square)?];
@@ -232,13 +234,7 @@ fn main() -> Result<()> {
             let coop_sweep = if mixed { &coops[..] } else { &[None] };
             let variants = sweep.iter().flat_map(|s| flip_sweep.iter().map(move |f| (s, f)));
             // The forward and weight gradient read (or write) activations; the input
-            // gradient reads and writes gradients only, stored f16 under `f16` alone.
-            let grad_stores: Vec<Store> = stores.iter().map(|&s| if s == Store::F16 { s } else { Store::F32 }).fold(Vec::new(), |mut v, s| {
-                if !v.contains(&s) {
-                    v.push(s);
-                }
-                v
-            });
+            // gradient reads and writes gradients alone (`grad_stores`).
             let store_sweep = if case.name.contains("forward") || case.name.contains("weight grad") { &stores[..] } else if case.name.starts_with("matmul") { &[Store::F32] } else { &grad_stores[..] };
             let variants: Vec<_> = variants.flat_map(|v| coop_sweep.iter().map(move |c| (v, c))).flat_map(|v| store_sweep.iter().map(move |s| (v, *s))).collect();
             for (((&split, &flip), &coop), store) in variants {

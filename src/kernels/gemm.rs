@@ -92,8 +92,7 @@ impl CoopTile {
     ///   a step (half the operands' workgroup memory) rather than 32, and taken too for a
     ///   `k` of 128 or less over more columns (ResNet-50's 1x1 64 -> 256), unless a weight
     ///   gradient: resnet18 mixed 5,358 -> 5,548 images/s, resnet50 2,131 -> 2,203,
-    ///   MobileNetV2 2,930 -> 3,005 (benches/results/2026-11-27e/call4).
-    ///
+    ///   MobileNetV2 2,930 -> 3,005 (benches/results/2026-11-27e/call4);
     /// - weight gradients (A the activations transposed, 3x3 or 1x1) on 128 x 128 at 64 x 32,
     ///   one buffer, K 16, up to 1,024 columns, and on 64 x 64 where either side is 64 or
     ///   less (`cargo bench --bench gemm -- "weight grad" --store f16`, batch 256, ms): 3x3
@@ -620,12 +619,17 @@ pub(super) fn b_quads(g: &Gemm) -> bool {
     own && g.groups.is_none_or(|gr| Groups::quads(gr.b))
 }
 
-/// Whether a mixed product on an f32-unit kernel rounds its operands to f16 as it loads them.
-/// Operands stored as f16 are their own rounding: rounding them again cost resnet20's
-/// 16-channel weight gradients (both operands f16, 16 columns) 0.31 -> 0.87 ms each on the
-/// H100 once the rounding learned to keep NaN.
-pub(super) fn rounds_operands(g: &Gemm, opts: &GemmOptions) -> bool {
-    opts.mixed && (g.a.dtype() == DType::F32 || g.b.dtype() == DType::F32)
+/// Whether a product on an f32-unit kernel rounds its operands to f16 as it loads them, and
+/// its path token: a mixed product rounds (`round_f16`) unless both operands are stored as
+/// f16 already (`as_stored`), since those are their own rounding: rounding them again cost
+/// resnet20's 16-channel weight gradients (both operands f16, 16 columns) 0.31 -> 0.87 ms
+/// each on the H100 once the rounding learned to keep NaN. A float32 product has no token.
+pub(super) fn operand_rounding(g: &Gemm, opts: &GemmOptions) -> (bool, &'static str) {
+    match (opts.mixed, g.a.dtype() == DType::F32 || g.b.dtype() == DType::F32) {
+        (false, _) => (false, ""),
+        (true, true) => (true, "round_f16"),
+        (true, false) => (false, "as_stored"),
+    }
 }
 
 pub(super) fn c_quads(g: &Gemm) -> bool {
@@ -705,7 +709,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         None => choose_splits(threads, tiles_m * tiles_n * group_count, g.m * g.n * group_count, g.k),
     };
     let mut constants = tile.constants(g.a_load, g.b_load);
-    let round = !coop && rounds_operands(g, opts);
+    let (round, round_token) = if coop { (false, "") } else { operand_rounding(g, opts) };
     if round {
         constants.push(("ROUND_F16", 1.0));
     }
@@ -714,12 +718,8 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
         constants.retain(|(name, _)| shape_constants.iter().all(|(other, _)| other != name));
         constants.extend(shape_constants);
         token
-    } else if round {
-        "round_f16".to_string()
-    } else if opts.mixed {
-        "as_stored".to_string()
     } else {
-        String::new()
+        round_token.to_string()
     };
     let (p, tokens) = product_params(g, (tiles_m, tiles_n), bk, split, &mut constants)?;
     let workgroups = tiles_m * tiles_n * p.splits() * group_count;

@@ -5,7 +5,7 @@
 //!
 //! [`Engine::Cpu`]: super::gemm::Engine::Cpu
 
-use super::gemm::{b_quads, c_quads, product_params, record, rounds_operands, ALoad, Gemm, GemmOptions, MAX_WORKSPACE};
+use super::gemm::{b_quads, c_quads, operand_rounding, product_params, record, ALoad, Gemm, GemmOptions, MAX_WORKSPACE};
 use super::{Dispatch, GEMM_CPU_ALL};
 use crate::{Device, Result};
 
@@ -41,7 +41,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     if general {
         constants.push(("A_GENERAL", 1.0));
     }
-    let round = rounds_operands(g, opts);
+    let (round, round_token) = operand_rounding(g, opts);
     if round {
         constants.push(("ROUND_F16", 1.0));
     }
@@ -55,12 +55,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     }
     let invocations = blocks * p.splits();
     let gather = if general { "gather=general" } else { "gather=separable" };
-    let round = match (round, opts.mixed) {
-        (true, _) => "round_f16",
-        (false, true) => "as_stored",
-        (false, false) => "",
-    };
-    record(device, g, (&GEMM_CPU_ALL, "gemm_cpu"), &constants, p, invocations.div_ceil(WORKGROUP), format!("{tokens} {gather} {round}"))
+    record(device, g, (&GEMM_CPU_ALL, "gemm_cpu"), &constants, p, invocations.div_ceil(WORKGROUP), format!("{tokens} {gather} {round_token}"))
 }
 
 /// The CPU threads a software adapter runs a dispatch on (lavapipe: one per core).

@@ -88,9 +88,9 @@ fn conv_case(g: &Conv2dGeometry, opts: &GemmOptions, seed: u64) -> [f64; 3] {
 /// stride-2 input gradient, a 1x1 downsample whose odd phases meet no tap), the tile shapes
 /// it runs (over 128 columns; 65-128 on many rows and on few; 33-64 on many rows, on few,
 /// and a weight gradient's; 9-32), edges of every tile size, K split automatically and by
-/// force; outputs of 8 columns or fewer fall back to the f32 product. The coverage assertion fails when a
-/// cooperative path went untested. Grouped and dilated convolutions go through the same
-/// gathers.
+/// force; outputs of 8 columns or fewer fall back to the f32 product. The coverage
+/// assertion fails when a cooperative path went untested. Grouped and dilated convolutions
+/// go through the same gathers.
 #[test]
 fn mixed_products_match_f64_within_f16_bounds() {
     let coop = device().has_coop16();
