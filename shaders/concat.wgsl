@@ -41,3 +41,20 @@ fn slice_block(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     let r = i / p.width;
     dst[i] = src[r * p.total + p.offset + (i - r * p.width)];
 }
+
+// dst[r, c] = src[r, c - offset] inside the block, zero outside it: a narrow src into a wide
+// dst written whole (one invocation per element of dst), so that no stale value of a reused
+// buffer survives beside the block.
+@compute @workgroup_size(WG)
+fn pad_block(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    let r = i / p.total;
+    if (r * p.width >= p.n) { return; }
+    let c = i - r * p.total;
+    var v = 0.0;
+    if (c >= p.offset && c - p.offset < p.width) {
+        v = src[r * p.width + c - p.offset];
+    }
+    dst[i] = v;
+}

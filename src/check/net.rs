@@ -662,6 +662,14 @@ impl Net {
         inbound_of(&self.inbound, k)
     }
 
+    /// Whether, under mixed_float16, the device normalises the image into f16 padded by zero
+    /// channels to whole quads (see `Layer::reads_padded_channels`): its channels are not
+    /// whole quads and every node reading it is a convolution that stores f16.
+    pub fn image_padded(&self) -> bool {
+        let mut readers = (0..self.nodes.len()).filter(|&k| self.inputs_of(k).contains(&0)).peekable();
+        self.input_shape.last().is_some_and(|c| c % 4 != 0) && readers.peek().is_some() && readers.all(|k| matches!(self.nodes[k], Node::Conv2D { .. }) && self.nodes[k].stores_f16())
+    }
+
     /// The per-sample shape of the input (first) and of every node's output.
     pub(crate) fn node_shapes(&self) -> Result<Vec<Vec<usize>>> {
         let mut shapes = vec![self.input_shape.clone()];

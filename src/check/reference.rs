@@ -323,8 +323,9 @@ fn forward_graph<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, net: &Net, decisions: Op
             }
             _ => {
                 let x = xs.pop().expect("a node reads one input");
-                // Whether the device holds the input as f16: its producer stored it so.
-                let x16 = from[0] > 0 && recs[from[0] - 1].stored().2;
+                // Whether the device holds the input as f16: its producer stored it so, or
+                // the plan normalised the image into padded f16.
+                let x16 = if from[0] == 0 { A::F16_STORAGE && net.image_padded() } else { recs[from[0] - 1].stored().2 };
                 forward_node::<A>(w, cx, node, &net.names[k], dec, x16, x)?
             }
         };
@@ -463,8 +464,14 @@ fn forward_node<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &str, 
     if !node.stores_f16() {
         return forward_node_as::<A>(w, cx, node, name, dec, x);
     }
-    // A convolution writes f16 only from an f16 input (see `Conv2D::forward`).
-    let x16 = store::<A>(&mut x);
+    // A convolution writes f16 only from an f16 input (see `Conv2D::forward`), the image
+    // padded to whole quads of f16 channels included (`x16` from the caller, see
+    // `Net::image_padded`): its values rounded as the device normalises them.
+    let padded = x16 && matches!(node, Node::Conv2D { .. }) && x.shape.last().is_some_and(|c| c % 4 != 0);
+    if padded {
+        round_all(&mut x.data);
+    }
+    let x16 = padded || store::<A>(&mut x);
     let (mut y, rec, taken) = forward_node_as::<A>(w, cx, node, name, dec, x)?;
     let y16 = (x16 || !matches!(node, Node::Conv2D { .. })) && store::<A>(&mut y);
     Ok((y, Rec::with_storage(rec, x16, y16), taken))

@@ -569,14 +569,15 @@ mod tests {
         let recs: Vec<(crate::Tensor, crate::layers::Saved)> = records.iter().map(|(_, x, s)| (x.clone(), s.clone())).collect();
         let mut seen = Vec::new();
         walk(&net.nodes, &recs, "resnet18", &mut seen);
-        // The stem's BatchNorm and pool, every block and its layers, the global pool.
-        assert!(seen.len() > 40, "f16 outputs: {seen:?}");
+        // The stem (its input the image padded to four f16 channels), its BatchNorm and pool,
+        // every block and its layers, the global pool.
+        assert!(seen.len() > 40 && seen[0] == "resnet18[0]", "f16 outputs: {seen:?}");
+        assert_eq!((recs[0].0.shape()[3], recs[0].0.dtype()), (4, crate::DType::F16), "the stem's input");
     }
 
     /// Under mixed_float16 a gradient is stored as its activation: in a resnet18 step every
     /// backward pass of BatchNorm, the join's ReLU gradient, the gradient sums and the pools
-    /// runs on the f16 modules; every convolution's weight gradient reads an f16 dy (the
-    /// stem's too, whose output is f32, as `Layer::takes_f16_gradient` lets it) and every
+    /// runs on the f16 modules; every convolution's weight gradient reads an f16 dy and every
     /// input gradient writes f16, the stride-2 ones' phase products too; the step casts only
     /// where an f32 layer meets f16. A layer that handed on an f32 gradient fails here.
     #[test]
@@ -600,10 +601,15 @@ mod tests {
         let weights: Vec<&Dispatch> = dispatches.iter().filter(|d| d.kernel == "conv2d_backward_weights" && d.flops > 0.0).collect();
         let f32_dy: Vec<&&Dispatch> = weights.iter().filter(|d| !d.shader.contains("b16")).collect();
         assert!(weights.len() > 15 && f32_dy.is_empty(), "{} weight gradients, on an f32 dy: {f32_dy:#?}", weights.len());
-        // Casts only where an f32 layer meets f16: the stem's output into its BatchNorm, the
-        // classifier's input and that input's gradient.
+        // Casts only where an f32 layer meets f16: the classifier's input and that input's
+        // gradient. The image is normalised into f16 padded to four channels, which the stem
+        // reads with a kernel padded to match and writes f16 from.
         let casts: Vec<&str> = dispatches.iter().filter(|d| d.shader == "cast.wgsl").map(|d| d.kernel).collect();
-        assert_eq!(casts, ["to_f16", "from_f16", "to_f16"], "the step's casts");
+        assert_eq!(casts, ["from_f16", "to_f16"], "the step's casts");
+        let image: Vec<&str> = dispatches.iter().filter(|d| d.shader == "image.wgsl").map(|d| d.path.as_str()).collect();
+        assert!(image.len() == 1 && image[0].starts_with("normalize_u8_f16") && image[0].contains("padded"), "the image: {image:?}");
+        let pads: Vec<&str> = dispatches.iter().filter(|d| d.shader == "concat.wgsl").map(|d| d.kernel).collect();
+        assert_eq!(pads, ["pad_block", "slice_block"], "the stem's kernel padded and its gradient sliced");
         let data: Vec<&Dispatch> = dispatches.iter().filter(|d| d.kernel == "conv2d_backward_data" && d.flops > 0.0).collect();
         assert!(data.iter().all(|d| d.shader.contains("a16")), "an input gradient read an f32 dy: {data:#?}");
         // Each writes dx as f16 (a split product's partials are f32: its path names the

@@ -40,3 +40,12 @@ pub fn slice_block(device: &Device, whole: &Tensor, part: &Tensor, offset: usize
     let p = block("slice_block", part, whole, offset)?;
     Ok(Dispatch::with_params(device, &CONCAT, "slice_block", &[WG_CONST], &p, &[(1, whole), (2, part)], grid_for(device, part.len())?))
 }
+
+/// `whole[.., offset + c] = part[.., c]` and zero in every other column of `whole`: a block
+/// padded with zeros, all of `whole` written (a convolution's kernel padded to the zero
+/// channels of its input).
+pub fn pad_block(device: &Device, part: &Tensor, whole: &Tensor, offset: usize) -> Result<Dispatch> {
+    let p = block("pad_block", part, whole, offset)?;
+    u32_of("pad_block", "elements of whole", whole.len())?;
+    Ok(Dispatch::with_params(device, &CONCAT, "pad_block", &[WG_CONST], &p, &[(1, part), (2, whole)], grid_for(device, whole.len())?))
+}

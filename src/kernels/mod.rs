@@ -207,7 +207,7 @@ pub const ACTIVATION: Shader = ACTIVATION_ALL[0];
 shader!(REDUCE, "reduce.wgsl");
 shader!(DEPTHWISE, "depthwise.wgsl");
 shader!(LOSS, "loss.wgsl");
-shader!(IMAGE, "image.wgsl");
+shader!(IMAGE, "image.wgsl", ["half.wgsl"]);
 shader!(OPTIMIZER, "optimizer.wgsl");
 shader!(LOSS_SCALE, "loss_scale.wgsl");
 shader!(CONCAT, "concat.wgsl");

@@ -4,7 +4,7 @@ use serde_json::json;
 
 use super::{Graph, Init, Layer, Pair, ParamSpec, Saved, Weights};
 use crate::kernels::conv2d::{self, Conv2dGeometry, Padding};
-use crate::kernels::{elementwise, reduce};
+use crate::kernels::{concat, elementwise, reduce};
 use crate::{bail, Result, Tensor};
 
 #[derive(Debug, Clone)]
@@ -141,6 +141,10 @@ impl Layer for Conv2D {
         // dy is an operand of both products; the bias's gradient sums it in f32.
         self.stores_f16()
     }
+    fn reads_padded_channels(&self) -> bool {
+        // The products multiply the zero channels by a kernel padded with zeros to match.
+        self.stores_f16()
+    }
     fn config(&self) -> serde_json::Value {
         json!({
             "filters": self.filters,
@@ -158,20 +162,46 @@ impl Layer for Conv2D {
     }
     fn forward(&self, g: &mut Graph, x: &Tensor, w: &Weights) -> Result<Saved> {
         let geom = self.geometry(g.batch, &x.shape()[1..])?;
-        // An f16 output only from an f16 input: from an f32 one (the 3-channel image) the
-        // tensor-core kernel's f16 epilogue ran twice as slow (H100, resnet50's stem 0.82 ->
-        // 1.74 ms), more than the BatchNorm's cast after it costs.
+        // An f16 output only from an f16 input: from an f32 one the tensor-core kernel's f16
+        // epilogue ran twice as slow (H100, resnet50's stem 0.82 -> 1.74 ms), more than the
+        // BatchNorm's cast after it costs.
         let f16_out = self.stores_f16() && x.dtype() == crate::DType::F16;
         let y = if f16_out { g.stored(&geom.output_shape()[1..])? } else { g.activation(&geom.output_shape()[1..])? };
-        g.extend(conv2d::forward_with(g.device, &geom, x, &w.params[0], &y, &g.gemm())?);
+        // An image padded with zero channels (see `Layer::reads_padded_channels`) meets a
+        // copy of the kernel padded to match, kept in the record for the backward.
+        let (kernel, extra) = match self.padding_of(x, &w.params[0])? {
+            Some((taps, cin, padded)) => {
+                let wide = g.device.alloc(&[taps, padded * self.filters], crate::DType::F32)?;
+                g.push(concat::pad_block(g.device, &w.params[0].reshape(&[taps, cin * self.filters])?, &wide, 0)?);
+                let wide = wide.reshape(&geom.kernel_shape())?;
+                (wide.clone(), vec![wide])
+            }
+            None => (w.params[0].clone(), Vec::new()),
+        };
+        let products = conv2d::forward_with(g.device, &geom, x, &kernel, &y, &g.gemm())?;
+        g.extend(useful_flops(products, x, &w.params[0]));
         if self.use_bias {
             g.push(elementwise::bias_add(g.device, &y, &w.params[1])?);
         }
-        Ok(Saved::output(y))
+        Ok(Saved { output: y, extra, inner: Vec::new() })
     }
-    fn backward(&self, g: &mut Graph, x: &Tensor, _: &Saved, dy: &Tensor, w: &Weights, need_dx: bool) -> Result<Option<Tensor>> {
+    fn backward(&self, g: &mut Graph, x: &Tensor, saved: &Saved, dy: &Tensor, w: &Weights, need_dx: bool) -> Result<Option<Tensor>> {
         let geom = self.geometry(g.batch, &x.shape()[1..])?;
-        g.extend(conv2d::backward_weights_with(g.device, &geom, x, dy, &w.grads[0], &g.gemm())?);
+        let (kernel, padding) = match (self.padding_of(x, &w.params[0])?, saved.extra.first()) {
+            (Some((taps, cin, padded)), Some(wide)) => (wide.clone(), Some((taps, cin, padded))),
+            (Some(_), None) => bail!(Config, "Conv2D: the forward of a padded input kept no padded kernel"),
+            (None, _) => (w.params[0].clone(), None),
+        };
+        match padding {
+            // The padded kernel's gradient, whose zero channels' rows are dropped.
+            Some((taps, cin, padded)) => {
+                let wide = g.device.alloc(&[taps, padded * self.filters], crate::DType::F32)?;
+                let products = conv2d::backward_weights_with(g.device, &geom, x, dy, &wide.reshape(&geom.kernel_shape())?, &g.gemm())?;
+                g.extend(useful_flops(products, x, &w.params[0]));
+                g.push(concat::slice_block(g.device, &wide, &w.grads[0].reshape(&[taps, cin * self.filters])?, 0)?);
+            }
+            None => g.extend(conv2d::backward_weights_with(g.device, &geom, x, dy, &w.grads[0], &g.gemm())?),
+        }
         if self.use_bias {
             let rows = dy.len() / self.filters;
             g.extend(reduce::sum_rows(g.device, &dy.reshape(&[rows, self.filters])?, &w.grads[1])?);
@@ -182,9 +212,34 @@ impl Layer for Conv2D {
         // dx as x is stored where the product can write it: a grouped product stores its
         // rows' slices element by element, so its dx is f32 and the caller casts it.
         let dx = if self.groups == 1 { g.gradient(x)? } else { g.activation(&x.shape()[1..])? };
-        g.extend(conv2d::backward_data_with(g.device, &geom, dy, &w.params[0], &dx, &g.gemm())?);
+        g.extend(conv2d::backward_data_with(g.device, &geom, dy, &kernel, &dx, &g.gemm())?);
         Ok(Some(dx))
     }
+}
+
+impl Conv2D {
+    /// `(taps, cin, padded)` where `x` carries `padded` channels of which the kernel reads the
+    /// first `cin` (an image padded with zero channels), `None` where x's channels are the
+    /// kernel's.
+    fn padding_of(&self, x: &Tensor, kernel: &Tensor) -> Result<Option<(usize, usize, usize)>> {
+        let (xc, cin) = (x.shape().last().copied().unwrap_or(0), kernel.shape().get(2).copied().unwrap_or(0));
+        if xc == cin * self.groups {
+            return Ok(None);
+        }
+        if self.groups != 1 || xc < cin {
+            bail!(Shape, "Conv2D: input {:?} does not match kernel {:?} ({} groups)", x.shape(), kernel.shape(), self.groups);
+        }
+        Ok(Some((self.kernel_size.0 * self.kernel_size.1, cin, xc)))
+    }
+}
+
+/// The products' FLOPs as the kernel's channels count them, not the padded input's.
+fn useful_flops(mut products: Vec<crate::kernels::Dispatch>, x: &Tensor, kernel: &Tensor) -> Vec<crate::kernels::Dispatch> {
+    let (xc, cin) = (x.shape().last().copied().unwrap_or(1).max(1), kernel.shape().get(2).copied().unwrap_or(0));
+    if cin < xc {
+        products.iter_mut().for_each(|d| d.flops *= cin as f64 / xc as f64);
+    }
+    products
 }
 
 /// `"valid"`, `"same"` (Keras' strings) or `[ph, pw]` (explicit, PyTorch-style).

@@ -314,6 +314,14 @@ pub trait Layer: Send + Sync + std::fmt::Debug {
     fn takes_f16_gradient(&self) -> bool {
         false
     }
+    /// Under `mixed_float16`, whether the layer takes an input whose channels are padded by
+    /// zeros past those its parameters were built for: the plan then normalises a model's
+    /// image input (RGB) into f16 padded to a whole quad, which the f16 kernels read four
+    /// channels at a time, when every layer reading it says so (a convolution without a bias
+    /// or groups, typically the stem).
+    fn reads_padded_channels(&self) -> bool {
+        false
+    }
     /// Whether this is a plain `max(x, 0)` ReLU, the only kind a BatchNorm or residual join
     /// applies in its own pass (see [`Layer::fuse_relu`]); a capped or leaky one is not.
     fn is_plain_relu(&self) -> bool {

@@ -6,7 +6,7 @@ use convoy::kernels::concat;
 use crate::common::*;
 
 #[test]
-fn concat_and_slice_blocks_copy_exactly() {
+fn concat_slice_and_pad_blocks_copy_exactly() {
     take_paths();
     on_each_variant(|_| {
         let d = device();
@@ -43,8 +43,25 @@ fn concat_and_slice_blocks_copy_exactly() {
             }
         }
     });
+    // A block padded with zeros over a stale (NaN) whole: the block copied, every other
+    // column zero.
+    on_each_variant(|_| {
+        let d = device();
+        let mut r = rng(12);
+        for (rows, width, total, offset) in [(1, 1, 2, 0), (49, 192, 256, 0), (250, 3, 8, 2), (1025, 5, 5, 0)] {
+            let part = random(&mut r, rows * width);
+            let whole = upload(&vec![f32::NAN; rows * total], &[rows, total]);
+            run(&[concat::pad_block(&d, &upload(&part, &[rows, width]), &whole, offset).unwrap()]);
+            let want: Vec<f64> = (0..rows * total).map(|i| {
+                let (row, col) = (i / total, i % total);
+                if (offset..offset + width).contains(&col) { part[row * width + col - offset] as f64 } else { 0.0 }
+            }).collect();
+            let got = read(&whole);
+            assert!(got.iter().zip(&want).all(|(g, w)| *g as f64 == *w), "pad rows={rows} width={width} total={total} offset={offset}: not an exact copy with zeros");
+        }
+    });
     let taken = take_paths();
-    let want: Vec<(&str, String)> = ["concat_block", "slice_block"].iter().map(|e| (*e, "grid=1d".to_string())).collect();
+    let want: Vec<(&str, String)> = ["concat_block", "slice_block", "pad_block"].iter().map(|e| (*e, "grid=1d".to_string())).collect();
     assert_paths_cover("concat", &taken, &want, &[]);
 }
 

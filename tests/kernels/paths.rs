@@ -518,6 +518,10 @@ fn image_takes_every_path() {
         for shape in [[1, 3, 4, 3], [1, 3, 5, 3]] {
             image_case(&mut r, shape, &format!("{variant} seed {seed:#x} normalize_u8 {shape:?}"));
         }
+        // f16, padded to a quad (mixed_float16's RGB input) and as it is.
+        for shape in [[pick(&mut r, &[1, 2, 250]), r.random_range(1..10), r.random_range(1..10), 3], [1, 3, 5, 4]] {
+            image_f16_case(&mut r, shape, &format!("{variant} seed {seed:#x} normalize_u8 f16 {shape:?}"));
+        }
     });
     if test_selection().is_some() {
         on_device(devices()[1].clone(), || {
@@ -525,7 +529,8 @@ fn image_takes_every_path() {
             image_case(&mut r, shape, &format!("unchecked seed {seed:#x} normalize_u8 folded {shape:?}"));
         });
     }
-    let expected = want("normalize_u8", &["words=whole", "words=tail", "grid=1d"]);
+    let mut expected = want("normalize_u8", &["words=whole", "words=tail", "grid=1d"]);
+    expected.extend(want("normalize_u8_f16", &["f16", "padded", "grid=1d"]));
     assert_paths_cover("image", &take_paths(), &expected, &want("normalize_u8", &["grid=2d"]));
 }
 
@@ -538,6 +543,19 @@ fn image_case(r: &mut StdRng, shape: [usize; 4], case: &str) {
     let (tx, ty) = (d.upload_u8(&shape, &x).unwrap(), upload(&vec![7.0; n], &shape));
     run(&[image::normalize_u8(&d, &tx, &mean, &std, &ty).unwrap()]);
     assert_close(case, &read(&ty), &crate::image::reference(&x, &mean, &std));
+}
+
+fn image_f16_case(r: &mut StdRng, shape: [usize; 4], case: &str) {
+    let d = device();
+    let (n, c) = (shape.iter().product::<usize>(), shape[3]);
+    let padded = c.next_multiple_of(4);
+    let x: Vec<u8> = (0..n).map(|_| r.random()).collect();
+    let mean: Vec<f32> = (0..c).map(|_| r.random_range(0.0..1.0)).collect();
+    let std: Vec<f32> = (0..c).map(|_| r.random_range(0.1..0.5)).collect();
+    let out = [shape[0], shape[1], shape[2], padded];
+    let (tx, ty) = (d.upload_u8(&shape, &x).unwrap(), upload_f16(&vec![f32::NAN; n / c * padded], &out));
+    run(&[image::normalize_u8(&d, &tx, &mean, &std, &ty).unwrap()]);
+    assert_close_f16(case, &read_f16(&ty), &crate::image::padded_reference(&x, &mean, &std, padded), 2f64.powi(-25));
 }
 
 /// Every optimizer entry and branch: SGD, SGD with momentum with and without Nesterov,
