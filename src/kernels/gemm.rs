@@ -100,6 +100,12 @@ impl CoopTile {
     ///   0.313 -> 0.243, 64 -> 256 0.996 -> 0.443, 256 -> 64 0.468 -> 0.379 (2026-11-27f/call11);
     ///   1x1 512 -> 2048 kept the widest tile (0.231, 0.264 on 128 x 128).
     ///
+    /// - 1x1 forwards and input gradients (A = Rows) into 129-256 columns on 256 x 64, K 16,
+    ///   into more columns on 128 x 128, K 16, unless K is 2,048 or more (`cargo bench --bench
+    ///   gemm -- 1x1 --store f16`, ms): 1024 -> 256 forward 0.245 -> 0.201, its input gradient
+    ///   0.297 -> 0.243, 512 -> 2048 forward 0.231 -> 0.203; the input gradient of 512 -> 2048
+    ///   (K 2,048) 0.259 on every tile (benches/results/2026-11-27g/call1).
+    ///
     /// Tiles of 128 invocations with 64-row regions ran most other products 1.5-3x slower.
     fn choose(tile: Tile, a: ALoad, m: usize, n: usize, k: usize, limit: usize) -> CoopTile {
         let own = CoopTile::of(tile);
@@ -111,10 +117,15 @@ impl CoopTile {
         let small16 = CoopTile { bm: 64, bn: 64, sg_m: 32, sg_n: 32, bufs: 1, bk: 16 };
         // A weight gradient (A the activations transposed, K the batch's pixels).
         let weight_grad = matches!(a, ALoad::Im2colT | ALoad::Cols);
+        // A 1x1 forward or input gradient over more than 128 columns (A the activations as
+        // stored): K 16 a step beat the wide tile's 32 unless K is long.
+        let pointwise = matches!(a, ALoad::Rows) && n > 128;
         let candidates = [
             (weight_grad && (m <= 64 || n <= 64), small16),
             (weight_grad && n <= 1024, square16),
             (k <= 128 && n > 64 && m >= COOP_TALL_MIN_M && !weight_grad, tall16),
+            (pointwise && n <= 256 && m >= COOP_TALL_MIN_M, tall16),
+            (pointwise && k < 2048, square16),
             (n > 128, CoopTile { bm: 128, bn: 256, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 }),
             (n > 64 && m >= COOP_WIDE_TALL_MIN_M, CoopTile { bm: 256, bn: 128, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 }),
             (n > 64, square16),
@@ -1038,7 +1049,10 @@ mod tests {
         let tall = |a, m, n, k| CoopTile::choose(Tile::M128N64, a, m, n, k, h100);
         assert_eq!(tall(ALoad::Im2col, 802_816, 64, 576).bk, 16);
         assert_eq!(tall(ALoad::Rows, 401_408, 256, 64), CoopTile { bm: 256, bn: 64, sg_m: 32, sg_n: 64, bufs: 1, bk: 16 });
-        assert_eq!(tall(ALoad::Rows, 401_408, 256, 256).bn, 256);
+        assert_eq!(tall(ALoad::Rows, 401_408, 256, 256), CoopTile { bm: 256, bn: 64, sg_m: 32, sg_n: 64, bufs: 1, bk: 16 });
+        assert_eq!(tall(ALoad::Rows, 50_176, 2048, 512), CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 32, bufs: 1, bk: 16 });
+        assert_eq!(tall(ALoad::Rows, 50_176, 512, 2048).bn, 256);
+        assert_eq!(tall(ALoad::Im2col, 50_176, 512, 4608).bn, 256);
         assert_eq!(tall(ALoad::Im2colT, 4_096, 256, 64).bn, 128);
         // A weight gradient into 33-64 columns stages K 16 too.
         assert_eq!(tall(ALoad::Im2colT, 576, 64, 802_816), CoopTile { bm: 64, bn: 64, sg_m: 32, sg_n: 32, bufs: 1, bk: 16 });
