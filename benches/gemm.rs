@@ -251,8 +251,14 @@ fn main() -> Result<()> {
                     }
                     other => other?,
                 };
-                device.run(&dispatches);
-                device.sync()?;
+                // Each variant's pipelines are built before it runs, the GPU idle meanwhile:
+                // a single warm-up run left some first variants timed at a third of their
+                // speed (H100, benches/results/2026-11-27g/call1). 30 ms of it first.
+                let warm = Instant::now();
+                while warm.elapsed().as_secs_f64() < 0.03 {
+                    device.run(&dispatches);
+                    device.sync()?;
+                }
                 let all: Vec<_> = std::iter::repeat_n(dispatches.iter().cloned(), reps).flatten().collect();
                 let start = Instant::now();
                 device.run(&all);
