@@ -169,17 +169,17 @@ impl Layer for Conv2D {
         let y = if f16_out { g.stored(&geom.output_shape()[1..])? } else { g.activation(&geom.output_shape()[1..])? };
         // An image padded with zero channels (see `Layer::reads_padded_channels`) meets a
         // copy of the kernel padded to match, kept in the record for the backward.
-        let (kernel, extra) = match self.padding_of(x, &w.params[0])? {
-            Some((taps, cin, padded)) => {
-                let wide = g.device.alloc(&[taps, padded * self.filters], crate::DType::F32)?;
+        let padding = self.padding_of(x, &w.params[0])?;
+        let (kernel, extra) = match padding {
+            Some(Padded { taps, cin, channels }) => {
+                let wide = g.device.alloc(&[taps, channels * self.filters], crate::DType::F32)?;
                 g.push(concat::pad_block(g.device, &w.params[0].reshape(&[taps, cin * self.filters])?, &wide, 0)?);
                 let wide = wide.reshape(&geom.kernel_shape())?;
                 (wide.clone(), vec![wide])
             }
             None => (w.params[0].clone(), Vec::new()),
         };
-        let products = conv2d::forward_with(g.device, &geom, x, &kernel, &y, &g.gemm())?;
-        g.extend(useful_flops(products, x, &w.params[0]));
+        g.extend(useful_flops(conv2d::forward_with(g.device, &geom, x, &kernel, &y, &g.gemm())?, padding));
         if self.use_bias {
             g.push(elementwise::bias_add(g.device, &y, &w.params[1])?);
         }
@@ -187,17 +187,18 @@ impl Layer for Conv2D {
     }
     fn backward(&self, g: &mut Graph, x: &Tensor, saved: &Saved, dy: &Tensor, w: &Weights, need_dx: bool) -> Result<Option<Tensor>> {
         let geom = self.geometry(g.batch, &x.shape()[1..])?;
-        let (kernel, padding) = match (self.padding_of(x, &w.params[0])?, saved.extra.first()) {
-            (Some((taps, cin, padded)), Some(wide)) => (wide.clone(), Some((taps, cin, padded))),
+        let padding = self.padding_of(x, &w.params[0])?;
+        let kernel = match (padding, saved.extra.first()) {
+            (Some(_), Some(wide)) => wide.clone(),
             (Some(_), None) => bail!(Config, "Conv2D: the forward of a padded input kept no padded kernel"),
-            (None, _) => (w.params[0].clone(), None),
+            (None, _) => w.params[0].clone(),
         };
         match padding {
             // The padded kernel's gradient, whose zero channels' rows are dropped.
-            Some((taps, cin, padded)) => {
-                let wide = g.device.alloc(&[taps, padded * self.filters], crate::DType::F32)?;
+            Some(Padded { taps, cin, channels }) => {
+                let wide = g.device.alloc(&[taps, channels * self.filters], crate::DType::F32)?;
                 let products = conv2d::backward_weights_with(g.device, &geom, x, dy, &wide.reshape(&geom.kernel_shape())?, &g.gemm())?;
-                g.extend(useful_flops(products, x, &w.params[0]));
+                g.extend(useful_flops(products, padding));
                 g.push(concat::slice_block(g.device, &wide, &w.grads[0].reshape(&[taps, cin * self.filters])?, 0)?);
             }
             None => g.extend(conv2d::backward_weights_with(g.device, &geom, x, dy, &w.grads[0], &g.gemm())?),
@@ -217,11 +218,19 @@ impl Layer for Conv2D {
     }
 }
 
+/// An input wider than the kernel (an image padded with zero channels): the kernel's `taps`
+/// (kh * kw), the `cin` channels it reads, the input's `channels`.
+#[derive(Clone, Copy)]
+struct Padded {
+    taps: usize,
+    cin: usize,
+    channels: usize,
+}
+
 impl Conv2D {
-    /// `(taps, cin, padded)` where `x` carries `padded` channels of which the kernel reads the
-    /// first `cin` (an image padded with zero channels), `None` where x's channels are the
+    /// How `x` is padded past the kernel's channels, `None` where x's channels are the
     /// kernel's.
-    fn padding_of(&self, x: &Tensor, kernel: &Tensor) -> Result<Option<(usize, usize, usize)>> {
+    fn padding_of(&self, x: &Tensor, kernel: &Tensor) -> Result<Option<Padded>> {
         let (xc, cin) = (x.shape().last().copied().unwrap_or(0), kernel.shape().get(2).copied().unwrap_or(0));
         if xc == cin * self.groups {
             return Ok(None);
@@ -229,15 +238,14 @@ impl Conv2D {
         if self.groups != 1 || xc < cin {
             bail!(Shape, "Conv2D: input {:?} does not match kernel {:?} ({} groups)", x.shape(), kernel.shape(), self.groups);
         }
-        Ok(Some((self.kernel_size.0 * self.kernel_size.1, cin, xc)))
+        Ok(Some(Padded { taps: self.kernel_size.0 * self.kernel_size.1, cin, channels: xc }))
     }
 }
 
 /// The products' FLOPs as the kernel's channels count them, not the padded input's.
-fn useful_flops(mut products: Vec<crate::kernels::Dispatch>, x: &Tensor, kernel: &Tensor) -> Vec<crate::kernels::Dispatch> {
-    let (xc, cin) = (x.shape().last().copied().unwrap_or(1).max(1), kernel.shape().get(2).copied().unwrap_or(0));
-    if cin < xc {
-        products.iter_mut().for_each(|d| d.flops *= cin as f64 / xc as f64);
+fn useful_flops(mut products: Vec<crate::kernels::Dispatch>, padding: Option<Padded>) -> Vec<crate::kernels::Dispatch> {
+    if let Some(p) = padding {
+        products.iter_mut().for_each(|d| d.flops *= p.cin as f64 / p.channels as f64);
     }
     products
 }
