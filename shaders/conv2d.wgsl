@@ -320,11 +320,11 @@ fn a_is_m_contiguous() -> bool {
 // The host sets the quad flag only where the four share one validity and sit in one
 // aligned vec4, so the first element's index decides for all.
 // Staged as `a_reg` holds quads (shaders/lib/act_*.wgsl's `act_raw`).
-fn a_quad(m: u32, k: u32) -> vec4<f32> {
+fn a_quad(m: u32, k: u32) -> a_stage {
     if (flag(0u)) {
         let i = a_index(m, k);
         if (i == NONE) {
-            return vec4<f32>(0.0);
+            return a_stage();
         }
         let q = i / 4u;
         return act_raw(a[q]);
@@ -335,11 +335,11 @@ fn a_quad(m: u32, k: u32) -> vec4<f32> {
     return raw_of(vec4<f32>(a_at(m, k), a_at(m, k + 1u), a_at(m, k + 2u), a_at(m, k + 3u)));
 }
 
-fn b_quad(k: u32, n: u32) -> vec4<f32> {
+fn b_quad(k: u32, n: u32) -> b_stage {
     if (flag(1u)) {
         let i = b_index(k, n);
         if (i == NONE) {
-            return vec4<f32>(0.0);
+            return b_stage();
         }
         return b_staged(i / 4u);
     }
@@ -362,8 +362,8 @@ fn set_b_tile(i: u32, v: f32) {
 // consecutive invocations on consecutive addresses of the source. A's slots hold quads as
 // stored (f16 ones as their two words: see shaders/lib/act_*.wgsl's `act_raw`), and B's
 // likewise (shaders/lib/b_*.wgsl's `b_staged`).
-var<private> a_reg: array<vec4<f32>, MAX_SLOTS>;
-var<private> b_reg: array<vec4<f32>, MAX_SLOTS>;
+var<private> a_reg: array<a_stage, MAX_SLOTS>;
+var<private> b_reg: array<b_stage, MAX_SLOTS>;
 
 // Where slot l of A goes. The m-contiguous kinds (A_COLS, IM2COL_T) fill a k-major tile
 // with quads along m; the others fill a row-major one with quads along k, slot l being row
@@ -555,7 +555,7 @@ fn fetch_a_conv(k0: u32, lid: u32) {
         for (var s = 0u; s < A_SLOTS; s++) {
             let kk = lid / (BM / 4u) + s * (THREADS / (BM / 4u));
             let nc = cols[s];
-            var v = vec4<f32>(0.0);
+            var v = a_stage();
             if (k0 + kk < p.k) {
                 if (A_QUADS) {
                     let t = taps[0];
@@ -611,7 +611,7 @@ fn fetch_a_conv(k0: u32, lid: u32) {
     let unit_stride = p.stride_h == 1u && p.stride_w == 1u;
     for (var s = 0u; s < A_SLOTS; s++) {
         let r = rows[s];
-        var v = vec4<f32>(0.0);
+        var v = a_stage();
         if (r.w != 0 && k < p.k) {
             if (A_KIND == A_IM2COL) {
                 let ih = r.y + i;

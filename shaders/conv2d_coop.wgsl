@@ -2,9 +2,10 @@
 // file is appended to it, after `enable f16; enable wgpu_cooperative_matrix;`), with the
 // product done by 16x16x16 cooperative matrices: f16 operands, f32 accumulation.
 //
-// Each K step's quads are fetched in f32 by the gathers of conv2d.wgsl and rounded to f16 on
-// their way into workgroup memory (a value past f16's range becomes infinite: the mixed
-// precision policy's loss scaling keeps gradients inside it). Each quad is stored along the
+// Each K step's quads are fetched by the gathers of conv2d.wgsl as stored: f32 ones are
+// rounded to f16 on their way into workgroup memory (a value past f16's range becomes
+// infinite: the mixed precision policy's loss scaling keeps gradients inside it), f16 ones
+// go in as they are (src/kernels/mod.rs says which are staged as f16). Each quad is stored along the
 // direction it was gathered, so that its four halves are neighbours rather than a tile row
 // apart: A gathered along m (A_COLS, IM2COL_T) is column-major (element (m, k) at k * AS + m),
 // A gathered along k (the others) row-major ((m, k) at m * AKS + k); B gathered along n
@@ -37,13 +38,19 @@ override BKS: u32 = BK + 8u;
 // Halves of one of the two buffers of each tile, in either layout.
 override A16: u32 = max(BK * AS, BM * AKS);
 override B16: u32 = max(BK * BS, BN * BKS);
-var<workgroup> a16: array<f16, BUFS * A16>;
-var<workgroup> b16: array<f16, BUFS * B16>;
+// The tiles hold quads (vec4<f16>): a staged quad goes in with one 8-byte store, and the
+// cooperative loads count their offsets and strides in quads (every block starts, and every
+// row is padded, at a multiple of 8 halves).
+var<workgroup> a16: array<vec4<f16>, BUFS * A16 / 4u>;
+var<workgroup> b16: array<vec4<f16>, BUFS * B16 / 4u>;
 var<workgroup> c_stage: array<f32, THREADS * 8u>;
 
-// A staged quad of A as f16: an f16 activation's two words widened (exactly: naga 30 has no
-// bitcast from a word to two halves), an f32 one rounded.
-fn a_halves(v: vec4<f32>) -> vec4<f16> {
+// A staged quad as the tile holds it: as staged (act_h16.wgsl), or widened from its two words
+// (act_f16.wgsl) or its f32 values and rounded.
+fn a_half4(v: a_stage) -> vec4<f16> {
+    if (A_STAGED_F16) {
+        return vec4<f16>(v);
+    }
     return vec4<f16>(raw_value(v));
 }
 
@@ -51,34 +58,26 @@ fn a_halves(v: vec4<f32>) -> vec4<f16> {
 fn store_a16(lid: u32, base: u32) {
     for (var s = 0u; s < A_SLOTS; s++) {
         let l = lid + s * THREADS;
-        let v = a_halves(a_reg[s]);
         var at: u32;
         if (a_is_m_contiguous()) {
             at = base + (l / (BM / 4u)) * AS + (l % (BM / 4u)) * 4u;
         } else {
             at = base + (l / (BK / 4u)) * AKS + (l % (BK / 4u)) * 4u;
         }
-        a16[at] = v.x;
-        a16[at + 1u] = v.y;
-        a16[at + 2u] = v.z;
-        a16[at + 3u] = v.w;
+        a16[at / 4u] = a_half4(a_reg[s]);
     }
 }
 
 fn store_b16(lid: u32, base: u32) {
     for (var s = 0u; s < B_SLOTS; s++) {
         let l = lid + s * THREADS;
-        let v = vec4<f16>(b_staged_value(b_reg[s]));
         var at: u32;
         if (B_KIND == B_ROWS) {
             at = base + (l / (BN / 4u)) * BS + (l % (BN / 4u)) * 4u;
         } else {
             at = base + (l / (BK / 4u)) * BKS + (l % (BK / 4u)) * 4u;
         }
-        b16[at] = v.x;
-        b16[at + 1u] = v.y;
-        b16[at + 2u] = v.z;
-        b16[at + 3u] = v.w;
+        b16[at / 4u] = vec4<f16>(b_reg[s]);
     }
 }
 
@@ -143,26 +142,26 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
             // takes a function's result and a `||` (lowered to a branch) as non-uniform, and
             // cooperative loads need uniform control flow.
             if ((A_KIND == A_COLS) | (A_KIND == A_IM2COL_T)) {
-                let ia0 = buf * A16 + kk * AS + rm;
-                let ia1 = ia0 + 16u;
-                a0 = coopLoad<coop_mat16x16<f16, A>>(&a16[ia0], AS);
-                a1 = coopLoad<coop_mat16x16<f16, A>>(&a16[ia1], AS);
+                let ia0 = (buf * A16 + kk * AS + rm) / 4u;
+                let ia1 = ia0 + 4u;
+                a0 = coopLoad<coop_mat16x16<f16, A>>(&a16[ia0], AS / 4u);
+                a1 = coopLoad<coop_mat16x16<f16, A>>(&a16[ia1], AS / 4u);
                 if (tall) {
-                    let ia2 = ia0 + 32u;
-                    let ia3 = ia0 + 48u;
-                    a2 = coopLoad<coop_mat16x16<f16, A>>(&a16[ia2], AS);
-                    a3 = coopLoad<coop_mat16x16<f16, A>>(&a16[ia3], AS);
+                    let ia2 = ia0 + 8u;
+                    let ia3 = ia0 + 12u;
+                    a2 = coopLoad<coop_mat16x16<f16, A>>(&a16[ia2], AS / 4u);
+                    a3 = coopLoad<coop_mat16x16<f16, A>>(&a16[ia3], AS / 4u);
                 }
             } else {
-                let ia0 = buf * A16 + rm * AKS + kk;
-                let ia1 = ia0 + 16u * AKS;
-                a0 = coopLoadT<coop_mat16x16<f16, A>>(&a16[ia0], AKS);
-                a1 = coopLoadT<coop_mat16x16<f16, A>>(&a16[ia1], AKS);
+                let ia0 = (buf * A16 + rm * AKS + kk) / 4u;
+                let ia1 = ia0 + 4u * AKS;
+                a0 = coopLoadT<coop_mat16x16<f16, A>>(&a16[ia0], AKS / 4u);
+                a1 = coopLoadT<coop_mat16x16<f16, A>>(&a16[ia1], AKS / 4u);
                 if (tall) {
-                    let ia2 = ia0 + 32u * AKS;
-                    let ia3 = ia0 + 48u * AKS;
-                    a2 = coopLoadT<coop_mat16x16<f16, A>>(&a16[ia2], AKS);
-                    a3 = coopLoadT<coop_mat16x16<f16, A>>(&a16[ia3], AKS);
+                    let ia2 = ia0 + 8u * AKS;
+                    let ia3 = ia0 + 12u * AKS;
+                    a2 = coopLoadT<coop_mat16x16<f16, A>>(&a16[ia2], AKS / 4u);
+                    a3 = coopLoadT<coop_mat16x16<f16, A>>(&a16[ia3], AKS / 4u);
                 }
             }
             var b0: coop_mat16x16<f16, B>;
@@ -170,26 +169,26 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
             var b2: coop_mat16x16<f16, B>;
             var b3: coop_mat16x16<f16, B>;
             if (B_KIND == B_ROWS) {
-                let ib0 = buf * B16 + kk * BS + rn;
-                let ib1 = ib0 + 16u;
-                b0 = coopLoadT<coop_mat16x16<f16, B>>(&b16[ib0], BS);
-                b1 = coopLoadT<coop_mat16x16<f16, B>>(&b16[ib1], BS);
+                let ib0 = (buf * B16 + kk * BS + rn) / 4u;
+                let ib1 = ib0 + 4u;
+                b0 = coopLoadT<coop_mat16x16<f16, B>>(&b16[ib0], BS / 4u);
+                b1 = coopLoadT<coop_mat16x16<f16, B>>(&b16[ib1], BS / 4u);
                 if (wide) {
-                    let ib2 = ib0 + 32u;
-                    let ib3 = ib0 + 48u;
-                    b2 = coopLoadT<coop_mat16x16<f16, B>>(&b16[ib2], BS);
-                    b3 = coopLoadT<coop_mat16x16<f16, B>>(&b16[ib3], BS);
+                    let ib2 = ib0 + 8u;
+                    let ib3 = ib0 + 12u;
+                    b2 = coopLoadT<coop_mat16x16<f16, B>>(&b16[ib2], BS / 4u);
+                    b3 = coopLoadT<coop_mat16x16<f16, B>>(&b16[ib3], BS / 4u);
                 }
             } else {
-                let ib0 = buf * B16 + rn * BKS + kk;
-                let ib1 = ib0 + 16u * BKS;
-                b0 = coopLoad<coop_mat16x16<f16, B>>(&b16[ib0], BKS);
-                b1 = coopLoad<coop_mat16x16<f16, B>>(&b16[ib1], BKS);
+                let ib0 = (buf * B16 + rn * BKS + kk) / 4u;
+                let ib1 = ib0 + 4u * BKS;
+                b0 = coopLoad<coop_mat16x16<f16, B>>(&b16[ib0], BKS / 4u);
+                b1 = coopLoad<coop_mat16x16<f16, B>>(&b16[ib1], BKS / 4u);
                 if (wide) {
-                    let ib2 = ib0 + 32u * BKS;
-                    let ib3 = ib0 + 48u * BKS;
-                    b2 = coopLoad<coop_mat16x16<f16, B>>(&b16[ib2], BKS);
-                    b3 = coopLoad<coop_mat16x16<f16, B>>(&b16[ib3], BKS);
+                    let ib2 = ib0 + 8u * BKS;
+                    let ib3 = ib0 + 12u * BKS;
+                    b2 = coopLoad<coop_mat16x16<f16, B>>(&b16[ib2], BKS / 4u);
+                    b3 = coopLoad<coop_mat16x16<f16, B>>(&b16[ib3], BKS / 4u);
                 }
             }
             c00 = coopMultiplyAdd(a0, b0, c00);

@@ -26,6 +26,9 @@ fn act_lane(r: u32) -> u32 {
 
 // A staged quad is its two words in x and y (see act_f32.wgsl and half.wgsl's
 // `half_staged`); values built from single f16 elements pack back exactly.
+alias a_stage = vec4<f32>;
+const A_STAGED_F16: bool = false;
+
 fn act_raw(q: act4) -> vec4<f32> {
     return half_staged(q);
 }

@@ -35,7 +35,12 @@ fn act_lane(r: u32) -> u32 {
 // The GEMM's staged quads of A (`a_reg` in conv2d.wgsl) hold the stored form: an f16 quad
 // stays two words between its load and workgroup memory (fewer registers, no conversions
 // in the tensor-core kernel's loop). `act_raw` stages a loaded quad, `raw_of` a quad built
-// from single values, `raw_value` widens a staged quad for the f32 kernels.
+// from single values, `raw_value` widens a staged quad for the f32 kernels; `a_stage` is
+// the staged quad's type.
+alias a_stage = vec4<f32>;
+// Whether `a_stage` is vec4<f16> (act_h16.wgsl): the tensor-core kernel stores it as it is.
+const A_STAGED_F16: bool = false;
+
 fn act_raw(q: act4) -> vec4<f32> {
     return q;
 }

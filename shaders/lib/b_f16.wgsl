@@ -2,6 +2,7 @@
 // weight gradient's dy under mixed_float16. A staged quad is its two words (half.wgsl's
 // `half_staged`).
 alias b4 = vec2<u32>;
+alias b_stage = vec4<f32>;
 
 fn b_value(q: u32) -> vec4<f32> {
     return half4_value(b[q]);

@@ -5,6 +5,7 @@
 // built from single elements, `b_staged_value` widens a staged quad; `b_value` and `b_elem`
 // read values.
 alias b4 = vec4<f32>;
+alias b_stage = vec4<f32>;
 
 fn b_value(q: u32) -> vec4<f32> {
     return b[q];
