@@ -8,7 +8,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::conv2d::Conv2dGeometry;
-use super::{grid, u32_of, Dispatch, Shader, CONV2D, CONV2D_ALL, CONV2D_COOP_ALL, WG, WG_CONST};
+use super::{grid, u32_of, Dispatch, Shader, CONV2D, CONV2D_ALL, CONV2D_COOP_ALL, CONV2D_COOP_WORDS, WG, WG_CONST};
 use crate::{bail, DType, Device, Error, Result, Tensor};
 
 /// An output tile: `bm x bn` outputs per workgroup, K staged `bk` at a time.
@@ -99,6 +99,10 @@ impl CoopTile {
     ///   128 channels 1.159 -> 0.569, 256 0.693 -> 0.573, 512 0.827 -> 0.586; 1x1 1024 -> 256
     ///   0.313 -> 0.243, 64 -> 256 0.996 -> 0.443, 256 -> 64 0.468 -> 0.379 (2026-11-27f/call11);
     ///   1x1 512 -> 2048 kept the widest tile (0.231, 0.264 on 128 x 128).
+    /// - 3x3 weight gradients into 256 columns or more on the widest tile staging K 16 (A and B
+    ///   staged as f16, `-- "weight grad" --store f16 --coop ...`, TFLOP/s): 3x3 256 channels
+    ///   93.1 -> 118.7, 512 90.8 -> 100.7; the 1x1 ones (A = Cols) lose there (1024 -> 256
+    ///   143 -> 102) and 3x3 128 too (92.8 -> 65.1 on 128 columns) (2026-11-27h/call4).
     ///
     /// - 1x1 forwards and input gradients (A = Rows) into 129-256 columns on 256 x 64, K 16,
     ///   into more columns on 128 x 128, K 16, unless K is 2,048 or more (`cargo bench --bench
@@ -115,6 +119,7 @@ impl CoopTile {
         let tall16 = CoopTile { bm: 256, bn: 64, sg_m: 32, sg_n: 64, bufs: 1, bk: 16 };
         let square16 = CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 32, bufs: 1, bk: 16 };
         let small16 = CoopTile { bm: 64, bn: 64, sg_m: 32, sg_n: 32, bufs: 1, bk: 16 };
+        let widest16 = CoopTile { bm: 128, bn: 256, sg_m: 64, sg_n: 64, bufs: 1, bk: 16 };
         // A weight gradient (A the activations transposed, K the batch's pixels).
         let weight_grad = matches!(a, ALoad::Im2colT | ALoad::Cols);
         // A 1x1 forward or input gradient over more than 128 columns (A the activations as
@@ -122,6 +127,7 @@ impl CoopTile {
         let pointwise = matches!(a, ALoad::Rows) && n > 128;
         let candidates = [
             (weight_grad && (m <= 64 || n <= 64), small16),
+            (a == ALoad::Im2colT && n >= 256, widest16),
             (weight_grad && n <= 1024, square16),
             (k <= 128 && n > 64 && m >= COOP_TALL_MIN_M && !weight_grad, tall16),
             (pointwise && n <= 256 && m >= COOP_TALL_MIN_M, tall16),
@@ -165,7 +171,8 @@ impl CoopTile {
     }
 
     /// The pipeline constants that differ from `tile`'s own, and the path tokens: `coop`,
-    /// the tile (`coop=256x64`), and its invocations where they are not `tile`'s.
+    /// the tile (`coop=256x64`) and its whole shape (`coop_tile=256x64/32x64/1/16`, as the gemm bench
+    /// names it), and its invocations where they are not `tile`'s.
     fn constants(self, tile: Tile) -> (Vec<(&'static str, f64)>, String) {
         let own = CoopTile::of(tile);
         let mut constants = Vec::new();
@@ -184,7 +191,7 @@ impl CoopTile {
                 constants.push((name, value as f64));
             }
         }
-        token += &format!(" coop={}x{}", self.bm, self.bn);
+        token += &format!(" coop={}x{} coop_tile={}x{}/{}x{}/{}/{}", self.bm, self.bn, self.bm, self.bn, self.sg_m, self.sg_n, self.bufs, self.bk);
         if self.threads() != tile.threads() {
             token += &format!(" threads={}", self.threads());
         }
@@ -712,7 +719,15 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     if bytes > limit {
         bail!(Config, "{kernel}: tile {tile:?} needs {bytes} bytes of workgroup memory, more than {}'s {limit}", device.name());
     }
-    let (family, entry): (&'static [Shader; 8], &'static str) = if coop { (&CONV2D_COOP_ALL, "gemm_coop") } else { (&CONV2D_ALL, "gemm") };
+    // An f16 A beside an f16 B is staged as f16 (act_h16.wgsl) into 64 columns or more, as
+    // two words into fewer (see CONV2D_COOP_WORDS).
+    let halves = Halves::of(g);
+    let (family, entry, stage_token): (&'static [Shader; 8], &'static str, &str) = match (coop, halves.a && halves.b) {
+        (false, _) => (&CONV2D_ALL, "gemm", ""),
+        (true, false) => (&CONV2D_COOP_ALL, "gemm_coop", ""),
+        (true, true) if g.n < 64 => (&CONV2D_COOP_WORDS, "gemm_coop", "a_words"),
+        (true, true) => (&CONV2D_COOP_ALL, "gemm_coop", "a_halves"),
+    };
     let (bk, threads) = if coop { (shape.bk, shape.threads()) } else { (tile.bk(), tile.threads()) };
     let (tiles_m, tiles_n) = (g.m.div_ceil(shape.bm), g.n.div_ceil(shape.bn));
     let split = match opts.splits {
@@ -734,7 +749,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     };
     let (p, tokens) = product_params(g, (tiles_m, tiles_n), bk, split, &mut constants)?;
     let workgroups = tiles_m * tiles_n * p.splits() * group_count;
-    record(device, g, (family, entry), &constants, p, workgroups, format!("tile={tile:?} {tokens} {coop_token}"))
+    record(device, g, (family, entry), &constants, p, workgroups, format!("tile={tile:?} {tokens} {coop_token} {stage_token}"))
 }
 
 /// The parameters of `g` on a grid of `tiles` (rows, columns) of C whose K advances `k_step`

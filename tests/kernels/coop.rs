@@ -378,6 +378,8 @@ fn f16_gradients_feed_the_backward_products() {
                 (Conv2dGeometry::new(&[4, 8, 8, 16], 32, (3, 3), (2, 2), Padding::Same).unwrap(), GemmOptions { splits: Some(2), ..mixed }),
                 (Conv2dGeometry::new(&[4, 8, 8, 16], 32, (3, 3), (2, 2), Padding::Same).unwrap(), GemmOptions { mixed: false, ..mixed }),
                 (Conv2dGeometry::new(&[4, 8, 8, 16], 32, (3, 3), (1, 1), Padding::Same).unwrap(), GemmOptions { mixed: false, ..mixed }),
+                // A 3x3 weight gradient into 256 columns: the widest tile staging K 16.
+                (Conv2dGeometry::new(&[4, 8, 8, 32], 256, (3, 3), (1, 1), Padding::Same).unwrap(), mixed),
             ];
             for (i, (g, opts)) in convs.iter().enumerate() {
                 let mut r = rng(190 + i as u64);
@@ -423,6 +425,12 @@ fn f16_gradients_feed_the_backward_products() {
     for entry in [if coop { "gemm_coop" } else { "gemm" }, "gemm_cpu"] {
         for t in ["store=a16b16", "store=b16", "store=a16c16", "store=a16", "a=Im2colT", "a=Cols", "a=DyStuffed", "a=Rows", "a=Im2col", "flipped", "split=forced"] {
             expected.push((entry, t.to_string()));
+        }
+    }
+    if coop {
+        // A staged as f16 into 64 columns or more, as two words into fewer (32 filters).
+        for t in ["coop_tile=128x256/64x64/1/16", "a_halves", "a_words"] {
+            expected.push(("gemm_coop", t.to_string()));
         }
     }
     expected.push(("gemm", "store=a16b16".to_string()));
