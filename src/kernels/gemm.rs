@@ -1068,7 +1068,12 @@ mod tests {
         assert_eq!(tall(ALoad::Rows, 50_176, 2048, 512), CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 32, bufs: 1, bk: 16 });
         assert_eq!(tall(ALoad::Rows, 50_176, 512, 2048).bn, 256);
         assert_eq!(tall(ALoad::Im2col, 50_176, 512, 4608).bn, 256);
-        assert_eq!(tall(ALoad::Im2colT, 4_096, 256, 64).bn, 128);
+        // A 3x3 weight gradient into 256 columns or more: the widest tile at K 16; a 1x1 one
+        // (A = Cols) keeps 128 x 128.
+        let widest16 = CoopTile { bm: 128, bn: 256, sg_m: 64, sg_n: 64, bufs: 1, bk: 16 };
+        assert_eq!(tall(ALoad::Im2colT, 4_096, 256, 64), widest16);
+        assert_eq!(tall(ALoad::Im2colT, 2_304, 256, 50_176), widest16);
+        assert_eq!(tall(ALoad::Cols, 1_024, 256, 50_176).bn, 128);
         // A weight gradient into 33-64 columns stages K 16 too.
         assert_eq!(tall(ALoad::Im2colT, 576, 64, 802_816), CoopTile { bm: 64, bn: 64, sg_m: 32, sg_n: 32, bufs: 1, bk: 16 });
         assert_eq!(shape(ALoad::Cols, 256, 64, h100), (64, 64, 32, 32, 128));
