@@ -5,7 +5,8 @@
 //! kernel's tiles and K splits.
 //!
 //! `cargo bench --bench gemm [-- FILTER] [--splits auto,1,4] [--flip on,off,auto]
-//! [--coop auto,256x64/64x64/1/16] [--store f32,a16,a16c16,f16] [--reps N] [--probe]`; FILTER keeps the cases whose name
+//! [--coop auto,256x64/64x64/1/16] [--store f32,a16,a16c16,f16] [--stage auto,words,halves]
+//! [--reps N] [--probe]`; FILTER keeps the cases whose name
 //! contains it; the device is `CONVOY_BENCH_DEVICES` (default: the first adapter). Forward
 //! and input-gradient products take only `auto` and `1` of `--splits` (their K is short).
 //! On a software adapter the shapes shrink to a smoke run. `--probe` times plain f16 products
@@ -16,7 +17,7 @@ use std::time::Instant;
 use convoy::kernels::conv2d::{self, Conv2dGeometry, Padding};
 use convoy::kernels::dense;
 use convoy::device::half::f16_bits;
-use convoy::kernels::gemm::{CoopTile, GemmOptions};
+use convoy::kernels::gemm::{AStage, CoopTile, GemmOptions};
 use convoy::kernels::{Dispatch, Shader};
 use convoy::model::Peak;
 use convoy::{DType, Device, Result, Tensor};
@@ -171,6 +172,20 @@ fn main() -> Result<()> {
         Some(list) => list.split(',').map(|t| coop_tile(t.trim()).ok_or_else(|| convoy::Error::Config(format!("--coop {t}: expected BMxBN/SGMxSGN/BUFS/BK or auto")))).collect::<Result<_>>()?,
         None => vec![None],
     };
+    // `--stage auto,words,halves`: mixed products reading an f16 A with it staged as two
+    // words or as f16 (`GemmOptions::a_stage`), beside the engine's choice.
+    let stages: Vec<Option<AStage>> = match value("--stage") {
+        Some(list) => list
+            .split(',')
+            .map(|t| match t.trim() {
+                "auto" => Ok(None),
+                "words" => Ok(Some(AStage::Words)),
+                "halves" => Ok(Some(AStage::Halves)),
+                other => Err(convoy::Error::Config(format!("--stage {other}: expected auto, words or halves"))),
+            })
+            .collect::<Result<_>>()?,
+        None => vec![None],
+    };
     let selection = std::env::var("CONVOY_BENCH_DEVICES").unwrap_or_else(|_| "0".into());
     let device = convoy::device::open(&selection)?.remove(0);
     let software = device.is_software();
@@ -239,13 +254,18 @@ fn main() -> Result<()> {
             // The forward and weight gradient read (or write) activations; the input
             // gradient reads and writes gradients alone (`grad_stores`).
             let store_sweep = if case.name.contains("forward") || case.name.contains("weight grad") { &stores[..] } else if case.name.starts_with("matmul") { &[Store::F32] } else { &grad_stores[..] };
-            let variants: Vec<_> = variants.flat_map(|v| coop_sweep.iter().map(move |c| (v, c))).flat_map(|v| store_sweep.iter().map(move |s| (v, *s))).collect();
-            for (((&split, &flip), &coop), store) in variants {
-                let opts = GemmOptions { mixed, splits: split, flip, coop_tile: coop, ..Default::default() };
+            let stage_sweep = if mixed { &stages[..] } else { &[None] };
+            let variants: Vec<_> = variants
+                .flat_map(|v| coop_sweep.iter().map(move |c| (v, c)))
+                .flat_map(|v| store_sweep.iter().map(move |s| (v, *s)))
+                .flat_map(|v| stage_sweep.iter().map(move |a| (v, *a)))
+                .collect();
+            for ((((&split, &flip), &coop), store), stage) in variants {
+                let opts = GemmOptions { mixed, splits: split, flip, coop_tile: coop, a_stage: stage, ..Default::default() };
                 let dispatches = match (case.record)(&device, &opts, store) {
                     // A flip forced where it cannot compute the product, a tile the kernel
                     // cannot run.
-                    Err(e) if flip == Some(true) || coop.is_some() => {
+                    Err(e) if flip == Some(true) || coop.is_some() || stage.is_some() => {
                         println!("{:<28} {precision:>9} {} {e}", case.name, coop_name(coop));
                         continue;
                     }
@@ -273,6 +293,7 @@ fn main() -> Result<()> {
                     (None, None, None) => "auto".to_string(),
                 };
                 let split = if stores.len() > 1 { format!("{split} {store:?}") } else { split };
+                let split = if stages.len() > 1 { format!("{split} {}", stage.map_or("auto".to_string(), |s| format!("{s:?}"))) } else { split };
                 let paths: Vec<&str> = dispatches.iter().map(|d| d.path.as_str()).collect();
                 println!("{:<28} {precision:>9} {split:>17} {ms:>9.3} {tflops:>9.2} {of_peak:>6.1}  {}", case.name, paths.join(" | "));
             }

@@ -8,7 +8,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::conv2d::Conv2dGeometry;
-use super::{grid, u32_of, Dispatch, Shader, CONV2D, CONV2D_ALL, CONV2D_COOP_ALL, CONV2D_COOP_WORDS, WG, WG_CONST};
+use super::{grid, u32_of, Dispatch, Shader, CONV2D, CONV2D_ALL, CONV2D_COOP_ALL, CONV2D_COOP_ALT, WG, WG_CONST};
 use crate::{bail, DType, Device, Error, Result, Tensor};
 
 /// An output tile: `bm x bn` outputs per workgroup, K staged `bk` at a time.
@@ -322,9 +322,44 @@ pub struct GemmOptions {
     /// with cooperative matrices (outputs of 8 columns or fewer stay on the f32 kernel); an
     /// error elsewhere, or for a tile the kernel cannot run.
     pub coop_tile: Option<CoopTile>,
+    /// How the tensor-core kernel stages an f16 A instead of the engine's choice (as f16
+    /// beside an f16 B into 64 columns or more, as two words elsewhere). Products that do
+    /// not read an f16 A through tensor cores have nothing to stage and ignore it, so one
+    /// setting can sweep a model's mixed products.
+    pub a_stage: Option<AStage>,
     /// The kernel that computes the product instead of the device's own (see [`Engine`]), so
     /// tests reach both kernels on any adapter.
     pub engine: Option<Engine>,
+}
+
+/// How the tensor-core kernel carries an f16 A from memory into its workgroup tiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AStage {
+    /// Each quad as its two stored words, widened to f32 and rounded back to f16 on the way
+    /// in (`shaders/lib/act_f16.wgsl`).
+    Words,
+    /// Each quad read and staged as a vec4<f16>, stored as it is (`shaders/lib/act_h16.wgsl`).
+    Halves,
+}
+
+impl AStage {
+    /// The path token: `a_words` or `a_halves`.
+    fn token(self) -> &'static str {
+        match self {
+            AStage::Words => "a_words",
+            AStage::Halves => "a_halves",
+        }
+    }
+
+    /// The staging of a product reading A through tensor cores (`coop`) on `halves`:
+    /// `forced`, else halves beside an f16 B into `n >= 64` columns, words elsewhere; `None`
+    /// where A is not f16 on tensor cores.
+    fn choose(coop: bool, halves: Halves, n: usize, forced: Option<AStage>) -> Option<AStage> {
+        if !(coop && halves.a) {
+            return None;
+        }
+        Some(forced.unwrap_or(if halves.b && n >= 64 { AStage::Halves } else { AStage::Words }))
+    }
 }
 
 /// Which kernel computes a product.
@@ -719,15 +754,17 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     if bytes > limit {
         bail!(Config, "{kernel}: tile {tile:?} needs {bytes} bytes of workgroup memory, more than {}'s {limit}", device.name());
     }
-    // An f16 A beside an f16 B is staged as f16 (act_h16.wgsl) into 64 columns or more, as
-    // two words into fewer (see CONV2D_COOP_WORDS).
+    // CONV2D_COOP_ALL stages an f16 A as f16 beside an f16 B, as words beside an f32 one;
+    // CONV2D_COOP_ALT the other way round.
     let halves = Halves::of(g);
-    let (family, entry, stage_token): (&'static [Shader; 8], &'static str, &str) = match (coop, halves.a && halves.b) {
-        (false, _) => (&CONV2D_ALL, "gemm", ""),
-        (true, false) => (&CONV2D_COOP_ALL, "gemm_coop", ""),
-        (true, true) if g.n < 64 => (&CONV2D_COOP_WORDS, "gemm_coop", "a_words"),
-        (true, true) => (&CONV2D_COOP_ALL, "gemm_coop", "a_halves"),
+    let stage = AStage::choose(coop, halves, g.n, opts.a_stage);
+    let own = if halves.b { AStage::Halves } else { AStage::Words };
+    let (family, entry): (&'static [Shader; 8], &'static str) = match stage {
+        _ if !coop => (&CONV2D_ALL, "gemm"),
+        Some(s) if s != own => (&CONV2D_COOP_ALT, "gemm_coop"),
+        _ => (&CONV2D_COOP_ALL, "gemm_coop"),
     };
+    let stage_token = stage.map_or("", AStage::token);
     let (bk, threads) = if coop { (shape.bk, shape.threads()) } else { (tile.bk(), tile.threads()) };
     let (tiles_m, tiles_n) = (g.m.div_ceil(shape.bm), g.n.div_ceil(shape.bn));
     let split = match opts.splits {

@@ -188,11 +188,13 @@ gemm_family!(CONV2D_ALL, "conv2d.wgsl", "");
 // alone changed nothing; the forwards and input gradients lost 5-20% (3x3 64 forward 0.512
 // -> 0.562).
 gemm_family!(CONV2D_COOP_ALL, "conv2d_coop.wgsl", "enable f16;\nenable wgpu_cooperative_matrix;\n", "act_f16.wgsl", "act_h16.wgsl", "b_h16.wgsl", "conv2d_coop.wgsl");
-// CONV2D_COOP_ALL with an f16 A staged as two words beside an f16 B too (only its +a16+b16
-// modules differ), for weight gradients into fewer than 64 columns: A staged as f16 ran
-// MobileNetV2's 1x1 ones into 16-32 filters 2-3x slower (0.309 -> 0.857 ms, 0.173 -> 0.442;
-// H100, benches/results/2026-11-27h/call7) where those into 64 or more gained.
-gemm_family!(CONV2D_COOP_WORDS, "conv2d_coop.wgsl+words", "enable f16;\nenable wgpu_cooperative_matrix;\n", "act_f16.wgsl", "act_f16.wgsl", "b_h16.wgsl", "conv2d_coop.wgsl");
+// CONV2D_COOP_ALL with an f16 A staged the other way (only the four +a16 modules differ, and
+// only they are used): as f16 beside an f32 B, as two words beside an f16 B. The engine takes
+// the words for weight gradients into fewer than 64 columns: A staged as f16 ran MobileNetV2's
+// 1x1 ones into 16-32 filters 2-3x slower (0.309 -> 0.857 ms, 0.173 -> 0.442; H100,
+// benches/results/2026-11-27h/call7) where those into 64 or more gained; `GemmOptions::a_stage`
+// forces either.
+gemm_family!(CONV2D_COOP_ALT, "conv2d_coop.wgsl+alt", "enable f16;\nenable wgpu_cooperative_matrix;\n", "act_h16.wgsl", "act_f16.wgsl", "b_h16.wgsl", "conv2d_coop.wgsl");
 // The GEMM engine's kernel for software adapters: conv2d.wgsl's parameters, gathers and
 // stores with register-blocked products (see [`gemm::Engine::Cpu`]).
 gemm_family!(GEMM_CPU_ALL, "gemm_cpu.wgsl", "", "gemm_cpu.wgsl");
@@ -240,7 +242,7 @@ pub const ALL_SHADERS: &[&Shader] = &[
     &CONV2D_ALL[4], &CONV2D_ALL[5], &CONV2D_ALL[6], &CONV2D_ALL[7],
     &CONV2D_COOP_ALL[0], &CONV2D_COOP_ALL[1], &CONV2D_COOP_ALL[2], &CONV2D_COOP_ALL[3],
     &CONV2D_COOP_ALL[4], &CONV2D_COOP_ALL[5], &CONV2D_COOP_ALL[6], &CONV2D_COOP_ALL[7],
-    &CONV2D_COOP_WORDS[5], &CONV2D_COOP_WORDS[7],
+    &CONV2D_COOP_ALT[1], &CONV2D_COOP_ALT[3], &CONV2D_COOP_ALT[5], &CONV2D_COOP_ALT[7],
     &GEMM_CPU_ALL[0], &GEMM_CPU_ALL[1], &GEMM_CPU_ALL[2], &GEMM_CPU_ALL[3],
     &GEMM_CPU_ALL[4], &GEMM_CPU_ALL[5], &GEMM_CPU_ALL[6], &GEMM_CPU_ALL[7],
     &ELEMENTWISE_ALL[0], &ELEMENTWISE_ALL[1], &BATCHNORM_ALL[0], &BATCHNORM_ALL[1],

@@ -11,7 +11,7 @@
 
 use convoy::kernels::conv2d::{self, Conv2dGeometry, Padding};
 use convoy::kernels::dense;
-use convoy::kernels::gemm::{CoopTile, Engine, GemmOptions};
+use convoy::kernels::gemm::{AStage, CoopTile, Engine, GemmOptions};
 use convoy::DType;
 
 use crate::common::*;
@@ -22,7 +22,26 @@ use crate::dense::{matmul_ref, shapes};
 const F16_U: f64 = 1.0 / 2048.0;
 const MIXED_TOL: f64 = 1e-3;
 
-const MIXED: GemmOptions = GemmOptions { tile: None, splits: None, mixed: true, winograd: None, flip: None, coop_tile: None, engine: None };
+const MIXED: GemmOptions = GemmOptions { tile: None, splits: None, mixed: true, winograd: None, flip: None, coop_tile: None, a_stage: None, engine: None };
+
+/// The options an f16-storage sweep runs under: both engines, and where the device has
+/// tensor cores the tiled one with an f16 A staged each way by force (`GemmOptions::a_stage`;
+/// the products with an f32 A ignore it).
+fn storage_sweeps(coop: bool) -> Vec<GemmOptions> {
+    let mut sets: Vec<GemmOptions> = Engine::ALL.iter().map(|&e| GemmOptions { engine: Some(e), ..MIXED }).collect();
+    if coop {
+        sets.extend([AStage::Words, AStage::Halves].map(|s| GemmOptions { engine: Some(Engine::Tiled), a_stage: Some(s), ..MIXED }));
+    }
+    sets
+}
+
+/// Whether a tensor-core dispatch took every one of `tokens`.
+fn coop_path_with(taken: &std::collections::BTreeSet<String>, tokens: &[&str]) -> bool {
+    taken.iter().any(|p| {
+        let t: Vec<&str> = p.split_whitespace().collect();
+        t.first() == Some(&"gemm_coop") && tokens.iter().all(|x| t.contains(x))
+    })
+}
 
 fn abs(v: &[f32]) -> Vec<f32> {
     v.iter().map(|x| x.abs()).collect()
@@ -274,8 +293,7 @@ fn f16_activations_feed_and_leave_the_products() {
     take_paths();
     on_sweep_variants(|_| {
         let d = device();
-        for engine in Engine::ALL {
-            let mixed = GemmOptions { engine: Some(engine), ..MIXED };
+        for mixed in storage_sweeps(d.has_coop16()) {
             let convs = [
                 (Conv2dGeometry::new(&[8, 16, 16, 64], 64, (3, 3), (1, 1), Padding::Explicit(1, 1)).unwrap(), mixed),
                 (Conv2dGeometry::new(&[6, 14, 14, 64], 128, (1, 1), (2, 2), Padding::Explicit(0, 0)).unwrap(), mixed),
@@ -352,6 +370,12 @@ fn f16_activations_feed_and_leave_the_products() {
     expected.push(("gemm", "store=a16c16".to_string()));
     expected.push(("reduce_splits", "quad_c".to_string()));
     assert_paths_cover("f16 storage gemm", &taken, &expected, &[]);
+    if coop {
+        // The forward's f16 x staged both ways (the engine stages it as words).
+        for stage in ["a_words", "a_halves"] {
+            assert!(coop_path_with(&taken, &["a=Im2col", "store=a16c16", stage]), "f16 storage gemm: no forward on an f16 x staged as {stage}: {taken:#?}");
+        }
+    }
 }
 
 /// Gradients stored as f16 (mixed_float16 stores a gradient as its activation): the weight
@@ -365,8 +389,7 @@ fn f16_gradients_feed_the_backward_products() {
     take_paths();
     on_sweep_variants(|_| {
         let d = device();
-        for engine in Engine::ALL {
-            let mixed = GemmOptions { engine: Some(engine), ..MIXED };
+        for mixed in storage_sweeps(d.has_coop16()) {
             let convs = [
                 (Conv2dGeometry::new(&[8, 16, 16, 64], 64, (3, 3), (1, 1), Padding::Explicit(1, 1)).unwrap(), GemmOptions { flip: Some(true), ..mixed }),
                 (Conv2dGeometry::new(&[8, 12, 12, 16], 96, (3, 3), (1, 1), Padding::Same).unwrap(), GemmOptions { flip: Some(false), ..mixed }),
@@ -440,4 +463,13 @@ fn f16_gradients_feed_the_backward_products() {
     expected.extend(["gemm", "gemm_cpu"].map(|e| (e, "scalar_b".to_string())));
     expected.push(("reduce_splits", "quad_c".to_string()));
     assert_paths_cover("f16 gradient gemm", &taken, &expected, &[]);
+    if coop {
+        // Both operands' stagings where the engine takes one: weight gradients into 64+
+        // columns (halves) and input gradients from an f16 dy (words), each the other way too.
+        for (a, store) in [("a=Im2colT", "store=a16b16"), ("a=DyStuffed", "store=a16c16"), ("a=Im2col", "store=a16c16")] {
+            for stage in ["a_words", "a_halves"] {
+                assert!(coop_path_with(&taken, &[a, store, stage]), "f16 gradient gemm: no {a} {store} staged as {stage}: {taken:#?}");
+            }
+        }
+    }
 }
