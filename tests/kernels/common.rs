@@ -3,7 +3,7 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use convoy::device::ShaderChecks;
 use convoy::kernels::Dispatch;
@@ -18,6 +18,9 @@ pub const TOL: f64 = 1e-4;
 /// shaders release builds ship): `CONVOY_TEST_DEVICE` (a selection such as `0`) or the
 /// software adapter, so CI needs no GPU.
 pub fn devices() -> [Arc<Device>; 2] {
+    if env!("CARGO_CRATE_NAME") == "gl" {
+        hold_the_gl_context();
+    }
     static DEVICES: OnceLock<[Arc<Device>; 2]> = OnceLock::new();
     DEVICES
         .get_or_init(|| {
@@ -33,6 +36,25 @@ pub fn devices() -> [Arc<Device>; 2] {
             [ShaderChecks::Checked, ShaderChecks::Unchecked].map(|c| convoy::device::open_with(&sel, c).expect("a test device").remove(0))
         })
         .clone()
+}
+
+/// On the GL backend one test at a time: wgpu-hal's GL device waits at most 6 s for the
+/// adapter's context lock and then panics ("Could not lock adapter context"), which two
+/// tests sharing the context hit on a loaded 2-core machine (a release build beside the
+/// suite, twice in session 24). The first call on a test thread takes a process-wide lock
+/// and keeps it in a thread-local until the thread (the test) ends; no test of the GL slice
+/// spawns threads of its own.
+fn hold_the_gl_context() {
+    static GL: Mutex<()> = Mutex::new(());
+    thread_local! {
+        static HELD: RefCell<Option<MutexGuard<'static, ()>>> = const { RefCell::new(None) };
+    }
+    HELD.with(|h| {
+        if h.borrow().is_none() {
+            // A test that panicked holding it poisons nothing this lock guards.
+            *h.borrow_mut() = Some(GL.lock().unwrap_or_else(|e| e.into_inner()));
+        }
+    });
 }
 
 /// `CONVOY_TEST_DEVICE`, when a real adapter was asked for.
