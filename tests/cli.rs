@@ -264,6 +264,8 @@ fn bench_reports_scaling_and_a_kernel_profile() {
     let per_sample = 2.0 * (192.0 * 256.0 + 256.0 * 128.0 + 128.0 * 20.0);
     assert_eq!(f(dense, "flops"), 8.0 * per_sample, "{dense}");
     assert!(kernels.iter().any(|k| k["kernel"] == "optimizer"));
+    // The sums by kernel span several paths and name none (--dispatches lists each one's).
+    assert!(kernels.iter().all(|k| k["path"] == ""), "{kernels:?}");
     assert_eq!(j["profile"]["batch"], 8);
 }
 

@@ -235,6 +235,8 @@ fn profile_times_every_kernel_of_a_step() {
     let conv = p.kernels.iter().find(|k| k.family == "conv2d_forward").unwrap();
     assert_eq!(conv.flops, 2.0 * 320.0 * 6.0 * 27.0);
     assert_eq!(conv.layer, Some(0));
+    // Its path names its gathers (the image's im2col) without repeating the entry point.
+    assert!(conv.path.split(' ').any(|t| t == "a=Im2col") && !conv.path.split(' ').any(|t| t == conv.entry), "{}", conv.path);
     assert!(p.kernels.iter().all(|k| k.ms.is_finite() && k.ms >= 0.0));
     assert!(p.gpu_ms() > 0.0);
     // The input layer has no input gradient to compute.

@@ -37,7 +37,8 @@ pub struct BenchArgs {
     /// the per-kernel table (with `--json`: under "profile").
     #[arg(long)]
     pub profile: bool,
-    /// With --profile: list every dispatch, not only the per-kernel sums.
+    /// With --profile: list every dispatch, not only the per-kernel sums, each with its path
+    /// (tile, gathers, storage: what kernel variant the product ran).
     #[arg(long)]
     pub dispatches: bool,
     /// float32, or mixed (Keras' mixed_float16: f16 products on tensor cores, loss scaling).

@@ -29,6 +29,10 @@ pub struct KernelTime {
     /// Whether its products ran on tensor cores (f16 cooperative matrices), whose peak is
     /// the one its arithmetic is measured against.
     pub tensor: bool,
+    /// The dispatch's path tokens ([`Dispatch::path`]: tile, gathers, storage, ...), so
+    /// that a row of the per-dispatch table names the product's shape of kernel; empty in
+    /// the rows by family.
+    pub path: String,
 }
 
 impl KernelTime {
@@ -40,7 +44,7 @@ impl KernelTime {
         let gemm = [crate::kernels::CONV2D.file(), crate::kernels::GEMM_CPU.file()].contains(&file);
         let family = if gemm { d.kernel.to_string() } else { file.trim_end_matches(".wgsl").to_string() };
         let tensor = file == crate::kernels::CONV2D_COOP.file();
-        KernelTime { family, entry: d.label, layer: d.layer, ms: ns * 1e-6, flops: d.flops, bytes: d.bytes, count: 1, tensor }
+        KernelTime { family, entry: d.label, layer: d.layer, ms: ns * 1e-6, flops: d.flops, bytes: d.bytes, count: 1, tensor, path: path_tokens(d) }
     }
 
     /// The time the chip needs at least: its arithmetic at peak or its bytes at full bandwidth.
@@ -62,7 +66,7 @@ impl KernelTime {
     fn to_json(&self, peak: Option<&Peak>) -> Value {
         let s = self.ms * 1e-3;
         let mut j = json!({
-            "kernel": self.family, "entry": self.entry, "layer": self.layer, "dispatches": self.count,
+            "kernel": self.family, "entry": self.entry, "layer": self.layer, "dispatches": self.count, "path": self.path,
             "ms": self.ms, "flops": self.flops, "bytes": self.bytes, "tflops": self.flops / s.max(1e-12) * 1e-12, "gbps": self.bytes / s.max(1e-12) * 1e-9,
         });
         if let Some(p) = peak {
@@ -72,6 +76,14 @@ impl KernelTime {
         }
         j
     }
+}
+
+/// A dispatch's path tokens less its entry point, which the path starts with and the row
+/// names already.
+fn path_tokens(d: &Dispatch) -> String {
+    let mut tokens = d.path.split_whitespace().peekable();
+    tokens.next_if_eq(&d.label);
+    tokens.collect::<Vec<_>>().join(" ")
 }
 
 /// The chip's datasheet limits, for each kernel's floor.
@@ -127,7 +139,7 @@ impl Profile {
     pub fn by_family(&self) -> Vec<KernelTime> {
         let mut rows: BTreeMap<String, KernelTime> = BTreeMap::new();
         for k in &self.kernels {
-            let row = rows.entry(k.family.clone()).or_insert_with(|| KernelTime { ms: 0.0, flops: 0.0, bytes: 0.0, count: 0, layer: None, ..k.clone() });
+            let row = rows.entry(k.family.clone()).or_insert_with(|| KernelTime { ms: 0.0, flops: 0.0, bytes: 0.0, count: 0, layer: None, path: String::new(), ..k.clone() });
             row.ms += k.ms;
             row.flops += k.flops;
             row.bytes += k.bytes;
@@ -181,7 +193,8 @@ impl Profile {
             out += "\nper dispatch:\n";
             for k in &self.kernels {
                 let layer = k.layer.map_or(String::from("-"), |l| l.to_string());
-                out += &row(format!("{layer:>3} {} ({})", k.family, k.entry), k);
+                let line = row(format!("{layer:>3} {} ({})", k.family, k.entry), k);
+                out += &format!("{}  {}\n", line.trim_end(), k.path);
             }
         }
         out + &format!("GPU time of the timed dispatches: {:.3} ms per step\n", self.gpu_ms())
@@ -193,7 +206,7 @@ mod tests {
     use super::*;
 
     fn k(family: &str, ms: f64, flops: f64, bytes: f64) -> KernelTime {
-        KernelTime { family: family.into(), entry: "gemm", layer: Some(0), ms, flops, bytes, count: 1, tensor: family == "conv2d_coop" }
+        KernelTime { family: family.into(), entry: "gemm", layer: Some(0), ms, flops, bytes, count: 1, tensor: family == "conv2d_coop", path: "tile=M128N64 coop".into() }
     }
 
     #[test]
@@ -207,6 +220,11 @@ mod tests {
         let fam = p.by_family();
         assert_eq!((fam[0].family.as_str(), fam[0].ms, fam[0].count), ("conv2d_forward", 5.0, 2));
         assert_eq!((fam[1].family.as_str(), fam[1].ms), ("batchnorm", 1.0));
+        // Each dispatch's row names its path; the families' rows sum several paths and name none.
+        assert!(fam.iter().all(|f| f.path.is_empty()));
+        let table = p.table(None, true);
+        let (families, dispatches) = table.split_once("per dispatch:").unwrap();
+        assert!(!families.contains("tile=") && dispatches.lines().filter(|l| l.ends_with("  tile=M128N64 coop")).count() == 3, "{table}");
         let h200 = Peak::for_adapter("NVIDIA H200").unwrap();
         // 67 GFLOP at 67 TFLOP/s is 1 ms; 4.8 GB at 4.8 TB/s is 1 ms.
         assert!((p.kernels[0].floor_ms(&h200) - 1.0).abs() < 1e-9);
