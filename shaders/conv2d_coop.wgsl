@@ -68,6 +68,8 @@ fn store_a16(lid: u32, base: u32) {
     }
 }
 
+// B is f32 (rounded here) or read as f16 (b_h16.wgsl): src/kernels/mod.rs never builds this
+// kernel with b_f16.wgsl, whose staged words this conversion would misread.
 fn store_b16(lid: u32, base: u32) {
     for (var s = 0u; s < B_SLOTS; s++) {
         let l = lid + s * THREADS;

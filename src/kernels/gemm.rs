@@ -8,7 +8,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::conv2d::Conv2dGeometry;
-use super::{grid, u32_of, Dispatch, Shader, CONV2D, CONV2D_ALL, CONV2D_COOP_ALL, CONV2D_COOP_ALT, WG, WG_CONST};
+use super::{grid, u32_of, Dispatch, Shader, CONV2D, CONV2D_ALL, CONV2D_COOP_ALL, CONV2D_COOP_HALVES, WG, WG_CONST};
 use crate::{bail, DType, Device, Error, Result, Tensor};
 
 /// An output tile: `bm x bn` outputs per workgroup, K staged `bk` at a time.
@@ -336,9 +336,10 @@ pub struct GemmOptions {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AStage {
     /// Each quad as its two stored words, widened to f32 and rounded back to f16 on the way
-    /// in (`shaders/lib/act_f16.wgsl`).
+    /// in (`shaders/lib/act_f16.wgsl`, [`super::CONV2D_COOP_ALL`]).
     Words,
-    /// Each quad read and staged as a vec4<f16>, stored as it is (`shaders/lib/act_h16.wgsl`).
+    /// Each quad read and staged as a vec4<f16>, stored as it is (`shaders/lib/act_h16.wgsl`,
+    /// [`super::CONV2D_COOP_HALVES`]).
     Halves,
 }
 
@@ -754,14 +755,10 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     if bytes > limit {
         bail!(Config, "{kernel}: tile {tile:?} needs {bytes} bytes of workgroup memory, more than {}'s {limit}", device.name());
     }
-    // CONV2D_COOP_ALL stages an f16 A as f16 beside an f16 B, as words beside an f32 one;
-    // CONV2D_COOP_ALT the other way round.
-    let halves = Halves::of(g);
-    let stage = AStage::choose(coop, halves, g.n, opts.a_stage);
-    let own = if halves.b { AStage::Halves } else { AStage::Words };
+    let stage = AStage::choose(coop, Halves::of(g), g.n, opts.a_stage);
     let (family, entry): (&'static [Shader; 8], &'static str) = match stage {
         _ if !coop => (&CONV2D_ALL, "gemm"),
-        Some(s) if s != own => (&CONV2D_COOP_ALT, "gemm_coop"),
+        Some(AStage::Halves) => (&CONV2D_COOP_HALVES, "gemm_coop"),
         _ => (&CONV2D_COOP_ALL, "gemm_coop"),
     };
     let stage_token = stage.map_or("", AStage::token);

@@ -126,11 +126,10 @@ macro_rules! storage_pair {
 /// `shaders/lib/c_*.wgsl`; the bias and the split partials are always f32.
 macro_rules! gemm_family {
     ($ident:ident, $name:literal, $prefix:literal $(, $tail:literal)?) => {
-        gemm_family!($ident, $name, $prefix, "act_f16.wgsl", "act_f16.wgsl", "b_f16.wgsl" $(, $tail)?);
+        gemm_family!($ident, $name, $prefix, "act_f16.wgsl", "b_f16.wgsl" $(, $tail)?);
     };
-    // The f16 operands' files: A's beside an f32 B (`$a16`) and beside an f16 B (`$a16b`),
-    // and B's (`$b16`); see CONV2D_COOP_ALL.
-    ($ident:ident, $name:literal, $prefix:literal, $a16:literal, $a16b:literal, $b16:literal $(, $tail:literal)?) => {
+    // The f16 operands' files, A's (`$a16`) and B's (`$b16`); see CONV2D_COOP_ALL.
+    ($ident:ident, $name:literal, $prefix:literal, $a16:literal, $b16:literal $(, $tail:literal)?) => {
         #[doc = concat!("`shaders/conv2d.wgsl`", $(" + `shaders/", $tail, "`",)? " for each storage of A, B and C.")]
         pub const $ident: [Shader; 8] = [
             gemm_family!(@one $name, $prefix, "act_f32.wgsl", "b_f32.wgsl", "c_f32.wgsl" $(, $tail)?),
@@ -138,9 +137,9 @@ macro_rules! gemm_family {
             gemm_family!(@one concat!($name, "+c16"), $prefix, "act_f32.wgsl", "b_f32.wgsl", "c_f16.wgsl" $(, $tail)?),
             gemm_family!(@one concat!($name, "+a16+c16"), $prefix, $a16, "b_f32.wgsl", "c_f16.wgsl" $(, $tail)?),
             gemm_family!(@one concat!($name, "+b16"), $prefix, "act_f32.wgsl", $b16, "c_f32.wgsl" $(, $tail)?),
-            gemm_family!(@one concat!($name, "+a16+b16"), $prefix, $a16b, $b16, "c_f32.wgsl" $(, $tail)?),
+            gemm_family!(@one concat!($name, "+a16+b16"), $prefix, $a16, $b16, "c_f32.wgsl" $(, $tail)?),
             gemm_family!(@one concat!($name, "+b16+c16"), $prefix, "act_f32.wgsl", $b16, "c_f16.wgsl" $(, $tail)?),
-            gemm_family!(@one concat!($name, "+a16+b16+c16"), $prefix, $a16b, $b16, "c_f16.wgsl" $(, $tail)?),
+            gemm_family!(@one concat!($name, "+a16+b16+c16"), $prefix, $a16, $b16, "c_f16.wgsl" $(, $tail)?),
         ];
     };
     (@one $name:expr, $prefix:literal, $a:literal, $b:literal, $c:literal $(, $tail:literal)?) => {
@@ -180,21 +179,19 @@ gemm_family!(CONV2D_ALL, "conv2d.wgsl", "");
 // The tensor-core GEMM: conv2d.wgsl's gathers and stores with cooperative-matrix products,
 // a module of its own because its `enable` directives fail to compile where the adapter
 // lacks f16 or cooperative matrices. An f16 B (dy, in weight gradients) is read and staged
-// as f16 (b_h16.wgsl), and so is an f16 A beside it (act_h16.wgsl); beside an f32 B (the
-// forwards and input gradients) A stays two words (act_f16.wgsl). H100, `cargo bench
-// --bench gemm -- --store f16`, ms (benches/results/2026-11-27h/call2): A as f16 took the
-// weight gradients of the stem 1.47 -> 1.22, of 3x3 64 channels 0.825 -> 0.693, of ResNet-50's
-// 1x1 ones 0.39 -> 0.34 and 0.22 -> 0.19 (3x3 128 and 256: 0.58 -> 0.64), where B as f16
-// alone changed nothing; the forwards and input gradients lost 5-20% (3x3 64 forward 0.512
-// -> 0.562).
-gemm_family!(CONV2D_COOP_ALL, "conv2d_coop.wgsl", "enable f16;\nenable wgpu_cooperative_matrix;\n", "act_f16.wgsl", "act_h16.wgsl", "b_h16.wgsl", "conv2d_coop.wgsl");
-// CONV2D_COOP_ALL with an f16 A staged the other way (only the four +a16 modules differ, and
-// only they are used): as f16 beside an f32 B, as two words beside an f16 B. The engine takes
-// the words for weight gradients into fewer than 64 columns: A staged as f16 ran MobileNetV2's
-// 1x1 ones into 16-32 filters 2-3x slower (0.309 -> 0.857 ms, 0.173 -> 0.442; H100,
-// benches/results/2026-11-27h/call7) where those into 64 or more gained; `GemmOptions::a_stage`
-// forces either.
-gemm_family!(CONV2D_COOP_ALT, "conv2d_coop.wgsl+alt", "enable f16;\nenable wgpu_cooperative_matrix;\n", "act_h16.wgsl", "act_f16.wgsl", "b_h16.wgsl", "conv2d_coop.wgsl");
+// as f16 (b_h16.wgsl: B as f16 alone changed no product's time, and the kernel's tiles take
+// an f32 B or an f16 one, never its two words); an f16 A is staged as its two words
+// (act_f16.wgsl), or as f16 in CONV2D_COOP_HALVES.
+gemm_family!(CONV2D_COOP_ALL, "conv2d_coop.wgsl", "enable f16;\nenable wgpu_cooperative_matrix;\n", "act_f16.wgsl", "b_h16.wgsl", "conv2d_coop.wgsl");
+// CONV2D_COOP_ALL with an f16 A read and staged as f16 (act_h16.wgsl; only its four +a16
+// modules differ, and only they are used). The engine takes it for the weight gradients (an
+// f16 B) into 64 columns or more (`gemm::AStage`). H100, `cargo bench --bench gemm --
+// --store f16`, ms (benches/results/2026-11-27h/call2 and call7): A as f16 took the weight
+// gradients of the stem 1.47 -> 1.22, of 3x3 64 channels 0.825 -> 0.693, of ResNet-50's 1x1
+// ones 0.39 -> 0.34 and 0.22 -> 0.19 (3x3 128 and 256: 0.58 -> 0.64); the forwards and input
+// gradients lost 5-20% (3x3 64 forward 0.512 -> 0.562), and MobileNetV2's 1x1 weight
+// gradients into 16-32 filters ran 2-3x slower (0.309 -> 0.857, 0.173 -> 0.442).
+gemm_family!(CONV2D_COOP_HALVES, "conv2d_coop.wgsl+halves", "enable f16;\nenable wgpu_cooperative_matrix;\n", "act_h16.wgsl", "b_h16.wgsl", "conv2d_coop.wgsl");
 // The GEMM engine's kernel for software adapters: conv2d.wgsl's parameters, gathers and
 // stores with register-blocked products (see [`gemm::Engine::Cpu`]).
 gemm_family!(GEMM_CPU_ALL, "gemm_cpu.wgsl", "", "gemm_cpu.wgsl");
@@ -242,7 +239,7 @@ pub const ALL_SHADERS: &[&Shader] = &[
     &CONV2D_ALL[4], &CONV2D_ALL[5], &CONV2D_ALL[6], &CONV2D_ALL[7],
     &CONV2D_COOP_ALL[0], &CONV2D_COOP_ALL[1], &CONV2D_COOP_ALL[2], &CONV2D_COOP_ALL[3],
     &CONV2D_COOP_ALL[4], &CONV2D_COOP_ALL[5], &CONV2D_COOP_ALL[6], &CONV2D_COOP_ALL[7],
-    &CONV2D_COOP_ALT[1], &CONV2D_COOP_ALT[3], &CONV2D_COOP_ALT[5], &CONV2D_COOP_ALT[7],
+    &CONV2D_COOP_HALVES[1], &CONV2D_COOP_HALVES[3], &CONV2D_COOP_HALVES[5], &CONV2D_COOP_HALVES[7],
     &GEMM_CPU_ALL[0], &GEMM_CPU_ALL[1], &GEMM_CPU_ALL[2], &GEMM_CPU_ALL[3],
     &GEMM_CPU_ALL[4], &GEMM_CPU_ALL[5], &GEMM_CPU_ALL[6], &GEMM_CPU_ALL[7],
     &ELEMENTWISE_ALL[0], &ELEMENTWISE_ALL[1], &BATCHNORM_ALL[0], &BATCHNORM_ALL[1],
