@@ -6,8 +6,9 @@
 //!
 //! `cargo bench --bench gemm [-- FILTER] [--splits auto,1,4] [--flip on,off,auto]
 //! [--coop auto,256x64/64x64/1/16] [--store f32,a16,a16c16,f16] [--stage auto,words,halves]
-//! [--reps N] [--probe]`; FILTER keeps the cases whose name
-//! contains it; the device is `CONVOY_BENCH_DEVICES` (default: the first adapter). Forward
+//! [--reps N] [--side S] [--probe]`; FILTER keeps the cases whose name contains it; `--side`
+//! sets the 64-channel stage's image side (56, ResNet-18 at 224 px; 32 gives resnet18_cifar's
+//! shapes, each later stage at half the side before); the device is `CONVOY_BENCH_DEVICES` (default: the first adapter). Forward
 //! and input-gradient products take only `auto` and `1` of `--splits` (their K is short).
 //! On a software adapter the shapes shrink to a smoke run. `--probe` times plain f16 products
 //! by the probe kernel instead (`benches/coop_shared.wgsl`): what cooperative matrices give here.
@@ -53,7 +54,9 @@ fn matmul_case(device: &Device, m: usize, k: usize, n: usize) -> Result<Case> {
 
 /// A convolution's three products; `x` is NHWC.
 fn conv_cases(device: &Device, label: &str, x: [usize; 4], filters: usize, kernel: usize, stride: usize) -> Result<Vec<Case>> {
-    let geom = Conv2dGeometry::new(&x, filters, (kernel, kernel), (stride, stride), Padding::Same)?;
+    // PyTorch's padding of k / 2, as the model zoo pads: at stride 2 on an even side it puts
+    // a tap on each side, where "same" padding pads only the bottom and right.
+    let geom = Conv2dGeometry::new(&x, filters, (kernel, kernel), (stride, stride), Padding::Explicit(kernel / 2, kernel / 2))?;
     let flops = geom.flops() as f64;
     let (xt, wt, yt) = (zeros(device, &geom.input_shape())?, zeros(device, &geom.kernel_shape())?, zeros(device, &geom.output_shape())?);
     let (dx, dw) = (zeros(device, &geom.input_shape())?, zeros(device, &geom.kernel_shape())?);
@@ -206,7 +209,11 @@ fn main() -> Result<()> {
     // The input gradients' storages: f16 under `f16`, f32 under the others.
     let grad_stores: Vec<Store> = [Store::F32, Store::F16].into_iter().filter(|&g| stores.iter().any(|&s| (s == Store::F16) == (g == Store::F16))).collect();
     let reps: usize = value("--reps").and_then(|r| r.parse().ok()).unwrap_or(if software { 1 } else { 20 });
-    let (batch, side, square) = if software { (2, 16, 256) } else { (256, 56, 4096) };
+    let side_arg: Option<usize> = value("--side").map(|s| s.parse().map_err(|_| convoy::Error::Config(format!("--side {s}: expected a whole number of pixels, 8 or more")))).transpose()?;
+    let (batch, side, square) = if software { (2, 16, 256) } else { (256, side_arg.unwrap_or(56), 4096) };
+    if side < 8 {
+        return Err(convoy::Error::Config(format!("--side {side}: the 512-channel stage at side / 8 needs 8 pixels or more")));
+    }
     let mut cases = vec![matmul_case(&device, square, square, square)?];
     cases.extend(conv_cases(&device, "stem 7x7/2", [batch, side * 4, side * 4, 3], 64, 7, 2)?);
     // The stem as mixed_float16 runs it: the image padded to 4 channels (a zero fourth), so
@@ -216,6 +223,11 @@ fn main() -> Result<()> {
     cases.extend(conv_cases(&device, "3x3 128", [batch, side / 2, side / 2, 128], 128, 3, 1)?);
     cases.extend(conv_cases(&device, "3x3 256", [batch, side / 4, side / 4, 256], 256, 3, 1)?);
     cases.extend(conv_cases(&device, "3x3 512", [batch, side / 8, side / 8, 512], 512, 3, 1)?);
+    // The first convolutions of stages 2-4, at stride 2: their input gradients are phase
+    // products, a quarter of the rows each.
+    cases.extend(conv_cases(&device, "3x3/2 64>128", [batch, side, side, 64], 128, 3, 2)?);
+    cases.extend(conv_cases(&device, "3x3/2 128>256", [batch, side / 2, side / 2, 128], 256, 3, 2)?);
+    cases.extend(conv_cases(&device, "3x3/2 256>512", [batch, side / 4, side / 4, 256], 512, 3, 2)?);
     // ResNet-50's bottleneck ends, where most of its products are.
     cases.extend(conv_cases(&device, "1x1 256>64", [batch, side, side, 256], 64, 1, 1)?);
     cases.extend(conv_cases(&device, "1x1 64>256", [batch, side, side, 64], 256, 1, 1)?);

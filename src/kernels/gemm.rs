@@ -109,6 +109,16 @@ impl CoopTile {
     ///   gemm -- 1x1 --store f16`, ms): 1024 -> 256 forward 0.245 -> 0.201, its input gradient
     ///   0.297 -> 0.243, 512 -> 2048 forward 0.231 -> 0.203; the input gradient of 512 -> 2048
     ///   (K 2,048) 0.259 on every tile (benches/results/2026-11-27g/call1).
+    /// - forwards and input gradients into more than 64 columns, 4,096 rows or more and a K of
+    ///   2,304 or less whose wide tile would make a grid of 256 workgroups or fewer, on 128 x
+    ///   128 at K 16
+    ///   (`cargo bench --bench gemm -- --side 32 --store f16 --coop ...`, ms, wide / 128 x
+    ///   128): resnet18_cifar's 3x3 128 forward 0.156 / 0.146, 3x3 256 0.163 / 0.138, the
+    ///   stride-2 forwards 64 -> 128 0.094 / 0.090, 128 -> 256 0.100 / 0.073, 256 -> 512 0.096
+    ///   / 0.091, the phase products of 256 -> 512's input gradient 0.278 / 0.219. At 224 px
+    ///   the 3x3 256 (392 workgroups) 0.388 / 0.402 and 3x3 512 (K 4,608) 0.402 / 0.485 keep
+    ///   the wide tiles; taking 128 x 128 there cost resnet18 1.7% (benches/results/2026-11-28,
+    ///   call2 and call3).
     ///
     /// Tiles of 128 invocations with 64-row regions ran most other products 1.5-3x slower.
     fn choose(tile: Tile, a: ALoad, m: usize, n: usize, k: usize, limit: usize) -> CoopTile {
@@ -125,6 +135,12 @@ impl CoopTile {
         // A 1x1 forward or input gradient over more than 128 columns (A the activations as
         // stored): K 16 a step beat the wide tile's 32 unless K is long.
         let pointwise = matches!(a, ALoad::Rows) && n > 128;
+        // A forward or input gradient of 4,096 rows or more whose wide tile (K 32 a step)
+        // would leave a large GPU about one workgroup a compute unit, on a K of 2,304 or less:
+        // 128 x 128 at K 16 has twice the workgroups (a longer K keeps the wide tile's fewer
+        // barriers; on fewer rows neither tile's time matters).
+        let wide_grid = if n > 128 { m.div_ceil(128) * n.div_ceil(256) } else { m.div_ceil(256) * n.div_ceil(128) };
+        let few = m >= 4096 && wide_grid <= TARGET_WORKGROUPS && k <= 2304;
         let candidates = [
             (weight_grad && (m <= 64 || n <= 64), small16),
             (a == ALoad::Im2colT && n >= 256, widest16),
@@ -132,6 +148,7 @@ impl CoopTile {
             (k <= 128 && n > 64 && m >= COOP_TALL_MIN_M && !weight_grad, tall16),
             (pointwise && n <= 256 && m >= COOP_TALL_MIN_M, tall16),
             (pointwise && k < 2048, square16),
+            (n > 64 && !weight_grad && few, square16),
             (n > 128, CoopTile { bm: 128, bn: 256, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 }),
             (n > 64 && m >= COOP_WIDE_TALL_MIN_M, CoopTile { bm: 256, bn: 128, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 }),
             (n > 64, square16),
@@ -352,14 +369,20 @@ impl AStage {
         }
     }
 
-    /// The staging of a product reading A through tensor cores (`coop`) on `halves`:
-    /// `forced`, else halves beside an f16 B into `n >= 64` columns, words elsewhere; `None`
-    /// where A is not f16 on tensor cores.
-    fn choose(coop: bool, halves: Halves, n: usize, forced: Option<AStage>) -> Option<AStage> {
+    /// The staging of a product reading A (gathered as `a`) through tensor cores (`coop`) on
+    /// `halves` and the tile `shape`: `forced`, else halves beside an f16 B into `n >= 64`
+    /// columns, words elsewhere and for a 3x3 weight gradient on the 128 x 128 tile; `None`
+    /// where A is not f16 on tensor cores. H100, `cargo bench --bench gemm -- --store f16
+    /// --stage auto,words,halves` (benches/results/2026-11-28/call1, ms, words / halves):
+    /// 3x3 weight gradients 64 channels 0.808 / 0.695 (64 x 64), 128 0.580 / 0.642 (128 x
+    /// 128; 0.58 / 0.64 in 2026-11-27h too), 256 0.668 / 0.505 and 512 0.744 / 0.590 (128 x
+    /// 256); 1x1 ones 1024 -> 256 0.224 / 0.188 (128 x 128), 64 -> 256 0.403 / 0.351.
+    fn choose(coop: bool, halves: Halves, a: ALoad, shape: CoopTile, n: usize, forced: Option<AStage>) -> Option<AStage> {
         if !(coop && halves.a) {
             return None;
         }
-        Some(forced.unwrap_or(if halves.b && n >= 64 { AStage::Halves } else { AStage::Words }))
+        let square_3x3 = a == ALoad::Im2colT && (shape.bm, shape.bn) == (128, 128);
+        Some(forced.unwrap_or(if halves.b && n >= 64 && !square_3x3 { AStage::Halves } else { AStage::Words }))
     }
 }
 
@@ -755,7 +778,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     if bytes > limit {
         bail!(Config, "{kernel}: tile {tile:?} needs {bytes} bytes of workgroup memory, more than {}'s {limit}", device.name());
     }
-    let stage = AStage::choose(coop, Halves::of(g), g.n, opts.a_stage);
+    let stage = AStage::choose(coop, Halves::of(g), g.a_load, shape, g.n, opts.a_stage);
     let (family, entry): (&'static [Shader; 8], &'static str) = match stage {
         _ if !coop => (&CONV2D_ALL, "gemm"),
         Some(AStage::Halves) => (&CONV2D_COOP_HALVES, "gemm_coop"),
@@ -1061,7 +1084,7 @@ pub(crate) fn column_sums(device: &Device, kernel: &str, a: &Tensor, rows: usize
 
 #[cfg(test)]
 mod tests {
-    use super::{ALoad, CoopTile, Tile};
+    use super::{AStage, ALoad, CoopTile, Halves, Tile};
 
     #[test]
     fn tiles_say_their_workgroup_memory_and_the_choice_keeps_under_the_limit() {
@@ -1102,6 +1125,16 @@ mod tests {
         assert_eq!(tall(ALoad::Rows, 50_176, 2048, 512), CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 32, bufs: 1, bk: 16 });
         assert_eq!(tall(ALoad::Rows, 50_176, 512, 2048).bn, 256);
         assert_eq!(tall(ALoad::Im2col, 50_176, 512, 4608).bn, 256);
+        // A forward or input gradient on a wide tile's grid of 256 workgroups or fewer and a K
+        // of 2,304 or less: 128 x 128 at K 16 (resnet18_cifar's 3x3 128 and 256; 224 px
+        // keeps the wide tiles).
+        let square16 = CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 32, bufs: 1, bk: 16 };
+        assert_eq!(tall(ALoad::Im2col, 65_536, 128, 1_152), square16);
+        assert_eq!(tall(ALoad::Im2col, 16_384, 256, 2_304), square16);
+        assert_eq!(tall(ALoad::Im2col, 4_096, 512, 4_608).bn, 256);
+        assert_eq!(tall(ALoad::Im2col, 50_176, 256, 2_304).bn, 256);
+        assert_eq!(tall(ALoad::Im2col, 4_000, 256, 2_304).bn, 256);
+        assert_eq!(tall(ALoad::Im2col, 200_704, 128, 1_152), CoopTile { bm: 256, bn: 128, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 });
         // A 3x3 weight gradient into 256 columns or more: the widest tile at K 16; a 1x1 one
         // (A = Cols) keeps 128 x 128.
         let widest16 = CoopTile { bm: 128, bn: 256, sg_m: 64, sg_n: 64, bufs: 1, bk: 16 };
@@ -1117,6 +1150,25 @@ mod tests {
         assert_eq!(shape(ALoad::Im2col, 200_704, 256, 36 << 10), (128, 128, 64, 32, 256));
         assert_eq!(shape(ALoad::Im2col, 802_816, 64, 36 << 10), (256, 64, 32, 64, 256));
         assert_eq!(shape(ALoad::Im2colT, 576, 64, 36 << 10), (64, 64, 32, 32, 128));
+    }
+
+    /// f16 operands on tensor cores: A staged as f16 beside an f16 B into 64+ columns, except
+    /// a 3x3 weight gradient on the 128 x 128 tile; as two words beside an f32 B, into
+    /// narrower outputs, or where forced.
+    #[test]
+    fn the_a_staging_follows_the_tile() {
+        let both = Halves { a: true, b: true, c: false };
+        let square16 = CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 32, bufs: 1, bk: 16 };
+        let small16 = CoopTile { bm: 64, bn: 64, sg_m: 32, sg_n: 32, bufs: 1, bk: 16 };
+        let choose = |h, a, shape, n, forced| AStage::choose(true, h, a, shape, n, forced);
+        assert_eq!(choose(both, ALoad::Im2colT, small16, 64, None), Some(AStage::Halves));
+        assert_eq!(choose(both, ALoad::Im2colT, square16, 128, None), Some(AStage::Words));
+        assert_eq!(choose(both, ALoad::Cols, square16, 256, None), Some(AStage::Halves));
+        assert_eq!(choose(both, ALoad::Im2colT, small16, 32, None), Some(AStage::Words));
+        assert_eq!(choose(Halves { b: false, ..both }, ALoad::Im2col, square16, 128, None), Some(AStage::Words));
+        assert_eq!(choose(both, ALoad::Im2colT, square16, 128, Some(AStage::Halves)), Some(AStage::Halves));
+        assert_eq!(AStage::choose(false, both, ALoad::Im2colT, square16, 128, None), None);
+        assert_eq!(choose(Halves { a: false, ..both }, ALoad::Im2colT, square16, 128, None), None);
     }
 
     /// A forced tile the kernel cannot run is an error naming the rule it breaks.
