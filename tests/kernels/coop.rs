@@ -157,7 +157,7 @@ fn mixed_products_match_f64_within_f16_bounds() {
     for t in ["b=Rows", "b=BlockedT", "phase", "taps=none", "split=none", "split=forced", "quad_a", "scalar_a", "quad_c", "scalar_c", "grouped", "dilated", "flipped"] {
         expected.push((entry, t.to_string()));
     }
-    expected.push(("flip_kernel", "grid=1d".to_string()));
+    expected.push(("flip_kernel", "grid=2d".to_string()));
     if coop {
         for t in ["coop=128x64", "coop=128x256", "coop=256x128", "coop=128x128", "coop=256x64", "coop=64x64", "coop=128x32", "threads=128"] {
             expected.push(("gemm_coop", t.to_string()));
