@@ -110,15 +110,17 @@ impl CoopTile {
     ///   0.297 -> 0.243, 512 -> 2048 forward 0.231 -> 0.203; the input gradient of 512 -> 2048
     ///   (K 2,048) 0.259 on every tile (benches/results/2026-11-27g/call1).
     /// - forwards and input gradients into more than 64 columns, 4,096 rows or more and a K of
-    ///   2,304 or less whose wide tile would make a grid of 256 workgroups or fewer, on 128 x
-    ///   128 at K 16
+    ///   2,304 or less whose wide tile would make a grid of 256 workgroups or fewer (128 on 128
+    ///   x 256), on 128 x 128 at K 16
     ///   (`cargo bench --bench gemm -- --side 32 --store f16 --coop ...`, ms, wide / 128 x
     ///   128): resnet18_cifar's 3x3 128 forward 0.156 / 0.146, 3x3 256 0.163 / 0.138, the
     ///   stride-2 forwards 64 -> 128 0.094 / 0.090, 128 -> 256 0.100 / 0.073, 256 -> 512 0.096
     ///   / 0.091, the phase products of 256 -> 512's input gradient 0.278 / 0.219. At 224 px
     ///   the 3x3 256 (392 workgroups) 0.388 / 0.402 and 3x3 512 (K 4,608) 0.402 / 0.485 keep
     ///   the wide tiles; taking 128 x 128 there cost resnet18 1.7% (benches/results/2026-11-28,
-    ///   call2 and call3).
+    ///   call2 and call3). On 128 x 256 grids of 129-256 workgroups (ResNet-50's 3x3 256 at
+    ///   batch 128: 196) 128 x 128 cost resnet50 0.7% (call5: 2,754 -> 2,733 images/s), while
+    ///   256 x 128 grids of 256 (resnet18_cifar's 3x3 128) gain 0.6% (23,515 -> 23,648).
     ///
     /// Tiles of 128 invocations with 64-row regions ran most other products 1.5-3x slower.
     fn choose(tile: Tile, a: ALoad, m: usize, n: usize, k: usize, limit: usize) -> CoopTile {
@@ -136,11 +138,12 @@ impl CoopTile {
         // stored): K 16 a step beat the wide tile's 32 unless K is long.
         let pointwise = matches!(a, ALoad::Rows) && n > 128;
         // A forward or input gradient of 4,096 rows or more whose wide tile (K 32 a step)
-        // would leave a large GPU about one workgroup a compute unit, on a K of 2,304 or less:
-        // 128 x 128 at K 16 has twice the workgroups (a longer K keeps the wide tile's fewer
-        // barriers; on fewer rows neither tile's time matters).
-        let wide_grid = if n > 128 { m.div_ceil(128) * n.div_ceil(256) } else { m.div_ceil(256) * n.div_ceil(128) };
-        let few = m >= 4096 && wide_grid <= TARGET_WORKGROUPS && k <= 2304;
+        // would leave a large GPU about one workgroup a compute unit (128 x 256 half that: 196
+        // of them, ResNet-50's 3x3 256 at batch 128, ran faster there), on a K of 2,304 or
+        // less: 128 x 128 at K 16 has twice the workgroups (a longer K keeps the wide tile's
+        // fewer barriers; on fewer rows neither tile's time matters).
+        let (wide_grid, most) = if n > 128 { (m.div_ceil(128) * n.div_ceil(256), TARGET_WORKGROUPS / 2) } else { (m.div_ceil(256) * n.div_ceil(128), TARGET_WORKGROUPS) };
+        let few = m >= 4096 && wide_grid <= most && k <= 2304;
         let candidates = [
             (weight_grad && (m <= 64 || n <= 64), small16),
             (a == ALoad::Im2colT && n >= 256, widest16),
@@ -1134,6 +1137,7 @@ mod tests {
         assert_eq!(tall(ALoad::Im2col, 4_096, 512, 4_608).bn, 256);
         assert_eq!(tall(ALoad::Im2col, 50_176, 256, 2_304).bn, 256);
         assert_eq!(tall(ALoad::Im2col, 4_000, 256, 2_304).bn, 256);
+        assert_eq!(tall(ALoad::Im2col, 25_088, 256, 2_304).bn, 256);
         assert_eq!(tall(ALoad::Im2col, 200_704, 128, 1_152), CoopTile { bm: 256, bn: 128, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 });
         // A 3x3 weight gradient into 256 columns or more: the widest tile at K 16; a 1x1 one
         // (A = Cols) keeps 128 x 128.
