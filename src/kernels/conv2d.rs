@@ -23,7 +23,7 @@
 
 use super::gemm::{self, ALoad, BLoad, Gemm, GemmOptions, Groups, Phase};
 use super::winograd::{self, Pass};
-use super::{expect_shape, u32_of, Dispatch, FLIP};
+use super::{expect_shape, grid_3d, u32_of, Dispatch, FLIP};
 use crate::{bail, Device, Result, Tensor};
 
 /// How the borders of the image are treated.
@@ -313,12 +313,7 @@ fn flipped(device: &Device, kernel: &'static str, geom: &Conv2dGeometry, back: &
     let p = Params { taps: u32_of(kernel, "taps", geom.kh * geom.kw)?, c: u32_of(kernel, "channels", geom.in_c)?, f: u32_of(kernel, "filters", geom.filters)?, _pad: 0 };
     u32_of(kernel, "kernel elements", w.len())?;
     // 32 x 32 blocks of (c, f) a workgroup, one tap a layer of the grid (shaders/flip.wgsl).
-    let grid = [geom.in_c.div_ceil(32), geom.filters.div_ceil(32), geom.kh * geom.kw];
-    let max = device.limits().max_compute_workgroups_per_dimension as usize;
-    if grid.iter().any(|&g| g > max) {
-        bail!(Shape, "{kernel}: flipping a {:?} kernel needs a grid of {grid:?} workgroups, more than {max} along one axis", w.shape());
-    }
-    let grid = grid.map(|g| g as u32);
+    let grid = grid_3d(device, kernel, &format!("the flips of a {:?} kernel", w.shape()), [geom.in_c.div_ceil(32), geom.filters.div_ceil(32), geom.kh * geom.kw])?;
     let flip = Dispatch::with_params(device, &FLIP, "flip_kernel", &[], &p, &[(1, w), (2, &wf)], grid).named(kernel, 0.0);
     let product = gemm::launch(device, &forward_gemm(kernel, back, dy, &wf, dx, geom.flops() as f64), opts)?;
     Ok(std::iter::once(flip).chain(product.into_iter().map(|d| d.tagged("flipped"))).collect())

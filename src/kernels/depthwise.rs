@@ -18,7 +18,7 @@ use bytemuck::{Pod, Zeroable};
 use super::conv2d::{axis, Padding};
 use super::gemm::quad_binding;
 use super::reduce::{scratch, sum_rows};
-use super::{expect_dtype, expect_separate, expect_shape, grid_for, u32_of, width_token, Dispatch, DEPTHWISE, WG, WG_CONST};
+use super::{expect_dtype, expect_separate, expect_shape, grid_3d, grid_for, u32_of, width_token, Dispatch, DEPTHWISE, WG, WG_CONST};
 use crate::{bail, DType, Device, Result, Tensor};
 
 /// Every size of one depthwise convolution, resolved once from the input shape.
@@ -369,11 +369,8 @@ pub fn backward_weights(device: &Device, geom: &DepthwiseGeometry, x: &Tensor, d
     let cols = if vec4 { geom.out_channels() / 4 } else { geom.out_channels() };
     let taps = geom.kh * geom.kw;
     let split = Split::new(geom.out_pixels(), cols, taps);
-    let max = device.limits().max_compute_workgroups_per_dimension as usize;
-    if split.tiles() > max || taps > max {
-        bail!(Shape, "{K}: {} output channels in {} column tiles and a {}x{} kernel ({taps} taps) need more than {max} workgroups in one dimension", geom.out_channels(), split.tiles(), geom.kh, geom.kw);
-    }
-    let groups = [split.tiles() as u32, split.chunks as u32, taps as u32];
+    let what = format!("{} output channels in {} column tiles and a {}x{} kernel ({taps} taps)", geom.out_channels(), split.tiles(), geom.kh, geom.kw);
+    let groups = grid_3d(device, K, &what, [split.tiles(), split.chunks, taps])?;
     let mut p = geom.params(0)?;
     p.rows = u32_of(K, "rows", split.rows)?;
     p.cols = u32_of(K, "columns", split.cols)?;

@@ -132,6 +132,8 @@ impl CoopTile {
         let square16 = CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 32, bufs: 1, bk: 16 };
         let small16 = CoopTile { bm: 64, bn: 64, sg_m: 32, sg_n: 32, bufs: 1, bk: 16 };
         let widest16 = CoopTile { bm: 128, bn: 256, sg_m: 64, sg_n: 64, bufs: 1, bk: 16 };
+        let widest = CoopTile { bk: 32, ..widest16 };
+        let wide_tall = CoopTile { bm: 256, bn: 128, ..widest };
         // A weight gradient (A the activations transposed, K the batch's pixels).
         let weight_grad = matches!(a, ALoad::Im2colT | ALoad::Cols);
         // A 1x1 forward or input gradient over more than 128 columns (A the activations as
@@ -142,8 +144,8 @@ impl CoopTile {
         // of them, ResNet-50's 3x3 256 at batch 128, ran faster there), on a K of 2,304 or
         // less: 128 x 128 at K 16 has twice the workgroups (a longer K keeps the wide tile's
         // fewer barriers; on fewer rows neither tile's time matters).
-        let (wide_grid, most) = if n > 128 { (m.div_ceil(128) * n.div_ceil(256), TARGET_WORKGROUPS / 2) } else { (m.div_ceil(256) * n.div_ceil(128), TARGET_WORKGROUPS) };
-        let few = m >= 4096 && wide_grid <= most && k <= 2304;
+        let (wide, most) = if n > 128 { (widest, TARGET_WORKGROUPS / 2) } else { (wide_tall, TARGET_WORKGROUPS) };
+        let few = m >= 4096 && m.div_ceil(wide.bm) * n.div_ceil(wide.bn) <= most && k <= 2304;
         let candidates = [
             (weight_grad && (m <= 64 || n <= 64), small16),
             (a == ALoad::Im2colT && n >= 256, widest16),
@@ -152,8 +154,8 @@ impl CoopTile {
             (pointwise && n <= 256 && m >= COOP_TALL_MIN_M, tall16),
             (pointwise && k < 2048, square16),
             (n > 64 && !weight_grad && few, square16),
-            (n > 128, CoopTile { bm: 128, bn: 256, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 }),
-            (n > 64 && m >= COOP_WIDE_TALL_MIN_M, CoopTile { bm: 256, bn: 128, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 }),
+            (n > 128, widest),
+            (n > 64 && m >= COOP_WIDE_TALL_MIN_M, wide_tall),
             (n > 64, square16),
             (m >= COOP_TALL_MIN_M, tall16),
         ];
@@ -343,7 +345,8 @@ pub struct GemmOptions {
     /// error elsewhere, or for a tile the kernel cannot run.
     pub coop_tile: Option<CoopTile>,
     /// How the tensor-core kernel stages an f16 A instead of the engine's choice (as f16
-    /// beside an f16 B into 64 columns or more, as two words elsewhere). Products that do
+    /// beside an f16 B into 64 columns or more, but for 3x3 weight gradients on the 128 x 128
+    /// tile; as two words elsewhere). Products that do
     /// not read an f16 A through tensor cores have nothing to stage and ignore it, so one
     /// setting can sweep a model's mixed products.
     pub a_stage: Option<AStage>,
@@ -358,7 +361,7 @@ pub enum AStage {
     /// Each quad as its two stored words, widened to f32 and rounded back to f16 on the way
     /// in (`shaders/lib/act_f16.wgsl`, [`super::CONV2D_COOP_ALL`]).
     Words,
-    /// Each quad read and staged as a vec4<f16>, stored as it is (`shaders/lib/act_h16.wgsl`,
+    /// Each quad read and staged as a `vec4<f16>`, stored as it is (`shaders/lib/act_h16.wgsl`,
     /// [`super::CONV2D_COOP_HALVES`]).
     Halves,
 }

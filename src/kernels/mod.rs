@@ -363,6 +363,16 @@ pub fn grid(device: &Device, workgroups: u64) -> Result<[u32; 3]> {
     Ok([max as u32, y as u32, 1])
 }
 
+/// A grid laid out by its kernel (`groups` along x, y and z), checked against the device's
+/// per-dimension limit: the error names the kernel, what needs the grid (`what`) and the grid.
+pub fn grid_3d(device: &Device, kernel: &str, what: &str, groups: [usize; 3]) -> Result<[u32; 3]> {
+    let max = device.limits().max_compute_workgroups_per_dimension as usize;
+    if groups.iter().any(|&g| g > max) {
+        bail!(Shape, "{kernel}: {what} need a grid of {groups:?} workgroups, more than {max} in one dimension");
+    }
+    Ok(groups.map(|g| g as u32))
+}
+
 /// The path token of a grid: `grid=2d` when the launch has more than one row of
 /// workgroups, which for a grid from [`grid`] means it was folded.
 pub fn grid_token(groups: [u32; 3]) -> &'static str {
