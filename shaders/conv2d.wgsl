@@ -100,7 +100,11 @@ struct Params {
     dil_w: u32,
 }
 
-@group(0) @binding(0) var<uniform> p: Params;
+// The products of one dispatch: the first, or up to four phase products of one strided input
+// gradient, one a z-layer of the grid (their different taps and pixels run side by side
+// instead of one short dispatch after another). Each workgroup copies its own into `p`.
+@group(0) @binding(0) var<uniform> products: array<Params, 4>;
+var<private> p: Params;
 @group(0) @binding(1) var<storage, read> a: array<act4>;
 @group(0) @binding(2) var<storage, read> b: array<b4>;
 @group(0) @binding(3) var<storage, read> bias: array<vec4<f32>>;
@@ -125,6 +129,12 @@ override A_QUADS: bool = false;
 // (PHASE_ROWS); pipeline constants so that no other product carries their arithmetic.
 override PHASE_TAPS: bool = false;
 override PHASE_ROWS: bool = false;
+
+// Takes this workgroup's product into `p`: the phase of its grid's z-layer where the
+// product is a phase product, else the only one (a constant index, as the uniform was).
+fn enter_product(wid: vec3<u32>) {
+    p = products[select(0u, wid.z, PHASE_TAPS)];
+}
 // A grouped convolution (see the top); pipeline constants like the phase ones.
 override GROUPED: bool = false;
 // A dilated convolution: its taps p.dil_h and p.dil_w apart. One constant for every
@@ -769,11 +779,10 @@ fn origin(tile: u32) -> Origin {
 }
 
 // Workgroups of the grid that have a tile (the rest of a folded grid leaves at once).
+// gemm_coop counts them inline from the uniform: naga's uniformity analysis takes `p`, a
+// private copy, and any function's argument as non-uniform.
 fn tile_count() -> u32 {
-    if (GROUPED) {
-        return p.tiles_m * p.tiles_n * p.splits * p.groups;
-    }
-    return p.tiles_m * p.tiles_n * p.splits;
+    return p.tiles_m * p.tiles_n * p.splits * select(1u, p.groups, GROUPED);
 }
 
 // Where split `split`'s partial C starts (0 where there is no split: C itself).
@@ -802,6 +811,7 @@ fn fetch_first(o: Origin, lid: u32) {
 @compute @workgroup_size(THREADS)
 fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
+    enter_product(wid);
     let tile = wid.x + wid.y * nwg.x;
     if (tile >= tile_count()) {
         return; // uniform: the whole workgroup leaves
@@ -855,6 +865,7 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 @compute @workgroup_size(WG)
 fn reduce_splits(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                  @builtin(local_invocation_index) lid: u32) {
+    enter_product(wid);
     let quad = (wid.x + wid.y * nwg.x) * WG + lid;
     var len = p.m * p.n;
     if (GROUPED) {
@@ -926,6 +937,7 @@ var<workgroup> cs_part: array<f32, 256>;
 @compute @workgroup_size(256)
 fn column_sums(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
+    enter_product(wid);
     let tile = wid.x + wid.y * nwg.x;
     let live = tile < p.tiles_n * p.splits; // uniform across the workgroup
     let col = (tile % p.tiles_n) * CS_COLS + lid % CS_COLS;

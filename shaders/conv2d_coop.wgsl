@@ -86,8 +86,11 @@ fn store_b16(lid: u32, base: u32) {
 @compute @workgroup_size(THREADS)
 fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32, @builtin(subgroup_id) sg: u32) {
+    enter_product(wid);
     let tile = wid.x + wid.y * nwg.x;
-    if (tile >= tile_count()) {
+    // tile_count() of the product, read from the uniform (see tile_count).
+    let q = products[select(0u, wid.z, PHASE_TAPS)];
+    if (tile >= q.tiles_m * q.tiles_n * q.splits * select(1u, q.groups, GROUPED)) {
         return; // uniform: the whole workgroup leaves
     }
     let o = origin(tile);

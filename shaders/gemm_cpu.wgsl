@@ -390,6 +390,7 @@ fn cpu_origin(tile: u32) -> Origin {
 @compute @workgroup_size(CPU_WG)
 fn gemm_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
+    enter_product(wid);
     let tile = (wid.x + wid.y * nwg.x) * CPU_WG + lid;
     // No early return (it would put the rest of the kernel under a mask): the grid's spare
     // invocations compute the last block again and store nothing.

@@ -357,11 +357,10 @@ pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w
     if let Some(phases) = phase_products(geom) {
         let work = |(sub, _, taps): &(Conv2dGeometry, Phase, usize)| (sub.out_pixels() * taps) as f64;
         let total: f64 = phases.iter().map(work).sum();
-        let mut dispatches = Vec::new();
         let (c, f) = (geom.group_in_c(), geom.group_filters());
-        for product in &phases {
+        let products = phases.iter().map(|product| {
             let (sub, phase, taps) = product;
-            let g = Gemm {
+            Gemm {
                 label: K,
                 m: sub.out_pixels(),
                 n: c,
@@ -377,10 +376,9 @@ pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w
                 c: dx,
                 // The forward's useful count, shared out by each phase's multiply-adds.
                 flops: if total > 0.0 { geom.flops() as f64 * work(product) / total } else { 0.0 },
-            };
-            dispatches.extend(gemm::launch(device, &g, opts)?);
-        }
-        return Ok(dispatches);
+            }
+        });
+        return gemm::launch_phases(device, &products.collect::<Vec<_>>(), opts);
     }
     let a_load = if geom.is_pointwise() { ALoad::Rows } else { ALoad::DyStuffed };
     let (c, f) = (geom.group_in_c(), geom.group_filters());

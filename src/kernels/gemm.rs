@@ -721,6 +721,83 @@ pub(super) fn c_quads(g: &Gemm) -> bool {
 
 /// Records `g` as one GEMM dispatch, plus a reduction when K is split. `c` is overwritten.
 pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
+    check_operands(g)?;
+    if g.m == 0 || g.n == 0 {
+        return Ok(Vec::new());
+    }
+    if Engine::of(device, opts, g.label)? == Engine::Cpu {
+        return super::gemm_cpu::launch(device, g, opts);
+    }
+    let kernel = Kernel::choose(device, g, opts)?;
+    let group_count = g.groups.map_or(1, |gr| gr.count);
+    let (tiles_m, tiles_n) = kernel.tiles(g);
+    let split = match opts.splits {
+        Some(s) => (s, "split=forced"),
+        None => choose_splits(kernel.threads, tiles_m * tiles_n * group_count, g.m * g.n * group_count, g.k),
+    };
+    let mut constants = kernel.constants.clone();
+    let (p, tokens) = product_params(g, (tiles_m, tiles_n), kernel.bk, split, &mut constants)?;
+    let workgroups = tiles_m * tiles_n * p.splits() * group_count;
+    record(device, g, (kernel.family, kernel.entry), &constants, &[p], workgroups, format!("{} {tokens} {}", kernel.tile_token, kernel.shape_token))
+}
+
+/// Products one dispatch holds at most: the phases of a stride-2 input gradient
+/// (`products` in shaders/conv2d.wgsl).
+pub(crate) const MAX_PRODUCTS: usize = 4;
+
+/// Records the phase products of one strided input gradient ([`Phase`]), each overwriting
+/// its pixels of their shared `c`: up to [`MAX_PRODUCTS`] of them in one dispatch, each a
+/// z-layer of the grid on one tile, K unsplit. One after another, resnet18_cifar's four
+/// phases of a 64 -> 128 input gradient (K of 1, 2, 2 and 4 taps, 256 workgroups each)
+/// took 0.044-0.087 ms apiece on an H100, each short K a chain of waits that the others
+/// now fill. The CPU engine, and a forced K split, take them one by one as [`launch`].
+pub(crate) fn launch_phases(device: &Device, phases: &[Gemm], opts: &GemmOptions) -> Result<Vec<Dispatch>> {
+    let Some(first) = phases.first() else { return Ok(Vec::new()) };
+    let label = first.label;
+    for g in phases {
+        check_operands(g)?;
+        if g.phase.is_none() || g.n != first.n || !std::ptr::eq(g.c, first.c) || g.groups != first.groups {
+            bail!(Config, "{label}: only the phases of one input gradient share a dispatch");
+        }
+    }
+    if first.n == 0 || Engine::of(device, opts, label)? == Engine::Cpu || opts.splits.is_some() {
+        return Ok(phases.iter().map(|g| launch(device, g, opts)).collect::<Result<Vec<_>>>()?.concat());
+    }
+    // The longest K first: its workgroups start first and the short ones fill in behind.
+    let mut order: Vec<&Gemm> = phases.iter().filter(|g| g.m > 0).collect();
+    order.sort_by_key(|g| std::cmp::Reverse(g.k));
+    // One tile for all, chosen for the whole grid and the longest K.
+    let whole = Gemm { m: order.iter().map(|g| g.m).sum(), k: order.first().map_or(0, |g| g.k), ..*first };
+    let kernel = Kernel::choose(device, &whole, opts)?;
+    let group_count = first.groups.map_or(1, |gr| gr.count);
+    let mut dispatches = Vec::new();
+    for batch in order.chunks(MAX_PRODUCTS) {
+        let mut products = Vec::new();
+        let (mut constants, mut tokens, mut workgroups) = (None, String::new(), 0);
+        for g in batch {
+            let tiles = kernel.tiles(g);
+            let mut own = kernel.constants.clone();
+            let (p, t) = product_params(g, tiles, kernel.bk, (1, "split=none"), &mut own)?;
+            if constants.as_ref().is_some_and(|c| *c != own) {
+                bail!(Config, "{label}: phase products that differ in their pipeline constants cannot share a dispatch");
+            }
+            constants = Some(own);
+            if tokens.is_empty() || g.k == 0 && !tokens.contains("taps=none") {
+                tokens = t;
+            }
+            workgroups = workgroups.max(tiles.0 * tiles.1 * group_count);
+            products.push(p);
+        }
+        let flops = batch.iter().map(|g| g.flops).sum();
+        let path = format!("{} {tokens} phases={} {}", kernel.tile_token, batch.len(), kernel.shape_token);
+        dispatches.extend(record(device, &Gemm { flops, ..*batch[0] }, (kernel.family, kernel.entry), &constants.unwrap_or_default(), &products, workgroups, path)?);
+    }
+    Ok(dispatches)
+}
+
+/// The operand checks every product passes before it is recorded: dtypes, overlaps, an f16
+/// C's whole quads, a convolution load's geometry.
+fn check_operands(g: &Gemm) -> Result<()> {
     let kernel = g.label;
     if g.conv.is_none() && matches!(g.a_load, ALoad::Im2col | ALoad::Im2colT | ALoad::DyStuffed) {
         bail!(Config, "{kernel}: a convolution load needs its geometry");
@@ -742,77 +819,94 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     if g.c.dtype() == DType::F16 && (!g.n.is_multiple_of(4) || g.groups.is_some()) {
         bail!(Shape, "{kernel}: an F16 output {:?} needs a multiple of 4 columns in whole rows, got {} columns{}", g.c.shape(), g.n, if g.groups.is_some() { ", grouped" } else { "" });
     }
-    if g.m == 0 || g.n == 0 {
-        return Ok(Vec::new());
-    }
-    let group_count = g.groups.map_or(1, |gr| gr.count);
     if g.groups.is_some() && g.bias.is_some() {
         bail!(Config, "{kernel}: a grouped product takes no bias (the convolution adds its own)");
     }
-    if Engine::of(device, opts, kernel)? == Engine::Cpu {
-        return super::gemm_cpu::launch(device, g, opts);
-    }
-    let limit = device.limits().max_compute_workgroup_storage_size as usize;
-    // The tensor-core kernel runs on M128N64's constants (M128N32's for 9-32 columns), its
-    // own shape given by a `CoopTile`.
-    let coop_base = if g.n > 32 || opts.coop_tile.is_some() { Tile::M128N64 } else { Tile::M128N32 };
-    // Outputs of 8 columns or fewer stay on the f32 kernel, a tensor-core tile forced or not.
-    // Narrower products gain from the tensor cores too, with up to half of M128N32's columns
-    // idle: on the H100 (benches/results/2026-11-27f/call4) moving the weight gradients into
-    // 17-32 columns there, then every product of 9-16 columns, took resnet20 mixed 32,040 ->
-    // 33,060 -> 41,510 images/s and MobileNetV2 3,035 -> 3,623 -> 3,704.
-    let tensor_cores = opts.mixed && device.has_coop16();
-    let wide_enough = g.n > 8;
-    let coop = tensor_cores && wide_enough && CoopTile::of(coop_base).bytes() <= limit;
-    let tile = match opts.tile {
-        Some(t) => t,
-        None if coop => coop_base,
-        None => Tile::choose_grouped(g.m, g.n, g.k, group_count, limit),
-    };
-    let coop = coop && matches!(tile, Tile::M128N64 | Tile::M128N32);
-    let shape = match (coop, opts.coop_tile) {
-        (true, Some(forced)) if tile == Tile::M128N64 => {
-            forced.check(kernel, limit)?;
-            forced
+    Ok(())
+}
+
+/// The tiled engine's kernel for a product: tile, tensor-core shape, A's staging, module
+/// family and entry, and the pipeline constants they fix.
+struct Kernel {
+    family: &'static [Shader; 8],
+    entry: &'static str,
+    constants: Vec<(&'static str, f64)>,
+    /// C's rows and columns a workgroup computes, and its K step.
+    bm: usize,
+    bn: usize,
+    bk: usize,
+    threads: usize,
+    /// `tile=...`, and the tensor-core shape's and staging's tokens.
+    tile_token: String,
+    shape_token: String,
+}
+
+impl Kernel {
+    /// The kernel for `g` on a GPU engine (the caller has checked its operands).
+    fn choose(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Kernel> {
+        let kernel = g.label;
+        let group_count = g.groups.map_or(1, |gr| gr.count);
+        let limit = device.limits().max_compute_workgroup_storage_size as usize;
+        // The tensor-core kernel runs on M128N64's constants (M128N32's for 9-32 columns), its
+        // own shape given by a `CoopTile`.
+        let coop_base = if g.n > 32 || opts.coop_tile.is_some() { Tile::M128N64 } else { Tile::M128N32 };
+        // Outputs of 8 columns or fewer stay on the f32 kernel, a tensor-core tile forced or not.
+        // Narrower products gain from the tensor cores too, with up to half of M128N32's columns
+        // idle: on the H100 (benches/results/2026-11-27f/call4) moving the weight gradients into
+        // 17-32 columns there, then every product of 9-16 columns, took resnet20 mixed 32,040 ->
+        // 33,060 -> 41,510 images/s and MobileNetV2 3,035 -> 3,623 -> 3,704.
+        let tensor_cores = opts.mixed && device.has_coop16();
+        let wide_enough = g.n > 8;
+        let coop = tensor_cores && wide_enough && CoopTile::of(coop_base).bytes() <= limit;
+        let tile = match opts.tile {
+            Some(t) => t,
+            None if coop => coop_base,
+            None => Tile::choose_grouped(g.m, g.n, g.k, group_count, limit),
+        };
+        let coop = coop && matches!(tile, Tile::M128N64 | Tile::M128N32);
+        let shape = match (coop, opts.coop_tile) {
+            (true, Some(forced)) if tile == Tile::M128N64 => {
+                forced.check(kernel, limit)?;
+                forced
+            }
+            (false, Some(_)) if tensor_cores && !wide_enough && opts.tile.is_none() => CoopTile::of(tile),
+            (_, Some(forced)) => bail!(Config, "{kernel}: tensor-core tile {forced:?} forced on a product that runs on {tile:?} without tensor cores (mixed: {}, cooperative matrices: {})", opts.mixed, device.has_coop16()),
+            (true, None) => CoopTile::choose(tile, g.a_load, g.m, g.n, g.k, limit),
+            (false, None) => CoopTile::of(tile),
+        };
+        let bytes = if coop { shape.bytes() } else { tile.workgroup_bytes() };
+        if bytes > limit {
+            bail!(Config, "{kernel}: tile {tile:?} needs {bytes} bytes of workgroup memory, more than {}'s {limit}", device.name());
         }
-        (false, Some(_)) if tensor_cores && !wide_enough && opts.tile.is_none() => CoopTile::of(tile),
-        (_, Some(forced)) => bail!(Config, "{kernel}: tensor-core tile {forced:?} forced on a product that runs on {tile:?} without tensor cores (mixed: {}, cooperative matrices: {})", opts.mixed, device.has_coop16()),
-        (true, None) => CoopTile::choose(tile, g.a_load, g.m, g.n, g.k, limit),
-        (false, None) => CoopTile::of(tile),
-    };
-    let bytes = if coop { shape.bytes() } else { tile.workgroup_bytes() };
-    if bytes > limit {
-        bail!(Config, "{kernel}: tile {tile:?} needs {bytes} bytes of workgroup memory, more than {}'s {limit}", device.name());
+        let stage = AStage::choose(coop, Halves::of(g), g.a_load, shape, g.n, opts.a_stage);
+        let (family, entry): (&'static [Shader; 8], &'static str) = match stage {
+            _ if !coop => (&CONV2D_ALL, "gemm"),
+            Some(AStage::Halves) => (&CONV2D_COOP_HALVES, "gemm_coop"),
+            _ => (&CONV2D_COOP_ALL, "gemm_coop"),
+        };
+        let stage_token = stage.map_or("", AStage::token);
+        let (bk, threads) = if coop { (shape.bk, shape.threads()) } else { (tile.bk(), tile.threads()) };
+        let mut constants = tile.constants(g.a_load, g.b_load);
+        let (round, round_token) = if coop { (false, "") } else { operand_rounding(g, opts) };
+        if round {
+            constants.push(("ROUND_F16", 1.0));
+        }
+        let coop_token = if coop {
+            let (shape_constants, token) = shape.constants(tile);
+            constants.retain(|(name, _)| shape_constants.iter().all(|(other, _)| other != name));
+            constants.extend(shape_constants);
+            token
+        } else {
+            round_token.to_string()
+        };
+        let (bm, bn) = (shape.bm, shape.bn);
+        Ok(Kernel { family, entry, constants, bm, bn, bk, threads, tile_token: format!("tile={tile:?}"), shape_token: format!("{coop_token} {stage_token}") })
     }
-    let stage = AStage::choose(coop, Halves::of(g), g.a_load, shape, g.n, opts.a_stage);
-    let (family, entry): (&'static [Shader; 8], &'static str) = match stage {
-        _ if !coop => (&CONV2D_ALL, "gemm"),
-        Some(AStage::Halves) => (&CONV2D_COOP_HALVES, "gemm_coop"),
-        _ => (&CONV2D_COOP_ALL, "gemm_coop"),
-    };
-    let stage_token = stage.map_or("", AStage::token);
-    let (bk, threads) = if coop { (shape.bk, shape.threads()) } else { (tile.bk(), tile.threads()) };
-    let (tiles_m, tiles_n) = (g.m.div_ceil(shape.bm), g.n.div_ceil(shape.bn));
-    let split = match opts.splits {
-        Some(s) => (s, "split=forced"),
-        None => choose_splits(threads, tiles_m * tiles_n * group_count, g.m * g.n * group_count, g.k),
-    };
-    let mut constants = tile.constants(g.a_load, g.b_load);
-    let (round, round_token) = if coop { (false, "") } else { operand_rounding(g, opts) };
-    if round {
-        constants.push(("ROUND_F16", 1.0));
+
+    /// The grid of `g`'s tiles of C: (rows, columns).
+    fn tiles(&self, g: &Gemm) -> (usize, usize) {
+        (g.m.div_ceil(self.bm), g.n.div_ceil(self.bn))
     }
-    let coop_token = if coop {
-        let (shape_constants, token) = shape.constants(tile);
-        constants.retain(|(name, _)| shape_constants.iter().all(|(other, _)| other != name));
-        constants.extend(shape_constants);
-        token
-    } else {
-        round_token.to_string()
-    };
-    let (p, tokens) = product_params(g, (tiles_m, tiles_n), bk, split, &mut constants)?;
-    let workgroups = tiles_m * tiles_n * p.splits() * group_count;
-    record(device, g, (family, entry), &constants, p, workgroups, format!("tile={tile:?} {tokens} {coop_token} {stage_token}"))
 }
 
 /// The parameters of `g` on a grid of `tiles` (rows, columns) of C whose K advances `k_step`
@@ -929,22 +1023,29 @@ pub(super) fn record(
     g: &Gemm,
     (family, entry): (&'static [Shader; 8], &'static str),
     constants: &[(&'static str, f64)],
-    mut p: Params,
+    products: &[Params],
     workgroups: usize,
     path: String,
 ) -> Result<Vec<Dispatch>> {
     let kernel = g.label;
+    let mut p = products[0];
     let group_count = g.groups.map_or(1, |gr| gr.count);
     let mut constants = constants.to_vec();
     let bias = g.bias.unwrap_or(g.b); // bound but unread without the BIAS flag
     let flops = g.flops;
-    let groups = grid(device, workgroups as u64)?;
+    let mut groups = grid(device, workgroups as u64)?;
+    // One z-layer a product (see `launch_phases`).
+    groups[2] = products.len() as u32;
     let bias_token = if g.bias.is_some() { "bias" } else { "" };
     let group_token = if g.groups.is_some() { "grouped" } else { "" };
     // Whichever dispatch writes c stores a phase product's rows at their dx pixels.
     let rows = g.phase.is_some();
+    if products.len() > MAX_PRODUCTS || products.iter().any(|q| q.splits() > 1) && products.len() > 1 {
+        bail!(Config, "{kernel}: {} products in one dispatch, at most {MAX_PRODUCTS} and none with K split", products.len());
+    }
     if p.splits() == 1 {
-        p.flags |= if g.bias.is_some() { BIAS } else { 0 };
+        let bias_flag = if g.bias.is_some() { BIAS } else { 0 };
+        let products: Vec<Params> = products.iter().map(|q| Params { flags: q.flags | bias_flag, ..*q }).collect();
         if rows {
             constants.push(("PHASE_ROWS", 1.0));
         }
@@ -955,7 +1056,7 @@ pub(super) fn record(
             (4, quad_binding(kernel, g.c)?),
         ];
         let halves = Halves::of(g);
-        let gemm = with_uniform(device, halves.variant(family), entry, &constants, &p, &bindings, groups).named(kernel, flops);
+        let gemm = with_uniform(device, halves.variant(family), entry, &constants, &products, &bindings, groups).named(kernel, flops);
         return Ok(vec![gemm.tagged(format!("{path} {bias_token} {}", halves.token()))]);
     }
 
@@ -992,7 +1093,7 @@ pub(super) fn record(
     }
     // The partials are f32 whatever C is: the reduce rounds once.
     let halves = Halves::of(g);
-    let gemm = with_uniform(device, Halves { c: false, ..halves }.variant(family), entry, &constants, &partial, &bindings, groups).named(kernel, flops).tagged(format!("{path} {}", halves.token()));
+    let gemm = with_uniform(device, Halves { c: false, ..halves }.variant(family), entry, &constants, &[partial], &bindings, groups).named(kernel, flops).tagged(format!("{path} {}", halves.token()));
     p.flags |= if g.bias.is_some() { BIAS } else { 0 };
     let mut rows_constants = Vec::new();
     if rows {
@@ -1010,11 +1111,13 @@ fn with_uniform(
     shader: &Shader,
     entry: &'static str,
     constants: &[(&'static str, f64)],
-    p: &Params,
+    products: &[Params],
     bindings: &[(u32, wgpu::BufferBinding<'_>)],
     groups: [u32; 3],
 ) -> Dispatch {
-    let uniform = device.uniform(p);
+    let mut all = [Params::default(); MAX_PRODUCTS];
+    all[..products.len()].copy_from_slice(products);
+    let uniform = device.uniform(&all);
     let mut all = vec![(0, uniform.as_entire_buffer_binding())];
     all.extend(bindings.iter().cloned());
     Dispatch::new(device, shader, entry, constants, &all, groups)
@@ -1038,7 +1141,7 @@ fn reduce_dispatch(
     let mut constants = vec![WG_CONST];
     constants.extend_from_slice(rows);
     let shader = Halves { a: false, b: false, c: c.dtype() == DType::F16 }.variant(&CONV2D_ALL);
-    Ok(with_uniform(device, shader, "reduce_splits", &constants, p, &bindings, groups).tagged(format!("{quads} splits={}", p.splits)))
+    Ok(with_uniform(device, shader, "reduce_splits", &constants, &[*p], &bindings, groups).tagged(format!("{quads} splits={}", p.splits)))
 }
 
 /// Rows per chunk of the column sums: long enough to amortise the second pass, short
@@ -1071,7 +1174,7 @@ pub(crate) fn column_sums(device: &Device, kernel: &str, a: &Tensor, rows: usize
     let groups = grid(device, (tiles_n * chunks) as u64)?;
     if chunks == 1 {
         let bindings = [(1, quad_binding(kernel, a)?), (4, quad_binding(kernel, out)?)];
-        return Ok(vec![with_uniform(device, &CONV2D, "column_sums", &[], &p, &bindings, groups).tagged("chunks=single")]);
+        return Ok(vec![with_uniform(device, &CONV2D, "column_sums", &[], &[p], &bindings, groups).tagged("chunks=single")]);
     }
     let workspace = device.wgpu().create_buffer(&wgpu::BufferDescriptor {
         label: Some("column-sum partials"),
@@ -1080,7 +1183,7 @@ pub(crate) fn column_sums(device: &Device, kernel: &str, a: &Tensor, rows: usize
         mapped_at_creation: false,
     });
     let partials = workspace.as_entire_buffer_binding();
-    let sums = with_uniform(device, &CONV2D, "column_sums", &[], &p, &[(1, quad_binding(kernel, a)?), (4, partials.clone())], groups).tagged("chunks=multi");
+    let sums = with_uniform(device, &CONV2D, "column_sums", &[], &[p], &[(1, quad_binding(kernel, a)?), (4, partials.clone())], groups).tagged("chunks=multi");
     // The reduction sees the partials as [chunks, 1, cols]; `a` fills the unread bias slot.
     p.m = 1;
     p.flags = if cols.is_multiple_of(4) { QUAD_C } else { 0 };

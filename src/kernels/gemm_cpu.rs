@@ -55,7 +55,7 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     }
     let invocations = blocks * p.splits();
     let gather = if general { "gather=general" } else { "gather=separable" };
-    record(device, g, (&GEMM_CPU_ALL, "gemm_cpu"), &constants, p, invocations.div_ceil(WORKGROUP), format!("{tokens} {gather} {round_token}"))
+    record(device, g, (&GEMM_CPU_ALL, "gemm_cpu"), &constants, &[p], invocations.div_ceil(WORKGROUP), format!("{tokens} {gather} {round_token}"))
 }
 
 /// The CPU threads a software adapter runs a dispatch on (lavapipe: one per core).

@@ -75,6 +75,9 @@ fn gemm_takes_every_path() {
         expected.extend(want(entry, &["split=none", "split=forced", "split=auto"]));
     }
     expected.extend(want("gemm", &["split=auto_long_k", "split=balance"]));
+    // The GPU kernel's phase products share dispatches: all four of stride 2, two of stride
+    // (1, 2), and stride 3's nine as four, four and one.
+    expected.extend(want("gemm", &["phases=4", "phases=2", "phases=1"]));
     expected.extend(want("gemm_cpu", &["gather=separable", "gather=general"]));
     expected.extend(want("reduce_splits", &["quad_c", "scalar_c", "bias"]));
     expected.extend(want("column_sums", &["chunks=single", "chunks=multi"]));
@@ -118,6 +121,11 @@ fn gemm_sweep(r: &mut StdRng, variant: &str, engine: Engine) {
         let g = Conv2dGeometry::new(&[batch, size, size, c], f, (k, k), (2, 2), Padding::Explicit(pad, pad)).unwrap();
         check(&g, &auto, &format!("{variant} {engine:?} seed {SEED:#x} phases {g:?}"), SEED + batch as u64);
     }
+    // Stride 3: nine phases, more than one dispatch holds (four, four and one on the GPU
+    // kernels), each one tap of the kernel over a 10 x 11 input (pixels past the last
+    // window get none: a phase product of zeros).
+    let g = Conv2dGeometry::new(&[3, 10, 11, 8], 16, (3, 3), (3, 3), Padding::Valid).unwrap();
+    check(&g, &auto, &format!("{variant} {engine:?} seed {SEED:#x} stride-3 phases {g:?}"), SEED);
     // (m, k, n, trans_a, trans_b) that make the engine pick each tile and split rule:
     // M128N64 and M128N32 over a long K (auto_long_k), M64N64 over many rows, M32N32
     // with a short-K automatic split, M64N16 for narrow outputs.
