@@ -33,6 +33,10 @@ const COOP_TALL_MIN_M: usize = 2048;
 /// Rows of M from which the tensor-core kernel takes its 256 x 128 tile for outputs of 65-128
 /// columns (the 128-channel weight gradient's 1,152 rows gained from it).
 const COOP_WIDE_TALL_MIN_M: usize = 1024;
+/// Rows (all phases together) up to which a strided input gradient's phase products run on
+/// 128 x 64 whatever their columns (see [`CoopTile::choose`]): resnet18_cifar's 256 -> 512
+/// at batch 256 (16,384), not resnet18 @224's (50,176).
+const PHASES_NARROW_MAX_M: usize = 32_768;
 
 /// A tensor-core tile (`shaders/conv2d_coop.wgsl`): its rows and columns, the region each
 /// 32-invocation subgroup owns (32 or 64 each way: 2 or 4 accumulators), the buffers of each
@@ -122,8 +126,19 @@ impl CoopTile {
     ///   batch 128: 196) 128 x 128 cost resnet50 0.7% (call5: 2,754 -> 2,733 images/s), while
     ///   256 x 128 grids of 256 (resnet18_cifar's 3x3 128) gain 0.6% (23,515 -> 23,648).
     ///
+    /// - the phase products of a strided input gradient (`phased`, `m` all their rows) into
+    ///   64 columns or fewer, or on [`PHASES_NARROW_MAX_M`] rows or fewer, on 128 x 64 at 32
+    ///   x 32, one buffer, K 16: their short K per phase leaves the larger tiles waiting on
+    ///   each step's loads with few workgroups to cover them (`cargo bench --bench gemm --
+    ///   3x3/2 --store f16 --coop ...`, ms, the earlier choice / 128 x 64 / 256 x 128 at K 32):
+    ///   at side 32 (resnet18_cifar) 64 -> 128 0.186 / 0.152 / 0.240, 256 -> 512 0.157 /
+    ///   0.123 / 0.166; at side 56 (resnet18 @224) 64 -> 128 0.562 / 0.466 / 0.712. Over more
+    ///   rows 256 x 128 at K 32 takes up to 256 columns: 128 -> 256 at side 32 0.158 / 0.126 /
+    ///   0.121 and at side 56 0.410 (128 x 64) / 0.342, 256 -> 512 at side 56 0.389 /
+    ///   0.306-0.350 (benches/results/2026-11-28b/call2 and call3).
+    ///
     /// Tiles of 128 invocations with 64-row regions ran most other products 1.5-3x slower.
-    fn choose(tile: Tile, a: ALoad, m: usize, n: usize, k: usize, limit: usize) -> CoopTile {
+    fn choose(tile: Tile, a: ALoad, (m, n, k): (usize, usize, usize), phased: bool, limit: usize) -> CoopTile {
         let own = CoopTile::of(tile);
         if tile != Tile::M128N64 {
             return own;
@@ -132,6 +147,7 @@ impl CoopTile {
         let square16 = CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 32, bufs: 1, bk: 16 };
         let small16 = CoopTile { bm: 64, bn: 64, sg_m: 32, sg_n: 32, bufs: 1, bk: 16 };
         let widest16 = CoopTile { bm: 128, bn: 256, sg_m: 64, sg_n: 64, bufs: 1, bk: 16 };
+        let narrow16 = CoopTile { bm: 128, bn: 64, sg_m: 32, sg_n: 32, bufs: 1, bk: 16 };
         let widest = CoopTile { bk: 32, ..widest16 };
         let wide_tall = CoopTile { bm: 256, bn: 128, ..widest };
         // A weight gradient (A the activations transposed, K the batch's pixels).
@@ -147,6 +163,8 @@ impl CoopTile {
         let (wide, most) = if n > 128 { (widest, TARGET_WORKGROUPS / 2) } else { (wide_tall, TARGET_WORKGROUPS) };
         let few = m >= 4096 && m.div_ceil(wide.bm) * n.div_ceil(wide.bn) <= most && k <= 2304;
         let candidates = [
+            (phased && (n <= 64 || m <= PHASES_NARROW_MAX_M), narrow16),
+            (phased && n <= 256, wide_tall),
             (weight_grad && (m <= 64 || n <= 64), small16),
             (a == ALoad::Im2colT && n >= 256, widest16),
             (weight_grad && n <= 1024, square16),
@@ -871,7 +889,7 @@ impl Kernel {
             }
             (false, Some(_)) if tensor_cores && !wide_enough && opts.tile.is_none() => CoopTile::of(tile),
             (_, Some(forced)) => bail!(Config, "{kernel}: tensor-core tile {forced:?} forced on a product that runs on {tile:?} without tensor cores (mixed: {}, cooperative matrices: {})", opts.mixed, device.has_coop16()),
-            (true, None) => CoopTile::choose(tile, g.a_load, g.m, g.n, g.k, limit),
+            (true, None) => CoopTile::choose(tile, g.a_load, (g.m, g.n, g.k), g.phase.is_some(), limit),
             (false, None) => CoopTile::of(tile),
         };
         let bytes = if coop { shape.bytes() } else { tile.workgroup_bytes() };
@@ -1213,7 +1231,7 @@ mod tests {
     #[test]
     fn tensor_core_tiles_follow_the_products_shape_and_the_limit() {
         let shape = |a, m, n, limit| {
-            let t = CoopTile::choose(Tile::M128N64, a, m, n, 576, limit);
+            let t = CoopTile::choose(Tile::M128N64, a, (m, n, 576), false, limit);
             assert!(t.bytes() <= limit, "{t:?}: {} bytes over {limit}", t.bytes());
             (t.bm, t.bn, t.sg_m, t.sg_n, t.threads())
         };
@@ -1227,7 +1245,7 @@ mod tests {
         assert_eq!(shape(ALoad::Im2colT, 576, 64, h100), (64, 64, 32, 32, 128));
         assert_eq!(shape(ALoad::Im2col, 802_816, 64, h100), (256, 64, 32, 64, 256));
         // K 16 a step on the tall tile, which a short K takes over more columns too.
-        let tall = |a, m, n, k| CoopTile::choose(Tile::M128N64, a, m, n, k, h100);
+        let tall = |a, m, n, k| CoopTile::choose(Tile::M128N64, a, (m, n, k), false, h100);
         assert_eq!(tall(ALoad::Im2col, 802_816, 64, 576).bk, 16);
         assert_eq!(tall(ALoad::Rows, 401_408, 256, 64), CoopTile { bm: 256, bn: 64, sg_m: 32, sg_n: 64, bufs: 1, bk: 16 });
         assert_eq!(tall(ALoad::Rows, 401_408, 256, 256), CoopTile { bm: 256, bn: 64, sg_m: 32, sg_n: 64, bufs: 1, bk: 16 });
@@ -1248,6 +1266,7 @@ mod tests {
         // A 3x3 weight gradient into 256 columns or more: the widest tile at K 16; a 1x1 one
         // (A = Cols) keeps 128 x 128.
         let widest16 = CoopTile { bm: 128, bn: 256, sg_m: 64, sg_n: 64, bufs: 1, bk: 16 };
+        let narrow16 = CoopTile { bm: 128, bn: 64, sg_m: 32, sg_n: 32, bufs: 1, bk: 16 };
         assert_eq!(tall(ALoad::Im2colT, 4_096, 256, 64), widest16);
         assert_eq!(tall(ALoad::Im2colT, 2_304, 256, 50_176), widest16);
         assert_eq!(tall(ALoad::Cols, 1_024, 256, 50_176).bn, 128);
@@ -1255,6 +1274,18 @@ mod tests {
         assert_eq!(tall(ALoad::Im2colT, 576, 64, 802_816), CoopTile { bm: 64, bn: 64, sg_m: 32, sg_n: 32, bufs: 1, bk: 16 });
         assert_eq!(shape(ALoad::Cols, 256, 64, h100), (64, 64, 32, 32, 128));
         assert_eq!(shape(ALoad::Rows, 256, 64, h100), (128, 64, 32, 32, 256));
+        // A strided input gradient's phase products (all their rows): 128 x 64 into 64
+        // columns or on 32,768 rows or fewer, 256 x 128 at K 32 above into up to 256, the
+        // product's own choice beyond.
+        let phases = |m, n, k| CoopTile::choose(Tile::M128N64, ALoad::Im2col, (m, n, k), true, h100);
+        let wide_tall = CoopTile { bm: 256, bn: 128, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 };
+        assert_eq!(phases(262_144, 64, 512), narrow16);
+        assert_eq!(phases(802_816, 64, 512), narrow16);
+        assert_eq!(phases(65_536, 128, 1_024), wide_tall);
+        assert_eq!(phases(16_384, 512, 2_048), narrow16);
+        assert_eq!(phases(200_704, 128, 1_024), wide_tall);
+        assert_eq!(phases(50_176, 256, 2_048), wide_tall);
+        assert_eq!(phases(100_352, 512, 4_096), CoopTile::choose(Tile::M128N64, ALoad::Im2col, (100_352, 512, 4_096), false, h100));
         // 36 KB: the 38 KB tiles (the wide ones, M128N64's own) do not fit; 128 x 128 (20 KB),
         // the tall tile (23 KB) and the 64 x 64 one (10 KB) do.
         assert_eq!(shape(ALoad::Im2col, 200_704, 256, 36 << 10), (128, 128, 64, 32, 256));
