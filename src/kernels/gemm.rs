@@ -135,7 +135,9 @@ impl CoopTile {
     ///   0.123 / 0.166; at side 56 (resnet18 @224) 64 -> 128 0.562 / 0.466 / 0.712. Over more
     ///   rows 256 x 128 at K 32 takes up to 256 columns: 128 -> 256 at side 32 0.158 / 0.126 /
     ///   0.121 and at side 56 0.410 (128 x 64) / 0.342, 256 -> 512 at side 56 0.389 /
-    ///   0.306-0.350 (benches/results/2026-11-28b/call2 and call3).
+    ///   0.306-0.350 (benches/results/2026-11-28b/call2 and call3), unless K (the longest
+    ///   phase's) is under 512, as a 1x1 downsample's: resnet18_cifar's 128 -> 256 one 0.039
+    ///   ms on 128 x 64, 0.050 on 256 x 128, where its 3x3 took 0.143 / 0.130 (call4).
     ///
     /// Tiles of 128 invocations with 64-row regions ran most other products 1.5-3x slower.
     fn choose(tile: Tile, a: ALoad, (m, n, k): (usize, usize, usize), phased: bool, limit: usize) -> CoopTile {
@@ -163,7 +165,7 @@ impl CoopTile {
         let (wide, most) = if n > 128 { (widest, TARGET_WORKGROUPS / 2) } else { (wide_tall, TARGET_WORKGROUPS) };
         let few = m >= 4096 && m.div_ceil(wide.bm) * n.div_ceil(wide.bn) <= most && k <= 2304;
         let candidates = [
-            (phased && (n <= 64 || m <= PHASES_NARROW_MAX_M), narrow16),
+            (phased && (n <= 64 || m <= PHASES_NARROW_MAX_M || k < 512), narrow16),
             (phased && n <= 256, wide_tall),
             (weight_grad && (m <= 64 || n <= 64), small16),
             (a == ALoad::Im2colT && n >= 256, widest16),
@@ -1275,8 +1277,8 @@ mod tests {
         assert_eq!(shape(ALoad::Cols, 256, 64, h100), (64, 64, 32, 32, 128));
         assert_eq!(shape(ALoad::Rows, 256, 64, h100), (128, 64, 32, 32, 256));
         // A strided input gradient's phase products (all their rows): 128 x 64 into 64
-        // columns or on 32,768 rows or fewer, 256 x 128 at K 32 above into up to 256, the
-        // product's own choice beyond.
+        // columns, on 32,768 rows or fewer or a K under 512, 256 x 128 at K 32 above into up
+        // to 256, the product's own choice beyond.
         let phases = |m, n, k| CoopTile::choose(Tile::M128N64, ALoad::Im2col, (m, n, k), true, h100);
         let wide_tall = CoopTile { bm: 256, bn: 128, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 };
         assert_eq!(phases(262_144, 64, 512), narrow16);
@@ -1285,6 +1287,7 @@ mod tests {
         assert_eq!(phases(16_384, 512, 2_048), narrow16);
         assert_eq!(phases(200_704, 128, 1_024), wide_tall);
         assert_eq!(phases(50_176, 256, 2_048), wide_tall);
+        assert_eq!(phases(65_536, 128, 256), narrow16);
         assert_eq!(phases(100_352, 512, 4_096), CoopTile::choose(Tile::M128N64, ALoad::Im2col, (100_352, 512, 4_096), false, h100));
         // 36 KB: the 38 KB tiles (the wide ones, M128N64's own) do not fit; 128 x 128 (20 KB),
         // the tall tile (23 KB) and the 64 x 64 one (10 KB) do.
