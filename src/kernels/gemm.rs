@@ -785,9 +785,12 @@ pub(crate) fn launch_phases(device: &Device, phases: &[Gemm], opts: &GemmOptions
     }
     // The longest K first: its workgroups start first and the short ones fill in behind.
     let mut order: Vec<&Gemm> = phases.iter().filter(|g| g.m > 0).collect();
+    if order.is_empty() {
+        return Ok(Vec::new());
+    }
     order.sort_by_key(|g| std::cmp::Reverse(g.k));
     // One tile for all, chosen for the whole grid and the longest K.
-    let whole = Gemm { m: order.iter().map(|g| g.m).sum(), k: order.first().map_or(0, |g| g.k), ..*first };
+    let whole = Gemm { m: order.iter().map(|g| g.m).sum(), k: order[0].k, ..*first };
     let kernel = Kernel::choose(device, &whole, opts)?;
     let group_count = first.groups.map_or(1, |gr| gr.count);
     let mut dispatches = Vec::new();
@@ -1034,10 +1037,11 @@ impl Halves {
     }
 }
 
-/// The dispatches of one product: `entry` of the `family`'s module for its storage over
-/// `workgroups` (folded by [`grid`]), writing C itself, or, when `p` splits K, its partials
-/// into a workspace that a second dispatch sums into C (adding the bias there). `path`
-/// names the product's branches.
+/// The dispatches of one product, or of up to [`MAX_PRODUCTS`] phase products of `g`'s C
+/// unsplit (one z-layer of the grid each): `entry` of the `family`'s module for its storage
+/// over `workgroups` (folded by [`grid`]), writing C itself, or, when the one product splits
+/// K, its partials into a workspace that a second dispatch sums into C (adding the bias
+/// there). `path` names the product's branches.
 pub(super) fn record(
     device: &Device,
     g: &Gemm,
