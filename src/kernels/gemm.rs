@@ -43,7 +43,8 @@ const PHASES_NARROW_MAX_M: usize = 32_768;
 /// operand it stages (two, or one where two would not fit) and the K it stages a step. Its
 /// invocations are 32 per region. Larger regions feed more products from each operand a
 /// subgroup loads from workgroup memory, and larger tiles gather each operand for more
-/// outputs. The engine picks one ([`CoopTile::choose`]); [`GemmOptions::coop_tile`] forces one.
+/// outputs. The engine picks one by the product's shape (`CoopTile::choose`, private);
+/// [`GemmOptions::coop_tile`] forces one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CoopTile {
     /// Output rows of one workgroup.

@@ -7,7 +7,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{u32_of, Dispatch, Shader, REDUCE, WG, WG_CONST};
+use super::{grid_3d, u32_of, Dispatch, Shader, REDUCE, WG, WG_CONST};
 use crate::{bail, Device, Result, Tensor};
 
 /// Widest column tile of a workgroup: 64 adjacent floats make two full 128-byte lines per
@@ -87,11 +87,7 @@ impl Split {
 
     /// The grid of the first pass: column tiles by row chunks.
     pub fn groups(&self, device: &Device, kernel: &str) -> Result<[u32; 3]> {
-        let max = device.limits().max_compute_workgroups_per_dimension;
-        if self.tiles() > max {
-            bail!(Shape, "{kernel}: {} columns need {} workgroups, more than {max}", self.cols, self.tiles());
-        }
-        Ok([self.tiles(), self.chunks, 1])
+        grid_3d(device, kernel, &format!("{} columns in {} row chunks", self.cols, self.chunks), [self.tiles() as usize, self.chunks as usize, 1])
     }
 
     /// The column tile of the pass that merges the `[chunks, cols]` partials.
@@ -102,11 +98,7 @@ impl Split {
     /// The grid of the merge pass: one chunk, narrower column tiles.
     pub fn merge_groups(&self, device: &Device, kernel: &str) -> Result<[u32; 3]> {
         let tiles = self.cols.div_ceil(1 << self.merge_log2());
-        let max = device.limits().max_compute_workgroups_per_dimension;
-        if tiles > max {
-            bail!(Shape, "{kernel}: {} columns need {tiles} workgroups, more than {max}", self.cols);
-        }
-        Ok([tiles, 1, 1])
+        grid_3d(device, kernel, &format!("{} columns", self.cols), [tiles as usize, 1, 1])
     }
 
     /// The split of a first pass whose invocations read four adjacent columns each (`cols`
