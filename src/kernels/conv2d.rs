@@ -327,7 +327,8 @@ fn flipped(device: &Device, kernel: &'static str, geom: &Conv2dGeometry, back: &
 /// and which ones depends only on the pixel's phase (ih % s, iw % s). So the gradient is
 /// s_h * s_w GEMMs, one per phase, each a unit-stride convolution of dy with only the taps
 /// its phase meets (a phase that meets none is written as zeros): no multiply-add is with
-/// a zero of a stuffed dy. Paddings above the kernel, which would put a phase's first tap
+/// a zero of a stuffed dy. On the GPU kernels up to four of them share a dispatch
+/// (`gemm::launch_phases`). Paddings above the kernel, which would put a phase's first tap
 /// before its pixel, multiply the stuffed zeros in one GEMM instead.
 ///
 /// # Shapes
