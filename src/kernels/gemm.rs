@@ -1140,9 +1140,10 @@ fn with_uniform(
     bindings: &[(u32, wgpu::BufferBinding<'_>)],
     groups: [u32; 3],
 ) -> Dispatch {
-    let mut all = [Params::default(); MAX_PRODUCTS];
-    all[..products.len()].copy_from_slice(products);
-    let uniform = device.uniform(&all);
+    // The shader's `products` array is always whole: entries past `products` stay zero.
+    let mut array = [Params::default(); MAX_PRODUCTS];
+    array[..products.len()].copy_from_slice(products);
+    let uniform = device.uniform(&array);
     let mut all = vec![(0, uniform.as_entire_buffer_binding())];
     all.extend(bindings.iter().cloned());
     Dispatch::new(device, shader, entry, constants, &all, groups)
