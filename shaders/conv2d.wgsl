@@ -470,8 +470,10 @@ fn store_b(lid: u32, base: u32) {
 // IM2COL: (n * in_h, oh * sh - pt, ow * sw - pl, valid); DY_STUFFED: (n * out_h, ih + pt,
 // iw + pl, valid), per slot.
 var<private> rows: array<vec4<i32>, MAX_SLOTS>;
-// IM2COL_T: (n, oh, ow) of each slot's k, advanced by BK per step.
+// IM2COL_T: (n, oh, ow) of each slot's k, advanced by BK per step: by col_step, BK as
+// (images, rows, columns) of the output, with at most one carry each way.
 var<private> cols: array<vec3<u32>, MAX_SLOTS>;
+var<private> col_step: vec3<u32>;
 // IM2COL_T: (c, i, j, valid) of each of the invocation's four rows (with aligned quads
 // only the first is read).
 var<private> taps: array<vec4<u32>, 4>;
@@ -515,6 +517,8 @@ fn init_conv_loads(m0: u32, k_begin: u32, lid: u32) {
         tap_now = vec3<u32>(k % depth, ij / p.kw, ij % p.kw);
     }
     if (A_KIND == A_IM2COL_T) {
+        let rows_step = BK / p.out_w;
+        col_step = vec3<u32>(rows_step / p.out_h, rows_step % p.out_h, BK % p.out_w);
         for (var e = 0u; e < select(4u, 1u, A_QUADS); e++) {
             let m = m0 + (lid % (BM / 4u)) * 4u + e;
             let ij = m / p.in_c;
@@ -579,18 +583,18 @@ fn fetch_a_conv(k0: u32, lid: u32) {
                 }
             }
             a_reg[s] = v;
-            var n = nc.x;
-            var oh = nc.y;
-            var ow = nc.z + BK;
-            while (ow >= p.out_w) {
-                ow -= p.out_w;
-                oh += 1u;
-                if (oh == p.out_h) {
-                    oh = 0u;
-                    n += 1u;
-                }
+            // Without a loop: each part of col_step is below its extent, so each sum carries
+            // at most once.
+            var next = nc + col_step;
+            if (next.z >= p.out_w) {
+                next.z -= p.out_w;
+                next.y += 1u;
             }
-            cols[s] = vec3<u32>(n, oh, ow);
+            if (next.y >= p.out_h) {
+                next.y -= p.out_h;
+                next.x += 1u;
+            }
+            cols[s] = next;
         }
         return;
     }
