@@ -1161,13 +1161,25 @@ fn reduce_dispatch(
     c: &Tensor,
 ) -> Result<Dispatch> {
     let quads = (p.m as usize * p.n as usize * p.groups.max(1) as usize).div_ceil(4);
-    let groups = grid(device, quads.div_ceil(WG as usize) as u64)?;
+    let lanes = split_lanes(p.splits as usize);
+    let groups = grid(device, quads.div_ceil(WG as usize / lanes) as u64)?;
     let bindings = [(1, partials), (3, quad_binding(kernel, bias)?), (4, quad_binding(kernel, c)?)];
     let quads = if p.flags & QUAD_C != 0 { "quad_c" } else { "scalar_c" };
-    let mut constants = vec![WG_CONST];
+    let mut constants = vec![WG_CONST, ("SPLIT_LANES", lanes as f64)];
     constants.extend_from_slice(rows);
     let shader = Halves { a: false, b: false, c: c.dtype() == DType::F16 }.variant(&CONV2D_ALL);
-    Ok(with_uniform(device, shader, "reduce_splits", &constants, &[*p], &bindings, groups).tagged(format!("{quads} splits={}", p.splits)))
+    let lanes_token = if lanes > 1 { "lanes=many" } else { "lanes=one" };
+    Ok(with_uniform(device, shader, "reduce_splits", &constants, &[*p], &bindings, groups).tagged(format!("{quads} splits={} {lanes_token}", p.splits)))
+}
+
+/// Splits one invocation of the reduction sums at most, about: more take several lanes a
+/// quad (`SPLIT_LANES` in shaders/conv2d.wgsl).
+const SPLITS_PER_LANE: usize = 8;
+
+/// Invocations that share a quad of the reduction's output: a power of two up to 16 giving
+/// each about [`SPLITS_PER_LANE`] splits.
+fn split_lanes(splits: usize) -> usize {
+    splits.div_ceil(SPLITS_PER_LANE).next_power_of_two().min(16)
 }
 
 /// Rows per chunk of the column sums: long enough to amortise the second pass, short
@@ -1319,6 +1331,14 @@ mod tests {
         assert_eq!(choose(both, ALoad::Im2colT, square16, 128, Some(AStage::Halves)), Some(AStage::Halves));
         assert_eq!(AStage::choose(false, both, ALoad::Im2colT, square16, 128, None), None);
         assert_eq!(choose(Halves { a: false, ..both }, ALoad::Im2colT, square16, 128, None), None);
+    }
+
+    /// The reduction's lanes a quad: one up to 8 splits, then about 8 splits a lane, 16 at
+    /// most.
+    #[test]
+    fn many_splits_share_their_sums_among_lanes() {
+        let lanes: Vec<usize> = [1, 8, 9, 16, 17, 57, 114, 128, 1024].into_iter().map(split_lanes).collect();
+        assert_eq!(lanes, [1, 1, 2, 2, 4, 8, 16, 16, 16]);
     }
 
     /// A forced tile the kernel cannot run is an error naming the rule it breaks.

@@ -63,6 +63,11 @@ fn gemm_takes_every_path() {
         for engine in Engine::ALL {
             gemm_sweep(&mut r, variant, engine);
         }
+        // Splits enough that several lanes share each quad of the reduction (20: four), into
+        // whole quads of C and not.
+        for n in [40, 37] {
+            check_matmul((72, 3_000, n), false, false, &GemmOptions { splits: Some(20), ..on(Engine::Tiled) }, SEED);
+        }
     });
 
     // Every tile the device's workgroup memory fits (all of them but under CONVOY_LIMITS=webgpu).
@@ -79,7 +84,7 @@ fn gemm_takes_every_path() {
     // (1, 2), and stride 3's nine as four, four and one.
     expected.extend(want("gemm", &["phases=4", "phases=2", "phases=1"]));
     expected.extend(want("gemm_cpu", &["gather=separable", "gather=general"]));
-    expected.extend(want("reduce_splits", &["quad_c", "scalar_c", "bias"]));
+    expected.extend(want("reduce_splits", &["quad_c", "scalar_c", "bias", "lanes=one", "lanes=many"]));
     expected.extend(want("column_sums", &["chunks=single", "chunks=multi"]));
     // The GPU sweep: a split-K reduce over more than 65,535 * 256 quads of output (268 MB,
     // past the software adapter's 128 MiB bindings) folds its grid.
