@@ -1231,7 +1231,7 @@ pub(crate) fn column_sums(device: &Device, kernel: &str, a: &Tensor, rows: usize
 
 #[cfg(test)]
 mod tests {
-    use super::{AStage, ALoad, CoopTile, Halves, Tile};
+    use super::{split_lanes, AStage, ALoad, CoopTile, Halves, Tile};
 
     #[test]
     fn tiles_say_their_workgroup_memory_and_the_choice_keeps_under_the_limit() {
