@@ -1,0 +1,22 @@
+#!/bin/bash
+# Tap advance without a loop + 1x1 weight grads in two K groups: validation, gemm, A/B.
+cd "$(dirname "$0")/.."
+for f in .gl/*.deb; do dpkg -x $f / >/dev/null; done; ldconfig
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_RUNTIME_DIR=/tmp
+cd .gpu && for f in convoy convoy_base kernels gemm; do unxz -f $f.xz; chmod +x $f; done && cd ..
+O=${OUT:-/tmp/out}; mkdir -p $O
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee $O/verify.txt
+bench() { timeout 40 $1 bench --model $2 --image-size $3 --batch-size $4 --classes $5 --devices 0 --steps $6 --no-scaling --precision mixed --json 2>/dev/null | tail -1 > $O/$7.json; python3 -c "import json; j=json.load(open('$O/$7.json')); print('$7', round(j['images_per_sec']), round(j['step_ms'],3))" | tee -a $O/verify.txt; }
+bench .gpu/convoy resnet18_cifar 32 256 10 30 warm
+for r in 1 2 3; do
+  for b in base new; do
+    c=.gpu/convoy; [ $b = base ] && c=.gpu/convoy_base
+    bench $c resnet18_cifar 32 256 10 40 r18c_${b}_$r
+  done
+done
+for r in 1 2; do for b in base new; do c=.gpu/convoy; [ $b = base ] && c=.gpu/convoy_base; bench $c resnet50 224 128 1000 12 r50_${b}_$r; bench $c resnet18 224 256 1000 12 r18_${b}_$r; done; done
+CONVOY_PIPELINE_LOG=$O/plog CONVOY_TEST_DEVICE=0 timeout 150 .gpu/kernels > $O/kernels.txt 2>&1; echo "kernels rc=$?" | tee -a $O/verify.txt; grep "test result\|FAILED\|panicked" $O/kernels.txt | head -5 | tee -a $O/verify.txt
+CONVOY_PIPELINE_LOG=$O/plog timeout 170 .gpu/convoy check --devices 0 --model all --batch-size 24 --precision mixed > $O/check_mixed.txt 2>&1; echo "check mixed rc=$?" | tee -a $O/verify.txt; tail -1 $O/check_mixed.txt | tee -a $O/verify.txt
+timeout 60 .gpu/gemm "1x1" --side 32 --store f16 --reps 40 > $O/gemm_1x1.txt 2>&1; echo "gemm rc=$?" | tee -a $O/verify.txt
+timeout 40 .gpu/convoy bench --model resnet18_cifar --batch-size 256 --devices 0 --steps 20 --no-scaling --precision mixed --profile --dispatches > $O/profile_resnet18_cifar.txt 2>&1
+cd $O && cp verify.txt /tmp/verify.txt && tar czf /tmp/call.tgz . && find . -mindepth 1 -delete && mv /tmp/call.tgz . && mv /tmp/verify.txt .
