@@ -1175,11 +1175,14 @@ fn reduce_dispatch(
 /// Splits one invocation of the reduction sums at most, about: more take several lanes a
 /// quad (`SPLIT_LANES` in shaders/conv2d.wgsl).
 const SPLITS_PER_LANE: usize = 8;
+/// Lanes a quad at most: a power of two dividing the workgroup, which the shader splits into
+/// `WG / SPLIT_LANES` quads.
+const MAX_SPLIT_LANES: usize = 16;
 
-/// Invocations that share a quad of the reduction's output: a power of two up to 16 giving
-/// each about [`SPLITS_PER_LANE`] splits.
+/// Invocations that share a quad of the reduction's output: a power of two up to
+/// [`MAX_SPLIT_LANES`] giving each about [`SPLITS_PER_LANE`] splits.
 fn split_lanes(splits: usize) -> usize {
-    splits.div_ceil(SPLITS_PER_LANE).next_power_of_two().min(16)
+    splits.div_ceil(SPLITS_PER_LANE).next_power_of_two().min(MAX_SPLIT_LANES)
 }
 
 /// Rows per chunk of the column sums: long enough to amortise the second pass, short
