@@ -129,6 +129,13 @@ override A_QUADS: bool = false;
 // (PHASE_ROWS); pipeline constants so that no other product carries their arithmetic.
 override PHASE_TAPS: bool = false;
 override PHASE_ROWS: bool = false;
+// IM2COL_T advanced by BK through a loop of row carries instead, which the 128 x 128
+// tensor-core tile runs faster (see `step_loop` in src/kernels/gemm.rs).
+override STEP_LOOP: bool = false;
+// Invocations summing each quad of C in `reduce_splits` (see there).
+override SPLIT_LANES: u32 = 1u;
+// Both declared here, not beside their code: naga 30's override processing panicked on an
+// override declared further down, between private variables (tests/translate.rs catches it).
 
 // Takes this workgroup's product into `p`: the phase of its grid's z-layer where the
 // product is a phase product, else the only one (a constant index, as the uniform was).
@@ -583,18 +590,31 @@ fn fetch_a_conv(k0: u32, lid: u32) {
                 }
             }
             a_reg[s] = v;
-            // Without a loop: each part of col_step is below its extent, so each sum carries
-            // at most once.
-            var next = nc + col_step;
-            if (next.z >= p.out_w) {
-                next.z -= p.out_w;
-                next.y += 1u;
+            if (STEP_LOOP) {
+                var next = vec3<u32>(nc.x, nc.y, nc.z + BK);
+                while (next.z >= p.out_w) {
+                    next.z -= p.out_w;
+                    next.y += 1u;
+                    if (next.y == p.out_h) {
+                        next.y = 0u;
+                        next.x += 1u;
+                    }
+                }
+                cols[s] = next;
+            } else {
+                // Without a loop: each part of col_step is below its extent, so each sum
+                // carries at most once.
+                var next = nc + col_step;
+                if (next.z >= p.out_w) {
+                    next.z -= p.out_w;
+                    next.y += 1u;
+                }
+                if (next.y >= p.out_h) {
+                    next.y -= p.out_h;
+                    next.x += 1u;
+                }
+                cols[s] = next;
             }
-            if (next.y >= p.out_h) {
-                next.y -= p.out_h;
-                next.x += 1u;
-            }
-            cols[s] = next;
         }
         return;
     }
@@ -871,7 +891,6 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 // 64 weight gradients: 114 splits, 16.8 MB of partials in 18 us, under 1 TB/s on an H100).
 // Consecutive invocations take consecutive quads of one split, so each lane's loads are
 // whole lines.
-override SPLIT_LANES: u32 = 1u;
 var<workgroup> split_sums: array<vec4<f32>, WG>;
 
 @compute @workgroup_size(WG)

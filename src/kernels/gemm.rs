@@ -413,6 +413,18 @@ impl AStage {
     }
 }
 
+/// Whether a tensor-core product gathered as `a` on `shape` advances its transposed im2col
+/// rows by BK through a loop of row carries (`STEP_LOOP` in shaders/conv2d.wgsl) rather than
+/// by a precomputed step with one carry each way. The step took the weight gradients on every
+/// other tile 3-15% faster and the 128 x 128 one 20% slower, for no reason the source shows
+/// (H100, `cargo bench --bench gemm -- "weight grad" --side 32 --store f16`, ms, loop / step:
+/// 3x3 64 0.251 / 0.238 on 64 x 64, 512 0.240 / 0.203 on 128 x 256; 3x3 128 0.184 / 0.222
+/// and 3x3/2 64 -> 128 0.125 / 0.145 on 128 x 128; benches/results/2026-11-28c/call3 and
+/// call7).
+fn step_loop(a: ALoad, shape: CoopTile) -> bool {
+    a == ALoad::Im2colT && (shape.bm, shape.bn) == (128, 128)
+}
+
 /// Which kernel computes a product.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Engine {
@@ -923,8 +935,14 @@ impl Kernel {
         } else {
             round_token.to_string()
         };
+        let step_token = if coop && step_loop(g.a_load, shape) {
+            constants.push(("STEP_LOOP", 1.0));
+            " step=loop"
+        } else {
+            ""
+        };
         let (bm, bn) = (shape.bm, shape.bn);
-        Ok(Kernel { family, entry, constants, bm, bn, bk, threads, tile_token: format!("tile={tile:?}"), shape_token: format!("{coop_token} {stage_token}") })
+        Ok(Kernel { family, entry, constants, bm, bn, bk, threads, tile_token: format!("tile={tile:?}"), shape_token: format!("{coop_token} {stage_token}{step_token}") })
     }
 
     /// The grid of `g`'s tiles of C: (rows, columns).
@@ -1234,7 +1252,7 @@ pub(crate) fn column_sums(device: &Device, kernel: &str, a: &Tensor, rows: usize
 
 #[cfg(test)]
 mod tests {
-    use super::{split_lanes, AStage, ALoad, CoopTile, Halves, Tile};
+    use super::{split_lanes, step_loop, AStage, ALoad, CoopTile, Halves, Tile};
 
     #[test]
     fn tiles_say_their_workgroup_memory_and_the_choice_keeps_under_the_limit() {
@@ -1334,6 +1352,18 @@ mod tests {
         assert_eq!(choose(both, ALoad::Im2colT, square16, 128, Some(AStage::Halves)), Some(AStage::Halves));
         assert_eq!(AStage::choose(false, both, ALoad::Im2colT, square16, 128, None), None);
         assert_eq!(choose(Halves { a: false, ..both }, ALoad::Im2colT, square16, 128, None), None);
+    }
+
+    /// Only the transposed im2col gather on the 128 x 128 tile advances through the loop.
+    #[test]
+    fn only_the_square_tiles_weight_gradients_advance_by_a_loop() {
+        let square16 = CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 32, bufs: 1, bk: 16 };
+        let small16 = CoopTile { bm: 64, bn: 64, sg_m: 32, sg_n: 32, bufs: 1, bk: 16 };
+        assert!(step_loop(ALoad::Im2colT, square16));
+        assert!(!step_loop(ALoad::Im2colT, small16));
+        assert!(!step_loop(ALoad::Im2colT, CoopTile { bn: 256, ..square16 }));
+        assert!(!step_loop(ALoad::Cols, square16));
+        assert!(!step_loop(ALoad::Im2col, square16));
     }
 
     /// The reduction's lanes a quad: one up to 8 splits, then about 8 splits a lane, 16 at

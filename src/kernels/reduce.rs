@@ -15,6 +15,9 @@ use crate::{bail, Device, Result, Tensor};
 const MAX_TILE_LOG2: u32 = 6;
 /// Column tile of the merge passes: narrow, so many lanes share the few partial rows.
 const MERGE_TILE_LOG2: u32 = 2;
+/// Partials a merge lane takes at most, about: more chunks narrow the merge's column tile
+/// further (down to one column of 256 lanes), since each lane merges its chunks in turn.
+const MERGE_CHUNKS_PER_LANE: usize = 4;
 /// Rows each lane reads at least before the lanes are folded.
 const ROWS_PER_LANE: usize = 16;
 /// Enough workgroups to fill a large GPU several times over; more would only lengthen the
@@ -90,9 +93,14 @@ impl Split {
         grid_3d(device, kernel, &format!("{} columns in {} row chunks", self.cols, self.chunks), [self.tiles() as usize, self.chunks as usize, 1])
     }
 
-    /// The column tile of the pass that merges the `[chunks, cols]` partials.
+    /// The column tile of the pass that merges the `[chunks, cols]` partials: four columns,
+    /// or fewer where that leaves a lane more than [`MERGE_CHUNKS_PER_LANE`] chunks (a
+    /// 262,144-row batch of 64 channels is 1,024 chunks: 16 in turn a lane on four columns,
+    /// 4 on one).
     pub fn merge_log2(&self) -> u32 {
-        self.col_log2.min(MERGE_TILE_LOG2)
+        let lanes = (self.chunks as usize).div_ceil(MERGE_CHUNKS_PER_LANE).next_power_of_two().min(WG as usize);
+        let narrow = (WG as usize / lanes).trailing_zeros();
+        self.col_log2.min(MERGE_TILE_LOG2).min(narrow)
     }
 
     /// The grid of the merge pass: one chunk, narrower column tiles.
@@ -257,6 +265,20 @@ mod tests {
             assert!((1usize << s.col_log2) <= cols.next_power_of_two() && s.col_log2 <= super::MAX_TILE_LOG2, "{s:?}");
         }
         assert!(Split::new("t", 5, 0).is_err());
+    }
+
+    /// Many chunks narrow the merge's tile so that each lane merges about four.
+    #[test]
+    fn merges_of_many_chunks_take_narrower_tiles() {
+        let tile = |rows, cols| {
+            let s = Split::new("t", rows, cols).unwrap();
+            (s.chunks, s.merge_log2())
+        };
+        assert_eq!(tile(262_144, 64), (1024, 0));
+        assert_eq!(tile(65_536, 128), (512, 1));
+        assert_eq!(tile(16_384, 256), (256, 2));
+        assert_eq!(tile(4_096, 512), (64, 2));
+        assert_eq!(tile(300, 2), (1, 1));
     }
 
     #[test]

@@ -159,7 +159,7 @@ fn mixed_products_match_f64_within_f16_bounds() {
     }
     expected.push(("flip_kernel", "grid=2d".to_string()));
     if coop {
-        for t in ["coop=128x64", "coop=128x256", "coop=256x128", "coop=128x128", "coop=256x64", "coop=64x64", "coop=128x32", "threads=128"] {
+        for t in ["coop=128x64", "coop=128x256", "coop=256x128", "coop=128x128", "coop=256x64", "coop=64x64", "coop=128x32", "threads=128", "step=loop"] {
             expected.push(("gemm_coop", t.to_string()));
         }
     }
