@@ -233,6 +233,8 @@ fn main() -> Result<()> {
     cases.extend(conv_cases(&device, "1x1 64>256", [batch, side, side, 64], 256, 1, 1)?);
     cases.extend(conv_cases(&device, "1x1 1024>256", [batch, side / 4, side / 4, 1024], 256, 1, 1)?);
     cases.extend(conv_cases(&device, "1x1 512>2048", [batch, side / 8, side / 8, 512], 2048, 1, 1)?);
+    // ResNet-50's downsample at its second stage: an input gradient whose odd phases meet no tap.
+    cases.extend(conv_cases(&device, "1x1/2 256>512", [batch, side, side, 256], 512, 1, 2)?);
     if args.iter().any(|a| a == "--probe") {
         if !device.has_coop16() {
             println!("{}: no 16x16 f16 cooperative matrices, nothing to probe", device.name());

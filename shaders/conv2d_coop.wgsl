@@ -94,6 +94,24 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
         return; // uniform: the whole workgroup leaves
     }
     let o = origin(tile);
+    // Nothing to sum (a phase of a strided input gradient that meets no tap: three of a 1x1
+    // stride-2 downsample's four): zeros, plus any bias, straight to C, without the
+    // operand tiles or the accumulators' rounds through workgroup memory. Tested on `q`, the
+    // uniform: naga takes what comes through `p`, a private copy, as non-uniform.
+    if (q.k == 0u) {
+        if (GROUPED) {
+            enter_group(o.group);
+        }
+        let zero_base = partial_base(o.split);
+        for (var q = lid; q < BM * BN / 4u; q += THREADS) {
+            let m = o.m0 + q / (BN / 4u);
+            let n = o.n0 + (q % (BN / 4u)) * 4u;
+            if (m < p.m && n < p.n) {
+                store(zero_base, m, n, vec4<f32>(0.0));
+            }
+        }
+        return;
+    }
     let m0 = o.m0;
     let n0 = o.n0;
     let split = o.split;
