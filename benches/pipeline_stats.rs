@@ -12,6 +12,9 @@
 //! Vulkan 1.3 device (no bounds checks, no loop bounding, no division checks, no workgroup
 //! zeroing), so the driver compiles what convoy runs. The device is the first adapter with
 //! the extension (`CONVOY_BENCH_DEVICES=N` picks the Nth).
+//!
+//! Every `unsafe` block is a Vulkan call through ash: on handles this file created and
+//! destroys only after their last use, with create-info structs that outlive the call.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{c_char, CStr, CString};
@@ -213,6 +216,9 @@ fn report(gpu: &Gpu, words: &[u32], module: &naga::Module, entry: &str, want_ir:
     }
 }
 
+/// # Safety
+/// `pipeline` was created on `gpu.device` with `CAPTURE_STATISTICS_KHR` (and
+/// `CAPTURE_INTERNAL_REPRESENTATIONS_KHR` where `want_ir`) and is still alive.
 unsafe fn read_report(gpu: &Gpu, pipeline: vk::Pipeline, want_ir: bool) -> Result<Report, String> {
     let executables = unsafe { gpu.stats.get_pipeline_executable_properties(&vk::PipelineInfoKHR::default().pipeline(pipeline)) }.map_err(|e| format!("executables: {e}"))?;
     let (mut stats, mut irs) = (Vec::new(), Vec::new());
@@ -240,6 +246,10 @@ unsafe fn read_report(gpu: &Gpu, pipeline: vk::Pipeline, want_ir: bool) -> Resul
 }
 
 /// The two-call query: sizes first, then the text into buffers of those sizes.
+///
+/// # Safety
+/// `info` names a live pipeline of `gpu.device` created with
+/// `CAPTURE_INTERNAL_REPRESENTATIONS_KHR`.
 unsafe fn internal_representations(gpu: &Gpu, info: &vk::PipelineExecutableInfoKHR) -> Result<Vec<(String, String)>, String> {
     let fp = gpu.stats.fp().get_pipeline_executable_internal_representations_khr;
     let handle = gpu.device.handle();
