@@ -4,11 +4,15 @@
 //! built, and with `--ir DIR` its internal representations (assembly, where the driver gives
 //! it). A timing says a tile is slow; this says whether it spills.
 //!
-//! `cargo bench --bench pipeline_stats -- LOG... [--filter TEXT] [--ir DIR] [--spv DIR]`: each
-//! LOG is a pipeline log (`CONVOY_PIPELINE_LOG=DIR` on any convoy run writes one per process)
-//! or a directory of them; `--filter` keeps the variants whose shader, entry or constants
-//! contain TEXT; `--spv` also writes each variant's SPIR-V (for `spirv-val`, `spirv-dis`),
-//! and alone, without an adapter that has the extension, does only that. The SPIR-V is naga's, written as wgpu 30 writes it for a trusted module on a
+//! `cargo bench --bench pipeline_stats -- LOG... [--filter TEXT] [--ir DIR] [--spv DIR]
+//! [--shaders DIR]`: each LOG is a pipeline log (`CONVOY_PIPELINE_LOG=DIR` on any convoy run
+//! writes one per process) or a directory of them; `--filter` keeps the variants whose
+//! shader, entry or constants contain TEXT; `--spv` also writes each variant's SPIR-V (for
+//! `spirv-val`, `spirv-dis`), and alone, without an adapter that has the extension, does only
+//! that. `--shaders DIR` reports on edited shaders without a rebuild: each file of the
+//! repository's `shaders/` (read from the working directory) that DIR holds under the same
+//! path is swapped for DIR's text wherever the built-in sources include it, so one binary
+//! can compare several variants of a kernel. The SPIR-V is naga's, written as wgpu 30 writes it for a trusted module on a
 //! Vulkan 1.3 device (no bounds checks, no loop bounding, no division checks, no workgroup
 //! zeroing), so the driver compiles what convoy runs. The device is the first adapter with
 //! the extension (`CONVOY_BENCH_DEVICES=N` picks the Nth).
@@ -275,14 +279,15 @@ unsafe fn internal_representations(gpu: &Gpu, info: &vk::PipelineExecutableInfoK
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     let mut logs = Vec::new();
-    let (mut filter, mut ir_dir, mut spv_dir) = (None, None, None);
+    let (mut filter, mut ir_dir, mut spv_dir, mut shader_dir) = (None, None, None, None);
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--filter" => filter = Some(it.next().unwrap_or_else(|| fail("--filter needs TEXT".into()))),
             "--ir" => ir_dir = Some(PathBuf::from(it.next().unwrap_or_else(|| fail("--ir needs a directory".into())))),
             "--spv" => spv_dir = Some(PathBuf::from(it.next().unwrap_or_else(|| fail("--spv needs a directory".into())))),
-            _ if a.starts_with("--") => fail(format!("{a}: unknown flag (LOG... [--filter TEXT] [--ir DIR] [--spv DIR])")),
+            "--shaders" => shader_dir = Some(PathBuf::from(it.next().unwrap_or_else(|| fail("--shaders needs a directory".into())))),
+            _ if a.starts_with("--") => fail(format!("{a}: unknown flag (LOG... [--filter TEXT] [--ir DIR] [--spv DIR] [--shaders DIR])")),
             _ => logs.push(PathBuf::from(a)),
         }
     }
@@ -291,6 +296,7 @@ fn main() {
         return;
     }
     let variants = read_logs(&logs, filter.as_deref());
+    let swaps = shader_dir.as_deref().map(swaps_from).unwrap_or_default();
     let gpu = open_gpu(spv_dir.is_some());
     println!("device: {} ({} variants)", gpu.as_ref().map_or("none", |g| g.name.as_str()), variants.len());
     for dir in ir_dir.iter().chain(&spv_dir) {
@@ -304,7 +310,14 @@ fn main() {
                 println!("{n:4} {}: not one of convoy's shaders", label(variant));
                 continue;
             };
-            let module = naga::front::wgsl::parse_str(source.source).unwrap_or_else(|e| fail(format!("{shader}: {}", e.emit_to_string(source.source))));
+            let mut text = source.source.to_string();
+            for (file, (original, edited)) in &swaps {
+                if text.contains(original.as_str()) {
+                    text = text.replace(original.as_str(), edited);
+                    println!("{shader}: {file} swapped");
+                }
+            }
+            let module = naga::front::wgsl::parse_str(&text).unwrap_or_else(|e| fail(format!("{shader}: {}", e.emit_to_string(&text))));
             let info = Validator::new(ValidationFlags::all(), Capabilities::all()).validate(&module).unwrap_or_else(|e| fail(format!("{shader}: {e:?}")));
             parsed.insert(shader.clone(), (module, info));
         }
@@ -336,6 +349,33 @@ fn main() {
             gpu.instance.destroy_instance(None);
         }
     }
+}
+
+/// `(path under shaders/, (the repository's text, DIR's text))` for every file DIR edits.
+fn swaps_from(dir: &Path) -> Vec<(String, (String, String))> {
+    let mut out = Vec::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let here = dir.join(&rel);
+        let entries = std::fs::read_dir(&here).unwrap_or_else(|e| fail(format!("{}: {e}", here.display())));
+        for entry in entries.filter_map(|e| e.ok()) {
+            let (path, name) = (entry.path(), rel.join(entry.file_name()));
+            if path.is_dir() {
+                stack.push(name);
+            } else if path.extension().is_some_and(|x| x == "wgsl") {
+                let original_path = Path::new("shaders").join(&name);
+                let original = std::fs::read_to_string(&original_path).unwrap_or_else(|e| fail(format!("{}: {e} (run from the repository root)", original_path.display())));
+                let edited = std::fs::read_to_string(&path).unwrap_or_else(|e| fail(format!("{}: {e}", path.display())));
+                if original != edited {
+                    out.push((name.display().to_string(), (original, edited)));
+                }
+            }
+        }
+    }
+    if out.is_empty() {
+        fail(format!("{}: no .wgsl file there differs from shaders/", dir.display()));
+    }
+    out
 }
 
 fn write_irs(dir: &Path, n: usize, variant: &Variant, irs: &[(String, String)]) {
