@@ -25,52 +25,20 @@ use std::ffi::{c_char, CStr, CString};
 use std::path::{Path, PathBuf};
 
 use ash::vk;
+use convoy::device::pipeline_log::{self, Variant};
 use convoy::kernels::ALL_SHADERS;
 use naga::back::spv;
 use naga::valid::{Capabilities, ValidationFlags, Validator};
-
-/// `(shader, entry, constants)` as the log names them.
-type Variant = (String, String, Vec<(String, u64)>);
 
 fn fail(msg: String) -> ! {
     eprintln!("pipeline_stats: {msg}");
     std::process::exit(2)
 }
 
-/// The variants of every log under `paths`, de-duplicated, those matching `filter`.
+/// The variants of every log under `paths` that match `filter`.
 fn read_logs(paths: &[PathBuf], filter: Option<&str>) -> BTreeSet<Variant> {
-    let mut files = Vec::new();
-    for path in paths {
-        if path.is_dir() {
-            let entries = std::fs::read_dir(path).unwrap_or_else(|e| fail(format!("{}: {e}", path.display())));
-            files.extend(entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "jsonl")));
-        } else {
-            files.push(path.clone());
-        }
-    }
-    let mut out = BTreeSet::new();
-    for file in files {
-        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| fail(format!("{}: {e}", file.display())));
-        for line in text.lines().filter(|l| !l.trim().is_empty()) {
-            let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| fail(format!("{}: {e}: {line}", file.display())));
-            let (Some(shader), Some(entry), Some(constants)) = (v["shader"].as_str(), v["entry"].as_str(), v["constants"].as_array()) else {
-                fail(format!("{}: expected shader, entry and constants: {line}", file.display()));
-            };
-            let mut constants: Vec<(String, u64)> = constants
-                .iter()
-                .map(|kv| match (kv[0].as_str(), kv[1].as_f64()) {
-                    (Some(k), Some(x)) => (k.to_string(), x.to_bits()),
-                    _ => fail(format!("{}: a constant is not [name, number]: {line}", file.display())),
-                })
-                .collect();
-            constants.sort();
-            let variant = (shader.to_string(), entry.to_string(), constants);
-            if filter.is_none_or(|f| label(&variant).contains(f)) {
-                out.insert(variant);
-            }
-        }
-    }
-    out
+    let (variants, _) = pipeline_log::read(paths).unwrap_or_else(|e| fail(e.to_string()));
+    variants.into_iter().filter(|v| filter.is_none_or(|f| label(v).contains(f))).collect()
 }
 
 fn label((shader, entry, constants): &Variant) -> String {

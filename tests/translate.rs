@@ -13,13 +13,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use convoy::device::pipeline_log::{self, Variant};
 use convoy::kernels::ALL_SHADERS;
 use naga::back::{glsl, hlsl, msl};
 use naga::proc::{BoundsCheckPolicies, BoundsCheckPolicy};
 use naga::valid::{Capabilities, ValidationFlags, Validator};
-
-/// `(shader, entry, constants)`, constants as sorted `name=bits` pairs for de-duplication.
-type Variant = (String, String, Vec<(String, u64)>);
 
 /// The tensor-core variants an H100 built in the kernel tests (logged there with
 /// `CONVOY_PIPELINE_LOG`): no adapter here offers cooperative matrices, so CI reads them.
@@ -28,31 +26,16 @@ type Variant = (String, String, Vec<(String, u64)>);
 /// variant's widest and tall twins, which models' products pick).
 const COOP_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/coop_pipelines.jsonl");
 
+/// The fixture's variants and those of the pipeline logs under `CONVOY_PIPELINE_LOG`, and
+/// how many log files there were.
 fn logged_variants() -> (BTreeSet<Variant>, usize) {
-    let mut out = BTreeSet::new();
+    let read = |path: std::path::PathBuf| pipeline_log::read(&[path]).unwrap_or_else(|e| panic!("{e}"));
+    let (mut out, _) = read(COOP_FIXTURE.into());
     let mut files = 0;
-    let mut paths = vec![std::path::PathBuf::from(COOP_FIXTURE)];
-    if let Some(dir) = std::env::var_os(convoy::device::pipeline_log::ENV) {
-        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.to_string_lossy())) {
-            let path = entry.unwrap().path();
-            if path.extension().and_then(|e| e.to_str()) == Some("jsonl") {
-                files += 1;
-                paths.push(path);
-            }
-        }
-    }
-    for path in paths {
-        for line in std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).lines() {
-            let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{}: {e}: {line}", path.display()));
-            let mut constants: Vec<(String, u64)> = v["constants"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|kv| (kv[0].as_str().unwrap().to_string(), kv[1].as_f64().unwrap().to_bits()))
-                .collect();
-            constants.sort();
-            out.insert((v["shader"].as_str().unwrap().to_string(), v["entry"].as_str().unwrap().to_string(), constants));
-        }
+    if let Some(dir) = std::env::var_os(pipeline_log::ENV) {
+        let (logged, n) = read(dir.into());
+        out.extend(logged);
+        files = n;
     }
     (out, files)
 }
@@ -109,7 +92,7 @@ fn translate(
 fn every_shader_variant_translates_to_msl_hlsl_and_glsl() {
     let (logged, files) = logged_variants();
     if std::env::var_os("CONVOY_TRANSLATE_REQUIRE_LOG").is_some() {
-        assert!(files > 0 && !logged.is_empty(), "{} names no pipeline logs: run the suite with it set first", convoy::device::pipeline_log::ENV);
+        assert!(files > 0 && !logged.is_empty(), "{} names no pipeline logs: run the suite with it set first", pipeline_log::ENV);
     }
     let mut variants: BTreeSet<Variant> = logged.clone();
     let mut parsed = BTreeMap::new();
