@@ -103,9 +103,9 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
             enter_group(o.group);
         }
         let zero_base = partial_base(o.split);
-        for (var q = lid; q < BM * BN / 4u; q += THREADS) {
-            let m = o.m0 + q / (BN / 4u);
-            let n = o.n0 + (q % (BN / 4u)) * 4u;
+        for (var at = lid; at < BM * BN / 4u; at += THREADS) {
+            let m = o.m0 + at / (BN / 4u);
+            let n = o.n0 + (at % (BN / 4u)) * 4u;
             if (m < p.m && n < p.n) {
                 store(zero_base, m, n, vec4<f32>(0.0));
             }
