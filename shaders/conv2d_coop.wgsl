@@ -22,8 +22,9 @@
 // feeds four products. The widest tile's two buffers would not fit in 48 KB: it runs one
 // (BUFS 1), with a barrier before each step's quads overwrite it.
 // At the end the accumulators go through workgroup memory, one 16x16 block of each subgroup
-// at a time, so that every invocation stores quads with conv2d.wgsl's `store` (bias, phase
-// rows, partial splits, edges).
+// at a time (each subgroup through its own block, ordered by subgroup barriers), so that
+// every invocation stores quads with conv2d.wgsl's `store` (bias, phase rows, partial
+// splits, edges).
 
 // Rows and columns of the tile one subgroup owns: 32 or 64 each (2 or 4 accumulators).
 override SG_M: u32 = 32u;
@@ -85,7 +86,8 @@ fn store_b16(lid: u32, base: u32) {
 
 @compute @workgroup_size(THREADS)
 fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-             @builtin(local_invocation_index) lid: u32, @builtin(subgroup_id) sg: u32) {
+             @builtin(local_invocation_index) lid: u32, @builtin(subgroup_id) sg: u32,
+             @builtin(subgroup_invocation_id) lane: u32) {
     enter_product(wid);
     let tile = wid.x + wid.y * nwg.x;
     // tile_count() of the product, read from the uniform (see tile_count).
@@ -250,9 +252,11 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
         buf = next;
     }
 
-    // One round per accumulator (SG_M / 16 x SG_N / 16 of them), one accumulator of every
-    // subgroup each: its 16x16 block row-major at c_stage[sg * 256], then two quads per
-    // invocation out through `store`.
+    // One round per accumulator (SG_M / 16 x SG_N / 16 of them): each subgroup puts its
+    // 16x16 block row-major at c_stage[sg * 256] and its own 32 invocations take it out, two
+    // quads each, through `store`. No other subgroup touches that block, so a subgroup
+    // barrier orders its writes and reads: subgroups leave their rounds at their own pace,
+    // where workgroup barriers held every round to the slowest (two a round).
     let base = partial_base(split);
     let stage = sg * 256u;
     let across = SG_N / 16u;
@@ -277,20 +281,16 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
             case 14u: { coopStoreT(c32, &c_stage[stage], 16u); }
             default: { coopStoreT(c33, &c_stage[stage], 16u); }
         }
-        workgroupBarrier();
+        subgroupBarrier();
         for (var j = 0u; j < 2u; j++) {
-            let v = lid + j * THREADS;
-            let owner = v / 64u;
-            let within = v % 64u;
-            let row = (owner / cols_sg) * SG_M + bi * 16u + within / 4u;
-            let col = (owner % cols_sg) * SG_N + bj * 16u + (within % 4u) * 4u;
-            let m = m0 + row;
-            let n = n0 + col;
+            let within = lane + j * 32u;
+            let m = m0 + rm + bi * 16u + within / 4u;
+            let n = n0 + rn + bj * 16u + (within % 4u) * 4u;
             if (m < p.m && n < p.n) {
-                let at = owner * 256u + within * 4u;
+                let at = stage + within * 4u;
                 store(base, m, n, vec4<f32>(c_stage[at], c_stage[at + 1u], c_stage[at + 2u], c_stage[at + 3u]));
             }
         }
-        workgroupBarrier();
+        subgroupBarrier();
     }
 }

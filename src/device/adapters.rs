@@ -14,6 +14,7 @@ pub const WANTED_FEATURES: wgpu::Features = wgpu::Features::TIMESTAMP_QUERY
     .union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS)
     .union(wgpu::Features::SHADER_F16)
     .union(wgpu::Features::SUBGROUP)
+    .union(wgpu::Features::SUBGROUP_BARRIER)
     .union(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
 
 /// An adapter convoy can use, as listed by `convoy devices`.

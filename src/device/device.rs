@@ -14,9 +14,12 @@ use super::tensor::{DType, Lease, Tensor};
 use crate::kernels::{Dispatch, Shader};
 use crate::{bail, Error, Result};
 
-/// What the tensor-core GEMM's module needs of the device.
-const COOP16_FEATURES: wgpu::Features =
-    wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX.union(wgpu::Features::SHADER_F16).union(wgpu::Features::SUBGROUP);
+/// What the tensor-core GEMM's module needs of the device (its epilogue syncs each subgroup
+/// with `subgroupBarrier`).
+const COOP16_FEATURES: wgpu::Features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
+    .union(wgpu::Features::SHADER_F16)
+    .union(wgpu::Features::SUBGROUP)
+    .union(wgpu::Features::SUBGROUP_BARRIER);
 
 /// Which compiled module a shader gets: its text (by the address and length of its `'static`
 /// source, which no other text can share) and whether it keeps runtime bounds checks. Keyed
