@@ -26,6 +26,9 @@
 // every invocation stores quads with conv2d.wgsl's `store` (bias, phase rows, partial
 // splits, edges).
 
+// Floats of unused workgroup memory after c_stage: see CoopTile::stage_pad in
+// src/kernels/gemm.rs (declared up here, with the other overrides an array's size reads).
+override STAGE_PAD: u32 = 0u;
 // Rows and columns of the tile one subgroup owns: 32 or 64 each (2 or 4 accumulators).
 override SG_M: u32 = 32u;
 override SG_N: u32 = 32u;
@@ -44,7 +47,7 @@ override B16: u32 = max(BK * BS, BN * BKS);
 // row is padded, at a multiple of 8 halves).
 var<workgroup> a16: array<vec4<f16>, BUFS * A16 / 4u>;
 var<workgroup> b16: array<vec4<f16>, BUFS * B16 / 4u>;
-var<workgroup> c_stage: array<f32, THREADS * 8u>;
+var<workgroup> c_stage: array<f32, THREADS * 8u + STAGE_PAD>;
 
 // A staged quad as the tile holds it: as staged (act_h16.wgsl), or widened from its two words
 // (act_f16.wgsl) or its f32 values and rounded.

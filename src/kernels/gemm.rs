@@ -62,6 +62,25 @@ pub struct CoopTile {
 }
 
 impl CoopTile {
+    /// 128 x 128 at 64 x 32 a subgroup, one buffer, K 16: most of the ResNets' products.
+    const SQUARE16: CoopTile = CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 32, bufs: 1, bk: 16 };
+
+    /// Floats of unused workgroup memory after the accumulators' staging. Only SQUARE16 has
+    /// them, 1,024, which take it from 20 KB to 24 KB (two of its workgroups share a compute
+    /// unit either way, by registers). Measured, not understood (H200, benches/results/
+    /// 2026-11-28e): the weight gradient of resnet18_cifar's 3x3 128 ran 0.178 -> 0.157 ms at
+    /// 24 KB (`cargo bench --bench gemm -- "3x3 128 weight grad" --side 32 --store f16`; its
+    /// forward 0.146 -> 0.144), resnet18_cifar 26,108 / 26,178 -> 26,440 / 26,467 and resnet50
+    /// 3,065 -> 3,073 images/s (alternating in one call). Workgroup memory is a step as sharp
+    /// as registers and not monotonic: at 26 KB every product on this tile ran 1.5-2x slower,
+    /// the 256 x 64 tile 1.5x slower at 24.4 KB than at its 23.4, and the 64 x 64 one 1.5x
+    /// slower both at 13 KB and at 8.5 KB (its operand buffers sized to their one layout)
+    /// than at its 10; the 64 x 64-region tiles gained nothing from 8 KB more and lost 2-5%
+    /// at 48 KB.
+    fn stage_pad(self) -> usize {
+        if self == CoopTile::SQUARE16 { 1024 } else { 0 }
+    }
+
     /// The shape `tile` runs as its own: 32 x 32 a subgroup, two buffers, K 32 a step on
     /// M128N64 (two 16-deep products a barrier), 16 on M128N32.
     fn of(tile: Tile) -> CoopTile {
@@ -147,7 +166,7 @@ impl CoopTile {
             return own;
         }
         let tall16 = CoopTile { bm: 256, bn: 64, sg_m: 32, sg_n: 64, bufs: 1, bk: 16 };
-        let square16 = CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 32, bufs: 1, bk: 16 };
+        let square16 = CoopTile::SQUARE16;
         let small16 = CoopTile { bm: 64, bn: 64, sg_m: 32, sg_n: 32, bufs: 1, bk: 16 };
         let widest16 = CoopTile { bm: 128, bn: 256, sg_m: 64, sg_n: 64, bufs: 1, bk: 16 };
         let narrow16 = CoopTile { bm: 128, bn: 64, sg_m: 32, sg_n: 32, bufs: 1, bk: 16 };
@@ -184,11 +203,12 @@ impl CoopTile {
     }
 
     /// Workgroup memory: the f16 operand tiles with 8 halves of padding a row (stored either
-    /// way round), plus the accumulators' 8 floats an invocation on their way out.
+    /// way round), plus the accumulators' 8 floats an invocation on their way out and any
+    /// [`CoopTile::stage_pad`].
     fn bytes(self) -> usize {
         let bk = self.bk;
         let (a, b) = ((bk * (self.bm + 8)).max(self.bm * (bk + 8)), (bk * (self.bn + 8)).max(self.bn * (bk + 8)));
-        self.bufs * (a + b) * 2 + self.threads() * 8 * 4
+        self.bufs * (a + b) * 2 + (self.threads() * 8 + self.stage_pad()) * 4
     }
 
     /// A forced tile the kernel can run within `limit` bytes of workgroup memory, or an error
@@ -229,7 +249,7 @@ impl CoopTile {
             ("BK", self.bk, tile.bk()),
             ("THREADS", self.threads(), tile.threads()),
         ];
-        for (name, value, default) in fields {
+        for (name, value, default) in fields.into_iter().chain([("STAGE_PAD", self.stage_pad(), 0)]) {
             if value != default {
                 constants.push((name, value as f64));
             }
