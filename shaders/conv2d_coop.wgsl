@@ -259,7 +259,11 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     // 16x16 block row-major at c_stage[sg * 256] and its own 32 invocations take it out, two
     // quads each, through `store`. No other subgroup touches that block, so a subgroup
     // barrier orders its writes and reads: subgroups leave their rounds at their own pace,
-    // where workgroup barriers held every round to the slowest (two a round).
+    // where workgroup barriers held every round to the slowest (two a round). naga writes
+    // subgroupBarrier as OpControlBarrier at subgroup scope with SubgroupMemory semantics,
+    // not WorkgroupMemory: the order of these workgroup-memory accesses rests on the
+    // barrier's execution sync, which NVIDIA's warp sync gives (PTX bar.warp.sync orders
+    // memory among the threads it syncs); the GPU kernel tests check every tile through it.
     let base = partial_base(split);
     let stage = sg * 256u;
     let across = SG_N / 16u;
