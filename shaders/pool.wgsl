@@ -41,6 +41,8 @@ struct Params {
 // forward: y; backward: dx
 @group(0) @binding(3) var<storage, read_write> dst: array<f32>;
 // max_pool_forward: for each output, the input position `h * in_w + w` it took its value from
+// (max_pool_forward4c: a quad's four places packed in one word; arg_in the same for
+// max_pool_backward4c)
 @group(0) @binding(4) var<storage, read_write> arg_out: array<u32>;
 
 // The same operands four channels at a time, for the *4 entry points (channels divisible
@@ -176,13 +178,14 @@ fn max_pool_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgro
     dst[i] = g;
 }
 
-// max_pool_forward on four channels; i counts quads of the output.
-@compute @workgroup_size(WG)
-fn max_pool_forward4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-                     @builtin(local_invocation_index) lid: u32) {
-    let i = index(wid, nwg, lid);
-    if (i >= p.n) { return; }
-    let win = window_of(4u * i);
+// The maximum of each of four channels over a window, and where it was: the input
+// position h * in_w + w of the first maximum (or first NaN), NONE for an empty window.
+struct Max4 {
+    best: vec4<f32>,
+    arg: vec4<u32>,
+}
+
+fn max4_of(win: Window) -> Max4 {
     var best = vec4<f32>(0.0);
     var arg = vec4<u32>(NONE);
     for (var h = win.h_lo; h < win.h_hi; h++) {
@@ -196,8 +199,50 @@ fn max_pool_forward4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgro
             arg = vec4<u32>(select(arg.x, here, take.x), select(arg.y, here, take.y), select(arg.z, here, take.z), select(arg.w, here, take.w));
         }
     }
-    y4[i] = act_pack(best);
-    arg_out4[i] = arg;
+    return Max4(best, arg);
+}
+
+// max_pool_forward on four channels; i counts quads of the output.
+@compute @workgroup_size(WG)
+fn max_pool_forward4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                     @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    let m = max4_of(window_of(4u * i));
+    y4[i] = act_pack(m.best);
+    arg_out4[i] = m.arg;
+}
+
+// Where input row (or column) `i` sits in the window of output `o`, counted from the
+// window's first row, padding included; `i` must be covered by that window.
+fn in_window(i: u32, o: u32, stride: u32, pad: u32) -> u32 {
+    return i + pad - o * stride;
+}
+
+// max_pool_forward4 with the argmax packed: one byte a channel, the winner's place in its
+// window ((h - h0) * pool_w + w - w0, from the window's first row and column, padding
+// included), 255 for an empty window; channel c of the quad in bits 8c..8c+7. A quarter of
+// the words, and a sixteenth of the bytes, of positions in full: for windows of 255
+// elements or fewer (the host decides, src/kernels/pool.rs).
+@compute @workgroup_size(WG)
+fn max_pool_forward4c(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                      @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    let win = window_of(4u * i);
+    let m = max4_of(win);
+    y4[i] = act_pack(m.best);
+    var packed = 0u;
+    for (var e = 0u; e < 4u; e++) {
+        var place = 255u;
+        if (m.arg[e] != NONE) {
+            let h = m.arg[e] / p.in_w;
+            let w = m.arg[e] % p.in_w;
+            place = in_window(h, win.oh, p.stride_h, p.pad_top) * p.pool_w + in_window(w, win.ow, p.stride_w, p.pad_left);
+        }
+        packed |= place << (8u * e);
+    }
+    arg_out[i] = packed;
 }
 
 // max_pool_backward on four channels; i counts quads of dx. The sum stays in f32 until the
@@ -216,6 +261,28 @@ fn max_pool_backward4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgr
         for (var ow = cols.x; ow <= cols.y; ow++) {
             let o = out_index(pos.x, oh, ow, pos.w) / 4u;
             g += select(vec4<f32>(0.0), act_quad(src4[o]), arg_in4[o] == here);
+        }
+    }
+    dst4[i] = act_pack(g);
+}
+
+// max_pool_backward4 on max_pool_forward4c's packed argmax: a window chose this input
+// where its byte for the channel is the input's place in that window.
+@compute @workgroup_size(WG)
+fn max_pool_backward4c(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                       @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    let pos = input_position(4u * i);
+    let rows = covering(pos.y, p.stride_h, p.pad_top, p.pool_h, p.out_h);
+    let cols = covering(pos.z, p.stride_w, p.pad_left, p.pool_w, p.out_w);
+    var g = vec4<f32>(0.0);
+    for (var oh = rows.x; oh <= rows.y; oh++) {
+        for (var ow = cols.x; ow <= cols.y; ow++) {
+            let o = out_index(pos.x, oh, ow, pos.w) / 4u;
+            let place = in_window(pos.y, oh, p.stride_h, p.pad_top) * p.pool_w + in_window(pos.z, ow, p.stride_w, p.pad_left);
+            let bytes = (vec4<u32>(arg_in[o]) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(255u);
+            g += select(vec4<f32>(0.0), act_quad(src4[o]), bytes == vec4<u32>(place));
         }
     }
     dst4[i] = act_pack(g);

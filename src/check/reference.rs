@@ -578,11 +578,11 @@ fn forward_node_as<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &st
         Node::MaxPool { pool, strides, padding } => {
             let geom = pool_geometry(batch, &x.shape[1..], *pool, *strides, *padding)?;
             let device = match dec {
-                Some(Decision::MaxPool(d)) => Some(&d[..]),
+                Some(Decision::MaxPool(d)) => Some(crate::kernels::pool::argmax_positions(&geom, d)?),
                 None => None,
                 Some(other) => bail!(Config, "{name}: MaxPool got a {other:?} decision"),
             };
-            let (y, src, taken) = max_pool(cx, name, &geom, &x.data, device)?;
+            let (y, src, taken) = max_pool(cx, name, &geom, &x.data, device.as_deref())?;
             (T { shape: geom.output_shape().to_vec(), data: y }, Rec::MaxPool { src, in_len: x.data.len() }, taken)
         }
         Node::AvgPool { pool, strides, padding } => {
@@ -632,11 +632,11 @@ fn forward_node_as<A: Arith>(w: &[Vec<f64>], cx: &mut Cx, node: &Node, name: &st
             let [h, wd, c] = spatial("GlobalMaxPooling2D", &x.shape[1..])?;
             let geom = Pool2dGeometry::new(&[batch, h, wd, c], [h, wd], None, crate::kernels::pool::PoolPadding::Valid)?;
             let device = match dec {
-                Some(Decision::MaxPool(d)) => Some(&d[..]),
+                Some(Decision::MaxPool(d)) => Some(crate::kernels::pool::argmax_positions(&geom, d)?),
                 None => None,
                 Some(other) => bail!(Config, "{name}: GlobalMaxPooling2D got a {other:?} decision"),
             };
-            let (y, src, taken) = max_pool(cx, name, &geom, &x.data, device)?;
+            let (y, src, taken) = max_pool(cx, name, &geom, &x.data, device.as_deref())?;
             let shape = if *keepdims { vec![batch, 1, 1, c] } else { vec![batch, c] };
             (T { shape, data: y }, Rec::MaxPool { src, in_len: x.data.len() }, taken)
         }

@@ -3,8 +3,9 @@
 //! symmetric padding.
 //!
 //! # Shapes
-//! `x`, `dx`: `[batch, in_h, in_w, channels]`; `y`, `dy`, `argmax`: `[batch, out_h, out_w,
-//! channels]`; global pooling outputs `[batch, channels]`.
+//! `x`, `dx`: `[batch, in_h, in_w, channels]`; `y`, `dy`: `[batch, out_h, out_w,
+//! channels]`; global pooling outputs `[batch, channels]`; max pooling's `argmax` as
+//! [`argmax_shape`] (global: [`global_argmax_shape`]) says.
 //!
 //! # Storage
 //! A gradient is stored as its activation; argmax is u32. Max pooling (global too) and global
@@ -263,23 +264,79 @@ fn backward_storage(kernel: &str, dy: &Tensor, dx: &Tensor, channels: usize) -> 
     expect_activations(kernel, &[("dy", dy), ("dx", dx)], ("channels", channels))
 }
 
+/// Whether max pooling over `geom` packs its argmax (see [`argmax_shape`]): four channels an
+/// invocation and windows of 255 elements or fewer, so that a byte holds a place in the
+/// window with 255 left for an empty one.
+fn packed_argmax(geom: &Pool2dGeometry) -> bool {
+    geom.channels.is_multiple_of(4) && geom.pool_h * geom.pool_w <= 255
+}
+
+/// The shape of the `argmax` tensor (u32) that [`max_pool_forward`] fills for `geom`: the
+/// output's where each element holds an input position, or `[batch, out_h, out_w, channels
+/// / 4]` where the channels divide by 4 and a window holds 255 elements or fewer: each word
+/// then packs four channels' places in their windows, a byte each (the backward reads a
+/// sixteenth of the bytes; ResNet's 3x3 stride-2 pool reads it once per covering window).
+/// [`argmax_positions`] turns either into input positions.
+pub fn argmax_shape(geom: &Pool2dGeometry) -> Vec<usize> {
+    let mut shape = geom.output_shape().to_vec();
+    if packed_argmax(geom) {
+        shape[3] /= 4;
+    }
+    shape
+}
+
+/// The input position `h * in_w + w` each output of max pooling over `geom` took its value
+/// from, read from `argmax` as [`max_pool_forward`] wrote it (`u32::MAX` for a window that
+/// held no input), in the output's element order. Positions in full (one word an output)
+/// pass through as they are.
+pub fn argmax_positions(geom: &Pool2dGeometry, argmax: &[u32]) -> Result<Vec<u32>> {
+    let outputs: usize = geom.output_shape().iter().product();
+    if argmax.len() == outputs {
+        return Ok(argmax.to_vec());
+    }
+    let want: usize = argmax_shape(geom).iter().product();
+    if argmax.len() != want {
+        bail!(Shape, "argmax_positions: {} words for pooling {:?}, expected {want} or {outputs}", argmax.len(), geom.input_shape());
+    }
+    let mut out = Vec::with_capacity(argmax.len() * 4);
+    for (q, word) in argmax.iter().enumerate() {
+        // The output pixel of quad q (its four channels share it).
+        let pixel = q * 4 / geom.channels;
+        let (ow, oh) = (pixel % geom.out_w, (pixel / geom.out_w) % geom.out_h);
+        for lane in 0..4 {
+            let place = (word >> (8 * lane)) & 255;
+            out.push(if place == 255 {
+                u32::MAX
+            } else {
+                let h = oh * geom.stride_h + place as usize / geom.pool_w - geom.pad_top;
+                let w = ow * geom.stride_w + place as usize % geom.pool_w - geom.pad_left;
+                (h * geom.in_w + w) as u32
+            });
+        }
+    }
+    Ok(out)
+}
+
 /// Max pooling; `argmax` records, per output, the input position `h * in_w + w` that won
-/// (the first maximum in row-major window order on ties), for the backward pass. A window
-/// holding NaN outputs NaN, its first NaN the argmax: a diverged input is never hidden by
-/// its neighbours.
+/// (the first maximum in row-major window order on ties), for the backward pass, in the
+/// form [`argmax_shape`] says. A window holding NaN outputs NaN, its first NaN the argmax:
+/// a diverged input is never hidden by its neighbours.
 ///
 /// # Shapes
 /// `x`: `[batch, in_h, in_w, channels]` -> `y`: `[batch, out_h, out_w, channels]`, both f32
-/// or both f16 (channels divisible by 4), `argmax`: the same shape, u32.
+/// or both f16 (channels divisible by 4), `argmax`: [`argmax_shape`], u32.
 pub fn max_pool_forward(device: &Device, geom: &Pool2dGeometry, x: &Tensor, y: &Tensor, argmax: &Tensor) -> Result<Dispatch> {
     let k = "max_pool_forward";
     expect_shape(k, "x", x, &geom.input_shape())?;
     expect_shape(k, "y", y, &geom.output_shape())?;
-    expect_shape(k, "argmax", argmax, &geom.output_shape())?;
+    expect_shape(k, "argmax", argmax, &argmax_shape(geom))?;
     let storage = forward_storage(k, x, y, geom.channels)?;
     expect_dtype(k, "argmax", argmax, DType::U32)?;
     expect_separate(k, &[("y", y), ("argmax", argmax)], &[("x", x)])?;
-    launch_vec4(device, k, "max_pool_forward4", geom, y.len(), storage, &[(1, x), (3, y), (4, argmax)], &[(9, x), (10, y), (8, argmax)])
+    if packed_argmax(geom) {
+        return launch_vec4(device, k, "max_pool_forward4c", geom, y.len(), storage, &[], &[(9, x), (10, y), (4, argmax)]).map(|d| d.tagged("packed"));
+    }
+    launch_vec4(device, k, "max_pool_forward4", geom, y.len(), storage, &[(1, x), (3, y), (4, argmax)], &[(9, x), (10, y), (8, argmax)]).map(|d| d.tagged("positions"))
 }
 
 /// The gradient of max pooling: each input position receives the sum of `dy` over the
@@ -287,18 +344,22 @@ pub fn max_pool_forward(device: &Device, geom: &Pool2dGeometry, x: &Tensor, y: &
 /// past f16's range is infinite). Overwrites `dx`.
 ///
 /// # Shapes
-/// `dy`, `argmax`: `[batch, out_h, out_w, channels]` -> `dx`: `[batch, in_h, in_w, channels]`;
-/// `dy` and `dx` both f32 or both f16 (channels divisible by 4), `argmax` u32.
+/// `dy`: `[batch, out_h, out_w, channels]`, `argmax`: [`argmax_shape`] (u32) -> `dx`:
+/// `[batch, in_h, in_w, channels]`; `dy` and `dx` both f32 or both f16 (channels divisible
+/// by 4).
 pub fn max_pool_backward(device: &Device, geom: &Pool2dGeometry, dy: &Tensor, argmax: &Tensor, dx: &Tensor) -> Result<Dispatch> {
     let k = "max_pool_backward";
     expect_shape(k, "dy", dy, &geom.output_shape())?;
-    expect_shape(k, "argmax", argmax, &geom.output_shape())?;
+    expect_shape(k, "argmax", argmax, &argmax_shape(geom))?;
     expect_shape(k, "dx", dx, &geom.input_shape())?;
     let storage = backward_storage(k, dy, dx, geom.channels)?;
     expect_dtype(k, "argmax", argmax, DType::U32)?;
     expect_separate(k, &[("dx", dx)], &[("dy", dy), ("argmax", argmax)])?;
+    if packed_argmax(geom) {
+        return launch_vec4(device, k, "max_pool_backward4c", geom, dx.len(), storage, &[], &[(5, dy), (2, argmax), (7, dx)]).map(|d| d.tagged("packed"));
+    }
     let (narrow, wide) = ([(1, dy), (2, argmax), (3, dx)], [(5, dy), (6, argmax), (7, dx)]);
-    launch_vec4(device, k, "max_pool_backward4", geom, dx.len(), storage, &narrow, &wide)
+    launch_vec4(device, k, "max_pool_backward4", geom, dx.len(), storage, &narrow, &wide).map(|d| d.tagged("positions"))
 }
 
 /// Average pooling; the mean is over the input positions of each window (padding is not
@@ -376,35 +437,51 @@ pub fn global_avg_pool_backward(device: &Device, dy: &Tensor, dx: &Tensor) -> Re
 /// The maximum over height and width of each channel: max pooling with one window over the
 /// whole map, so ties (the first maximum in row-major order wins) and NaN (the first NaN
 /// wins and is output) behave as in [`max_pool_forward`]. `argmax` records the winning
-/// position `h * width + w` per channel.
+/// position `h * width + w` per channel, in the form [`global_argmax_shape`] says.
 ///
 /// # Shapes
 /// `x`: `[batch, height, width, channels]` -> `y`: `[batch, channels]`, both f32 or both
-/// f16 (channels divisible by 4); `argmax` (u32): `[batch, channels]`.
+/// f16 (channels divisible by 4); `argmax` (u32): [`global_argmax_shape`].
 pub fn global_max_pool_forward(device: &Device, x: &Tensor, y: &Tensor, argmax: &Tensor) -> Result<Dispatch> {
     let k = "global_max_pool_forward";
     let g = global_geometry(k, x.shape())?;
     expect_shape(k, "y", y, &[g.batch, g.channels])?;
-    expect_shape(k, "argmax", argmax, &[g.batch, g.channels])?;
+    expect_shape(k, "argmax", argmax, &global_argmax_shape(x.shape())?)?;
     // Checked here too so a refusal names this kernel, not the max pool it runs as.
     forward_storage(k, x, y, g.channels)?;
     let map = g.output_shape();
-    Ok(max_pool_forward(device, &g, x, &y.reshape(&map)?, &argmax.reshape(&map)?)?.named(k, 0.0).tagged("global"))
+    Ok(max_pool_forward(device, &g, x, &y.reshape(&map)?, &argmax.reshape(&argmax_shape(&g))?)?.named(k, 0.0).tagged("global"))
+}
+
+/// The shape of the `argmax` tensor (u32) of a global max pool over `[batch, height, width,
+/// channels]`: `[batch, channels]` of positions `h * width + w`, or `[batch, channels / 4]`
+/// of packed places where [`argmax_shape`] packs them (channels divisible by 4, maps of 255
+/// pixels or fewer). [`global_argmax_positions`] reads either.
+pub fn global_argmax_shape(input_shape: &[usize]) -> Result<Vec<usize>> {
+    let g = global_geometry("global_max_pool_forward", input_shape)?;
+    let s = argmax_shape(&g);
+    Ok(vec![s[0], s[3]])
+}
+
+/// [`argmax_positions`] for a global max pool over `input_shape`: per sample and channel,
+/// the winning position `h * width + w`.
+pub fn global_argmax_positions(input_shape: &[usize], argmax: &[u32]) -> Result<Vec<u32>> {
+    argmax_positions(&global_geometry("global_max_pool_forward", input_shape)?, argmax)
 }
 
 /// The gradient of [`global_max_pool_forward`]: `dy` goes to each channel's `argmax`
 /// position, zeros elsewhere. Overwrites `dx`.
 ///
 /// # Shapes
-/// `dy`, `argmax`: `[batch, channels]` -> `dx`: `[batch, height, width, channels]`; `dy` and
-/// `dx` both f32 or both f16 (channels divisible by 4), `argmax` u32.
+/// `dy`: `[batch, channels]`, `argmax`: [`global_argmax_shape`] (u32) -> `dx`: `[batch,
+/// height, width, channels]`; `dy` and `dx` both f32 or both f16 (channels divisible by 4).
 pub fn global_max_pool_backward(device: &Device, dy: &Tensor, argmax: &Tensor, dx: &Tensor) -> Result<Dispatch> {
     let k = "global_max_pool_backward";
     let g = global_geometry(k, dx.shape())?;
     expect_shape(k, "dy", dy, &[g.batch, g.channels])?;
-    expect_shape(k, "argmax", argmax, &[g.batch, g.channels])?;
+    expect_shape(k, "argmax", argmax, &global_argmax_shape(dx.shape())?)?;
     // Checked here too so a refusal names this kernel, not the max pool it runs as.
     backward_storage(k, dy, dx, g.channels)?;
     let map = g.output_shape();
-    Ok(max_pool_backward(device, &g, &dy.reshape(&map)?, &argmax.reshape(&map)?, dx)?.named(k, 0.0).tagged("global"))
+    Ok(max_pool_backward(device, &g, &dy.reshape(&map)?, &argmax.reshape(&argmax_shape(&g))?, dx)?.named(k, 0.0).tagged("global"))
 }

@@ -70,7 +70,7 @@ impl Layer for MaxPool2D {
     fn forward(&self, g: &mut Graph, x: &Tensor, _: &Weights) -> Result<Saved> {
         let geom = self.0.geometry("MaxPool2D", g.batch, &x.shape()[1..])?;
         let y = g.stored(&geom.output_shape()[1..])?;
-        let argmax = g.device.alloc(&geom.output_shape(), DType::U32)?;
+        let argmax = g.device.alloc(&pool::argmax_shape(&geom), DType::U32)?;
         g.push(pool::max_pool_forward(g.device, &geom, x, &y, &argmax)?);
         Ok(Saved { output: y, extra: vec![argmax], inner: Vec::new() })
     }
@@ -215,7 +215,7 @@ impl Layer for GlobalMaxPooling2D {
     fn forward(&self, g: &mut Graph, x: &Tensor, _: &Weights) -> Result<Saved> {
         let c = x.shape()[3];
         let y = g.activation(&[c])?;
-        let argmax = g.device.alloc(&[g.batch, c], DType::U32)?;
+        let argmax = g.device.alloc(&pool::global_argmax_shape(x.shape())?, DType::U32)?;
         g.push(pool::global_max_pool_forward(g.device, x, &y, &argmax)?);
         let y = y.reshape(&[&[g.batch][..], &self.output_shape(&x.shape()[1..])?].concat())?;
         Ok(Saved { output: y, extra: vec![argmax], inner: Vec::new() })

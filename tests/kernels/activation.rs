@@ -164,7 +164,7 @@ fn check_global_max(r: &mut StdRng, [b, h, w, c]: [usize; 4], ties: bool, case: 
     let d = device();
     let x: Vec<f32> = if ties { (0..b * h * w * c).map(|_| r.random_range(0..3) as f32).collect() } else { random(r, b * h * w * c) };
     let dy = random(r, b * c);
-    let (tx, ty, targ) = (upload(&x, &[b, h, w, c]), d.zeros(&[b, c]).unwrap(), d.zeros_of(&[b, c], DType::U32).unwrap());
+    let (tx, ty, targ) = (upload(&x, &[b, h, w, c]), d.zeros(&[b, c]).unwrap(), d.zeros_of(&pool::global_argmax_shape(&[b, h, w, c]).unwrap(), DType::U32).unwrap());
     let (tdy, tdx) = (upload(&dy, &[b, c]), d.zeros(&[b, h, w, c]).unwrap());
     run(&[pool::global_max_pool_forward(&d, &tx, &ty, &targ).unwrap(), pool::global_max_pool_backward(&d, &tdy, &targ, &tdx).unwrap()]);
     let (mut want_y, mut want_dx) = (vec![0.0; b * c], vec![0.0; b * h * w * c]);
@@ -231,7 +231,11 @@ fn every_path_matches_f64() {
         expected.extend(want(entry, &["vec4", "scalar", "table=broadcast", "table=per_channel", "grid=1d"]));
     }
     for entry in ["max_pool_forward", "max_pool_backward"] {
-        expected.extend(want(entry, &["vec4", "scalar", "global", "grid=1d"]));
+        expected.extend(want(entry, &["vec4", "scalar", "global", "positions", "grid=1d"]));
+    }
+    // The packed argmax's entry points keep their own names (maps of 255 pixels or fewer).
+    for entry in ["max_pool_forward4c", "max_pool_backward4c"] {
+        expected.extend(want(entry, &["packed", "global"]));
     }
     // Branches that only a combination of tokens names: each function in each width (a
     // function that only ever ran in one would hide a typo in the other entry point's
@@ -244,6 +248,11 @@ fn every_path_matches_f64() {
         }
         for entry in ["channel_affine", "channel_scale"] {
             combos.extend(["table=broadcast", "table=per_channel"].map(|t| (entry, vec![t, width])));
+        }
+        // Max pooling keeps whole positions on every scalar path and on quads over windows
+        // too large to pack.
+        for entry in ["max_pool_forward", "max_pool_backward"] {
+            combos.push((entry, vec!["positions", width]));
         }
     }
     let missing: Vec<String> = combos

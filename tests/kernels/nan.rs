@@ -174,7 +174,7 @@ fn max_pool_window_with_nan_outputs_nan() {
             let g = Pool2dGeometry::new(&[1, 4, 4, channels], [2, 2], None, PoolPadding::Valid).unwrap();
             let (xs, ys) = ([1, 4, 4, channels], [1, 2, 2, channels]);
             let (tx, ty) = if f16 { (upload_f16(&x, &xs), d.zeros_of(&ys, DType::F16).unwrap()) } else { (upload(&x, &xs), d.zeros(&ys).unwrap()) };
-            let targ = d.zeros_of(&ys, DType::U32).unwrap();
+            let targ = d.zeros_of(&pool::argmax_shape(&g), DType::U32).unwrap();
             // the gradients stored as the activations
             let (tdy, tdx) = if f16 { (upload_f16(&vec![1.0; 4 * channels], &ys), d.zeros_of(&xs, DType::F16).unwrap()) } else { (upload(&vec![1.0; 4 * channels], &ys), d.zeros(&xs).unwrap()) };
             let forward = pool::max_pool_forward(&d, &g, &tx, &ty, &targ).unwrap();
@@ -182,7 +182,7 @@ fn max_pool_window_with_nan_outputs_nan() {
             run(&[forward, pool::max_pool_backward(&d, &g, &tdy, &targ, &tdx).unwrap()]);
             let channels_name = if f16 { format!("{channels} f16") } else { format!("{channels}") };
             let y = if f16 { read_f16(&ty) } else { read(&ty) };
-            let (arg, dx) = (d.read_u32(&targ).unwrap(), if f16 { read_f16(&tdx) } else { read(&tdx) });
+            let (arg, dx) = (pool::argmax_positions(&g, &d.read_u32(&targ).unwrap()).unwrap(), if f16 { read_f16(&tdx) } else { read(&tdx) });
             for c in 0..channels {
                 let (want_y, want_arg) = if c == 2 { ([5.0, 9.0, 3.0, -5.0], [0, 7, 12, 14]) } else { ([f32::NAN, f32::NAN, 3.0, f32::NAN], [1, 2, 12, 14]) };
                 let of = |v: &[f32]| -> Vec<f32> { v.iter().skip(c).step_by(channels).copied().collect() };
@@ -228,7 +228,7 @@ fn f16_pool_gradients_keep_nan_and_overflow_to_infinity() {
         let (xs, ys) = (g.input_shape(), g.output_shape());
         let x: Vec<f32> = (0..9 * c).map(|i| if i / c == 4 && i % c < 11 { 1.0 } else { 0.0 }).collect();
         let dy: Vec<f32> = (0..4 * c).map(|i| if i % c < 11 { lanes[i % c].0[i / c] } else { flat[i / c] }).collect();
-        let (tx, ty, targ) = (upload_f16(&x, &xs), d.zeros_of(&ys, DType::F16).unwrap(), d.zeros_of(&ys, DType::U32).unwrap());
+        let (tx, ty, targ) = (upload_f16(&x, &xs), d.zeros_of(&ys, DType::F16).unwrap(), d.zeros_of(&pool::argmax_shape(&g), DType::U32).unwrap());
         let (tdy, tdx) = (upload_f16(&dy, &ys), upload_f16(&vec![1234.5; 9 * c], &xs));
         run(&[pool::max_pool_forward(&d, &g, &tx, &ty, &targ).unwrap(), pool::max_pool_backward(&d, &g, &tdy, &targ, &tdx).unwrap()]);
         let dx = read_f16(&tdx);

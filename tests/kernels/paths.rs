@@ -391,6 +391,9 @@ fn pool_takes_every_path() {
             let shape = [pick(&mut r, &[1, 3]), r.random_range(1..9), r.random_range(1..9), pick(&mut r, &[1, 4, 17, 64])];
             global_pool_case(&mut r, shape, &format!("{variant} seed {seed:#x} global pool {i}: {shape:?}"));
         }
+        // Quads over a window of 256 elements, past what the packed argmax holds.
+        let g = Pool2dGeometry::new(&[2, 18, 17, 8], [16, 16], Some([2, 1]), PoolPadding::Valid).unwrap();
+        pool_case(&mut r, &g, &format!("{variant} seed {seed:#x} pool of 256: {g:?}"));
     });
     on_device(devices()[1].clone(), || {
         // A two-tap window keeps lavapipe's time down; its last row reaches into the padding.
@@ -407,7 +410,7 @@ fn pool_takes_every_path() {
     for entry in ["max_pool_forward", "max_pool_backward"] {
         expected.extend(want(entry, &["scalar"]));
     }
-    for entry in ["max_pool_forward4", "max_pool_backward4"] {
+    for entry in ["max_pool_forward4", "max_pool_backward4", "max_pool_forward4c", "max_pool_backward4c"] {
         expected.extend(want(entry, &["vec4", "grid=1d"]));
     }
     assert_paths_cover("pool", &take_paths(), &expected, &[]);
@@ -422,10 +425,10 @@ fn pool_case(r: &mut StdRng, g: &Pool2dGeometry, case: &str) {
     let x: Vec<f32> = random(r, xs.iter().product()).iter().map(|v| (v * 4.0).round() / 4.0).collect();
     let dy = random(r, ys.iter().product());
     let (tx, tdy) = (upload(&x, &xs), upload(&dy, &ys));
-    let (ty, targ, tdx) = (garbage(&ys), d.zeros_of(&ys, DType::U32).unwrap(), garbage(&xs));
+    let (ty, targ, tdx) = (garbage(&ys), d.zeros_of(&pool::argmax_shape(g), DType::U32).unwrap(), garbage(&xs));
     run(&[pool::max_pool_forward(&d, g, &tx, &ty, &targ).unwrap(), pool::max_pool_backward(&d, g, &tdy, &targ, &tdx).unwrap()]);
     let (want_y, want_arg, want_dx) = crate::pool::max_pool_ref(g, &x, &dy);
-    let arg = d.read_u32(&targ).unwrap();
+    let arg = pool::argmax_positions(g, &d.read_u32(&targ).unwrap()).unwrap();
     // The first difference, not two vectors of millions.
     if let Some(i) = (0..arg.len()).find(|&i| arg[i] != want_arg[i]) {
         panic!("{case}: max pool argmax[{i}] is {}, expected {} ({} outputs)", arg[i], want_arg[i], arg.len());

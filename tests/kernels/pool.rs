@@ -139,10 +139,10 @@ fn max_pool_forward_and_backward() {
             let (xs, ys) = (g.input_shape(), g.output_shape());
             let x = random(&mut r, xs.iter().product());
             let dy = random(&mut r, ys.iter().product());
-            let (tx, ty, targ, tdy, tdx) = (upload(&x, &xs), garbage(&ys), d.zeros_of(&ys, DType::U32).unwrap(), upload(&dy, &ys), garbage(&xs));
+            let (tx, ty, targ, tdy, tdx) = (upload(&x, &xs), garbage(&ys), d.zeros_of(&pool::argmax_shape(&g), DType::U32).unwrap(), upload(&dy, &ys), garbage(&xs));
             run(&[pool::max_pool_forward(&d, &g, &tx, &ty, &targ).unwrap(), pool::max_pool_backward(&d, &g, &tdy, &targ, &tdx).unwrap()]);
             let (want_y, want_arg, want_dx) = max_pool_ref(&g, &x, &dy);
-            assert_eq!(d.read_u32(&targ).unwrap(), want_arg, "argmax {g:?}");
+            assert_eq!(pool::argmax_positions(&g, &d.read_u32(&targ).unwrap()).unwrap(), want_arg, "argmax {g:?}");
             let e1 = assert_close(&format!("max pool forward {g:?}"), &read(&ty), &want_y);
             let e2 = assert_close(&format!("max pool backward {g:?}"), &read(&tdx), &want_dx);
             println!("max pool {xs:?} pool {} stride {} -> {ys:?}: forward {e1:.1e}, backward {e2:.1e}", g.pool_h, g.stride_h);
@@ -161,10 +161,10 @@ fn max_pool_ties_go_to_the_first_maximum() {
             let x: Vec<f32> = random(&mut r, xs.iter().product()).iter().map(|v| (v * 1.5).round()).collect();
             for x in [x.clone(), vec![0.5; x.len()]] {
                 let dy = random(&mut r, ys.iter().product());
-                let (tx, ty, targ, tdy, tdx) = (upload(&x, &xs), garbage(&ys), d.zeros_of(&ys, DType::U32).unwrap(), upload(&dy, &ys), garbage(&xs));
+                let (tx, ty, targ, tdy, tdx) = (upload(&x, &xs), garbage(&ys), d.zeros_of(&pool::argmax_shape(&g), DType::U32).unwrap(), upload(&dy, &ys), garbage(&xs));
                 run(&[pool::max_pool_forward(&d, &g, &tx, &ty, &targ).unwrap(), pool::max_pool_backward(&d, &g, &tdy, &targ, &tdx).unwrap()]);
                 let (want_y, want_arg, want_dx) = max_pool_ref(&g, &x, &dy);
-                assert_eq!(d.read_u32(&targ).unwrap(), want_arg, "tied argmax {g:?}");
+                assert_eq!(pool::argmax_positions(&g, &d.read_u32(&targ).unwrap()).unwrap(), want_arg, "tied argmax {g:?}");
                 assert_close(&format!("tied max pool forward {g:?}"), &read(&ty), &want_y);
                 assert_close(&format!("tied max pool backward {g:?}"), &read(&tdx), &want_dx);
             }
@@ -228,6 +228,11 @@ fn bad_shapes_are_errors() {
     let wrong = d.zeros(&[1, 2, 3, 3]).unwrap();
     assert!(pool::max_pool_forward(&d, &g, &x, &wrong, &arg).is_err(), "y of a valid pool");
     assert!(pool::max_pool_forward(&d, &g, &x, &y, &y).is_err(), "f32 argmax");
+    // argmax read back: positions in full or packed, nothing in between
+    let packed = Pool2dGeometry::new(&[1, 5, 7, 4], [2, 2], None, PoolPadding::Same).unwrap();
+    assert_eq!(pool::argmax_shape(&packed), [1, 3, 4, 1]);
+    let e = pool::argmax_positions(&packed, &[0; 5]).unwrap_err().to_string();
+    assert!(e.contains("5 words") && e.contains("expected 12 or 48"), "{e}");
     assert!(pool::max_pool_backward(&d, &g, &y, &arg, &y).is_err(), "dx shaped like dy");
     assert!(pool::avg_pool_forward(&d, &g, &x, &x).is_err(), "y shaped like x");
     assert!(pool::avg_pool_backward(&d, &g, &y, &y).is_err(), "dx shaped like dy");
@@ -256,6 +261,8 @@ fn geometries_f16() -> Vec<Pool2dGeometry> {
         }
     }
     out.push(Pool2dGeometry::new(&[2, 32, 32, 64], [3, 3], Some([2, 2]), PoolPadding::Explicit(1, 1)).unwrap());
+    // A window of 256 elements, one past what a packed argmax's byte holds: whole positions.
+    out.push(Pool2dGeometry::new(&[1, 21, 19, 4], [16, 16], Some([4, 3]), PoolPadding::Valid).unwrap());
     out
 }
 
@@ -289,10 +296,10 @@ fn f16_max_pool_forward_and_backward() {
             for x in [x, tied] {
                 // dy and dx f16 as the activations; dy's magnitudes spread over f16's binades
                 let dy: Vec<f32> = random(&mut r, ys.iter().product()).iter().enumerate().map(|(i, v)| to_half(v * 2f32.powi(-((i % 7) as i32)))).collect();
-                let (tx, ty, targ, tdy, tdx) = (upload_f16(&x, &xs), garbage_f16(&ys), d.zeros_of(&ys, DType::U32).unwrap(), upload_f16(&dy, &ys), garbage_f16(&xs));
+                let (tx, ty, targ, tdy, tdx) = (upload_f16(&x, &xs), garbage_f16(&ys), d.zeros_of(&pool::argmax_shape(&g), DType::U32).unwrap(), upload_f16(&dy, &ys), garbage_f16(&xs));
                 run(&[pool::max_pool_forward(&d, &g, &tx, &ty, &targ).unwrap(), pool::max_pool_backward(&d, &g, &tdy, &targ, &tdx).unwrap()]);
                 let (want_y, want_arg, want_dx) = max_pool_ref(&g, &x, &dy);
-                assert_eq!(d.read_u32(&targ).unwrap(), want_arg, "{variant} f16 argmax {g:?}");
+                assert_eq!(pool::argmax_positions(&g, &d.read_u32(&targ).unwrap()).unwrap(), want_arg, "{variant} f16 argmax {g:?}");
                 // the max of f16 values is one of them, stored exactly
                 let want_y: Vec<f32> = want_y.iter().map(|&v| v as f32).collect();
                 assert_eq!(read_f16(&ty), want_y, "{variant} f16 max pool forward {g:?}");
@@ -304,16 +311,17 @@ fn f16_max_pool_forward_and_backward() {
         let shape = [2, 7, 7, 8];
         let x = random_half(&mut r, shape.iter().product());
         let dy = random_half(&mut r, 16);
-        let (tx, ty, targ) = (upload_f16(&x, &shape), garbage_f16(&[2, 8]), d.zeros_of(&[2, 8], DType::U32).unwrap());
+        let (tx, ty, targ) = (upload_f16(&x, &shape), garbage_f16(&[2, 8]), d.zeros_of(&pool::global_argmax_shape(&shape).unwrap(), DType::U32).unwrap());
         let (tdy, tdx) = (upload_f16(&dy, &[2, 8]), garbage_f16(&shape));
         run(&[pool::global_max_pool_forward(&d, &tx, &ty, &targ).unwrap(), pool::global_max_pool_backward(&d, &tdy, &targ, &tdx).unwrap()]);
         let g = Pool2dGeometry::new(&shape, [7, 7], None, PoolPadding::Valid).unwrap();
         let (want_y, want_arg, want_dx) = max_pool_ref(&g, &x, &dy);
-        assert_eq!(d.read_u32(&targ).unwrap(), want_arg, "{variant} f16 global max pool argmax");
+        assert_eq!(pool::global_argmax_positions(&shape, &d.read_u32(&targ).unwrap()).unwrap(), want_arg, "{variant} f16 global max pool argmax");
         assert_eq!(read_f16(&ty), want_y.iter().map(|&v| v as f32).collect::<Vec<_>>(), "{variant} f16 global max pool");
         // one dy per position, stored exactly
         assert_eq!(read_f16(&tdx), want_dx.iter().map(|&v| v as f32).collect::<Vec<_>>(), "{variant} f16 global max pool backward");
-        let expected: Vec<(&str, String)> = ["max_pool_forward4", "max_pool_backward4"].iter().flat_map(|&e| [(e, "store=f16".to_string()), (e, "vec4".to_string())]).collect();
+        let entries = ["max_pool_forward4", "max_pool_backward4", "max_pool_forward4c", "max_pool_backward4c"];
+        let expected: Vec<(&str, String)> = entries.iter().flat_map(|&e| [(e, "store=f16".to_string()), (e, "vec4".to_string())]).collect();
         assert_paths_cover("f16 max pool", &take_paths(), &expected, &[]);
     });
 }
@@ -365,7 +373,7 @@ fn f16_pool_gradients_cover_a_folded_grid() {
     let (_, _, want) = max_pool_ref(&small, &x, &dy);
     let tx = upload_f16(&(0..n * per_x).map(|i| x[i % x.len()]).collect::<Vec<_>>(), &xs);
     let tdy = upload_f16(&(0..n * per_y).map(|i| dy[i % dy.len()]).collect::<Vec<_>>(), &ys);
-    let (ty, targ, tdx) = (d.zeros_of(&ys, DType::F16).unwrap(), d.zeros_of(&ys, DType::U32).unwrap(), upload_f16(&vec![1234.5; n * per_x], &xs));
+    let (ty, targ, tdx) = (d.zeros_of(&ys, DType::F16).unwrap(), d.zeros_of(&pool::argmax_shape(&g), DType::U32).unwrap(), upload_f16(&vec![1234.5; n * per_x], &xs));
     let backward = pool::max_pool_backward(&d, &g, &tdy, &targ, &tdx).unwrap();
     assert!(n * per_x / 4 > fold && backward.groups()[1] > 1, "grid {:?} was not folded", backward.groups());
     assert!(backward.path_tokens().any(|t| t == "store=f16"), "path {}", backward.path);
@@ -410,25 +418,25 @@ fn f16_pooling_refuses_what_it_cannot_store() {
         (err(pool::global_avg_pool_forward(&d, &x3, &h(&[1, 3]))), "global_avg_pool_forward: x [1, 5, 7, 3] is F16 with 3 channels"),
         (err(pool::global_max_pool_forward(&d, &x3, &h(&[1, 3]), &arg(&[1, 3]))), "global_max_pool_forward: x [1, 5, 7, 3] is F16 with 3 channels"),
         // x and y share one storage
-        (err(pool::max_pool_forward(&d, &g4, &x4, &d.zeros(&g4.output_shape()).unwrap(), &arg(&g4.output_shape()))), "max_pool_forward: y [1, 3, 4, 4] is F32, expected F16 as x [1, 5, 7, 4]"),
+        (err(pool::max_pool_forward(&d, &g4, &x4, &d.zeros(&g4.output_shape()).unwrap(), &arg(&pool::argmax_shape(&g4)))), "max_pool_forward: y [1, 3, 4, 4] is F32, expected F16 as x [1, 5, 7, 4]"),
         (err(pool::global_avg_pool_forward(&d, &x4, &d.zeros(&[1, 4]).unwrap())), "global_avg_pool_forward: y [1, 4] is F32, expected F16 as x [1, 5, 7, 4]"),
-        (err(pool::max_pool_forward(&d, &g4, &arg(&g4.input_shape()), &y4, &arg(&g4.output_shape()))), "max_pool_forward: x [1, 5, 7, 4] is U32, expected F32 or F16"),
+        (err(pool::max_pool_forward(&d, &g4, &arg(&g4.input_shape()), &y4, &arg(&pool::argmax_shape(&g4)))), "max_pool_forward: x [1, 5, 7, 4] is U32, expected F32 or F16"),
         // average pooling has no f16 form, so neither have its gradients
         (err(pool::avg_pool_forward(&d, &g4, &x4, &y4)), "avg_pool_forward: x [1, 5, 7, 4] is F16, expected F32"),
         (err(pool::avg_pool_backward(&d, &g4, &y4, &x4)), "avg_pool_backward: dy [1, 3, 4, 4] is F16, expected F32"),
         // the gradients are stored as the activations: dy and dx share one storage
-        (err(pool::max_pool_backward(&d, &g4, &y4, &arg(&g4.output_shape()), &f(&g4.input_shape()))), "max_pool_backward: dx [1, 5, 7, 4] is F32, expected F16 as dy [1, 3, 4, 4]"),
-        (err(pool::max_pool_backward(&d, &g4, &f(&g4.output_shape()), &arg(&g4.output_shape()), &x4)), "max_pool_backward: dx [1, 5, 7, 4] is F16, expected F32 as dy [1, 3, 4, 4]"),
+        (err(pool::max_pool_backward(&d, &g4, &y4, &arg(&pool::argmax_shape(&g4)), &f(&g4.input_shape()))), "max_pool_backward: dx [1, 5, 7, 4] is F32, expected F16 as dy [1, 3, 4, 4]"),
+        (err(pool::max_pool_backward(&d, &g4, &f(&g4.output_shape()), &arg(&pool::argmax_shape(&g4)), &x4)), "max_pool_backward: dx [1, 5, 7, 4] is F16, expected F32 as dy [1, 3, 4, 4]"),
         (err(pool::global_avg_pool_backward(&d, &f(&[1, 4]), &x4)), "global_avg_pool_backward: dx [1, 5, 7, 4] is F16, expected F32 as dy [1, 4]"),
         (err(pool::global_avg_pool_backward(&d, &h(&[1, 4]), &f(&g4.input_shape()))), "global_avg_pool_backward: dx [1, 5, 7, 4] is F32, expected F16 as dy [1, 4]"),
-        (err(pool::global_max_pool_backward(&d, &h(&[1, 4]), &arg(&[1, 4]), &f(&g4.input_shape()))), "global_max_pool_backward: dx [1, 5, 7, 4] is F32, expected F16 as dy [1, 4]"),
+        (err(pool::global_max_pool_backward(&d, &h(&[1, 4]), &arg(&[1, 1]), &f(&g4.input_shape()))), "global_max_pool_backward: dx [1, 5, 7, 4] is F32, expected F16 as dy [1, 4]"),
         // f16 gradients are stored four channels at a time too
         (err(pool::max_pool_backward(&d, &g3, &y3, &arg(&g3.output_shape()), &x3)), "max_pool_backward: dy [1, 3, 4, 3] is F16 with 3 channels, expected a multiple of 4"),
         (err(pool::global_avg_pool_backward(&d, &h(&[1, 3]), &x3)), "global_avg_pool_backward: dy [1, 3] is F16 with 3 channels, expected a multiple of 4"),
         (err(pool::global_max_pool_backward(&d, &h(&[1, 3]), &arg(&[1, 3]), &x3)), "global_max_pool_backward: dy [1, 3] is F16 with 3 channels, expected a multiple of 4"),
         // argmax stays u32, and a gradient is F32 or F16
-        (err(pool::max_pool_backward(&d, &g4, &y4, &y4, &x4)), "max_pool_backward: argmax [1, 3, 4, 4] is F16, expected U32"),
-        (err(pool::max_pool_backward(&d, &g4, &arg(&g4.output_shape()), &arg(&g4.output_shape()), &x4)), "max_pool_backward: dy [1, 3, 4, 4] is U32, expected F32 or F16"),
+        (err(pool::max_pool_backward(&d, &g4, &y4, &h(&pool::argmax_shape(&g4)), &x4)), "max_pool_backward: argmax [1, 3, 4, 1] is F16, expected U32"),
+        (err(pool::max_pool_backward(&d, &g4, &arg(&g4.output_shape()), &arg(&pool::argmax_shape(&g4)), &x4)), "max_pool_backward: dy [1, 3, 4, 4] is U32, expected F32 or F16"),
     ];
     for (got, want) in cases {
         assert!(got.contains(want), "expected an error containing {want:?}, got {got:?}");
