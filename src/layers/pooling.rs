@@ -225,7 +225,7 @@ impl Layer for GlobalMaxPooling2D {
             return Ok(None);
         }
         let dx = g.activation(&x.shape()[1..])?;
-        let dy = dy.reshape(saved.extra[0].shape())?;
+        let dy = dy.reshape(&[g.batch, x.shape()[3]])?;
         g.push(pool::global_max_pool_backward(g.device, &dy, &saved.extra[0], &dx)?);
         Ok(Some(dx))
     }
