@@ -287,8 +287,10 @@ pub fn argmax_shape(geom: &Pool2dGeometry) -> Vec<usize> {
 
 /// The input position `h * in_w + w` each output of max pooling over `geom` took its value
 /// from, read from `argmax` as [`max_pool_forward`] wrote it (`u32::MAX` for a window that
-/// held no input), in the output's element order. Positions in full (one word an output)
-/// pass through as they are.
+/// held no input, and for a packed place no window of `geom` has or one in its padding,
+/// which only a faulty device writes: `convoy check` then reports a position outside the
+/// window rather than this panicking), in the output's element order. Positions in full
+/// (one word an output) pass through as they are.
 pub fn argmax_positions(geom: &Pool2dGeometry, argmax: &[u32]) -> Result<Vec<u32>> {
     let outputs: usize = geom.output_shape().iter().product();
     if argmax.len() == outputs {
@@ -304,13 +306,12 @@ pub fn argmax_positions(geom: &Pool2dGeometry, argmax: &[u32]) -> Result<Vec<u32
         let pixel = q * 4 / geom.channels;
         let (ow, oh) = (pixel % geom.out_w, (pixel / geom.out_w) % geom.out_h);
         for lane in 0..4 {
-            let place = (word >> (8 * lane)) & 255;
-            out.push(if place == 255 {
-                u32::MAX
-            } else {
-                let h = oh * geom.stride_h + place as usize / geom.pool_w - geom.pad_top;
-                let w = ow * geom.stride_w + place as usize % geom.pool_w - geom.pad_left;
-                (h * geom.in_w + w) as u32
+            let place = ((word >> (8 * lane)) & 255) as usize;
+            let h = (oh * geom.stride_h + place / geom.pool_w).checked_sub(geom.pad_top);
+            let w = (ow * geom.stride_w + place % geom.pool_w).checked_sub(geom.pad_left);
+            out.push(match (h, w) {
+                (Some(h), Some(w)) if place < geom.pool_h * geom.pool_w && h < geom.in_h && w < geom.in_w => (h * geom.in_w + w) as u32,
+                _ => u32::MAX,
             });
         }
     }

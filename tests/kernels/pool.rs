@@ -233,6 +233,17 @@ fn bad_shapes_are_errors() {
     assert_eq!(pool::argmax_shape(&packed), [1, 3, 4, 1]);
     let e = pool::argmax_positions(&packed, &[0; 5]).unwrap_err().to_string();
     assert!(e.contains("5 words") && e.contains("expected 12 or 48"), "{e}");
+    // A place no 2x2 window has (4..254), or one in the padding ("same" pads the bottom and
+    // right of 5 x 7: output (2, 3)'s window reaches row 5 and column 7), reads as no
+    // position rather than as another window's input or an overflow.
+    let mut words = vec![0u32; 12];
+    words[0] = 0x03_02_01_00;
+    words[1] = 0x00_00_00_04;
+    words[11] = 0x03_02_01_00;
+    let pos = pool::argmax_positions(&packed, &words).unwrap();
+    assert_eq!(&pos[..4], &[0, 1, 7, 8], "output (0, 0), places 0-3");
+    assert_eq!(pos[4], u32::MAX, "place 4 of a 2x2 window");
+    assert_eq!(&pos[44..], &[34, u32::MAX, u32::MAX, u32::MAX], "output (2, 3): only place 0 is inside the 5 x 7 input");
     assert!(pool::max_pool_backward(&d, &g, &y, &arg, &y).is_err(), "dx shaped like dy");
     assert!(pool::avg_pool_forward(&d, &g, &x, &x).is_err(), "y shaped like x");
     assert!(pool::avg_pool_backward(&d, &g, &y, &y).is_err(), "dx shaped like dy");
