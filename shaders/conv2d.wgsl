@@ -109,6 +109,15 @@ var<private> p: Params;
 @group(0) @binding(2) var<storage, read> b: array<b4>;
 @group(0) @binding(3) var<storage, read> bias: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> c: array<c_quad>;
+// STATS: the product's C feeds a training BatchNormalization, and the GEMM kernels write its
+// first pass themselves as they store C: per column the mean and M2 of each tile row of C
+// (`p.tiles_m` chunks of the tile's rows), as stored (bias added, rounded where C is f16), in
+// that pass's layout: means at [chunk * N + n], M2 at [(tiles_m + chunk) * N + n] (see
+// shaders/batchnorm.wgsl). Only an unsplit product without groups or phases does (the host
+// sees to it). The GEMM entry points always read this binding's declaration, so the host
+// binds C again where STATS is off.
+@group(0) @binding(5) var<storage, read_write> stats: array<f32>;
+override STATS: bool = false;
 
 // How A[m, k] is gathered. Keep in step with `ALoad` in src/kernels/gemm.rs.
 const A_ROWS: u32 = 0u;       // a[M, K] row-major: k contiguous
@@ -722,6 +731,40 @@ fn store(base: u32, m: u32, n: u32, v: vec4<f32>) {
     }
 }
 
+// Element n of C as `store` writes it: plus its bias, rounded as C's storage rounds.
+fn stat_value(v: f32, n: u32) -> f32 {
+    if (flag(3u)) {
+        return c_stored(v + bias_at(min(n, p.n - 1u)));
+    }
+    return c_stored(v);
+}
+
+// A quad of C at columns n.. as `store` writes it.
+fn stat4(v: vec4<f32>, n: u32) -> vec4<f32> {
+    var out = v;
+    if (flag(3u)) {
+        out += vec4<f32>(bias_at(min(n, p.n - 1u)), bias_at(min(n + 1u, p.n - 1u)), bias_at(min(n + 2u, p.n - 1u)), bias_at(min(n + 3u, p.n - 1u)));
+    }
+    return c_stored4(out);
+}
+
+// Chan's merge of (nb, mean_b, m2_b) into (na, mean_a, m2_a): the mean and M2 of both sets.
+fn chan_merge(na: f32, mean_a: f32, m2_a: f32, nb: f32, mean_b: f32, m2_b: f32) -> vec2<f32> {
+    let n = na + nb;
+    if (nb == 0.0) {
+        return vec2<f32>(mean_a, m2_a);
+    }
+    let d = mean_b - mean_a;
+    let f = nb / n;
+    return vec2<f32>(mean_a + d * f, m2_a + m2_b + d * d * na * f);
+}
+
+// Column n's statistics of chunk `chunk` into `stats` (see its binding).
+fn write_stats(chunk: u32, n: u32, mean: f32, m2: f32) {
+    stats[chunk * p.n + n] = mean;
+    stats[(p.tiles_m + chunk) * p.n + n] = m2;
+}
+
 // One K step of `gemm` on buffer `buf`: fetch step k0 + BK into registers, multiply the
 // tile in `buf`, store the fetched quads into the other buffer, then the step's barrier.
 fn step(acc: ptr<function, array<vec4<f32>, 8>>, k0: u32, k_end: u32, m0: u32, n0: u32, lid: u32,
@@ -873,13 +916,65 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     // on an H200. Spelt out as four-row calls instead of the loop it ran 10-15% slower.
     let base = partial_base(o.split);
     let n = n0 + tx * 4u;
-    if (n >= p.n) {
+    if (n >= p.n && !STATS) {
         return;
     }
+    if (n < p.n) {
+        for (var i = 0u; i < TM; i++) {
+            let m = m0 + ty * TM + i;
+            if (m < p.m) {
+                store(base, m, n, acc[i]);
+            }
+        }
+    }
+    if (STATS) {
+        tile_stats(&acc, m0, n, ty, lid);
+    }
+}
+
+// STATS in `gemm`: each invocation's mean and M2 over its TM rows of its four columns, then
+// the WM invocations of a column quad folded by Chan's merge through the operand tiles (free
+// after the K loop's last barrier), as BatchNorm's first pass folds its lanes.
+fn tile_stats(acc: ptr<function, array<vec4<f32>, 8>>, m0: u32, n: u32, ty: u32, lid: u32) {
+    let rows = min(TM, p.m - min(p.m, m0 + ty * TM));
+    var sum = vec4<f32>(0.0);
     for (var i = 0u; i < TM; i++) {
-        let m = m0 + ty * TM + i;
-        if (m < p.m) {
-            store(base, m, n, acc[i]);
+        if (i < rows) {
+            sum += stat4((*acc)[i], n);
+        }
+    }
+    let mean = sum / max(f32(rows), 1.0);
+    var m2 = vec4<f32>(0.0);
+    for (var i = 0u; i < TM; i++) {
+        if (i < rows) {
+            let d = stat4((*acc)[i], n) - mean;
+            m2 += d * d;
+        }
+    }
+    a_tile[lid] = mean;
+    a_tile[THREADS + lid] = vec4<f32>(f32(rows));
+    b_tile[lid] = m2;
+    workgroupBarrier();
+    for (var half = WM / 2u; half > 0u; half /= 2u) {
+        if (ty < half) {
+            let j = lid + half * WN;
+            let na = a_tile[THREADS + lid].x;
+            let nb = a_tile[THREADS + j].x;
+            if (nb > 0.0) {
+                let d = a_tile[j] - a_tile[lid];
+                let f = nb / (na + nb);
+                a_tile[lid] += d * f;
+                b_tile[lid] += b_tile[j] + d * d * (na * f);
+                a_tile[THREADS + lid] = vec4<f32>(na + nb);
+            }
+        }
+        workgroupBarrier();
+    }
+    if (ty == 0u) {
+        for (var e = 0u; e < 4u; e++) {
+            if (n + e < p.n) {
+                write_stats(m0 / BM, n + e, a_tile[lid][e], b_tile[lid][e]);
+            }
         }
     }
 }

@@ -451,5 +451,28 @@ fn gemm_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
                 }
             }
         }
+        // STATS (see its binding in conv2d.wgsl): the block's own rows are a chunk.
+        if (STATS) {
+            let rows = min(CPU_ROWS, p.m - min(p.m, o.m0));
+            var sum = vec4<f32>(0.0);
+            for (var r = 0u; r < CPU_ROWS; r++) {
+                if (r < rows) {
+                    sum += c_stored4(acc[r * 2u + h] + add);
+                }
+            }
+            let mean = sum / max(f32(rows), 1.0);
+            var m2 = vec4<f32>(0.0);
+            for (var r = 0u; r < CPU_ROWS; r++) {
+                if (r < rows) {
+                    let d = c_stored4(acc[r * 2u + h] + add) - mean;
+                    m2 += d * d;
+                }
+            }
+            for (var e = 0u; e < 4u; e++) {
+                if (n + e < p.n) {
+                    write_stats(o.m0 / CPU_ROWS, n + e, mean[e], m2[e]);
+                }
+            }
+        }
     }
 }

@@ -250,6 +250,31 @@ fn profile_times_every_kernel_of_a_step() {
 }
 
 #[test]
+fn convolutions_hand_their_statistics_to_the_batchnorm_after_them() {
+    // Every BatchNormalization of resnet20 reads a convolution without a bias, at the top
+    // (the stem) and inside the residual blocks; where the product ran unsplit, the
+    // convolution's epilogue wrote the statistics and the BatchNorm only merges them.
+    for policy in [convoy::model::DTypePolicy::Float32, convoy::model::DTypePolicy::MixedFloat16] {
+        let mut m = zoo::by_name("resnet20", &[8, 8, 3], 10).unwrap();
+        m.set_dtype_policy(policy);
+        compile(&mut m, Optimizer::sgd(0.1));
+        let (train, _) = data(16, 4);
+        let mut images = vec![0u8; 4 * train.sample_bytes()];
+        let labels: Vec<u32> = images.chunks_mut(train.sample_bytes()).enumerate().map(|(i, x)| train.load(i, x).unwrap()).collect();
+        let p = m.profile(&images, &labels, 1).unwrap();
+        let count = |keep: &dyn Fn(&convoy::model::profile::KernelTime) -> bool| p.kernels.iter().filter(|k| keep(k)).map(|k| k.count).sum::<usize>();
+        let has = |k: &convoy::model::profile::KernelTime, token: &str| k.path.split(' ').any(|t| t == token);
+        let computed = count(&|k| k.family == "conv2d_forward" && has(k, "stats"));
+        let given = count(&|k| k.entry.starts_with("stats_finalize") && has(k, "stats=given"));
+        let merges = count(&|k| k.entry.starts_with("stats_finalize"));
+        let own = count(&|k| k.entry.starts_with("stats_partial"));
+        println!("{policy:?}: {computed} convolutions computed their BatchNorm's statistics, {own} BatchNorms their own");
+        assert!(computed > 0 && computed == given, "{policy:?}: {computed} convolutions wrote statistics, {given} BatchNorms merged them");
+        assert_eq!(given + own, merges, "{policy:?}: each BatchNorm's statistics come from one first pass");
+    }
+}
+
+#[test]
 fn imagenet_resnets_count_torchvisions_parameters() {
     // torchvision.models.resnet18/34/50(num_classes=1000), summed over parameters()
     for (name, want) in [("resnet18", 11_689_512), ("resnet34", 21_797_672), ("resnet50", 25_557_032)] {

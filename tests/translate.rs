@@ -8,14 +8,14 @@
 //! device records them): `.ci/run` runs the whole suite that way, then this test with
 //! `CONVOY_TRANSLATE_REQUIRE_LOG=1`, so the sets come from the kernel sweeps and models that
 //! pick them. Cooperative-matrix variants (conv2d_coop.wgsl: f16 and subgroup matrices)
-//! are checked for MSL only: naga's HLSL writer has no cooperative stores, and wgpu's GL
-//! backend offers neither f16 nor cooperative matrices, so neither can select them.
+//! are checked for MSL and SPIR-V only: naga's HLSL writer has no cooperative stores, and
+//! wgpu's GL backend offers neither f16 nor cooperative matrices, so neither can select them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use convoy::device::pipeline_log::{self, Variant};
 use convoy::kernels::ALL_SHADERS;
-use naga::back::{glsl, hlsl, msl};
+use naga::back::{glsl, hlsl, msl, spv};
 use naga::proc::{BoundsCheckPolicies, BoundsCheckPolicy};
 use naga::valid::{Capabilities, ValidationFlags, Validator};
 
@@ -63,6 +63,11 @@ fn translate(
         let pipeline = msl::PipelineOptions { entry_point: Some((stage, entry.to_string())), ..Default::default() };
         msl::write_string(&module, &info, &options, &pipeline).map_err(|e| format!("MSL (checked {checked}): {e}"))?;
         if coop {
+            // And to what Vulkan runs: no adapter here compiles these, so naga's SPIR-V
+            // writer is checked here before a GPU meets them.
+            let options = spv::Options { lang_version: (1, 6), bounds_check_policies: bounds, ..Default::default() };
+            let pipeline = spv::PipelineOptions { shader_stage: stage, entry_point: entry.to_string() };
+            spv::write_vec(&module, &info, &options, Some(&pipeline)).map_err(|e| format!("SPIR-V (checked {checked}): {e}"))?;
             continue;
         }
         for shader_model in [hlsl::ShaderModel::V5_1, hlsl::ShaderModel::V6_0] {

@@ -14,3 +14,12 @@ fn c_put1(i: u32, v: f32) {
     let shift = (i % 2u) * 16u;
     c[i / 4u][w] = (c[i / 4u][w] & ~(0xffffu << shift)) | (half_bits(v) << shift);
 }
+
+// A value of C as it is stored: rounded to f16 as `c_put4` rounds it.
+fn c_stored(v: f32) -> f32 {
+    return unpack2x16float(half_bits(v)).x;
+}
+
+fn c_stored4(v: vec4<f32>) -> vec4<f32> {
+    return half4_value(half4_bits(v));
+}

@@ -10,3 +10,12 @@ fn c_put4(q: u32, v: vec4<f32>) {
 fn c_put1(i: u32, v: f32) {
     c[i / 4u][i % 4u] = v;
 }
+
+// A value of C as it is stored.
+fn c_stored(v: f32) -> f32 {
+    return v;
+}
+
+fn c_stored4(v: vec4<f32>) -> vec4<f32> {
+    return v;
+}

@@ -27,7 +27,7 @@ use bytemuck::{Pod, Zeroable};
 use super::gemm::Engine;
 use super::gemm_cpu::{threads, INVOCATIONS_PER_THREAD, WORKGROUP};
 use super::reduce::{launch, launch_with, scratch, Bind, Split};
-use super::{expect_activations, expect_channels, expect_dtype, grid_for, width_token, Dispatch, Shader, Storage, BATCHNORM_ALL, BATCHNORM_CPU_ALL};
+use super::{expect_activations, expect_channels, expect_dtype, grid_for, u32_of, width_token, Dispatch, Shader, Storage, BATCHNORM_ALL, BATCHNORM_CPU_ALL};
 use crate::{bail, DType, Device, Result, Tensor};
 
 /// The layer's hyper-parameters, with Keras' names and defaults.
@@ -112,6 +112,44 @@ pub fn forward_train(
     train("batchnorm forward_train", device, cfg, x, None, [gamma, beta, moving_mean, moving_var, saved], y)
 }
 
+/// Per-channel statistics of a tensor that the kernel writing it computed as it stored it (a
+/// convolution's epilogue: [`super::conv2d::forward_statistics`]): each chunk's mean and sum
+/// of squared deviations per channel, the training forward's first pass, which
+/// [`forward_train_with`] merges instead of reading x for them.
+#[derive(Clone, Debug)]
+pub struct Partials {
+    /// f32 `[2, chunks, C]`: the chunks' means, then their sums of squared deviations.
+    pub tensor: Tensor,
+    /// Rows per chunk, the last chunk holding the rest.
+    pub chunk_rows: usize,
+    /// Chunks of rows: `ceil(rows / chunk_rows)`.
+    pub chunks: usize,
+}
+
+/// [`forward_train`] (with `addend`, [`forward_train_joined`]) on x's statistics as x's
+/// producer computed them ([`Partials`]): their merge, then the normalize, one pass over x
+/// fewer. The partials must be of x: their chunks must cover its rows, none empty.
+///
+/// # Shapes and dtypes
+/// As [`forward_train`]; `partials.tensor` F32 `[2, chunks, C]`.
+#[allow(clippy::too_many_arguments)]
+pub fn forward_train_with(
+    device: &Device,
+    cfg: &BatchNormConfig,
+    x: &Tensor,
+    addend: Option<&Tensor>,
+    partials: &Partials,
+    gamma: &Tensor,
+    beta: &Tensor,
+    moving_mean: &Tensor,
+    moving_var: &Tensor,
+    saved: &Tensor,
+    y: &Tensor,
+) -> Result<Vec<Dispatch>> {
+    let kernel = if addend.is_some() { "batchnorm forward_train_joined" } else { "batchnorm forward_train" };
+    train_from(kernel, device, cfg, x, addend, Some(partials), [gamma, beta, moving_mean, moving_var, saved], y)
+}
+
 /// [`forward_train`] joined with `addend` as a residual block ends:
 /// `y = gamma * x_hat + beta + addend`, ReLU'd if `cfg.relu`, in one pass over y instead of a
 /// normalize and a join (the sum is rounded once where y is F16). `cfg.relu` is the join's
@@ -138,6 +176,13 @@ pub fn forward_train_joined(
 /// [`forward_train`] and [`forward_train_joined`]: `per_channel` is gamma, beta,
 /// moving_mean, moving_var and saved.
 fn train(kernel: &'static str, device: &Device, cfg: &BatchNormConfig, x: &Tensor, addend: Option<&Tensor>, per_channel: [&Tensor; 5], y: &Tensor) -> Result<Vec<Dispatch>> {
+    train_from(kernel, device, cfg, x, addend, None, per_channel, y)
+}
+
+/// [`train`] from x's statistics as its producer computed them (`given`), or from its own first
+/// pass.
+#[allow(clippy::too_many_arguments)]
+fn train_from(kernel: &'static str, device: &Device, cfg: &BatchNormConfig, x: &Tensor, addend: Option<&Tensor>, given: Option<&Partials>, per_channel: [&Tensor; 5], y: &Tensor) -> Result<Vec<Dispatch>> {
     let [gamma, beta, moving_mean, moving_var, saved] = per_channel;
     let params_in = [("gamma", gamma), ("beta", beta), ("moving_mean", moving_mean), ("moving_var", moving_var)];
     let split = check(kernel, cfg, x, &with_addend(addend, &[("y", y)]), &params_in, saved)?;
@@ -145,22 +190,30 @@ fn train(kernel: &'static str, device: &Device, cfg: &BatchNormConfig, x: &Tenso
     disjoint(kernel, &[("y", y), ("saved", saved), ("moving_mean", moving_mean), ("moving_var", moving_var)], &with_addend(addend, &[("x", x), ("gamma", gamma), ("beta", beta)]))?;
     let plan = Plan::new(device, cfg, split, storage, kernel)?;
     let params = Params::new(plan.split(), cfg);
-    let partials = scratch(device, "batchnorm statistics", 2 * plan.split().chunks as usize * split.cols as usize);
     let t = Bind::Tensor;
+    let mut dispatches = Vec::new();
+    let (own, chunked);
+    let (merge_plan, partials) = match given {
+        Some(given) => {
+            chunked = plan.with_chunks(kernel, given, x)?;
+            disjoint(kernel, &[("y", y), ("saved", saved), ("moving_mean", moving_mean), ("moving_var", moving_var)], &[("partials", &given.tensor)])?;
+            (&chunked, t(&given.tensor))
+        }
+        None => {
+            own = scratch(device, "batchnorm statistics", 2 * plan.split().chunks as usize * split.cols as usize);
+            dispatches.push(plan.partial(device, ["stats_partial", "stats_partial4", "stats_partial_cpu"], &params, &[(1, t(x)), (12, Bind::Scratch(&own))])?);
+            (&plan, Bind::Scratch(&own))
+        }
+    };
+    let merged = Params::new(merge_plan.split(), cfg);
+    let merge = merge_plan.merge(device, ["stats_finalize", "stats_finalize_cpu"], &merged, &[(9, partials), (13, t(saved)), (14, t(moving_mean)), (15, t(moving_var))])?;
+    dispatches.push(if given.is_some() { merge.tagged("stats=given") } else { merge });
     let normalize = [(1, t(x)), (4, t(gamma)), (5, t(beta)), (6, t(saved)), (16, t(y))];
-    Ok(vec![
-        plan.partial(device, ["stats_partial", "stats_partial4", "stats_partial_cpu"], &params, &[(1, t(x)), (12, Bind::Scratch(&partials))])?,
-        plan.merge(
-            device,
-            ["stats_finalize", "stats_finalize_cpu"],
-            &params,
-            &[(9, Bind::Scratch(&partials)), (13, t(saved)), (14, t(moving_mean)), (15, t(moving_var))],
-        )?,
-        match addend {
-            None => plan.per_element(device, ["normalize_train", "normalize_train4", "normalize_train_cpu"], &params, &normalize)?,
-            Some(a) => plan.joined(device, ["normalize_train_joined", "normalize_train_joined4", "normalize_train_joined_cpu"], &params, &[&normalize[..], &[(23, t(a))]].concat())?,
-        },
-    ])
+    dispatches.push(match addend {
+        None => plan.per_element(device, ["normalize_train", "normalize_train4", "normalize_train_cpu"], &params, &normalize)?,
+        Some(a) => plan.joined(device, ["normalize_train_joined", "normalize_train_joined4", "normalize_train_joined_cpu"], &params, &[&normalize[..], &[(23, t(a))]].concat())?,
+    });
+    Ok(dispatches)
 }
 
 /// `named` (tensors with the names errors give them) and the addend where there is one: it
@@ -354,6 +407,32 @@ impl Plan {
         match &self.layout {
             Layout::Tiled(s) | Layout::Cpu(s) => s,
         }
+    }
+
+    /// The same passes over the rows chunked as `given` says (a merge of partials that x's
+    /// producer computed), checked against x's rows: every chunk within them, none empty.
+    fn with_chunks(&self, kernel: &str, given: &Partials, x: &Tensor) -> Result<Plan> {
+        let split = self.split();
+        let (rows, cols) = (split.rows as usize, split.cols as usize);
+        let covers = given.chunk_rows > 0 && given.chunks == rows.div_ceil(given.chunk_rows).max(1);
+        if !covers || given.tensor.shape() != [2, given.chunks, cols] || given.tensor.dtype() != DType::F32 {
+            bail!(
+                Shape,
+                "{kernel}: partial statistics {:?} ({:?}) in {} chunks of {} rows do not describe x {:?} ({rows} rows of {cols} channels)",
+                given.tensor.shape(),
+                given.tensor.dtype(),
+                given.chunks,
+                given.chunk_rows,
+                x.shape()
+            );
+        }
+        let (chunk_rows, chunks) = (u32_of(kernel, "rows per chunk", given.chunk_rows)?, u32_of(kernel, "chunks", given.chunks)?);
+        let chunked = Split { chunk_rows, chunks, ..*split };
+        let layout = match self.layout {
+            Layout::Tiled(_) => Layout::Tiled(chunked),
+            Layout::Cpu(_) => Layout::Cpu(chunked),
+        };
+        Ok(Plan { layout, storage: self.storage, kernel: self.kernel })
     }
 
     /// The tiled kernels' module for the activations' storage.

@@ -21,6 +21,7 @@
 //! the input gradient of a dilated convolution is one unit-stride product and the phase
 //! products never see it.
 
+use super::batchnorm::Partials;
 use super::gemm::{self, ALoad, BLoad, Gemm, GemmOptions, Groups, Phase};
 use super::winograd::{self, Pass};
 use super::{expect_shape, grid_3d, u32_of, Dispatch, FLIP};
@@ -221,6 +222,15 @@ pub fn forward(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tensor, y
 
 /// [`forward`] with the tile and K split forced (tuning, tests).
 pub fn forward_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tensor, y: &Tensor, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
+    Ok(forward_statistics(device, geom, x, w, y, opts, false)?.0)
+}
+
+/// [`forward_with`] for a convolution whose output a training BatchNormalization normalises:
+/// with `stats`, where the implicit GEMM computes it unsplit (not Winograd, no groups, K
+/// not split), its epilogue also writes y's per-channel statistics over chunks of rows, the
+/// BatchNorm's first pass, returned for [`super::batchnorm::forward_train_with`]; `None`
+/// where it does not.
+pub fn forward_statistics(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tensor, y: &Tensor, opts: &GemmOptions, stats: bool) -> Result<(Vec<Dispatch>, Option<Partials>)> {
     const K: &str = "conv2d_forward";
     expect_shape(K, "x", x, &geom.input_shape())?;
     expect_shape(K, "kernel", w, &geom.kernel_shape())?;
@@ -228,9 +238,9 @@ pub fn forward_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tens
     // The Winograd transforms read and write f32; f16 activations take the implicit GEMM.
     let f32_storage = x.dtype() == crate::DType::F32 && y.dtype() == crate::DType::F32;
     if f32_storage && let Some(m) = winograd::choose(device, geom, Pass::Forward, opts)? {
-        return winograd::convolve(device, K, geom, Pass::Forward, m, x, w, y, opts);
+        return Ok((winograd::convolve(device, K, geom, Pass::Forward, m, x, w, y, opts)?, None));
     }
-    gemm::launch(device, &forward_gemm(K, geom, x, w, y, geom.flops() as f64), opts)
+    gemm::launch_statistics(device, &forward_gemm(K, geom, x, w, y, geom.flops() as f64), opts, stats)
 }
 
 /// The forward's product `im2col(x) · w` (x itself as the matrix for a 1x1 kernel).
@@ -251,6 +261,7 @@ fn forward_gemm<'a>(label: &'static str, geom: &'a Conv2dGeometry, x: &'a Tensor
         b: w,
         bias: None,
         c: y,
+        stats: None,
         flops,
     }
 }
@@ -376,6 +387,7 @@ pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w
                 bias: None,
                 c: dx,
                 // The forward's useful count, shared out by each phase's multiply-adds.
+                stats: None,
                 flops: if total > 0.0 { geom.flops() as f64 * work(product) / total } else { 0.0 },
             }
         });
@@ -398,6 +410,7 @@ pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w
         b: w,
         bias: None,
         c: dx,
+        stats: None,
         flops: geom.flops() as f64,
     };
     gemm::launch(device, &g, opts)
@@ -524,6 +537,7 @@ pub fn backward_weights_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor,
         b: dy,
         bias: None,
         c: dw,
+        stats: None,
         flops: geom.flops() as f64,
     };
     gemm::launch(device, &g, opts)

@@ -62,6 +62,7 @@ fn product(
         b,
         bias,
         c,
+        stats: None,
         flops: 2.0 * m as f64 * n as f64 * k as f64,
     };
     gemm::launch(device, &g, opts)

@@ -9,6 +9,7 @@ use bytemuck::{Pod, Zeroable};
 
 use super::conv2d::Conv2dGeometry;
 use super::{grid, u32_of, Dispatch, Shader, CONV2D, CONV2D_ALL, CONV2D_COOP_ALL, CONV2D_COOP_HALVES, WG, WG_CONST};
+use super::batchnorm::Partials;
 use crate::{bail, DType, Device, Error, Result, Tensor};
 
 /// An output tile: `bm x bn` outputs per workgroup, K staged `bk` at a time.
@@ -539,6 +540,9 @@ pub(crate) struct Gemm<'a> {
     pub b: &'a Tensor,
     pub bias: Option<&'a Tensor>,
     pub c: &'a Tensor,
+    /// Where the epilogue writes C's per-column statistics (`STATS` in
+    /// shaders/conv2d.wgsl); set by [`launch_statistics`] alone.
+    pub stats: Option<&'a Tensor>,
     /// Useful floating-point operations, for the profile: `2 * m * n * k` for a plain
     /// product, the forward's count for each convolution pass (the stride > 1 input
     /// gradient's K holds taps that never meet an output, which are not useful work).
@@ -774,12 +778,21 @@ pub(super) fn c_quads(g: &Gemm) -> bool {
 
 /// Records `g` as one GEMM dispatch, plus a reduction when K is split. `c` is overwritten.
 pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
+    Ok(launch_statistics(device, g, opts, false)?.0)
+}
+
+/// [`launch`]; with `stats`, where the product runs unsplit and without groups or phases,
+/// its epilogue also writes C's per-column statistics over each tile row of C (as stored),
+/// the first pass of a training BatchNormalization reading C, returned for
+/// [`super::batchnorm::forward_train_with`] (`None` where the product cannot).
+pub(crate) fn launch_statistics(device: &Device, g: &Gemm, opts: &GemmOptions, stats: bool) -> Result<(Vec<Dispatch>, Option<Partials>)> {
     check_operands(g)?;
     if g.m == 0 || g.n == 0 {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     }
+    let stats = stats && g.groups.is_none() && g.phase.is_none();
     if Engine::of(device, opts, g.label)? == Engine::Cpu {
-        return super::gemm_cpu::launch(device, g, opts);
+        return super::gemm_cpu::launch(device, g, opts, stats);
     }
     let kernel = Kernel::choose(device, g, opts)?;
     let group_count = g.groups.map_or(1, |gr| gr.count);
@@ -791,7 +804,27 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     let mut constants = kernel.constants.clone();
     let (p, tokens) = product_params(g, (tiles_m, tiles_n), kernel.bk, split, &mut constants)?;
     let workgroups = tiles_m * tiles_n * p.splits() * group_count;
-    record(device, g, (kernel.family, kernel.entry), &constants, &[p], workgroups, format!("{} {tokens} {}", kernel.tile_token, kernel.shape_token))
+    let partials = statistics_target(device, g, stats && p.splits() == 1, kernel.bm, tiles_m, &mut constants)?;
+    let with_stats = Gemm { stats: partials.as_ref().map(|s| &s.tensor), ..*g };
+    let path = format!("{} {tokens} {} {}", kernel.tile_token, kernel.shape_token, stats_token(&partials));
+    let dispatches = record(device, &with_stats, (kernel.family, kernel.entry), &constants, &[p], workgroups, path)?;
+    Ok((dispatches, partials))
+}
+
+/// Where `wanted`, the tensor a product's epilogue writes its statistics into (one chunk per
+/// tile row of `rows` rows, `tiles_m` of them), with `STATS` added to `constants`.
+pub(super) fn statistics_target(device: &Device, g: &Gemm, wanted: bool, rows: usize, tiles_m: usize, constants: &mut Vec<(&'static str, f64)>) -> Result<Option<Partials>> {
+    if !wanted {
+        return Ok(None);
+    }
+    constants.push(("STATS", 1.0));
+    let tensor = device.alloc(&[2, tiles_m, g.n], DType::F32)?;
+    Ok(Some(Partials { tensor, chunk_rows: rows, chunks: tiles_m }))
+}
+
+/// The path token of a product's statistics: `stats` where its epilogue writes them.
+pub(super) fn stats_token(partials: &Option<Partials>) -> &'static str {
+    if partials.is_some() { "stats" } else { "" }
 }
 
 /// Products one dispatch holds at most: the phases of a stride-2 input gradient
@@ -1112,11 +1145,15 @@ pub(super) fn record(
         if rows {
             constants.push(("PHASE_ROWS", 1.0));
         }
+        // Without STATS the statistics' binding, which every GEMM entry point declares,
+        // takes C again, unwritten.
+        let stats = g.stats.unwrap_or(g.c);
         let bindings = [
             (1, quad_binding(kernel, g.a)?),
             (2, quad_binding(kernel, g.b)?),
             (3, quad_binding(kernel, bias)?),
             (4, quad_binding(kernel, g.c)?),
+            (5, quad_binding(kernel, stats)?),
         ];
         let halves = Halves::of(g);
         let gemm = with_uniform(device, halves.variant(family), entry, &constants, &products, &bindings, groups).named(kernel, flops);
@@ -1142,11 +1179,15 @@ pub(super) fn record(
         mapped_at_creation: false,
     });
     let partials = workspace.as_entire_buffer_binding();
+    if g.stats.is_some() {
+        bail!(Config, "{kernel}: a product split along K writes no statistics");
+    }
     let bindings = [
         (1, quad_binding(kernel, g.a)?),
         (2, quad_binding(kernel, g.b)?),
         (3, quad_binding(kernel, bias)?),
         (4, partials.clone()),
+        (5, partials.clone()),
     ];
     // The partials of split s and group j are the compact M x N block s * groups + j; the
     // reduce stores each group's block into C's slice.

@@ -5,7 +5,8 @@
 //!
 //! [`Engine::Cpu`]: super::gemm::Engine::Cpu
 
-use super::gemm::{b_quads, c_quads, operand_rounding, product_params, record, ALoad, Gemm, GemmOptions, MAX_WORKSPACE};
+use super::batchnorm::Partials;
+use super::gemm::{b_quads, c_quads, operand_rounding, product_params, record, statistics_target, stats_token, ALoad, Gemm, GemmOptions, MAX_WORKSPACE};
 use super::{Dispatch, GEMM_CPU_ALL};
 use crate::{Device, Result};
 
@@ -21,7 +22,9 @@ pub(crate) const INVOCATIONS_PER_THREAD: usize = 64;
 const MIN_SPLIT_K: usize = 256;
 
 /// Records `g` on the CPU kernel; `launch` in [`super::gemm`] has checked its operands.
-pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
+/// With `stats`, where the product runs unsplit, each block's rows are a chunk of C's
+/// statistics (see [`super::gemm::launch_statistics`]).
+pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions, stats: bool) -> Result<(Vec<Dispatch>, Option<Partials>)> {
     let group_count = g.groups.map_or(1, |gr| gr.count);
     let tiles = (g.m.div_ceil(BLOCK), g.n.div_ceil(BLOCK));
     let blocks = tiles.0 * tiles.1 * group_count;
@@ -55,7 +58,11 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     }
     let invocations = blocks * p.splits();
     let gather = if general { "gather=general" } else { "gather=separable" };
-    record(device, g, (&GEMM_CPU_ALL, "gemm_cpu"), &constants, &[p], invocations.div_ceil(WORKGROUP), format!("{tokens} {gather} {round_token}"))
+    let partials = statistics_target(device, g, stats && p.splits() == 1, BLOCK, tiles.0, &mut constants)?;
+    let with_stats = Gemm { stats: partials.as_ref().map(|s| &s.tensor), ..*g };
+    let path = format!("{tokens} {gather} {round_token} {}", stats_token(&partials));
+    let dispatches = record(device, &with_stats, (&GEMM_CPU_ALL, "gemm_cpu"), &constants, &[p], invocations.div_ceil(WORKGROUP), path)?;
+    Ok((dispatches, partials))
 }
 
 /// The CPU threads a software adapter runs a dispatch on (lavapipe: one per core).

@@ -253,6 +253,7 @@ pub(crate) fn convolve(device: &Device, kernel: &'static str, geom: &Conv2dGeome
         b: &uw,
         bias: None,
         c: &mm,
+        stats: None,
         flops: geom.flops() as f64,
     };
     let product = GemmOptions { winograd: None, ..*opts };

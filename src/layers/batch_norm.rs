@@ -87,6 +87,9 @@ impl Layer for BatchNormalization {
         self.fused_relu = true;
         true
     }
+    fn takes_statistics(&self) -> bool {
+        true
+    }
     fn forward(&self, g: &mut Graph, x: &Tensor, w: &Weights) -> Result<Saved> {
         let y = g.stored(&x.shape()[1..])?;
         let (gamma, beta, mean, var) = (&w.params[0], &w.params[1], &w.states[0], &w.states[1]);
@@ -94,8 +97,16 @@ impl Layer for BatchNormalization {
         if g.training && !g.frozen {
             let c = *x.shape().last().unwrap();
             let saved = g.device.alloc(&[2, c], crate::DType::F32)?;
-            g.extend(batchnorm::forward_train(g.device, &self.cfg(), x, gamma, beta, mean, var, &saved, &y)?);
-            Ok(Saved { output: y, extra: vec![saved], inner: Vec::new() })
+            let mut extra = vec![saved.clone()];
+            match g.take_statistics(x) {
+                Some(partials) => {
+                    g.extend(batchnorm::forward_train_with(g.device, &self.cfg(), x, None, &partials, gamma, beta, mean, var, &saved, &y)?);
+                    // Held as long as the step's records: the merge binds it.
+                    extra.push(partials.tensor);
+                }
+                None => g.extend(batchnorm::forward_train(g.device, &self.cfg(), x, gamma, beta, mean, var, &saved, &y)?),
+            }
+            Ok(Saved { output: y, extra, inner: Vec::new() })
         } else {
             g.extend(batchnorm::forward_infer(g.device, &self.cfg(), x, gamma, beta, mean, var, &y)?);
             Ok(Saved::output(y))
@@ -113,8 +124,15 @@ impl Layer for BatchNormalization {
         // it, unread, as y: this layer has no ReLU of its own).
         if g.training && !g.frozen {
             let saved = g.device.alloc(&[2, *x.shape().last().unwrap()], crate::DType::F32)?;
-            g.extend(batchnorm::forward_train_joined(g.device, &cfg, x, addend, gamma, beta, mean, var, &saved, out)?);
-            Ok(Some(Saved { output: out.clone(), extra: vec![saved], inner: Vec::new() }))
+            let mut extra = vec![saved.clone()];
+            match g.take_statistics(x) {
+                Some(partials) => {
+                    g.extend(batchnorm::forward_train_with(g.device, &cfg, x, Some(addend), &partials, gamma, beta, mean, var, &saved, out)?);
+                    extra.push(partials.tensor);
+                }
+                None => g.extend(batchnorm::forward_train_joined(g.device, &cfg, x, addend, gamma, beta, mean, var, &saved, out)?),
+            }
+            Ok(Some(Saved { output: out.clone(), extra, inner: Vec::new() }))
         } else {
             g.extend(batchnorm::forward_infer_joined(g.device, &cfg, x, addend, gamma, beta, mean, var, out)?);
             Ok(Some(Saved::output(out.clone())))

@@ -179,7 +179,13 @@ impl Layer for Conv2D {
             }
             None => (w.params[0].clone(), Vec::new()),
         };
-        g.extend(useful_flops(conv2d::forward_with(g.device, &geom, x, &kernel, &y, &g.gemm())?, padding));
+        // The statistics of y as stored: a bias added by a pass of its own would not be in them.
+        let stats = std::mem::take(&mut g.want_statistics) && !self.use_bias;
+        let (products, partials) = conv2d::forward_statistics(g.device, &geom, x, &kernel, &y, &g.gemm(), stats)?;
+        g.extend(useful_flops(products, padding));
+        if let Some(partials) = partials {
+            g.statistics = Some((y.clone(), partials));
+        }
         if self.use_bias {
             g.push(elementwise::bias_add(g.device, &y, &w.params[1])?);
         }

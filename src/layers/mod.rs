@@ -163,12 +163,43 @@ pub struct Graph<'d> {
     /// gradient by a fused ReLU of its own, and the layer masks the input gradient it writes
     /// by its input's sign instead, in its last pass.
     pub mask_dx: bool,
+    /// Set by the plan (or a composite layer) while it records a layer whose output only a
+    /// training BatchNormalization reads ([`Layer::takes_statistics`]): a layer that can
+    /// computes that output's statistics as it writes it and leaves them in
+    /// [`Graph::statistics`].
+    pub want_statistics: bool,
+    /// The statistics a layer computed of its output for the BatchNormalization after it:
+    /// that output and its partials. Cleared by the recorder once the next layer is recorded.
+    pub statistics: Option<(Tensor, crate::kernels::batchnorm::Partials)>,
 }
 
 impl<'d> Graph<'d> {
     /// An empty recording for `batch` samples on `device`; `step` is the step-counter tensor.
     pub fn new(device: &'d Device, batch: usize, training: bool, step: Tensor) -> Self {
-        Graph { device, batch, training, step, dispatches: Vec::new(), layer_index: 0, policy: Default::default(), frozen: false, dy_masked: false, mask_dx: false }
+        Graph {
+            device,
+            batch,
+            training,
+            step,
+            dispatches: Vec::new(),
+            layer_index: 0,
+            policy: Default::default(),
+            frozen: false,
+            dy_masked: false,
+            mask_dx: false,
+            want_statistics: false,
+            statistics: None,
+        }
+    }
+    /// The statistics of `x` that the layer writing it computed ([`Graph::statistics`]), taken.
+    pub fn take_statistics(&mut self, x: &Tensor) -> Option<crate::kernels::batchnorm::Partials> {
+        match self.statistics.take() {
+            Some((of, partials)) if of.same_storage(x) && of.offset() == x.offset() && of.shape() == x.shape() => Some(partials),
+            other => {
+                self.statistics = other;
+                None
+            }
+        }
     }
     /// How the policy has products computed.
     pub fn gemm(&self) -> crate::kernels::gemm::GemmOptions {
@@ -320,6 +351,12 @@ pub trait Layer: Send + Sync + std::fmt::Debug {
     /// channels at a time, when every layer reading it says so (a convolution without a bias
     /// or groups, typically the stem).
     fn reads_padded_channels(&self) -> bool {
+        false
+    }
+    /// Whether the layer normalises its input by the batch's statistics when training
+    /// (BatchNormalization): the layer writing that input may compute them as it stores it
+    /// ([`Graph::want_statistics`]).
+    fn takes_statistics(&self) -> bool {
         false
     }
     /// Whether this is a plain `max(x, 0)` ReLU, the only kind a BatchNorm or residual join

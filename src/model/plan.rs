@@ -222,6 +222,19 @@ impl Plan {
         slots[0] = Some(x);
         let mut records: Vec<Record> = Vec::new();
         let mut inputs: Vec<Vec<Tensor>> = Vec::new();
+        // Layers whose output only a training BatchNormalization reads: they may compute its
+        // statistics as they write it (Graph::want_statistics).
+        let mut readers = vec![0usize; n + 1];
+        def.layout.inbound.iter().flatten().for_each(|&j| readers[j] += 1);
+        let feeds_statistics = |i: usize| {
+            training
+                && i + 1 < n
+                && !def.fused[i + 1]
+                && def.layout.inbound[i + 1] == [i + 1]
+                && readers[i + 1] == 1
+                && def.layers[i + 1].takes_statistics()
+                && !shared.frozen.contains(&(i + 1))
+        };
         for (i, layer) in def.layers.iter().enumerate() {
             let xs: Vec<Tensor> = def.layout.inbound[i].iter().map(|&j| slots[j].clone().expect("the layout orders every input before its reader")).collect();
             if def.fused[i] {
@@ -232,7 +245,12 @@ impl Plan {
             g.layer_index = i;
             g.frozen = shared.frozen.contains(&i);
             let xs = xs.iter().map(|x| g.input_for(layer.as_ref(), x)).collect::<Result<Vec<_>>>()?;
+            g.want_statistics = feeds_statistics(i);
             let saved = g.under_policy_of(layer.as_ref(), |g| layer.forward_all(g, &xs, &weights(def, shared, i)))?;
+            g.want_statistics = false;
+            if !feeds_statistics(i) {
+                g.statistics = None;
+            }
             slots[i + 1] = Some(saved.output.clone());
             records.push((i, xs[0].clone(), saved));
             inputs.push(xs);
@@ -276,8 +294,6 @@ impl Plan {
             // cast copy, before the readers' gradients are summed.
             let mut grads: Vec<Option<Tensor>> = vec![None; n + 1];
             let storage = |j: usize| slots[j].as_ref().map_or(DType::F32, |t| t.dtype());
-            let mut readers = vec![0usize; n + 1];
-            def.layout.inbound.iter().flatten().for_each(|&j| readers[j] += 1);
             grads[n] = Some(g.cast_to(&dlogits, storage(n))?);
             // Whether a node's gradient is used: some layer on a path from the input to it
             // has parameters. The input's never is, nor that of a Flatten or a pool in

@@ -21,3 +21,4 @@ mod optimizer;
 mod paths;
 mod pool;
 mod shaders;
+mod stats;
