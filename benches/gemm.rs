@@ -6,7 +6,7 @@
 //!
 //! `cargo bench --bench gemm [-- FILTER] [--splits auto,1,4] [--flip on,off,auto]
 //! [--coop auto,256x64/64x64/1/16] [--store f32,a16,a16c16,f16] [--stage auto,words,halves]
-//! [--reps N] [--side S] [--probe]`; FILTER keeps the cases whose name contains it; `--side`
+//! [--reps N] [--side S] [--stats] [--probe]`; FILTER keeps the cases whose name contains it; `--side`
 //! sets the 64-channel stage's image side (56, ResNet-18 at 224 px; 32 gives resnet18_cifar's
 //! shapes, each later stage at half the side before); the device is `CONVOY_BENCH_DEVICES` (default: the first adapter). Forward
 //! and input-gradient products take only `auto` and `1` of `--splits` (their K is short).
@@ -53,7 +53,7 @@ fn matmul_case(device: &Device, m: usize, k: usize, n: usize) -> Result<Case> {
 }
 
 /// A convolution's three products; `x` is NHWC.
-fn conv_cases(device: &Device, label: &str, x: [usize; 4], filters: usize, kernel: usize, stride: usize) -> Result<Vec<Case>> {
+fn conv_cases(device: &Device, label: &str, x: [usize; 4], filters: usize, kernel: usize, stride: usize, stats: bool) -> Result<Vec<Case>> {
     // PyTorch's padding of k / 2, as the model zoo pads: at stride 2 on an even side it puts
     // a tap on each side, where "same" padding pads only the bottom and right.
     let geom = Conv2dGeometry::new(&x, filters, (kernel, kernel), (stride, stride), Padding::Explicit(kernel / 2, kernel / 2))?;
@@ -68,12 +68,18 @@ fn conv_cases(device: &Device, label: &str, x: [usize; 4], filters: usize, kerne
     let (x1, w1, y1, x16b, dy16, dy16b) = (xt.clone(), wt.clone(), yt.clone(), x16.clone(), y16.clone(), y16.clone());
     let (y2, w2) = (yt.clone(), wt);
     let pick = |s: Store, f32: &Tensor, f16: &Tensor| if s == Store::F32 { f32.clone() } else { f16.clone() };
+    let kept = std::cell::RefCell::new(None);
     let grads = |s: Store, f32: &Tensor, f16: &Tensor| if s == Store::F16 { f16.clone() } else { f32.clone() };
     Ok(vec![
         Case {
             name: format!("{label} forward"),
             flops,
-            record: Box::new(move |d, o, s| conv2d::forward_with(d, &g1, &pick(s, &x1, &x16), &w1, if matches!(s, Store::A16C16 | Store::F16) { &y16 } else { &y1 }, o)),
+            record: Box::new(move |d, o, s| {
+                let (products, partials) = conv2d::forward_statistics(d, &g1, &pick(s, &x1, &x16), &w1, if matches!(s, Store::A16C16 | Store::F16) { &y16 } else { &y1 }, o, stats)?;
+                // The statistics' tensor stays out of the pool while its dispatches run.
+                *kept.borrow_mut() = partials;
+                Ok(products)
+            }),
         },
         Case { name: format!("{label} input grad"), flops, record: Box::new(move |d, o, s| conv2d::backward_data_with(d, &g2, &grads(s, &y2, &dy16), &w2, &grads(s, &dx, &dx16), o)) },
         Case { name: format!("{label} weight grad"), flops, record: Box::new(move |d, o, s| conv2d::backward_weights_with(d, &g3, &pick(s, &xt, &x16b), &grads(s, &yt, &dy16b), &dw, o)) },
@@ -214,27 +220,30 @@ fn main() -> Result<()> {
     if side < 8 {
         return Err(convoy::Error::Config(format!("--side {side}: the 512-channel stage at side / 8 needs 8 pixels or more")));
     }
+    // `--stats`: the forwards also write a training BatchNorm's statistics in their epilogue
+    // (`conv2d::forward_statistics`), where the product runs unsplit.
+    let stats = args.iter().any(|a| a == "--stats");
     let mut cases = vec![matmul_case(&device, square, square, square)?];
-    cases.extend(conv_cases(&device, "stem 7x7/2", [batch, side * 4, side * 4, 3], 64, 7, 2)?);
+    cases.extend(conv_cases(&device, "stem 7x7/2", [batch, side * 4, side * 4, 3], 64, 7, 2, stats)?);
     // The stem as mixed_float16 runs it: the image padded to 4 channels (a zero fourth), so
     // that its gathers read quads. Its useful FLOPs are the 3-channel product's.
-    cases.extend(conv_cases(&device, "stem 7x7/2 padded", [batch, side * 4, side * 4, 4], 64, 7, 2)?.into_iter().map(|c| Case { flops: c.flops * 0.75, ..c }));
-    cases.extend(conv_cases(&device, "3x3 64", [batch, side, side, 64], 64, 3, 1)?);
-    cases.extend(conv_cases(&device, "3x3 128", [batch, side / 2, side / 2, 128], 128, 3, 1)?);
-    cases.extend(conv_cases(&device, "3x3 256", [batch, side / 4, side / 4, 256], 256, 3, 1)?);
-    cases.extend(conv_cases(&device, "3x3 512", [batch, side / 8, side / 8, 512], 512, 3, 1)?);
+    cases.extend(conv_cases(&device, "stem 7x7/2 padded", [batch, side * 4, side * 4, 4], 64, 7, 2, stats)?.into_iter().map(|c| Case { flops: c.flops * 0.75, ..c }));
+    cases.extend(conv_cases(&device, "3x3 64", [batch, side, side, 64], 64, 3, 1, stats)?);
+    cases.extend(conv_cases(&device, "3x3 128", [batch, side / 2, side / 2, 128], 128, 3, 1, stats)?);
+    cases.extend(conv_cases(&device, "3x3 256", [batch, side / 4, side / 4, 256], 256, 3, 1, stats)?);
+    cases.extend(conv_cases(&device, "3x3 512", [batch, side / 8, side / 8, 512], 512, 3, 1, stats)?);
     // The first convolutions of stages 2-4, at stride 2: their input gradients are phase
     // products, a quarter of the rows each.
-    cases.extend(conv_cases(&device, "3x3/2 64>128", [batch, side, side, 64], 128, 3, 2)?);
-    cases.extend(conv_cases(&device, "3x3/2 128>256", [batch, side / 2, side / 2, 128], 256, 3, 2)?);
-    cases.extend(conv_cases(&device, "3x3/2 256>512", [batch, side / 4, side / 4, 256], 512, 3, 2)?);
+    cases.extend(conv_cases(&device, "3x3/2 64>128", [batch, side, side, 64], 128, 3, 2, stats)?);
+    cases.extend(conv_cases(&device, "3x3/2 128>256", [batch, side / 2, side / 2, 128], 256, 3, 2, stats)?);
+    cases.extend(conv_cases(&device, "3x3/2 256>512", [batch, side / 4, side / 4, 256], 512, 3, 2, stats)?);
     // ResNet-50's bottleneck ends, where most of its products are.
-    cases.extend(conv_cases(&device, "1x1 256>64", [batch, side, side, 256], 64, 1, 1)?);
-    cases.extend(conv_cases(&device, "1x1 64>256", [batch, side, side, 64], 256, 1, 1)?);
-    cases.extend(conv_cases(&device, "1x1 1024>256", [batch, side / 4, side / 4, 1024], 256, 1, 1)?);
-    cases.extend(conv_cases(&device, "1x1 512>2048", [batch, side / 8, side / 8, 512], 2048, 1, 1)?);
+    cases.extend(conv_cases(&device, "1x1 256>64", [batch, side, side, 256], 64, 1, 1, stats)?);
+    cases.extend(conv_cases(&device, "1x1 64>256", [batch, side, side, 64], 256, 1, 1, stats)?);
+    cases.extend(conv_cases(&device, "1x1 1024>256", [batch, side / 4, side / 4, 1024], 256, 1, 1, stats)?);
+    cases.extend(conv_cases(&device, "1x1 512>2048", [batch, side / 8, side / 8, 512], 2048, 1, 1, stats)?);
     // ResNet-50's downsample at its second stage: an input gradient whose odd phases meet no tap.
-    cases.extend(conv_cases(&device, "1x1/2 256>512", [batch, side, side, 256], 512, 1, 2)?);
+    cases.extend(conv_cases(&device, "1x1/2 256>512", [batch, side, side, 256], 512, 1, 2, stats)?);
     if args.iter().any(|a| a == "--probe") {
         if !device.has_coop16() {
             println!("{}: no 16x16 f16 cooperative matrices, nothing to probe", device.name());
