@@ -370,6 +370,10 @@ pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w
         let work = |(sub, _, taps): &(Conv2dGeometry, Phase, usize)| (sub.out_pixels() * taps) as f64;
         let total: f64 = phases.iter().map(work).sum();
         let (c, f) = (geom.group_in_c(), geom.group_filters());
+        // An unpadded 1x1 kernel: the one phase its tap meets is dy's rows times the kernel,
+        // read as a plain matrix (the others meet no tap). Every phase takes the same load
+        // and, with whole quads of filters, the same quads, so that they share a dispatch.
+        let a_load = if geom.kh == 1 && geom.kw == 1 && geom.pad_top == 0 && geom.pad_left == 0 && f.is_multiple_of(4) { ALoad::Rows } else { ALoad::Im2col };
         let products = phases.iter().map(|product| {
             let (sub, phase, taps) = product;
             Gemm {
@@ -377,7 +381,7 @@ pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w
                 m: sub.out_pixels(),
                 n: c,
                 k: taps * f,
-                a_load: ALoad::Im2col,
+                a_load,
                 b_load: BLoad::BlockedT(f),
                 conv: Some(sub),
                 phase: Some(*phase),
@@ -386,8 +390,8 @@ pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w
                 b: w,
                 bias: None,
                 c: dx,
-                // The forward's useful count, shared out by each phase's multiply-adds.
                 stats: None,
+                // The forward's useful count, shared out by each phase's multiply-adds.
                 flops: if total > 0.0 { geom.flops() as f64 * work(product) / total } else { 0.0 },
             }
         });
