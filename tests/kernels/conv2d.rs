@@ -95,6 +95,8 @@ const CASES: &[Case] = &[
     ([3, 5, 7, 17], 33, (1, 1), (1, 1), Padding::Explicit(0, 0)),
     ([1, 9, 9, 8], 12, (1, 1), (1, 1), Padding::Valid),
     ([3, 9, 9, 5], 6, (1, 1), (2, 2), Padding::Valid),
+    // Whole quads of filters: the tapped phase of the input gradient reads dy's rows.
+    ([3, 9, 9, 5], 8, (1, 1), (2, 2), Padding::Valid),
     ([1, 5, 7, 3], 33, (5, 5), (2, 2), Padding::Same),
     ([1, 9, 9, 16], 8, (3, 3), (1, 1), Padding::Explicit(1, 1)),
     ([3, 5, 7, 4], 6, (2, 3), (1, 2), Padding::Explicit(1, 1)),
@@ -221,7 +223,11 @@ fn every_pass_counts_the_forward_useful_flops() {
     assert_eq!(useful, 2.0 * (2 * 4 * 4) as f64 * 32.0 * 16.0);
     let total = |ds: Vec<convoy::kernels::Dispatch>| ds.iter().map(|d| d.flops).sum::<f64>();
     assert_eq!(total(conv2d::forward(&d, &g, &x, &w, &y).unwrap()), useful, "forward");
-    assert_eq!(total(conv2d::backward_data(&d, &g, &y, &w, &dx).unwrap()), useful, "backward_data");
+    let data = conv2d::backward_data(&d, &g, &y, &w, &dx).unwrap();
+    // Its one tapped phase reads dy as a plain matrix (the phases' values are checked against
+    // the direct loops in forward_and_gradients_match_direct_loops).
+    assert!(data.iter().any(|p| p.path.contains("a=Rows") && p.path.contains("phase")), "{:?}", data.iter().map(|p| &p.path).collect::<Vec<_>>());
+    assert_eq!(total(data), useful, "backward_data");
     assert_eq!(total(conv2d::backward_weights(&d, &g, &x, &y, &dw).unwrap()), useful, "backward_weights");
     // With K split, the reduce that sums the partials counts nothing.
     let split = conv2d::backward_weights_with(&d, &g, &x, &y, &dw, &GemmOptions { tile: None, splits: Some(2), ..Default::default() }).unwrap();
