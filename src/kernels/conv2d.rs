@@ -24,7 +24,7 @@
 use super::batchnorm::Partials;
 use super::gemm::{self, ALoad, BLoad, Gemm, GemmOptions, Groups, Phase};
 use super::winograd::{self, Pass};
-use super::{expect_shape, grid_3d, u32_of, Dispatch, FLIP};
+use super::{elementwise, expect_shape, grid_3d, u32_of, Dispatch, FLIP};
 use crate::{bail, Device, Result, Tensor};
 
 /// How the borders of the image are treated.
@@ -222,25 +222,53 @@ pub fn forward(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tensor, y
 
 /// [`forward`] with the tile and K split forced (tuning, tests).
 pub fn forward_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tensor, y: &Tensor, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
-    Ok(forward_statistics(device, geom, x, w, y, opts, false)?.0)
+    Ok(forward_statistics(device, geom, x, w, None, y, opts, false)?.0)
 }
 
-/// [`forward_with`] for a convolution whose output a training BatchNormalization normalises:
-/// with `stats`, where the implicit GEMM computes it unsplit (not Winograd, no groups, K
-/// not split), its epilogue also writes y's per-channel statistics over chunks of rows, the
-/// BatchNorm's first pass, returned for [`super::batchnorm::forward_train_with`]; `None`
-/// where it does not.
-pub fn forward_statistics(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tensor, y: &Tensor, opts: &GemmOptions, stats: bool) -> Result<(Vec<Dispatch>, Option<Partials>)> {
+/// [`forward_with`] plus a `bias` (`[filters]`, f32) added to y, and for a convolution whose
+/// output a training BatchNormalization normalises, y's statistics: with `stats`, where the
+/// implicit GEMM computes y unsplit (not Winograd, no groups, K not split), its epilogue
+/// also writes y's per-channel statistics over chunks of rows as it stores y (bias
+/// included), the BatchNorm's first pass, returned for
+/// [`super::batchnorm::forward_train_with`]; `None` where it does not. The bias goes in as
+/// the GEMM stores its tile, or by a pass of its own after Winograd and grouped products
+/// (an f32 y then).
+#[allow(clippy::too_many_arguments)]
+pub fn forward_statistics(
+    device: &Device,
+    geom: &Conv2dGeometry,
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    y: &Tensor,
+    opts: &GemmOptions,
+    stats: bool,
+) -> Result<(Vec<Dispatch>, Option<Partials>)> {
     const K: &str = "conv2d_forward";
     expect_shape(K, "x", x, &geom.input_shape())?;
     expect_shape(K, "kernel", w, &geom.kernel_shape())?;
     expect_shape(K, "y", y, &geom.output_shape())?;
+    if let Some(b) = bias {
+        expect_shape(K, "bias", b, &[geom.filters])?;
+    }
+    // The bias apart, after the product: the pass that takes it once y is whole.
+    let apart = |mut products: Vec<Dispatch>| -> Result<Vec<Dispatch>> {
+        if let Some(b) = bias {
+            products.push(elementwise::bias_add(device, y, b)?);
+        }
+        Ok(products)
+    };
     // The Winograd transforms read and write f32; f16 activations take the implicit GEMM.
     let f32_storage = x.dtype() == crate::DType::F32 && y.dtype() == crate::DType::F32;
     if f32_storage && let Some(m) = winograd::choose(device, geom, Pass::Forward, opts)? {
-        return Ok((winograd::convolve(device, K, geom, Pass::Forward, m, x, w, y, opts)?, None));
+        return Ok((apart(winograd::convolve(device, K, geom, Pass::Forward, m, x, w, y, opts)?)?, None));
     }
-    gemm::launch_statistics(device, &forward_gemm(K, geom, x, w, y, geom.flops() as f64), opts, stats)
+    let g = forward_gemm(K, geom, x, w, y, geom.flops() as f64);
+    if g.groups.is_some() {
+        // A grouped product stores a group's slice of each row and takes no bias.
+        return Ok((apart(gemm::launch(device, &g, opts)?)?, None));
+    }
+    gemm::launch_statistics(device, &Gemm { bias, ..g }, opts, stats)
 }
 
 /// The forward's product `im2col(x) · w` (x itself as the matrix for a 1x1 kernel).

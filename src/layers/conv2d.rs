@@ -4,7 +4,7 @@ use serde_json::json;
 
 use super::{Graph, Init, Layer, Pair, ParamSpec, Saved, Weights};
 use crate::kernels::conv2d::{self, Conv2dGeometry, Padding};
-use crate::kernels::{concat, elementwise, reduce};
+use crate::kernels::{concat, reduce};
 use crate::{bail, Result, Tensor};
 
 #[derive(Debug, Clone)]
@@ -179,15 +179,12 @@ impl Layer for Conv2D {
             }
             None => (w.params[0].clone(), Vec::new()),
         };
-        // The statistics of y as stored: a bias added by a pass of its own would not be in them.
-        let stats = std::mem::take(&mut g.want_statistics) && !self.use_bias;
-        let (products, partials) = conv2d::forward_statistics(g.device, &geom, x, &kernel, &y, &g.gemm(), stats)?;
+        let bias = self.use_bias.then(|| &w.params[1]);
+        let stats = std::mem::take(&mut g.want_statistics);
+        let (products, partials) = conv2d::forward_statistics(g.device, &geom, x, &kernel, bias, &y, &g.gemm(), stats)?;
         g.extend(useful_flops(products, padding));
         if let Some(partials) = partials {
             g.statistics = Some((y.clone(), partials));
-        }
-        if self.use_bias {
-            g.push(elementwise::bias_add(g.device, &y, &w.params[1])?);
         }
         Ok(Saved { output: y, extra, inner: Vec::new() })
     }

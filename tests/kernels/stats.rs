@@ -11,6 +11,7 @@ use convoy::kernels::gemm::{CoopTile, Engine, GemmOptions};
 use convoy::Tensor;
 
 use crate::common::*;
+use crate::conv2d::forward_ref;
 
 /// f64 mean and sum of squared deviations of each chunk of `chunk_rows` rows of `y`
 /// (`[rows, c]`), per channel, laid out as the partials are: `[2, chunks, c]`.
@@ -31,24 +32,33 @@ fn chunk_stats_ref(y: &[f32], c: usize, chunk_rows: usize) -> Vec<f64> {
     out
 }
 
-/// The output of `g` on seeded inputs, stored as f16 where `f16` (and read back widened),
-/// with the statistics its epilogue wrote under `opts`.
-fn convolve(g: &Conv2dGeometry, f16: bool, opts: &GemmOptions, seed: u64) -> (Tensor, Vec<f32>, Option<Partials>) {
+/// The output of `g` on seeded inputs, plus a bias where `biased`, stored as f16 where
+/// `f16` (and read back widened), with the statistics its epilogue wrote under `opts`. An
+/// f32 product's output is checked against the f64 convolution.
+fn convolve(g: &Conv2dGeometry, f16: bool, biased: bool, opts: &GemmOptions, seed: u64) -> (Tensor, Vec<f32>, Option<Partials>) {
     let d = device();
     let mut r = rng(seed);
     let (xs, ws, ys) = (g.input_shape(), g.kernel_shape(), g.output_shape());
     let x = random(&mut r, xs.iter().product());
     // An offset keeps each channel's mean away from zero, where a mean's error would hide.
     let w: Vec<f32> = random(&mut r, ws.iter().product()).iter().map(|v| v + 0.05).collect();
+    let b = random(&mut r, g.filters);
     let (tx, y) = if f16 {
         (upload_f16(&x, &xs), d.alloc(&ys, convoy::DType::F16).unwrap())
     } else {
         (upload(&x, &xs), d.alloc(&ys, convoy::DType::F32).unwrap())
     };
-    let tw = upload(&w, &ws);
-    let (products, partials) = conv2d::forward_statistics(&d, g, &tx, &tw, &y, opts, true).unwrap();
+    let (tw, tb) = (upload(&w, &ws), upload(&b, &[g.filters]));
+    let (products, partials) = conv2d::forward_statistics(&d, g, &tx, &tw, biased.then_some(&tb), &y, opts, true).unwrap();
     run(&products);
     let stored = if f16 { read_f16(&y) } else { read(&y) };
+    if !f16 && !opts.mixed {
+        let mut want = forward_ref(g, &x, &w);
+        if biased {
+            want.iter_mut().enumerate().for_each(|(i, v)| *v += b[i % g.filters] as f64);
+        }
+        assert_close(&format!("{:?} -> {} biased {biased} {opts:?}", g.input_shape(), g.filters), &stored, &want);
+    }
     (y, stored, partials)
 }
 
@@ -109,12 +119,13 @@ fn the_epilogue_writes_the_statistics_of_the_output_as_stored() {
     on_sweep_variants(|variant| {
         for (i, (g, quads)) in geometries().iter().enumerate() {
             for (opts, name) in &sets {
-                for f16 in [false, true] {
-                    if f16 && !quads {
+                // A bias in the epilogue is in the statistics: on two of the shapes.
+                for (f16, biased) in [(false, false), (true, false), (false, true), (true, true)] {
+                    if f16 && !quads || biased && i % 2 == 1 {
                         continue;
                     }
-                    let case = format!("{:?} -> {} on {name}, f16 storage {f16} ({variant})", g.input_shape(), g.filters);
-                    let (_, stored, partials) = convolve(g, f16, opts, 10 + i as u64);
+                    let case = format!("{:?} -> {} on {name}, f16 storage {f16}, biased {biased} ({variant})", g.input_shape(), g.filters);
+                    let (_, stored, partials) = convolve(g, f16, biased, opts, 10 + i as u64);
                     let partials = partials.unwrap_or_else(|| panic!("{case}: an unsplit product wrote no statistics"));
                     assert_stats(&case, &stored, g.filters, &partials);
                 }
@@ -123,11 +134,11 @@ fn the_epilogue_writes_the_statistics_of_the_output_as_stored() {
         // Split along K, a product has no single epilogue: no statistics, the output right.
         let g = &geometries()[0].0;
         for engine in Engine::ALL {
-            let (_, _, partials) = convolve(g, false, &GemmOptions { splits: Some(3), ..on(engine) }, 9);
+            let (_, _, partials) = convolve(g, false, true, &GemmOptions { splits: Some(3), ..on(engine) }, 9);
             assert!(partials.is_none(), "{engine:?}: statistics from a product split three ways");
         }
     });
-    let mut expected: Vec<(&str, String)> = vec![("gemm_cpu", "stats".into()), ("gemm", "stats".into())];
+    let mut expected: Vec<(&str, String)> = vec![("gemm_cpu", "stats".into()), ("gemm", "stats".into()), ("gemm", "bias".into()), ("gemm_cpu", "bias".into()), ("reduce_splits", "bias".into())];
     for t in ["quad_c", "scalar_c", "store=a16c16"] {
         expected.push(("gemm", t.into()));
     }
@@ -156,7 +167,7 @@ fn batchnorm_from_the_epilogues_statistics_matches_its_own_first_pass() {
                         continue;
                     }
                     let c = g.filters;
-                    let (x, stored, partials) = convolve(g, f16, &on(engine), 30 + i as u64);
+                    let (x, stored, partials) = convolve(g, f16, false, &on(engine), 30 + i as u64);
                     let partials = partials.expect("an unsplit product's statistics");
                     let mut r = rng(40 + i as u64);
                     let (gamma, beta) = (upload(&random(&mut r, c), &[c]), upload(&random(&mut r, c), &[c]));
@@ -206,7 +217,7 @@ fn batchnorm_from_the_epilogues_statistics_matches_its_own_first_pass() {
 fn statistics_of_another_tensor_are_refused() {
     let d = device();
     let g = &geometries()[1].0;
-    let (x, _, partials) = convolve(g, false, &on(Engine::Cpu), 50);
+    let (x, _, partials) = convolve(g, false, false, &on(Engine::Cpu), 50);
     let partials = partials.unwrap();
     let c = g.filters;
     let per_channel: Vec<Tensor> = (0..4).map(|_| upload(&vec![1.0; c], &[c])).collect();
