@@ -134,7 +134,8 @@ impl Layer for Conv2D {
         true
     }
     fn stores_f16(&self) -> bool {
-        // The bias is its own f32 pass, and a grouped product scatters its rows.
+        // The bias's gradient sums an f32 dy (reduce::sum_rows), and a grouped product
+        // scatters its rows.
         !self.use_bias && self.groups == 1
     }
     fn takes_f16_gradient(&self) -> bool {
