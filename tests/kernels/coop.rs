@@ -175,7 +175,7 @@ fn mixed_products_match_f64_within_f16_bounds() {
 /// Tensor-core tiles the kernel can run besides the engine's own: 128-invocation tiles whose
 /// subgroups own 64 rows (the narrow products' candidates), a single subgroup, and 16-deep K
 /// steps. Each must give every product the same numbers within the f16 bounds.
-const FORCED_TILES: [CoopTile; 7] = [
+pub(crate) const FORCED_TILES: [CoopTile; 7] = [
     CoopTile { bm: 256, bn: 64, sg_m: 32, sg_n: 64, bufs: 1, bk: 32 },
     CoopTile { bm: 128, bn: 64, sg_m: 64, sg_n: 32, bufs: 2, bk: 32 },
     CoopTile { bm: 128, bn: 64, sg_m: 64, sg_n: 64, bufs: 2, bk: 16 },

@@ -7,11 +7,12 @@
 
 use convoy::kernels::batchnorm::{self, BatchNormConfig, Partials};
 use convoy::kernels::conv2d::{self, Conv2dGeometry, Padding};
-use convoy::kernels::gemm::{CoopTile, Engine, GemmOptions};
+use convoy::kernels::gemm::{Engine, GemmOptions};
 use convoy::Tensor;
 
 use crate::common::*;
 use crate::conv2d::forward_ref;
+use crate::coop::FORCED_TILES;
 
 /// f64 mean and sum of squared deviations of each chunk of `chunk_rows` rows of `y`
 /// (`[rows, c]`), per channel, laid out as the partials are: `[2, chunks, c]`.
@@ -92,13 +93,6 @@ fn geometries() -> Vec<(Conv2dGeometry, bool)> {
     ]
 }
 
-/// Tensor-core tiles forced besides the engine's choice: one per subgroup region shape.
-const COOP_TILES: [CoopTile; 4] = [
-    CoopTile { bm: 256, bn: 64, sg_m: 32, sg_n: 64, bufs: 1, bk: 32 },
-    CoopTile { bm: 128, bn: 64, sg_m: 64, sg_n: 32, bufs: 2, bk: 32 },
-    CoopTile { bm: 64, bn: 64, sg_m: 32, sg_n: 32, bufs: 2, bk: 32 },
-    CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 64, bufs: 2, bk: 32 },
-];
 
 #[test]
 fn the_epilogue_writes_the_statistics_of_the_output_as_stored() {
@@ -111,7 +105,7 @@ fn the_epilogue_writes_the_statistics_of_the_output_as_stored() {
     sets.push((GemmOptions { mixed: true, ..on(Engine::Tiled) }, "mixed tiled".into()));
     sets.push((GemmOptions { mixed: true, ..on(Engine::Cpu) }, "mixed cpu".into()));
     if d.has_coop16() {
-        for tile in COOP_TILES {
+        for tile in FORCED_TILES {
             sets.push((GemmOptions { mixed: true, coop_tile: Some(tile), ..on(Engine::Tiled) }, format!("{tile:?}")));
         }
     }
