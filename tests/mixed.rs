@@ -226,3 +226,29 @@ fn bad_loss_scales_and_policies_are_named() {
     let e = DTypePolicy::from_name("float16").unwrap_err().to_string();
     assert!(e.contains("float16") && e.contains("mixed_float16"), "{e}");
 }
+
+/// Convolutions with a bias (Keras' default) under mixed_float16: the bias added as the
+/// product stores its f16 output, its gradient summed from the f16 dy, the image padded to
+/// four f16 channels for the first, and the BatchNorm after the second normalising by the
+/// statistics its epilogue wrote (bias included), all against the f64 reference of `convoy
+/// check`, two steps, as under float32.
+#[test]
+fn biased_convolutions_match_the_reference_in_both_policies() {
+    let (train, _) = data(16, 4);
+    let batches = vec![batch(train.as_ref(), 8), batch(train.as_ref(), 8)];
+    for policy in [DTypePolicy::Float32, DTypePolicy::MixedFloat16] {
+        let mut m = Sequential::new(&[8, 8, 3]);
+        m.add(Conv2D::new(8, 3).padding(Padding::Same));
+        m.add(ReLU::new());
+        m.add(Conv2D::new(12, 3).padding(Padding::Same));
+        m.add(BatchNormalization::new());
+        m.add(ReLU::new());
+        m.add(GlobalAveragePooling2D::new());
+        m.add(Dense::new(10));
+        m.set_dtype_policy(policy);
+        m.compile(CompileOptions::new(Optimizer::sgd(0.05)).devices(convoy::device::open("software").unwrap()).seed(4)).unwrap();
+        let r = convoy::check::check(&mut m, &batches).unwrap();
+        println!("{policy:?}: grads {:.1e} at {}, loss {:.1e}, update {:.1e}", r.grad.error, r.grad.at, r.loss.error, r.update.error);
+        assert!(r.ok, "{policy:?}: {r:#?}");
+    }
+}

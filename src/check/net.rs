@@ -239,12 +239,12 @@ impl Node {
     /// Whether the device keeps this node's input and output as f16 under mixed_float16
     /// (where their channels are whole quads): the layers that say so of themselves
     /// (`Layer::stores_f16`), restated here from the saved configuration: a convolution
-    /// without a bias or groups (its output only from an f16 input), BatchNorm, the residual
+    /// without groups (its output only from an f16 input), BatchNorm, the residual
     /// block, max and global average pooling. (Add is rounded where the reference joins a
     /// graph's branches.)
     pub fn stores_f16(&self) -> bool {
         match self {
-            Node::Conv2D { use_bias, groups, .. } => !use_bias && *groups == 1,
+            Node::Conv2D { groups, .. } => *groups == 1,
             Node::BatchNorm { .. } | Node::Residual { .. } | Node::MaxPool { .. } | Node::GlobalAvgPool => true,
             _ => false,
         }

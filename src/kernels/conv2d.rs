@@ -358,6 +358,21 @@ fn flipped(device: &Device, kernel: &'static str, geom: &Conv2dGeometry, back: &
     Ok(std::iter::once(flip).chain(product.into_iter().map(|d| d.tagged("flipped"))).collect())
 }
 
+/// The bias's gradient: `db[f] = sum dy[n, oh, ow, f]` over every output pixel, summed in
+/// f32 from dy stored either way.
+///
+/// # Shapes and dtypes
+/// dy `[batch, out_h, out_w, filters]` F32 or F16, db `[filters]` F32.
+pub fn backward_bias(device: &Device, dy: &Tensor, db: &Tensor) -> Result<Vec<Dispatch>> {
+    const K: &str = "conv2d_backward_bias";
+    let filters = db.len();
+    let rows = if filters == 0 { 0 } else { dy.len() / filters };
+    if dy.shape().last() != Some(&filters) || db.shape() != [filters] {
+        bail!(Shape, "{K}: db {:?} does not match the channels of dy {:?}", db.shape(), dy.shape());
+    }
+    gemm::column_sums(device, K, dy, rows, filters, db)
+}
+
 /// The input gradient: `dx[n, ih, iw, c] = sum dy[n, oh, ow, f] * w[i, j, c, f]` over
 /// every `(oh, ow, i, j)` with `oh*sh - pt + i = ih` and `ow*sw - pl + j = iw`. `dx` is
 /// overwritten; pixels no output reads get zero.

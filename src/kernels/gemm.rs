@@ -8,7 +8,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::conv2d::Conv2dGeometry;
-use super::{grid, u32_of, Dispatch, Shader, CONV2D, CONV2D_ALL, CONV2D_COOP_ALL, CONV2D_COOP_HALVES, WG, WG_CONST};
+use super::{grid, u32_of, Dispatch, Shader, CONV2D_ALL, CONV2D_COOP_ALL, CONV2D_COOP_HALVES, WG, WG_CONST};
 use super::batchnorm::Partials;
 use crate::{bail, DType, Device, Error, Result, Tensor};
 
@@ -1101,6 +1101,10 @@ impl Halves {
     fn variant(self, family: &'static [Shader; 8]) -> &'static Shader {
         &family[self.a as usize + 2 * self.c as usize + 4 * self.b as usize]
     }
+    /// The path token of a column sum over `a`: `store=a16` for an f16 one.
+    fn of_sums(a: &Tensor) -> String {
+        Halves { a: a.dtype() == DType::F16, b: false, c: false }.token()
+    }
     /// The path token: `store=` and the f16 operands (`store=a16b16c16`), or none for f32
     /// operands.
     fn token(self) -> String {
@@ -1277,9 +1281,11 @@ pub(crate) fn column_sums(device: &Device, kernel: &str, a: &Tensor, rows: usize
     if out.overlaps(a) {
         bail!(Shape, "{kernel}: output {:?} overlaps input {:?}", out.shape(), a.shape());
     }
-    if a.dtype() != DType::F32 || out.dtype() != DType::F32 {
-        bail!(Shape, "{kernel}: expected F32 tensors, got {:?} and {:?}", a.dtype(), out.dtype());
+    // The sums are f32; `a` may be an f16 gradient (read through act_f16.wgsl).
+    if !matches!(a.dtype(), DType::F32 | DType::F16) || out.dtype() != DType::F32 {
+        bail!(Shape, "{kernel}: expected an F32 or F16 input and an F32 output, got {:?} and {:?}", a.dtype(), out.dtype());
     }
+    let shader = Halves { a: a.dtype() == DType::F16, b: false, c: false }.variant(&CONV2D_ALL);
     let chunks = rows.div_ceil(COLUMN_CHUNK).max(1);
     let tiles_n = cols.div_ceil(COLUMN_TILE);
     let mut p = Params {
@@ -1294,7 +1300,7 @@ pub(crate) fn column_sums(device: &Device, kernel: &str, a: &Tensor, rows: usize
     let groups = grid(device, (tiles_n * chunks) as u64)?;
     if chunks == 1 {
         let bindings = [(1, quad_binding(kernel, a)?), (4, quad_binding(kernel, out)?)];
-        return Ok(vec![with_uniform(device, &CONV2D, "column_sums", &[], &[p], &bindings, groups).tagged("chunks=single")]);
+        return Ok(vec![with_uniform(device, shader, "column_sums", &[], &[p], &bindings, groups).tagged("chunks=single").tagged(Halves::of_sums(a))]);
     }
     let workspace = device.wgpu().create_buffer(&wgpu::BufferDescriptor {
         label: Some("column-sum partials"),
@@ -1303,7 +1309,7 @@ pub(crate) fn column_sums(device: &Device, kernel: &str, a: &Tensor, rows: usize
         mapped_at_creation: false,
     });
     let partials = workspace.as_entire_buffer_binding();
-    let sums = with_uniform(device, &CONV2D, "column_sums", &[], &[p], &[(1, quad_binding(kernel, a)?), (4, partials.clone())], groups).tagged("chunks=multi");
+    let sums = with_uniform(device, shader, "column_sums", &[], &[p], &[(1, quad_binding(kernel, a)?), (4, partials.clone())], groups).tagged("chunks=multi").tagged(Halves::of_sums(a));
     // The reduction sees the partials as [chunks, 1, cols]; `a` fills the unread bias slot.
     p.m = 1;
     p.flags = if cols.is_multiple_of(4) { QUAD_C } else { 0 };

@@ -4,7 +4,7 @@ use serde_json::json;
 
 use super::{Graph, Init, Layer, Pair, ParamSpec, Saved, Weights};
 use crate::kernels::conv2d::{self, Conv2dGeometry, Padding};
-use crate::kernels::{concat, reduce};
+use crate::kernels::concat;
 use crate::{bail, Result, Tensor};
 
 #[derive(Debug, Clone)]
@@ -134,12 +134,11 @@ impl Layer for Conv2D {
         true
     }
     fn stores_f16(&self) -> bool {
-        // The bias's gradient sums an f32 dy (reduce::sum_rows), and a grouped product
-        // scatters its rows.
-        !self.use_bias && self.groups == 1
+        // A grouped product scatters its rows (an f16 C is stored whole quads of whole rows).
+        self.groups == 1
     }
     fn takes_f16_gradient(&self) -> bool {
-        // dy is an operand of both products; the bias's gradient sums it in f32.
+        // dy is an operand of both products and of the bias's gradient, which read either.
         self.stores_f16()
     }
     fn reads_padded_channels(&self) -> bool {
@@ -208,8 +207,7 @@ impl Layer for Conv2D {
             None => g.extend(conv2d::backward_weights_with(g.device, &geom, x, dy, &w.grads[0], &g.gemm())?),
         }
         if self.use_bias {
-            let rows = dy.len() / self.filters;
-            g.extend(reduce::sum_rows(g.device, &dy.reshape(&[rows, self.filters])?, &w.grads[1])?);
+            g.extend(conv2d::backward_bias(g.device, dy, &w.grads[1])?);
         }
         if !need_dx {
             return Ok(None);

@@ -326,7 +326,7 @@ pub trait Layer: Send + Sync + std::fmt::Debug {
     /// [`Graph::input_for`], [`Graph::stored`]): its kernels then take f16 inputs and
     /// outputs, and their gradients stored the same way ([`Graph::gradient`]). A layer that
     /// does not say so reads and writes f32, the model casting between the two; convoy's
-    /// convolutions without a bias (their output f16 only from an f16 input),
+    /// convolutions without groups (their output f16 only from an f16 input),
     /// BatchNormalization, the residual join, Add and the spatial poolings do.
     fn stores_f16(&self) -> bool {
         false
@@ -348,8 +348,8 @@ pub trait Layer: Send + Sync + std::fmt::Debug {
     /// Under `mixed_float16`, whether the layer takes an input whose channels are padded by
     /// zeros past those its parameters were built for: the plan then normalises a model's
     /// image input (RGB) into f16 padded to a whole quad, which the f16 kernels read four
-    /// channels at a time, when every layer reading it says so (a convolution without a bias
-    /// or groups, typically the stem).
+    /// channels at a time, when every layer reading it says so (a convolution without groups,
+    /// typically the stem).
     fn reads_padded_channels(&self) -> bool {
         false
     }

@@ -311,3 +311,29 @@ fn winograd_takes_only_what_it_can_compute() {
     assert!(!tokens(&narrow, &GemmOptions::default()).contains("winograd"));
     assert!(!tokens(&wide, &GemmOptions { winograd: Some(0), ..Default::default() }).contains("winograd"));
 }
+
+/// The bias's gradient, the sum of dy over every output pixel, from an f32 and an f16 dy,
+/// on one chunk of rows and on several (a second pass sums their partials).
+#[test]
+fn the_bias_gradient_sums_dy_stored_either_way() {
+    on_each_variant(|variant| {
+        let d = device();
+        for (rows, filters) in [(37, 6), (2 * 1024 + 300, 8), (5000, 68)] {
+            let mut r = rng(rows as u64);
+            let dy = random(&mut r, rows * filters);
+            for f16 in [false, true] {
+                if f16 && filters % 4 != 0 {
+                    continue;
+                }
+                let shape = [1, rows, 1, filters];
+                let (tdy, values) = if f16 { (upload_f16(&dy, &shape), dy.iter().map(|&v| to_half(v)).collect::<Vec<_>>()) } else { (upload(&dy, &shape), dy.clone()) };
+                let db = upload(&vec![7.0; filters], &[filters]);
+                run(&conv2d::backward_bias(&d, &tdy, &db).unwrap());
+                let want: Vec<f64> = (0..filters).map(|f| (0..rows).map(|i| values[i * filters + f] as f64).sum()).collect();
+                assert_close(&format!("bias gradient of {rows} x {filters}, f16 {f16} ({variant})"), &read(&db), &want);
+            }
+        }
+        let e = conv2d::backward_bias(&d, &upload(&[0.0; 12], &[1, 2, 2, 3]), &upload(&[0.0; 4], &[4])).unwrap_err().to_string();
+        assert!(e.contains("[4]") && e.contains("[1, 2, 2, 3]"), "{e}");
+    });
+}
