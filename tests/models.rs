@@ -275,6 +275,31 @@ fn convolutions_hand_their_statistics_to_the_batchnorm_after_them() {
 }
 
 #[test]
+fn a_frozen_batchnorm_asks_its_convolution_for_no_statistics() {
+    // Frozen, a BatchNormalization normalises by its moving statistics (Keras 3): the
+    // convolution before it writes no batch statistics, and nothing merges any.
+    for frozen in [false, true] {
+        let mut m = Sequential::new(&[8, 8, 3]);
+        m.add(Conv2D::new(8, 3).padding(Padding::Same).use_bias(false));
+        m.add(BatchNormalization::new());
+        m.add(ReLU::new());
+        m.add(GlobalAveragePooling2D::new());
+        m.add(Dense::new(10));
+        if frozen {
+            m.set_trainable(1, false).unwrap();
+        }
+        compile(&mut m, Optimizer::sgd(0.1));
+        let (train, _) = data(16, 4);
+        let mut images = vec![0u8; 4 * train.sample_bytes()];
+        let labels: Vec<u32> = images.chunks_mut(train.sample_bytes()).enumerate().map(|(i, x)| train.load(i, x).unwrap()).collect();
+        let p = m.profile(&images, &labels, 1).unwrap();
+        let computed = p.kernels.iter().any(|k| k.family == "conv2d_forward" && k.path.split(' ').any(|t| t == "stats"));
+        let merged = p.kernels.iter().any(|k| k.entry.starts_with("stats_finalize"));
+        assert_eq!((computed, merged), (!frozen, !frozen), "frozen {frozen}");
+    }
+}
+
+#[test]
 fn imagenet_resnets_count_torchvisions_parameters() {
     // torchvision.models.resnet18/34/50(num_classes=1000), summed over parameters()
     for (name, want) in [("resnet18", 11_689_512), ("resnet34", 21_797_672), ("resnet50", 25_557_032)] {
