@@ -187,7 +187,9 @@ fn train_from(kernel: &'static str, device: &Device, cfg: &BatchNormConfig, x: &
     let params_in = [("gamma", gamma), ("beta", beta), ("moving_mean", moving_mean), ("moving_var", moving_var)];
     let split = check(kernel, cfg, x, &with_addend(addend, &[("y", y)]), &params_in, saved)?;
     let storage = activations(kernel, &split, &with_addend(addend, &[("x", x), ("y", y)]), &[&params_in[..], &[("saved", saved)]].concat())?;
-    disjoint(kernel, &[("y", y), ("saved", saved), ("moving_mean", moving_mean), ("moving_var", moving_var)], &with_addend(addend, &[("x", x), ("gamma", gamma), ("beta", beta)]))?;
+    let mut inputs = with_addend(addend, &[("x", x), ("gamma", gamma), ("beta", beta)]);
+    inputs.extend(given.map(|g| ("partials", &g.tensor)));
+    disjoint(kernel, &[("y", y), ("saved", saved), ("moving_mean", moving_mean), ("moving_var", moving_var)], &inputs)?;
     let plan = Plan::new(device, cfg, split, storage, kernel)?;
     let params = Params::new(plan.split(), cfg);
     let t = Bind::Tensor;
@@ -196,7 +198,6 @@ fn train_from(kernel: &'static str, device: &Device, cfg: &BatchNormConfig, x: &
     let (merge_plan, partials) = match given {
         Some(given) => {
             chunked = plan.with_chunks(kernel, given, x)?;
-            disjoint(kernel, &[("y", y), ("saved", saved), ("moving_mean", moving_mean), ("moving_var", moving_var)], &[("partials", &given.tensor)])?;
             (&chunked, t(&given.tensor))
         }
         None => {

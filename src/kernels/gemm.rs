@@ -804,27 +804,35 @@ pub(crate) fn launch_statistics(device: &Device, g: &Gemm, opts: &GemmOptions, s
     let mut constants = kernel.constants.clone();
     let (p, tokens) = product_params(g, (tiles_m, tiles_n), kernel.bk, split, &mut constants)?;
     let workgroups = tiles_m * tiles_n * p.splits() * group_count;
-    let partials = statistics_target(device, g, stats && p.splits() == 1, kernel.bm, tiles_m, &mut constants)?;
+    let path = format!("{} {tokens} {}", kernel.tile_token, kernel.shape_token);
+    record_statistics(device, g, stats && p.splits() == 1, (kernel.bm, tiles_m), (kernel.family, kernel.entry), constants, p, workgroups, path)
+}
+
+/// [`record`] of one product `p` whose epilogue, where `wanted`, also writes C's statistics:
+/// one chunk per tile row of `rows` rows, `tiles_m` of them, into a tensor returned with the
+/// dispatches (`STATS` among the constants, `stats` in the path). Both engines record so.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn record_statistics(
+    device: &Device,
+    g: &Gemm,
+    wanted: bool,
+    (rows, tiles_m): (usize, usize),
+    kernel: (&'static [Shader; 8], &'static str),
+    mut constants: Vec<(&'static str, f64)>,
+    p: Params,
+    workgroups: usize,
+    path: String,
+) -> Result<(Vec<Dispatch>, Option<Partials>)> {
+    let partials = match wanted {
+        true => {
+            constants.push(("STATS", 1.0));
+            Some(Partials { tensor: device.alloc(&[2, tiles_m, g.n], DType::F32)?, chunk_rows: rows, chunks: tiles_m })
+        }
+        false => None,
+    };
     let with_stats = Gemm { stats: partials.as_ref().map(|s| &s.tensor), ..*g };
-    let path = format!("{} {tokens} {} {}", kernel.tile_token, kernel.shape_token, stats_token(&partials));
-    let dispatches = record(device, &with_stats, (kernel.family, kernel.entry), &constants, &[p], workgroups, path)?;
-    Ok((dispatches, partials))
-}
-
-/// Where `wanted`, the tensor a product's epilogue writes its statistics into (one chunk per
-/// tile row of `rows` rows, `tiles_m` of them), with `STATS` added to `constants`.
-pub(super) fn statistics_target(device: &Device, g: &Gemm, wanted: bool, rows: usize, tiles_m: usize, constants: &mut Vec<(&'static str, f64)>) -> Result<Option<Partials>> {
-    if !wanted {
-        return Ok(None);
-    }
-    constants.push(("STATS", 1.0));
-    let tensor = device.alloc(&[2, tiles_m, g.n], DType::F32)?;
-    Ok(Some(Partials { tensor, chunk_rows: rows, chunks: tiles_m }))
-}
-
-/// The path token of a product's statistics: `stats` where its epilogue writes them.
-pub(super) fn stats_token(partials: &Option<Partials>) -> &'static str {
-    if partials.is_some() { "stats" } else { "" }
+    let path = if wanted { format!("{path} stats") } else { path };
+    Ok((record(device, &with_stats, kernel, &constants, &[p], workgroups, path)?, partials))
 }
 
 /// Products one dispatch holds at most: the phases of a stride-2 input gradient
@@ -1101,10 +1109,6 @@ impl Halves {
     fn variant(self, family: &'static [Shader; 8]) -> &'static Shader {
         &family[self.a as usize + 2 * self.c as usize + 4 * self.b as usize]
     }
-    /// The path token of a column sum over `a`: `store=a16` for an f16 one.
-    fn of_sums(a: &Tensor) -> String {
-        Halves { a: a.dtype() == DType::F16, b: false, c: false }.token()
-    }
     /// The path token: `store=` and the f16 operands (`store=a16b16c16`), or none for f32
     /// operands.
     fn token(self) -> String {
@@ -1164,6 +1168,9 @@ pub(super) fn record(
         return Ok(vec![gemm.tagged(format!("{path} {bias_token} {}", halves.token()))]);
     }
 
+    if g.stats.is_some() {
+        bail!(Config, "{kernel}: a product split along K writes no statistics");
+    }
     // A forced split can ask for more partial sums than one binding holds (the engine's own
     // splits stay within MAX_WORKSPACE): refused here, by the device's own binding check,
     // not by wgpu's validation.
@@ -1183,9 +1190,6 @@ pub(super) fn record(
         mapped_at_creation: false,
     });
     let partials = workspace.as_entire_buffer_binding();
-    if g.stats.is_some() {
-        bail!(Config, "{kernel}: a product split along K writes no statistics");
-    }
     let bindings = [
         (1, quad_binding(kernel, g.a)?),
         (2, quad_binding(kernel, g.b)?),
@@ -1285,7 +1289,8 @@ pub(crate) fn column_sums(device: &Device, kernel: &str, a: &Tensor, rows: usize
     if !matches!(a.dtype(), DType::F32 | DType::F16) || out.dtype() != DType::F32 {
         bail!(Shape, "{kernel}: expected an F32 or F16 input and an F32 output, got {:?} and {:?}", a.dtype(), out.dtype());
     }
-    let shader = Halves { a: a.dtype() == DType::F16, b: false, c: false }.variant(&CONV2D_ALL);
+    let halves = Halves { a: a.dtype() == DType::F16, b: false, c: false };
+    let shader = halves.variant(&CONV2D_ALL);
     let chunks = rows.div_ceil(COLUMN_CHUNK).max(1);
     let tiles_n = cols.div_ceil(COLUMN_TILE);
     let mut p = Params {
@@ -1300,7 +1305,7 @@ pub(crate) fn column_sums(device: &Device, kernel: &str, a: &Tensor, rows: usize
     let groups = grid(device, (tiles_n * chunks) as u64)?;
     if chunks == 1 {
         let bindings = [(1, quad_binding(kernel, a)?), (4, quad_binding(kernel, out)?)];
-        return Ok(vec![with_uniform(device, shader, "column_sums", &[], &[p], &bindings, groups).tagged("chunks=single").tagged(Halves::of_sums(a))]);
+        return Ok(vec![with_uniform(device, shader, "column_sums", &[], &[p], &bindings, groups).tagged("chunks=single").tagged(halves.token())]);
     }
     let workspace = device.wgpu().create_buffer(&wgpu::BufferDescriptor {
         label: Some("column-sum partials"),
@@ -1309,7 +1314,7 @@ pub(crate) fn column_sums(device: &Device, kernel: &str, a: &Tensor, rows: usize
         mapped_at_creation: false,
     });
     let partials = workspace.as_entire_buffer_binding();
-    let sums = with_uniform(device, shader, "column_sums", &[], &[p], &[(1, quad_binding(kernel, a)?), (4, partials.clone())], groups).tagged("chunks=multi").tagged(Halves::of_sums(a));
+    let sums = with_uniform(device, shader, "column_sums", &[], &[p], &[(1, quad_binding(kernel, a)?), (4, partials.clone())], groups).tagged("chunks=multi").tagged(halves.token());
     // The reduction sees the partials as [chunks, 1, cols]; `a` fills the unread bias slot.
     p.m = 1;
     p.flags = if cols.is_multiple_of(4) { QUAD_C } else { 0 };

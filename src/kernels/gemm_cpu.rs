@@ -6,7 +6,7 @@
 //! [`Engine::Cpu`]: super::gemm::Engine::Cpu
 
 use super::batchnorm::Partials;
-use super::gemm::{b_quads, c_quads, operand_rounding, product_params, record, statistics_target, stats_token, ALoad, Gemm, GemmOptions, MAX_WORKSPACE};
+use super::gemm::{b_quads, c_quads, operand_rounding, product_params, record_statistics, ALoad, Gemm, GemmOptions, MAX_WORKSPACE};
 use super::{Dispatch, GEMM_CPU_ALL};
 use crate::{Device, Result};
 
@@ -58,11 +58,8 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions, stats: bool)
     }
     let invocations = blocks * p.splits();
     let gather = if general { "gather=general" } else { "gather=separable" };
-    let partials = statistics_target(device, g, stats && p.splits() == 1, BLOCK, tiles.0, &mut constants)?;
-    let with_stats = Gemm { stats: partials.as_ref().map(|s| &s.tensor), ..*g };
-    let path = format!("{tokens} {gather} {round_token} {}", stats_token(&partials));
-    let dispatches = record(device, &with_stats, (&GEMM_CPU_ALL, "gemm_cpu"), &constants, &[p], invocations.div_ceil(WORKGROUP), path)?;
-    Ok((dispatches, partials))
+    let path = format!("{tokens} {gather} {round_token}");
+    record_statistics(device, g, stats && p.splits() == 1, (BLOCK, tiles.0), (&GEMM_CPU_ALL, "gemm_cpu"), constants, p, invocations.div_ceil(WORKGROUP), path)
 }
 
 /// The CPU threads a software adapter runs a dispatch on (lavapipe: one per core).
