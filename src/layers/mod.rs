@@ -191,6 +191,19 @@ impl<'d> Graph<'d> {
             statistics: None,
         }
     }
+    /// Records a layer through `record` with [`Graph::want_statistics`] set to `feeds` (its
+    /// output goes only to a training BatchNormalization); then the request is withdrawn, and
+    /// statistics left by a layer that did not feed one are dropped, so that they reach the
+    /// next layer alone. The plan and composite layers record each of their layers so.
+    pub fn feeding_statistics<T>(&mut self, feeds: bool, record: impl FnOnce(&mut Self) -> T) -> T {
+        self.want_statistics = feeds;
+        let out = record(self);
+        self.want_statistics = false;
+        if !feeds {
+            self.statistics = None;
+        }
+        out
+    }
     /// The statistics of `x` that the layer writing it computed ([`Graph::statistics`]), taken.
     pub fn take_statistics(&mut self, x: &Tensor) -> Option<crate::kernels::batchnorm::Partials> {
         match self.statistics.take() {

@@ -154,24 +154,20 @@ impl Layer for Residual {
             let input = g.input_for(*layer, &input)?;
             // The next layer of this chain normalises this one's output by its statistics.
             let feeds_statistics = g.training && !g.frozen && walk.get(i + 1).is_some_and(|next| next.4 == *is_main && !self.is_fused(i + 1) && next.0.takes_statistics());
-            g.want_statistics = feeds_statistics;
-            let saved = if Some(i) == last_main {
+            let saved = g.feeding_statistics(feeds_statistics, |g| -> Result<Saved> {
+                if Some(i) != last_main {
+                    return g.under_policy_of(*layer, |g| layer.forward(g, &input, &sub));
+                }
                 // The shortcut's end in the join's storage, for either way of joining.
                 ends[1] = g.cast_to(&ends[1], y.dtype())?;
                 match g.under_policy_of(*layer, |g| layer.forward_joined(g, &input, &sub, &ends[1], self.fused_relu, &y))? {
                     Some(saved) => {
                         joined = true;
-                        saved
+                        Ok(saved)
                     }
-                    None => g.under_policy_of(*layer, |g| layer.forward(g, &input, &sub))?,
+                    None => g.under_policy_of(*layer, |g| layer.forward(g, &input, &sub)),
                 }
-            } else {
-                g.under_policy_of(*layer, |g| layer.forward(g, &input, &sub))?
-            };
-            g.want_statistics = false;
-            if !feeds_statistics {
-                g.statistics = None;
-            }
+            })?;
             ends[!is_main as usize] = saved.output.clone();
             inner[i] = Some((input, saved));
         }

@@ -245,12 +245,7 @@ impl Plan {
             g.layer_index = i;
             g.frozen = shared.frozen.contains(&i);
             let xs = xs.iter().map(|x| g.input_for(layer.as_ref(), x)).collect::<Result<Vec<_>>>()?;
-            g.want_statistics = feeds_statistics(i);
-            let saved = g.under_policy_of(layer.as_ref(), |g| layer.forward_all(g, &xs, &weights(def, shared, i)))?;
-            g.want_statistics = false;
-            if !feeds_statistics(i) {
-                g.statistics = None;
-            }
+            let saved = g.feeding_statistics(feeds_statistics(i), |g| g.under_policy_of(layer.as_ref(), |g| layer.forward_all(g, &xs, &weights(def, shared, i))))?;
             slots[i + 1] = Some(saved.output.clone());
             records.push((i, xs[0].clone(), saved));
             inputs.push(xs);
