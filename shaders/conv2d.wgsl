@@ -113,9 +113,10 @@ var<private> p: Params;
 // first pass themselves as they store C: per column the mean and M2 of each tile row of C
 // (`p.tiles_m` chunks of the tile's rows), as stored (bias added, rounded where C is f16), in
 // that pass's layout: means at [chunk * N + n], M2 at [(tiles_m + chunk) * N + n] (see
-// shaders/batchnorm.wgsl). Only an unsplit product without groups or phases does (the host
-// sees to it). The GEMM entry points always read this binding's declaration, so the host
-// binds C again where STATS is off.
+// shaders/batchnorm.wgsl). Only an unsplit product without groups or phases does, and only on
+// `gemm` and gemm_cpu.wgsl (the host sees to it; see COOP_ENTRY in src/kernels/gemm.rs for
+// why not the tensor-core kernel). Those two entry points always read this binding's
+// declaration, so the host binds C again where STATS is off.
 @group(0) @binding(5) var<storage, read_write> stats: array<f32>;
 override STATS: bool = false;
 

@@ -267,9 +267,6 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     let base = partial_base(split);
     let stage = sg * 256u;
     let across = SG_N / 16u;
-    // STATS: each column's running mean and M2 over the subgroup's rows, per column block bj.
-    var st_mean = vec4<f32>(0.0);
-    var st_m2 = vec4<f32>(0.0);
     for (var round = 0u; round < (SG_M / 16u) * across; round++) {
         let bi = round / across;
         let bj = round % across;
@@ -292,38 +289,6 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
             default: { coopStoreT(c33, &c_stage[stage], 16u); }
         }
         subgroupBarrier();
-        if (STATS) {
-            // Lane l takes column l % 16 of the block, rows 8 * (l / 16) .. + 8; the two
-            // halves of a column meet by a shuffle, merged in the same order on both lanes,
-            // then join the column's running statistics (the rows of the blocks above).
-            let col = lane % 16u;
-            let top = (lane / 16u) * 8u;
-            let n = n0 + rn + bj * 16u + col;
-            let rows = min(8u, p.m - min(p.m, m0 + rm + bi * 16u + top));
-            var sum = 0.0;
-            for (var r = 0u; r < 8u; r++) {
-                if (r < rows) {
-                    sum += stat_value(c_stage[stage + (top + r) * 16u + col], n);
-                }
-            }
-            let mean = sum / max(f32(rows), 1.0);
-            var m2 = 0.0;
-            for (var r = 0u; r < 8u; r++) {
-                if (r < rows) {
-                    let d = stat_value(c_stage[stage + (top + r) * 16u + col], n) - mean;
-                    m2 += d * d;
-                }
-            }
-            let mine = vec3<f32>(f32(rows), mean, m2);
-            let other = vec3<f32>(subgroupShuffleXor(mine.x, 16u), subgroupShuffleXor(mine.y, 16u), subgroupShuffleXor(mine.z, 16u));
-            let upper = select(mine, other, top != 0u);
-            let lower = select(other, mine, top != 0u);
-            let block = chan_merge(upper.x, upper.y, upper.z, lower.x, lower.y, lower.z);
-            let before = f32(min(bi * 16u, p.m - min(p.m, m0 + rm)));
-            let run = chan_merge(before, st_mean[bj], st_m2[bj], upper.x + lower.x, block.x, block.y);
-            st_mean[bj] = run.x;
-            st_m2[bj] = run.y;
-        }
         for (var j = 0u; j < 2u; j++) {
             let within = lane + j * 32u;
             let m = m0 + rm + bi * 16u + within / 4u;
@@ -334,32 +299,5 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
             }
         }
         subgroupBarrier();
-    }
-    if (STATS) {
-        // Each subgroup's columns into its own block of c_stage (its rounds are over), then
-        // the subgroups that share columns, BM / SG_M of them, merged down the tile's rows.
-        for (var bj = 0u; bj < across; bj++) {
-            if (lane < 16u) {
-                c_stage[stage + bj * 32u + lane * 2u] = st_mean[bj];
-                c_stage[stage + bj * 32u + lane * 2u + 1u] = st_m2[bj];
-            }
-        }
-        workgroupBarrier();
-        let row_groups = (THREADS / 32u) / cols_sg;
-        for (var j = lid; j < BN; j += THREADS) {
-            let within = j % SG_N;
-            let at = (within / 16u) * 32u + (within % 16u) * 2u;
-            var total = 0.0;
-            var run = vec2<f32>(0.0);
-            for (var g = 0u; g < row_groups; g++) {
-                let s = (g * cols_sg + j / SG_N) * 256u + at;
-                let nb = f32(min(SG_M, p.m - min(p.m, m0 + g * SG_M)));
-                run = chan_merge(total, run.x, run.y, nb, c_stage[s], c_stage[s + 1u]);
-                total += nb;
-            }
-            if (n0 + j < p.n) {
-                write_stats(m0 / BM, n0 + j, run.x, run.y);
-            }
-        }
     }
 }

@@ -781,8 +781,16 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
     Ok(launch_statistics(device, g, opts, false)?.0)
 }
 
-/// [`launch`]; with `stats`, where the product runs unsplit and without groups or phases,
-/// its epilogue also writes C's per-column statistics over each tile row of C (as stored),
+/// The tensor-core kernel's entry point, the one GEMM kernel whose epilogue writes no
+/// statistics: written there (each 16x16 block's columns, two lanes a column, Chan-merged
+/// round by round and then across the subgroups), they took ResNet-50's forward convolutions
+/// on the H200 from 0.21 to 0.61 ms (1x1 64 -> 256) and 0.27 to 0.36 ms (3x3 64), the whole
+/// step 41.8 -> 47.2 ms, for the ~0.8 ms of BatchNorm first passes they saved
+/// (benches/results/2026-11-28f).
+const COOP_ENTRY: &str = "gemm_coop";
+
+/// [`launch`]; with `stats`, where the product runs unsplit, without groups or phases and on
+/// an ALU kernel (not [`COOP_ENTRY`]), its epilogue also writes C's per-column statistics over each tile row of C (as stored),
 /// the first pass of a training BatchNormalization reading C, returned for
 /// [`super::batchnorm::forward_train_with`] (`None` where the product cannot).
 pub(crate) fn launch_statistics(device: &Device, g: &Gemm, opts: &GemmOptions, stats: bool) -> Result<(Vec<Dispatch>, Option<Partials>)> {
@@ -805,7 +813,8 @@ pub(crate) fn launch_statistics(device: &Device, g: &Gemm, opts: &GemmOptions, s
     let (p, tokens) = product_params(g, (tiles_m, tiles_n), kernel.bk, split, &mut constants)?;
     let workgroups = tiles_m * tiles_n * p.splits() * group_count;
     let path = format!("{} {tokens} {}", kernel.tile_token, kernel.shape_token);
-    record_statistics(device, g, stats && p.splits() == 1, (kernel.bm, tiles_m), (kernel.family, kernel.entry), constants, p, workgroups, path)
+    let stats = stats && p.splits() == 1 && kernel.entry != COOP_ENTRY;
+    record_statistics(device, g, stats, (kernel.bm, tiles_m), (kernel.family, kernel.entry), constants, p, workgroups, path)
 }
 
 /// [`record`] of one product `p` whose epilogue, where `wanted`, also writes C's statistics:
@@ -978,8 +987,8 @@ impl Kernel {
         let stage = AStage::choose(coop, Halves::of(g), g.a_load, shape, g.n, opts.a_stage);
         let (family, entry): (&'static [Shader; 8], &'static str) = match stage {
             _ if !coop => (&CONV2D_ALL, "gemm"),
-            Some(AStage::Halves) => (&CONV2D_COOP_HALVES, "gemm_coop"),
-            _ => (&CONV2D_COOP_ALL, "gemm_coop"),
+            Some(AStage::Halves) => (&CONV2D_COOP_HALVES, COOP_ENTRY),
+            _ => (&CONV2D_COOP_ALL, COOP_ENTRY),
         };
         let stage_token = stage.map_or("", AStage::token);
         let (bk, threads) = if coop { (shape.bk, shape.threads()) } else { (tile.bk(), tile.threads()) };
@@ -1153,16 +1162,17 @@ pub(super) fn record(
         if rows {
             constants.push(("PHASE_ROWS", 1.0));
         }
-        // Without STATS the statistics' binding, which every GEMM entry point declares,
-        // takes C again, unwritten.
-        let stats = g.stats.unwrap_or(g.c);
-        let bindings = [
+        let mut bindings = vec![
             (1, quad_binding(kernel, g.a)?),
             (2, quad_binding(kernel, g.b)?),
             (3, quad_binding(kernel, bias)?),
             (4, quad_binding(kernel, g.c)?),
-            (5, quad_binding(kernel, stats)?),
         ];
+        // Without STATS the statistics' binding, which the ALU entry points declare, takes C
+        // again, unwritten; the tensor-core entry point has none.
+        if entry != COOP_ENTRY {
+            bindings.push((5, quad_binding(kernel, g.stats.unwrap_or(g.c))?));
+        }
         let halves = Halves::of(g);
         let gemm = with_uniform(device, halves.variant(family), entry, &constants, &products, &bindings, groups).named(kernel, flops);
         return Ok(vec![gemm.tagged(format!("{path} {bias_token} {}", halves.token()))]);
