@@ -789,6 +789,13 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions) -> Result<Ve
 /// (benches/results/2026-11-28f).
 const COOP_ENTRY: &str = "gemm_coop";
 
+/// Whether GEMM entry point `entry` declares the statistics' binding (`stats` in
+/// shaders/conv2d.wgsl): every one but [`COOP_ENTRY`], whose pipelines' layouts, derived
+/// from the shader, then have no binding 5 to fill.
+fn declares_stats(entry: &str) -> bool {
+    entry != COOP_ENTRY
+}
+
 /// [`launch`]; with `stats`, where the product runs unsplit, without groups or phases and on
 /// an ALU kernel (not [`COOP_ENTRY`]), its epilogue also writes C's per-column statistics over each tile row of C (as stored),
 /// the first pass of a training BatchNormalization reading C, returned for
@@ -813,7 +820,7 @@ pub(crate) fn launch_statistics(device: &Device, g: &Gemm, opts: &GemmOptions, s
     let (p, tokens) = product_params(g, (tiles_m, tiles_n), kernel.bk, split, &mut constants)?;
     let workgroups = tiles_m * tiles_n * p.splits() * group_count;
     let path = format!("{} {tokens} {}", kernel.tile_token, kernel.shape_token);
-    let stats = stats && p.splits() == 1 && kernel.entry != COOP_ENTRY;
+    let stats = stats && p.splits() == 1 && declares_stats(kernel.entry);
     record_statistics(device, g, stats, (kernel.bm, tiles_m), (kernel.family, kernel.entry), constants, p, workgroups, path)
 }
 
@@ -1170,7 +1177,7 @@ pub(super) fn record(
         ];
         // Without STATS the statistics' binding, which the ALU entry points declare, takes C
         // again, unwritten; the tensor-core entry point has none.
-        if entry != COOP_ENTRY {
+        if declares_stats(entry) {
             bindings.push((5, quad_binding(kernel, g.stats.unwrap_or(g.c))?));
         }
         let halves = Halves::of(g);
@@ -1200,13 +1207,15 @@ pub(super) fn record(
         mapped_at_creation: false,
     });
     let partials = workspace.as_entire_buffer_binding();
-    let bindings = [
+    let mut bindings = vec![
         (1, quad_binding(kernel, g.a)?),
         (2, quad_binding(kernel, g.b)?),
         (3, quad_binding(kernel, bias)?),
         (4, partials.clone()),
-        (5, partials.clone()),
     ];
+    if declares_stats(entry) {
+        bindings.push((5, partials.clone()));
+    }
     // The partials of split s and group j are the compact M x N block s * groups + j; the
     // reduce stores each group's block into C's slice.
     let mut partial = p;
