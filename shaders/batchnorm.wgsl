@@ -675,19 +675,12 @@ fn backward_dx4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     let k = gamma4(c) * inv_std;
     let dbeta4 = vec4<f32>(dbeta_in[c], dbeta_in[c + 1u], dbeta_in[c + 2u], dbeta_in[c + 3u]);
     let dgamma4 = vec4<f32>(dgamma_in[c], dgamma_in[c + 1u], dgamma_in[c + 2u], dgamma_in[c + 3u]);
-    // Every row's loads before the first store, as in quads_x.
-    let x = quads_x(q);
-    var g: array<vec4<f32>, QUAD_ROWS>;
-    for (var r = 0u; r < QUAD_ROWS; r++) {
-        if (r < q.count) {
-            g[r] = grad_quad(q.first + r * q.stride);
-        }
-    }
-    for (var r = 0u; r < QUAD_ROWS; r++) {
-        if (r < q.count) {
-            let x_hat = (x[r] - mean) * inv_std;
-            out4[q.first + r * q.stride] = act_pack(k * (g[r] - (dbeta4 + x_hat * dgamma4) / f32(p.rows)));
-        }
+    // Row by row, unlike write_y4: loading every row's x, dy and y first (as quads_x does)
+    // took ResNet-50's 53 passes on the H200 from 2.99 to 3.36 ms (benches/results/2026-11-28f).
+    for (var r = 0u; r < q.count; r++) {
+        let i = q.first + r * q.stride;
+        let x_hat = (act_quad(x4[i]) - mean) * inv_std;
+        out4[i] = act_pack(k * (grad_quad(i) - (dbeta4 + x_hat * dgamma4) / f32(p.rows)));
     }
 }
 
