@@ -227,7 +227,8 @@ pub fn forward_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tens
 
 /// [`forward_with`] plus a `bias` (`[filters]`, f32) added to y, and for a convolution whose
 /// output a training BatchNormalization normalises, y's statistics: with `stats`, where the
-/// implicit GEMM computes y unsplit (not Winograd, no groups, K not split), its epilogue
+/// implicit GEMM computes y unsplit on an ALU kernel (not Winograd, no groups, K not split,
+/// not the tensor cores: see `gemm::launch_statistics`), its epilogue
 /// also writes y's per-channel statistics over chunks of rows as it stores y (bias
 /// included), the BatchNorm's first pass, returned for
 /// [`super::batchnorm::forward_train_with`]; `None` where it does not. The bias goes in as

@@ -165,8 +165,8 @@ pub struct Graph<'d> {
     pub mask_dx: bool,
     /// Set by the plan (or a composite layer) while it records a layer whose output only a
     /// training BatchNormalization reads ([`Layer::takes_statistics`]): a layer that can
-    /// computes that output's statistics as it writes it and leaves them in
-    /// [`Graph::statistics`].
+    /// compute that output's statistics as it writes it (a convolution whose product runs
+    /// on an ALU kernel, not the tensor cores) leaves them in [`Graph::statistics`].
     pub want_statistics: bool,
     /// The statistics a layer computed of its output for the BatchNormalization after it:
     /// that output and its partials. Cleared by the recorder once the next layer is recorded.
