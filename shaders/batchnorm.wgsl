@@ -526,8 +526,8 @@ fn normalize_infer_joined4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_w
     write_joined4(q, m[0], m[1], beta4(q.c));
 }
 
-// The upstream gradient, masked by the fused ReLU's output where there is one; NaN where
-// that output is NaN, as in elementwise.wgsl's relu_backward.
+// The inference backward's upstream gradient, masked by the fused ReLU's output y where
+// there is one; NaN where y is NaN, as in elementwise.wgsl's relu_backward.
 fn grad(i: u32) -> f32 {
     if (p.relu == 0u) { return dy_at(i); }
     return relu_grad(dy_at(i), y_at(i));
@@ -537,6 +537,31 @@ fn grad(i: u32) -> f32 {
 fn grad_quad(i: u32) -> vec4<f32> {
     if (p.relu == 0u) { return act_quad(dy4[i]); }
     return relu_grad4(act_quad(dy4[i]), act_quad(y4[i]));
+}
+
+// The training backward's upstream gradient: dy, masked by the fused ReLU where there is
+// one. The mask is the forward's y > 0 (NaN where y is NaN) with y recomputed from x rather
+// than read: write_y's and write_y4's expression on the same saved statistics and
+// parameters, rounded as y was stored, so the same y. It spares the first pass a third of
+// its reads and the last a quarter of its traffic, and the layer's output is not needed here.
+fn y_again(xv: f32, c: u32) -> f32 {
+    return relu((xv - saved[c]) * (saved[p.cols + c] * gamma[c]) + beta[c]);
+}
+
+fn grad_train(i: u32) -> f32 {
+    if (p.relu == 0u) { return dy_at(i); }
+    return relu_grad(dy_at(i), y_again(x_at(i), i % p.cols));
+}
+
+// y_again of the quad xq of x: k = inv_std * gamma, b = beta of its channels.
+fn y_again4(xq: vec4<f32>, mean: vec4<f32>, k: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
+    return act_quad(act_pack(relu4((xq - mean) * k + b)));
+}
+
+// grad_train of quad i, whose x is xq.
+fn grad_train4(i: u32, xq: vec4<f32>, mean: vec4<f32>, k: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
+    if (p.relu == 0u) { return act_quad(dy4[i]); }
+    return relu_grad4(act_quad(dy4[i]), y_again4(xq, mean, k, b));
 }
 
 // Backward pass 1: per (chunk, column) Σ dy and Σ dy * (x - mean) into the two planes of
@@ -556,14 +581,14 @@ fn backward_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
         var r = start + t.lane;
         for (; r + 3u * t.lanes < end; r += 4u * t.lanes) {
             let i = r * p.cols + t.col;
-            let g = vec4<f32>(grad(i), grad(i + step), grad(i + 2u * step), grad(i + 3u * step));
+            let g = vec4<f32>(grad_train(i), grad_train(i + step), grad_train(i + 2u * step), grad_train(i + 3u * step));
             let xc = vec4<f32>(x_at(i), x_at(i + step), x_at(i + 2u * step), x_at(i + 3u * step)) - vec4<f32>(mean);
             s_dy += ((g.x + g.y) + g.z) + g.w;
             s_dyx += ((g.x * xc.x + g.y * xc.y) + g.z * xc.z) + g.w * xc.w;
         }
         for (; r < end; r += t.lanes) {
             let i = r * p.cols + t.col;
-            let g = grad(i);
+            let g = grad_train(i);
             s_dy += g;
             s_dyx += g * (x_at(i) - mean);
         }
@@ -587,28 +612,32 @@ fn backward_partial4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
     var s_dy = vec4<f32>(0.0);
     var s_dyx = vec4<f32>(0.0);
     if (t.col < quads) {
-        let mean = saved4(4u * t.col);
+        let c = 4u * t.col;
+        let mean = saved4(c);
+        let k = saved4(p.cols + c) * gamma4(c);
+        let b = beta4(c);
         // Four rows at a time, summed in backward_partial's order.
         let step = t.lanes * quads;
         var r = start + t.lane;
         for (; r + 3u * t.lanes < end; r += 4u * t.lanes) {
             let i = r * quads + t.col;
-            let g0 = grad_quad(i);
-            let g1 = grad_quad(i + step);
-            let g2 = grad_quad(i + 2u * step);
-            let g3 = grad_quad(i + 3u * step);
-            let x0 = act_quad(x4[i]) - mean;
-            let x1 = act_quad(x4[i + step]) - mean;
-            let x2 = act_quad(x4[i + 2u * step]) - mean;
-            let x3 = act_quad(x4[i + 3u * step]) - mean;
+            let xq0 = act_quad(x4[i]);
+            let xq1 = act_quad(x4[i + step]);
+            let xq2 = act_quad(x4[i + 2u * step]);
+            let xq3 = act_quad(x4[i + 3u * step]);
+            let g0 = grad_train4(i, xq0, mean, k, b);
+            let g1 = grad_train4(i + step, xq1, mean, k, b);
+            let g2 = grad_train4(i + 2u * step, xq2, mean, k, b);
+            let g3 = grad_train4(i + 3u * step, xq3, mean, k, b);
             s_dy += ((g0 + g1) + g2) + g3;
-            s_dyx += ((g0 * x0 + g1 * x1) + g2 * x2) + g3 * x3;
+            s_dyx += ((g0 * (xq0 - mean) + g1 * (xq1 - mean)) + g2 * (xq2 - mean)) + g3 * (xq3 - mean);
         }
         for (; r < end; r += t.lanes) {
             let i = r * quads + t.col;
-            let g = grad_quad(i);
+            let xq = act_quad(x4[i]);
+            let g = grad_train4(i, xq, mean, k, b);
             s_dy += g;
-            s_dyx += g * (act_quad(x4[i]) - mean);
+            s_dyx += g * (xq - mean);
         }
     }
     sh_a4[lid] = s_dy;
@@ -660,7 +689,7 @@ fn backward_dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     let inv_std = saved[p.cols + c];
     let x_hat = (x_at(i) - saved[c]) * inv_std;
     let m = f32(p.rows);
-    out[i] = gamma[c] * inv_std * (grad(i) - (dbeta_in[c] + x_hat * dgamma_in[c]) / m);
+    out[i] = gamma[c] * inv_std * (grad_train(i) - (dbeta_in[c] + x_hat * dgamma_in[c]) / m);
 }
 
 // backward_dx over rows * cols / 4 vec4s.
@@ -672,15 +701,17 @@ fn backward_dx4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     let c = q.c;
     let inv_std = saved4(p.cols + c);
     let mean = saved4(c);
-    let k = gamma4(c) * inv_std;
+    let k = inv_std * gamma4(c);
+    let b = beta4(c);
     let dbeta4 = vec4<f32>(dbeta_in[c], dbeta_in[c + 1u], dbeta_in[c + 2u], dbeta_in[c + 3u]);
     let dgamma4 = vec4<f32>(dgamma_in[c], dgamma_in[c + 1u], dgamma_in[c + 2u], dgamma_in[c + 3u]);
     // Row by row, unlike write_y4: loading every row's x, dy and y first (as quads_x does)
     // took ResNet-50's 53 passes on the H200 from 2.99 to 3.36 ms (benches/results/2026-11-28f).
     for (var r = 0u; r < q.count; r++) {
         let i = q.first + r * q.stride;
-        let x_hat = (act_quad(x4[i]) - mean) * inv_std;
-        out4[i] = act_pack(k * (grad_quad(i) - (dbeta4 + x_hat * dgamma4) / f32(p.rows)));
+        let xq = act_quad(x4[i]);
+        let x_hat = (xq - mean) * inv_std;
+        out4[i] = act_pack(k * (grad_train4(i, xq, mean, k, b) - (dbeta4 + x_hat * dgamma4) / f32(p.rows)));
     }
 }
 

@@ -50,7 +50,17 @@ fn vec4_index(s: Span, r: u32) -> u32 {
     return r * (p.cols >> 2u) + s.quad;
 }
 
-// The upstream gradient at vec4 i, masked by the fused ReLU's output (NaN where it is NaN).
+// The training backward's grad_train4 (batchnorm.wgsl): the mask from y recomputed from x,
+// normalize_span's expression, as y was stored.
+fn grad_train_cpu(i: u32, xq: vec4<f32>, mean: vec4<f32>, k: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
+    if (CPU_RELU) {
+        return relu_grad4(act_quad(dy4[i]), y_again4(xq, mean, k, b));
+    }
+    return act_quad(dy4[i]);
+}
+
+// The inference backward's upstream gradient at vec4 i, masked by the fused ReLU's output
+// (NaN where it is NaN).
 fn grad4(i: u32) -> vec4<f32> {
     if (CPU_RELU) {
         return relu_grad4(act_quad(dy4[i]), act_quad(y4[i]));
@@ -179,6 +189,8 @@ fn normalize_infer_joined_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(lo
 fn backward_partial_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let s = span(wid, lid);
     let mean = saved4(s.c);
+    let k = saved4(p.cols + s.c) * gamma4(s.c);
+    let b = beta4(s.c);
     var s_dy = vec4<f32>(0.0);
     var s_dyx = vec4<f32>(0.0);
     for (var r0 = s.start; r0 < s.end; r0 += BLOCK_ROWS) {
@@ -186,9 +198,10 @@ fn backward_partial_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_in
         var b_dyx = vec4<f32>(0.0);
         for (var r = r0; r < min(r0 + BLOCK_ROWS, s.end); r++) {
             let i = vec4_index(s, r);
-            let g = grad4(i);
+            let xq = act_quad(x4[i]);
+            let g = grad_train_cpu(i, xq, mean, k, b);
             b_dy += g;
-            b_dyx += g * (act_quad(x4[i]) - mean);
+            b_dyx += g * (xq - mean);
         }
         s_dy += b_dy;
         s_dyx += b_dyx;
@@ -213,14 +226,16 @@ fn backward_dx_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocat
     let c = s.c;
     let inv_std = saved4(p.cols + c);
     let mean = saved4(c);
-    let k = gamma4(c) * inv_std;
+    let k = inv_std * gamma4(c);
+    let b = beta4(c);
     let dbeta4 = vec4<f32>(dbeta_in[c], dbeta_in[c + 1u], dbeta_in[c + 2u], dbeta_in[c + 3u]);
     let dgamma4 = vec4<f32>(dgamma_in[c], dgamma_in[c + 1u], dgamma_in[c + 2u], dgamma_in[c + 3u]);
     let m = f32(p.rows);
     for (var r = s.start; r < s.end; r++) {
         let i = vec4_index(s, r);
-        let x_hat = (act_quad(x4[i]) - mean) * inv_std;
-        out4[i] = act_pack(k * (grad4(i) - (dbeta4 + x_hat * dgamma4) / m));
+        let xq = act_quad(x4[i]);
+        let x_hat = (xq - mean) * inv_std;
+        out4[i] = act_pack(k * (grad_train_cpu(i, xq, mean, k, b) - (dbeta4 + x_hat * dgamma4) / m));
     }
 }
 

@@ -286,31 +286,36 @@ fn infer(kernel: &'static str, device: &Device, cfg: &BatchNormConfig, x: &Tenso
 /// Backward of [`forward_train`]: `dgamma = Σ dy·x_hat`, `dbeta = Σ dy`,
 /// `dx = gamma·inv_std/M · (M·dy − dbeta − x_hat·dgamma)` with M the number of rows; all
 /// three overwritten. With `cfg.relu`, `dy` is first masked by `y > 0`, `y` being the
-/// forward's (ReLU'd) output, and NaN where `y` is NaN (the fused ReLU keeps NaN); without it `y` is bound but not read.
+/// forward's (ReLU'd) output, and NaN where `y` is NaN (the fused ReLU keeps NaN). `y` is
+/// not read: it is recomputed from `x`, `saved`, `gamma` and `beta` by the forward's own
+/// expression and rounded as the forward stored it, so the mask is the forward's; that
+/// spares the passes a third of the first one's reads and a quarter of the last one's
+/// traffic. `beta` is read only for that.
 ///
 /// # Shapes
-/// x, y, dy, dx: `[..., C]`; gamma, dgamma, dbeta: `[C]`; saved: `[2, C]`.
+/// x, dy, dx: `[..., C]`; gamma, beta, dgamma, dbeta: `[C]`; saved: `[2, C]`.
 ///
 /// # Dtypes
-/// x and y as the forward had them, and dy and dx stored as they are: all four F32, or all
-/// four F16 with C a multiple of 4; the rest F32.
+/// x as the forward had it, and dy and dx stored as they are: all three F32, or all three
+/// F16 with C a multiple of 4; the rest F32.
 #[allow(clippy::too_many_arguments)]
 pub fn backward(
     device: &Device,
     cfg: &BatchNormConfig,
     x: &Tensor,
-    y: &Tensor,
     dy: &Tensor,
     gamma: &Tensor,
+    beta: &Tensor,
     saved: &Tensor,
     dx: &Tensor,
     dgamma: &Tensor,
     dbeta: &Tensor,
 ) -> Result<Vec<Dispatch>> {
     const K: &str = "batchnorm backward";
-    let split = check(K, cfg, x, &[("y", y), ("dy", dy), ("dx", dx)], &[("gamma", gamma), ("dgamma", dgamma), ("dbeta", dbeta)], saved)?;
-    let storage = activations(K, &split, &[("x", x), ("y", y), ("dy", dy), ("dx", dx)], &[("gamma", gamma), ("saved", saved), ("dgamma", dgamma), ("dbeta", dbeta)])?;
-    disjoint(K, &[("dx", dx), ("dgamma", dgamma), ("dbeta", dbeta)], &[("x", x), ("y", y), ("dy", dy), ("gamma", gamma), ("saved", saved)])?;
+    let per_channel = [("gamma", gamma), ("beta", beta), ("dgamma", dgamma), ("dbeta", dbeta)];
+    let split = check(K, cfg, x, &[("dy", dy), ("dx", dx)], &per_channel, saved)?;
+    let storage = activations(K, &split, &[("x", x), ("dy", dy), ("dx", dx)], &[&per_channel[..], &[("saved", saved)]].concat())?;
+    disjoint(K, &[("dx", dx), ("dgamma", dgamma), ("dbeta", dbeta)], &[("x", x), ("dy", dy), ("gamma", gamma), ("beta", beta), ("saved", saved)])?;
     let plan = Plan::new(device, cfg, split, storage, K)?;
     let params = Params::new(plan.split(), cfg);
     let partials = scratch(device, "batchnorm gradient sums", 2 * plan.split().chunks as usize * split.cols as usize);
@@ -320,14 +325,14 @@ pub fn backward(
             device,
             ["backward_partial", "backward_partial4", "backward_partial_cpu"],
             &params,
-            &[(1, t(x)), (2, t(y)), (3, t(dy)), (6, t(saved)), (12, Bind::Scratch(&partials))],
+            &[(1, t(x)), (3, t(dy)), (4, t(gamma)), (5, t(beta)), (6, t(saved)), (12, Bind::Scratch(&partials))],
         )?,
         plan.merge(device, ["backward_merge", "backward_merge_cpu"], &params, &[(6, t(saved)), (9, Bind::Scratch(&partials)), (17, t(dgamma)), (18, t(dbeta))])?,
         plan.per_element(
             device,
             ["backward_dx", "backward_dx4", "backward_dx_cpu"],
             &params,
-            &[(1, t(x)), (2, t(y)), (3, t(dy)), (4, t(gamma)), (6, t(saved)), (10, t(dgamma)), (11, t(dbeta)), (16, t(dx))],
+            &[(1, t(x)), (3, t(dy)), (4, t(gamma)), (5, t(beta)), (6, t(saved)), (10, t(dgamma)), (11, t(dbeta)), (16, t(dx))],
         )?,
     ])
 }

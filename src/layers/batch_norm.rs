@@ -120,8 +120,8 @@ impl Layer for BatchNormalization {
         }
         let (gamma, beta, mean, var) = (&w.params[0], &w.params[1], &w.states[0], &w.states[1]);
         let cfg = BatchNormConfig { relu, ..self.cfg() };
-        // The record's output is the block's: the backward reads only its storage (and binds
-        // it, unread, as y: this layer has no ReLU of its own).
+        // The record's output is the block's: the training backward does not read it, and
+        // the frozen one binds it, unread, as y (this layer has no ReLU of its own).
         if g.training && !g.frozen {
             let saved = g.device.alloc(&[2, *x.shape().last().unwrap()], crate::DType::F32)?;
             let mut extra = vec![saved.clone()];
@@ -147,7 +147,7 @@ impl Layer for BatchNormalization {
             return Ok(Some(dx));
         }
         let stats = saved.extra.first().ok_or_else(|| crate::Error::Config("BatchNormalization backward without a training forward".into()))?;
-        g.extend(batchnorm::backward(g.device, &self.cfg(), x, &saved.output, dy, &w.params[0], stats, &dx, &w.grads[0], &w.grads[1])?);
+        g.extend(batchnorm::backward(g.device, &self.cfg(), x, dy, &w.params[0], &w.params[1], stats, &dx, &w.grads[0], &w.grads[1])?);
         Ok(Some(dx))
     }
 }

@@ -360,7 +360,7 @@ pub(crate) fn check_backward(name: &str, k: &Case, cfg: &BatchNormConfig, dy: &[
     let d = device();
     let (out, mut dispatches) = train(k, cfg);
     let ((tdy, dy), dx, dgamma, dbeta) = (k.upload_dy(dy), k.stale_act(), stale(&[k.c]), stale(&[k.c]));
-    dispatches.extend(batchnorm::backward(&d, cfg, &out.x, &out.y, &tdy, &out.params[0], &out.saved, &dx, &dgamma, &dbeta).unwrap());
+    dispatches.extend(batchnorm::backward(&d, cfg, &out.x, &tdy, &out.params[0], &out.params[1], &out.saved, &dx, &dgamma, &dbeta).unwrap());
     run(&dispatches);
     let (want_dx, want_dgamma, want_dbeta) = backward_ref(k, &read_act(&out.y), &dy, cfg.relu);
     [
@@ -457,7 +457,7 @@ fn step(k: &Case, cfg: &BatchNormConfig, dy: &[f32]) -> [Vec<f32>; 7] {
     let d = device();
     let (out, mut dispatches) = train(k, cfg);
     let (tdy, dx, dgamma, dbeta) = (upload(dy, &k.shape), stale(&k.shape), stale(&[k.c]), stale(&[k.c]));
-    dispatches.extend(batchnorm::backward(&d, cfg, &out.x, &out.y, &tdy, &out.params[0], &out.saved, &dx, &dgamma, &dbeta).unwrap());
+    dispatches.extend(batchnorm::backward(&d, cfg, &out.x, &tdy, &out.params[0], &out.params[1], &out.saved, &dx, &dgamma, &dbeta).unwrap());
     run(&dispatches);
     [&out.y, &out.saved, &out.params[2], &out.params[3], &dx, &dgamma, &dbeta].map(read)
 }
@@ -533,8 +533,9 @@ fn bad_shapes_and_configs_are_refused() {
     let bad = BatchNormConfig { momentum: 1.5, ..cfg };
     assert!(batchnorm::forward_infer(&d, &bad, &x, &g, &b, &mm, &mv, &y).is_err(), "momentum 1.5");
     assert!(batchnorm::forward_infer(&d, &cfg, &z(&[0, 8]), &g, &b, &mm, &mv, &z(&[0, 8])).is_err(), "no rows");
-    assert!(batchnorm::backward(&d, &cfg, &x, &y, &y, &g, &saved, &z(&[2, 3, 3, 8]), &z(&[8]), &z(&[9])).is_err(), "dbeta must be [C]");
-    assert!(batchnorm::backward(&d, &cfg, &x, &y, &y, &g, &saved, &y, &z(&[8]), &z(&[8])).is_err(), "dx may not alias y");
+    assert!(batchnorm::backward(&d, &cfg, &x, &y, &g, &b, &saved, &z(&[2, 3, 3, 8]), &z(&[8]), &z(&[9])).is_err(), "dbeta must be [C]");
+    assert!(batchnorm::backward(&d, &cfg, &x, &y, &g, &z(&[9]), &saved, &z(&[2, 3, 3, 8]), &z(&[8]), &z(&[8])).is_err(), "beta must be [C]");
+    assert!(batchnorm::backward(&d, &cfg, &x, &y, &g, &b, &saved, &y, &z(&[8]), &z(&[8])).is_err(), "dx may not alias dy");
     assert!(batchnorm::backward_infer(&d, &cfg, &y, &x, &g, &mv, &z(&[2, 3, 3, 8])).is_ok());
     let e = batchnorm::backward_infer(&d, &cfg, &y, &x, &g, &z(&[9]), &z(&[2, 3, 3, 8])).unwrap_err().to_string();
     assert!(e.contains("moving_var") && e.contains("[9]"), "message names the operand: {e}");
@@ -666,7 +667,7 @@ fn f16_fused_relu_gradient_keeps_nan() {
             // training: channel 1's statistics are NaN, so its y and dx are NaN in every row
             let (saved, y, dx, dgamma, dbeta) = (d.zeros(&[2, c]).unwrap(), h(), h(), d.zeros(&[c]).unwrap(), d.zeros(&[c]).unwrap());
             let mut dispatches = batchnorm::forward_train(&d, &cfg, &tx, &gamma, &beta, &mm, &mv, &saved, &y).unwrap();
-            dispatches.extend(batchnorm::backward(&d, &cfg, &tx, &y, &dy, &gamma, &saved, &dx, &dgamma, &dbeta).unwrap());
+            dispatches.extend(batchnorm::backward(&d, &cfg, &tx, &dy, &gamma, &beta, &saved, &dx, &dgamma, &dbeta).unwrap());
             run(&dispatches);
             nan_at(&format!("{engine:?} train y"), &y, &|i| i % c == 1);
             nan_at(&format!("{engine:?} train dx"), &dx, &|i| i % c == 1);
@@ -704,7 +705,7 @@ fn f16_dtypes_and_channels_are_checked() {
         let cfg = BatchNormConfig { engine: Some(engine), ..Default::default() };
         assert!(batchnorm::forward_train(&d, &cfg, &x, &g, &b, &mm, &mv, &saved, &y).is_ok());
         assert!(batchnorm::forward_infer(&d, &cfg, &x, &g, &b, &mm, &mv, &y).is_ok());
-        assert!(batchnorm::backward(&d, &cfg, &x, &y, &dy, &g, &saved, &dx, &dg, &db).is_ok());
+        assert!(batchnorm::backward(&d, &cfg, &x, &dy, &g, &b, &saved, &dx, &dg, &db).is_ok());
         assert!(batchnorm::backward_infer(&d, &cfg, &y, &dy, &g, &mv, &dx).is_ok());
 
         // Mixed activations, and gradients not stored as their activations (one module
@@ -712,16 +713,15 @@ fn f16_dtypes_and_channels_are_checked() {
         let a32 = z(&shape);
         says(batchnorm::forward_train(&d, &cfg, &x, &g, &b, &mm, &mv, &saved, &a32).unwrap_err(), &["forward_train", "y", "x", "F32", "F16", "[2, 3, 3, 8]"]);
         says(batchnorm::forward_infer(&d, &cfg, &z(&shape), &g, &b, &mm, &mv, &y).unwrap_err(), &["forward_infer", "y", "x", "F32", "F16"]);
-        says(batchnorm::backward(&d, &cfg, &x, &a32, &dy, &g, &saved, &dx, &dg, &db).unwrap_err(), &["backward", "y", "F32", "F16"]);
-        says(batchnorm::backward(&d, &cfg, &x, &y, &a32, &g, &saved, &dx, &dg, &db).unwrap_err(), &["backward", "dy", "[2, 3, 3, 8]", "is F32", "expected F16 as x"]);
-        says(batchnorm::backward(&d, &cfg, &x, &y, &dy, &g, &saved, &a32, &dg, &db).unwrap_err(), &["backward", "dx", "is F32", "expected F16 as x"]);
+                says(batchnorm::backward(&d, &cfg, &x, &a32, &g, &b, &saved, &dx, &dg, &db).unwrap_err(), &["backward", "dy", "[2, 3, 3, 8]", "is F32", "expected F16 as x"]);
+        says(batchnorm::backward(&d, &cfg, &x, &dy, &g, &b, &saved, &a32, &dg, &db).unwrap_err(), &["backward", "dx", "is F32", "expected F16 as x"]);
         says(batchnorm::backward_infer(&d, &cfg, &y, &a32, &g, &mv, &dx).unwrap_err(), &["backward_infer", "dy", "is F32", "expected F16 as y"]);
         says(batchnorm::backward_infer(&d, &cfg, &y, &dy, &g, &mv, &a32).unwrap_err(), &["backward_infer", "dx", "is F32", "expected F16 as y"]);
         // f32 activations take f32 gradients only.
         let (x32, y32, s32) = (z(&shape), z(&shape), z(&shape));
-        assert!(batchnorm::backward(&d, &cfg, &x32, &y32, &a32, &g, &saved, &s32, &dg, &db).is_ok());
-        says(batchnorm::backward(&d, &cfg, &x32, &y32, &dy, &g, &saved, &s32, &dg, &db).unwrap_err(), &["backward", "dy", "is F16", "expected F32 as x"]);
-        says(batchnorm::backward(&d, &cfg, &x32, &y32, &a32, &g, &saved, &dx, &dg, &db).unwrap_err(), &["backward", "dx", "is F16", "expected F32 as x"]);
+        assert!(batchnorm::backward(&d, &cfg, &x32, &a32, &g, &b, &saved, &s32, &dg, &db).is_ok());
+        says(batchnorm::backward(&d, &cfg, &x32, &dy, &g, &b, &saved, &s32, &dg, &db).unwrap_err(), &["backward", "dy", "is F16", "expected F32 as x"]);
+        says(batchnorm::backward(&d, &cfg, &x32, &a32, &g, &b, &saved, &dx, &dg, &db).unwrap_err(), &["backward", "dx", "is F16", "expected F32 as x"]);
         says(batchnorm::backward_infer(&d, &cfg, &y32, &dy, &g, &mv, &s32).unwrap_err(), &["backward_infer", "dy", "is F16", "expected F32 as y"]);
         says(batchnorm::backward_infer(&d, &cfg, &y32, &a32, &g, &mv, &dx).unwrap_err(), &["backward_infer", "dx", "is F16", "expected F32 as y"]);
 
@@ -729,8 +729,9 @@ fn f16_dtypes_and_channels_are_checked() {
         says(batchnorm::forward_train(&d, &cfg, &x, &h(&[8]), &b, &mm, &mv, &saved, &y).unwrap_err(), &["forward_train", "gamma", "[8]", "F16", "F32"]);
         says(batchnorm::forward_train(&d, &cfg, &x, &g, &b, &mm, &mv, &h(&[2, 8]), &y).unwrap_err(), &["forward_train", "saved", "[2, 8]", "F16"]);
         says(batchnorm::forward_infer(&d, &cfg, &x, &g, &b, &mm, &h(&[8]), &y).unwrap_err(), &["forward_infer", "moving_var", "F16"]);
-        says(batchnorm::backward(&d, &cfg, &x, &y, &dy, &g, &saved, &dx, &h(&[8]), &db).unwrap_err(), &["backward", "dgamma", "F16"]);
-        says(batchnorm::backward(&d, &cfg, &x, &y, &dy, &g, &saved, &dx, &dg, &h(&[8])).unwrap_err(), &["backward", "dbeta", "F16"]);
+        says(batchnorm::backward(&d, &cfg, &x, &dy, &g, &b, &saved, &dx, &h(&[8]), &db).unwrap_err(), &["backward", "dgamma", "F16"]);
+        says(batchnorm::backward(&d, &cfg, &x, &dy, &g, &h(&[8]), &saved, &dx, &dg, &db).unwrap_err(), &["backward", "beta", "F16"]);
+        says(batchnorm::backward(&d, &cfg, &x, &dy, &g, &b, &saved, &dx, &dg, &h(&[8])).unwrap_err(), &["backward", "dbeta", "F16"]);
         let u = d.zeros_of(&shape, DType::U32).unwrap();
         says(batchnorm::forward_infer(&d, &cfg, &u, &g, &b, &mm, &mv, &d.zeros_of(&shape, DType::U32).unwrap()).unwrap_err(), &["forward_infer", "x", "U32"]);
 
@@ -740,7 +741,7 @@ fn f16_dtypes_and_channels_are_checked() {
         let (g6, b6, mm6, mv6, dg6, db6) = (z(&[6]), z(&[6]), z(&[6]), z(&[6]), z(&[6]), z(&[6]));
         says(batchnorm::forward_train(&d, &cfg, &x6, &g6, &b6, &mm6, &mv6, &s6, &y6).unwrap_err(), &["forward_train", "x", "[5, 6]", "F16", "6 channels", "multiple of 4"]);
         says(batchnorm::forward_infer(&d, &cfg, &x6, &g6, &b6, &mm6, &mv6, &y6).unwrap_err(), &["forward_infer", "[5, 6]", "multiple of 4"]);
-        says(batchnorm::backward(&d, &cfg, &x6, &y6, &d6, &g6, &s6, &dx6, &dg6, &db6).unwrap_err(), &["backward", "[5, 6]", "multiple of 4"]);
+        says(batchnorm::backward(&d, &cfg, &x6, &d6, &g6, &b6, &s6, &dx6, &dg6, &db6).unwrap_err(), &["backward", "[5, 6]", "multiple of 4"]);
         says(batchnorm::backward_infer(&d, &cfg, &y6, &d6, &g6, &mv6, &dx6).unwrap_err(), &["backward_infer", "y", "[5, 6]", "multiple of 4"]);
         assert!(batchnorm::forward_train(&d, &cfg, &z(&odd), &g6, &b6, &mm6, &mv6, &s6, &z(&odd)).is_ok());
     }

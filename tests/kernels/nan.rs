@@ -131,7 +131,7 @@ fn batchnorm_fused_relu_keeps_nan() {
             let mut dispatches = batchnorm::forward_train(&d, &cfg, &tx, &gamma, &beta, &mm, &mv, &saved, &yt).unwrap();
             let dy = upload(&vec![1.0; rows * c], &shape);
             let (dx, dgamma, dbeta) = (d.zeros(&shape).unwrap(), d.zeros(&[c]).unwrap(), d.zeros(&[c]).unwrap());
-            dispatches.extend(batchnorm::backward(&d, &cfg, &tx, &yt, &dy, &gamma, &saved, &dx, &dgamma, &dbeta).unwrap());
+            dispatches.extend(batchnorm::backward(&d, &cfg, &tx, &dy, &gamma, &beta, &saved, &dx, &dgamma, &dbeta).unwrap());
             run(&dispatches);
             let got = read(&yt);
             for (i, v) in got.iter().enumerate() {
