@@ -119,6 +119,29 @@ var<private> p: Params;
 // declaration, so the host binds C again where STATS is off.
 @group(0) @binding(5) var<storage, read_write> stats: array<f32>;
 override STATS: bool = false;
+// A_NORM: A is a convolution's input seen through the BatchNormalization (with A_NORM_RELU,
+// and its fused ReLU) that produced it: the gathers make each element what that layer's
+// forward would have stored, (x - mean[c]) * k[c] + b[c] with k = inv_std * gamma and b =
+// beta, rounded as A is stored, so that the normalized tensor need not be written and read
+// back. `a_norm` holds mean, k and b, C each ([3, C], C = p.in_c); the padding stays zero,
+// as the convolution pads the normalized input. Forward products only (A = Rows or Im2col;
+// the host sees to it). Every GEMM entry point reads this binding's declaration: the host
+// binds A again where A_NORM is off.
+@group(0) @binding(6) var<storage, read> a_norm: array<f32>;
+override A_NORM: bool = false;
+override A_NORM_RELU: bool = false;
+
+// Element x of channel c as the BatchNorm would have stored it (before the storage rounding).
+fn normed(x: f32, c: u32) -> f32 {
+    let v = (x - a_norm[c]) * a_norm[p.in_c + c] + a_norm[2u * p.in_c + c];
+    return select(v, relu(v), A_NORM_RELU);
+}
+
+// Channels c..c+3 of a quad, rounded as A is stored (shaders/lib/act_*.wgsl's `raw_of`).
+fn normed_raw(v: a_stage, c: u32) -> a_stage {
+    let x = raw_value(v);
+    return raw_of(vec4<f32>(normed(x.x, c), normed(x.y, c + 1u), normed(x.z, c + 2u), normed(x.w, c + 3u)));
+}
 
 // How A[m, k] is gathered. Keep in step with `ALoad` in src/kernels/gemm.rs.
 const A_ROWS: u32 = 0u;       // a[M, K] row-major: k contiguous
@@ -328,7 +351,11 @@ fn a_at(m: u32, k: u32) -> f32 {
     }
     let q = i / 4u;
     let r = i % 4u;
-    return act_elem(a[q][act_lane(r)], i);
+    let v = act_elem(a[q][act_lane(r)], i);
+    if (A_NORM) {
+        return normed(v, select(k, k % p.in_c, A_KIND == A_IM2COL));
+    }
+    return v;
 }
 
 fn b_at(k: u32, n: u32) -> f32 {
@@ -354,6 +381,9 @@ fn a_quad(m: u32, k: u32) -> a_stage {
             return a_stage();
         }
         let q = i / 4u;
+        if (A_NORM) {
+            return normed_raw(act_raw(a[q]), select(k, k % p.in_c, A_KIND == A_IM2COL));
+        }
         return act_raw(a[q]);
     }
     if (a_is_m_contiguous()) {
@@ -575,6 +605,9 @@ fn fetch_im2col_scalar(k: u32) {
             if (r.w != 0 && t.z >= 0 && ih >= 0 && ih < i32(p.in_h) && iw >= 0 && iw < i32(p.in_w)) {
                 let i = image_index(u32(r.x + ih) * p.in_w + u32(iw), u32(t.z), p.in_c);
                 v[e] = act_elem(a[i / 4u][act_lane(i % 4u)], i);
+                if (A_NORM) {
+                    v[e] = normed(v[e], u32(t.z));
+                }
             }
         }
         a_reg[s] = raw_of(v);
@@ -662,6 +695,9 @@ fn fetch_a_conv(k0: u32, lid: u32) {
                 let iw = r.z + j;
                 if (ih >= 0 && ih < i32(p.in_h) && iw >= 0 && iw < i32(p.in_w)) {
                     v = act_raw(a[image_index(u32(r.x + ih) * p.in_w + u32(iw), ch, p.in_c) / 4u]);
+                    if (A_NORM) {
+                        v = normed_raw(v, ch);
+                    }
                 }
             } else {
                 // dx[ih] gathers dy[oh] where oh * s = ih + pt - i: a whole oh only in one

@@ -222,8 +222,32 @@ fn a_rows(m0: u32) {
     }
 }
 
-// ap[r] = A[m0 + r, k0 .. k0 + 4], zero past k_end (and in the padding).
+// The channel of the tracker's k (A_NORM: Rows or Im2col): k itself, or the tracked c.
+fn a_channel(k: u32) -> u32 {
+    return select(k, at.x, A_KIND == A_IM2COL);
+}
+
+// A_NORM (conv2d.wgsl) on a gathered quad of channels c..c+3, zero where it is outside the
+// image (the padding of the normalized input).
+fn normed_vec(v: vec4<f32>, c: u32, inside: bool) -> vec4<f32> {
+    if (!A_NORM) {
+        return v;
+    }
+    return select(vec4<f32>(0.0), vec4<f32>(normed(v.x, c), normed(v.y, c + 1u), normed(v.z, c + 2u), normed(v.w, c + 3u)), inside);
+}
+
+// ap[r] = A[m0 + r, k0 .. k0 + 4], zero past k_end (and in the padding); with A_NORM the
+// normalized input, rounded as A is stored.
 fn a_panel(ap: ptr<function, array<vec4<f32>, 8>>, m0: u32, k0: u32, k_end: u32) {
+    a_gather(ap, m0, k0, k_end);
+    if (A_NORM) {
+        for (var r = 0u; r < CPU_ROWS; r++) {
+            (*ap)[r] = act_quad(act_pack((*ap)[r]));
+        }
+    }
+}
+
+fn a_gather(ap: ptr<function, array<vec4<f32>, 8>>, m0: u32, k0: u32, k_end: u32) {
     if (A_GENERAL) {
         for (var r = 0u; r < CPU_ROWS; r++) {
             let m = min(m0 + r, p.m - 1u);
@@ -237,9 +261,11 @@ fn a_panel(ap: ptr<function, array<vec4<f32>, 8>>, m0: u32, k0: u32, k_end: u32)
             // multiples of 4), so one k part serves them.
             let q = a_col(k0);
             let ok = k0 < k_end;
+            let c = a_channel(k0);
             for (var r = 0u; r < CPU_ROWS; r++) {
                 let rp = vec3<i32>(ar_off[r], ar_h[r], ar_w[r]);
-                (*ap)[r] = a_vec(rp.x + q.x, ok && a_inside(rp, q));
+                let inside = ok && a_inside(rp, q);
+                (*ap)[r] = normed_vec(a_vec(rp.x + q.x, inside), c, inside);
             }
             a_advance(4u);
             return;
@@ -247,9 +273,15 @@ fn a_panel(ap: ptr<function, array<vec4<f32>, 8>>, m0: u32, k0: u32, k_end: u32)
         for (var e = 0u; e < 4u; e++) {
             let q = a_col(k0 + e);
             let ok = k0 + e < k_end;
+            let c = a_channel(k0 + e);
             for (var r = 0u; r < CPU_ROWS; r++) {
                 let rp = vec3<i32>(ar_off[r], ar_h[r], ar_w[r]);
-                (*ap)[r][e] = a_scalar(rp.x + q.x, ok && a_inside(rp, q));
+                let inside = ok && a_inside(rp, q);
+                var v = a_scalar(rp.x + q.x, inside);
+                if (A_NORM && inside) {
+                    v = normed(v, c);
+                }
+                (*ap)[r][e] = v;
             }
             a_advance(1u);
         }

@@ -225,6 +225,32 @@ pub fn forward_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tens
     Ok(forward_statistics(device, geom, x, w, None, y, opts, false)?.0)
 }
 
+/// A training or inference BatchNormalization, with its fused ReLU where `relu`, applied to a
+/// convolution's input as the product gathers it ([`forward_normalized`]): each element x of
+/// channel c becomes `(x - mean[c]) * k[c] + b[c]` (then the ReLU), rounded as x is stored —
+/// what that layer's forward would have stored — so that its output need not be written and
+/// read back. `params` is `[3, in_c]` f32: the means, `k = inv_std * gamma` and `b = beta`
+/// (a training layer's batch statistics, or the moving ones). The padding stays zero.
+#[derive(Clone, Copy, Debug)]
+pub struct InputNorm<'a> {
+    /// `[3, in_c]` f32: mean, inv_std * gamma, beta.
+    pub params: &'a Tensor,
+    /// The ReLU after the normalization.
+    pub relu: bool,
+}
+
+/// [`forward_with`] of the input normalized as it is gathered (see [`InputNorm`]), on the
+/// implicit GEMM (not Winograd); grouped convolutions are refused.
+#[allow(clippy::too_many_arguments)]
+pub fn forward_normalized(device: &Device, geom: &Conv2dGeometry, x: &Tensor, norm: InputNorm<'_>, w: &Tensor, y: &Tensor, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
+    const K: &str = "conv2d_forward";
+    expect_shape(K, "x", x, &geom.input_shape())?;
+    expect_shape(K, "kernel", w, &geom.kernel_shape())?;
+    expect_shape(K, "y", y, &geom.output_shape())?;
+    let g = forward_gemm(K, geom, x, w, y, geom.flops() as f64);
+    gemm::launch(device, &Gemm { a_norm: Some(norm), ..g }, opts)
+}
+
 /// [`forward_with`] plus a `bias` (`[filters]`, f32) added to y, and for a convolution whose
 /// output a training BatchNormalization normalises, y's statistics: with `stats`, where the
 /// implicit GEMM computes y unsplit on an ALU kernel (not Winograd, no groups, K not split,
@@ -291,6 +317,7 @@ fn forward_gemm<'a>(label: &'static str, geom: &'a Conv2dGeometry, x: &'a Tensor
         bias: None,
         c: y,
         stats: None,
+        a_norm: None,
         flops,
     }
 }
@@ -435,6 +462,7 @@ pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w
                 bias: None,
                 c: dx,
                 stats: None,
+                a_norm: None,
                 // The forward's useful count, shared out by each phase's multiply-adds.
                 flops: if total > 0.0 { geom.flops() as f64 * work(product) / total } else { 0.0 },
             }
@@ -459,6 +487,7 @@ pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w
         bias: None,
         c: dx,
         stats: None,
+        a_norm: None,
         flops: geom.flops() as f64,
     };
     gemm::launch(device, &g, opts)
@@ -586,6 +615,7 @@ pub fn backward_weights_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor,
         bias: None,
         c: dw,
         stats: None,
+        a_norm: None,
         flops: geom.flops() as f64,
     };
     gemm::launch(device, &g, opts)

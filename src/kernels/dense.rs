@@ -63,6 +63,7 @@ fn product(
         bias,
         c,
         stats: None,
+        a_norm: None,
         flops: 2.0 * m as f64 * n as f64 * k as f64,
     };
     gemm::launch(device, &g, opts)

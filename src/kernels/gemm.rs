@@ -543,6 +543,9 @@ pub(crate) struct Gemm<'a> {
     /// Where the epilogue writes C's per-column statistics (`STATS` in
     /// shaders/conv2d.wgsl); set by [`launch_statistics`] alone.
     pub stats: Option<&'a Tensor>,
+    /// A forward convolution's input normalized as it is gathered (`A_NORM` in
+    /// shaders/conv2d.wgsl; see [`super::conv2d::InputNorm`]).
+    pub a_norm: Option<super::conv2d::InputNorm<'a>>,
     /// Useful floating-point operations, for the profile: `2 * m * n * k` for a plain
     /// product, the forward's count for each convolution pass (the stride > 1 input
     /// gradient's K holds taps that never meet an output, which are not useful work).
@@ -935,6 +938,16 @@ fn check_operands(g: &Gemm) -> Result<()> {
     if g.groups.is_some() && g.bias.is_some() {
         bail!(Config, "{kernel}: a grouped product takes no bias (the convolution adds its own)");
     }
+    if let Some(norm) = g.a_norm {
+        let channels = g.conv.map(|geom| geom.in_c);
+        if !matches!(g.a_load, ALoad::Rows | ALoad::Im2col) || g.groups.is_some() || g.phase.is_some() || channels.is_none() {
+            bail!(Config, "{kernel}: only an ungrouped convolution's forward normalizes its input as it gathers it (A {:?})", g.a_load);
+        }
+        let want = [3, channels.unwrap_or(0)];
+        if norm.params.shape() != want || norm.params.dtype() != DType::F32 {
+            bail!(Shape, "{kernel}: the input's normalization {:?} {:?}, expected F32 {want:?} (mean, inv_std * gamma, beta)", norm.params.shape(), norm.params.dtype());
+        }
+    }
     Ok(())
 }
 
@@ -1157,6 +1170,16 @@ pub(super) fn record(
     // One z-layer a product (see `launch_phases`).
     groups[2] = products.len() as u32;
     let bias_token = if g.bias.is_some() { "bias" } else { "" };
+    if let Some(norm) = g.a_norm {
+        constants.push(("A_NORM", 1.0));
+        if norm.relu {
+            constants.push(("A_NORM_RELU", 1.0));
+        }
+    }
+    // The normalization's binding, which every GEMM entry point declares, takes A where
+    // there is none.
+    let norm_binding = quad_binding(kernel, g.a_norm.map_or(g.a, |n| n.params))?;
+    let path = if g.a_norm.is_some() { format!("{path} a_norm") } else { path };
     let group_token = if g.groups.is_some() { "grouped" } else { "" };
     // Whichever dispatch writes c stores a phase product's rows at their dx pixels.
     let rows = g.phase.is_some();
@@ -1180,6 +1203,7 @@ pub(super) fn record(
         if declares_stats(entry) {
             bindings.push((5, quad_binding(kernel, g.stats.unwrap_or(g.c))?));
         }
+        bindings.push((6, norm_binding));
         let halves = Halves::of(g);
         let gemm = with_uniform(device, halves.variant(family), entry, &constants, &products, &bindings, groups).named(kernel, flops);
         return Ok(vec![gemm.tagged(format!("{path} {bias_token} {}", halves.token()))]);
@@ -1216,6 +1240,7 @@ pub(super) fn record(
     if declares_stats(entry) {
         bindings.push((5, partials.clone()));
     }
+    bindings.push((6, norm_binding));
     // The partials of split s and group j are the compact M x N block s * groups + j; the
     // reduce stores each group's block into C's slice.
     let mut partial = p;

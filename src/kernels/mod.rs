@@ -145,7 +145,7 @@ macro_rules! gemm_family {
     (@one $name:expr, $prefix:literal, $a:literal, $b:literal, $c:literal $(, $tail:literal)?) => {
         Shader {
             name: $name,
-            source: concat!($prefix, libs!("half.wgsl", $a, $b, $c), include_str!("../../shaders/conv2d.wgsl") $(, include_str!(concat!("../../shaders/", $tail)))?),
+            source: concat!($prefix, libs!("half.wgsl", "relu.wgsl", $a, $b, $c), include_str!("../../shaders/conv2d.wgsl") $(, include_str!(concat!("../../shaders/", $tail)))?),
             trusted: true,
         }
     };

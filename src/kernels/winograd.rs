@@ -254,6 +254,7 @@ pub(crate) fn convolve(device: &Device, kernel: &'static str, geom: &Conv2dGeome
         bias: None,
         c: &mm,
         stats: None,
+        a_norm: None,
         flops: geom.flops() as f64,
     };
     let product = GemmOptions { winograd: None, ..*opts };

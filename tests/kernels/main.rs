@@ -14,6 +14,7 @@ mod depthwise;
 mod elementwise;
 mod reduce;
 mod image;
+mod input_norm;
 mod layernorm;
 mod loss;
 mod nan;
