@@ -241,7 +241,6 @@ pub struct InputNorm<'a> {
 
 /// [`forward_with`] of the input normalized as it is gathered (see [`InputNorm`]), on the
 /// implicit GEMM (not Winograd); grouped convolutions are refused.
-#[allow(clippy::too_many_arguments)]
 pub fn forward_normalized(device: &Device, geom: &Conv2dGeometry, x: &Tensor, norm: InputNorm<'_>, w: &Tensor, y: &Tensor, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
     const K: &str = "conv2d_forward";
     expect_shape(K, "x", x, &geom.input_shape())?;
