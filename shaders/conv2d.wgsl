@@ -124,12 +124,23 @@ override STATS: bool = false;
 // forward would have stored, (x - mean[c]) * k[c] + b[c] with k = inv_std * gamma and b =
 // beta, rounded as A is stored, so that the normalized tensor need not be written and read
 // back. `a_norm` holds mean, k and b, C each ([3, C], C = p.in_c); the padding stays zero,
-// as the convolution pads the normalized input. Forward products only (A = Rows or Im2col;
-// the host sees to it). Every GEMM entry point reads this binding's declaration: the host
+// as the convolution pads the normalized input. The forward (A = Rows, Im2col) and the
+// weight gradient (A = Cols, Im2colT) of an ungrouped convolution (the host sees to it). Every GEMM entry point reads this binding's declaration: the host
 // binds A again where A_NORM is off.
 @group(0) @binding(6) var<storage, read> a_norm: array<f32>;
 override A_NORM: bool = false;
 override A_NORM_RELU: bool = false;
+
+// The channel of A[m, k]: k (Rows), k's c (Im2col), m (Cols: x as [pixels, C], A its
+// transpose) or m's c (Im2colT).
+fn a_channel(m: u32, k: u32) -> u32 {
+    switch A_KIND {
+        case A_ROWS: { return k; }
+        case A_IM2COL: { return k % p.in_c; }
+        case A_COLS: { return m; }
+        default: { return m % p.in_c; }
+    }
+}
 
 // Element x of channel c as the BatchNorm would have stored it (before the storage rounding).
 fn normed(x: f32, c: u32) -> f32 {
@@ -353,7 +364,7 @@ fn a_at(m: u32, k: u32) -> f32 {
     let r = i % 4u;
     let v = act_elem(a[q][act_lane(r)], i);
     if (A_NORM) {
-        return normed(v, select(k, k % p.in_c, A_KIND == A_IM2COL));
+        return normed(v, a_channel(m, k));
     }
     return v;
 }
@@ -382,7 +393,7 @@ fn a_quad(m: u32, k: u32) -> a_stage {
         }
         let q = i / 4u;
         if (A_NORM) {
-            return normed_raw(act_raw(a[q]), select(k, k % p.in_c, A_KIND == A_IM2COL));
+            return normed_raw(act_raw(a[q]), a_channel(m, k));
         }
         return act_raw(a[q]);
     }
@@ -583,7 +594,11 @@ fn x_at_tap(nc: vec3<u32>, tap: vec4<u32>) -> f32 {
         return 0.0;
     }
     let i = image_index((nc.x * p.in_h + u32(ih)) * p.in_w + u32(iw), tap.x, p.in_c);
-    return act_elem(a[i / 4u][act_lane(i % 4u)], i);
+    let v = act_elem(a[i / 4u][act_lane(i % 4u)], i);
+    if (A_NORM) {
+        return normed(v, tap.x);
+    }
+    return v;
 }
 
 // IM2COL without aligned quads: the quad's four k each have their own tap (i, j, c), found
@@ -627,6 +642,9 @@ fn fetch_a_conv(k0: u32, lid: u32) {
                     let iw = i32(nc.z * p.stride_w + t.z * dil_w()) - i32(p.pad_left);
                     if (t.w != 0u && ih >= 0 && ih < i32(p.in_h) && iw >= 0 && iw < i32(p.in_w)) {
                         v = act_raw(a[image_index((nc.x * p.in_h + u32(ih)) * p.in_w + u32(iw), t.x, p.in_c) / 4u]);
+                        if (A_NORM) {
+                            v = normed_raw(v, t.x);
+                        }
                     }
                 } else {
                     v = raw_of(vec4<f32>(x_at_tap(nc, taps[0]), x_at_tap(nc, taps[1]), x_at_tap(nc, taps[2]), x_at_tap(nc, taps[3])));

@@ -222,9 +222,15 @@ fn a_rows(m0: u32) {
     }
 }
 
-// The channel of the tracker's k (A_NORM: Rows or Im2col): k itself, or the tracked c.
-fn a_channel(k: u32) -> u32 {
+// The channel of the tracker's k, for the k-contiguous kinds (A_NORM: Rows, Im2col): k
+// itself, or the tracked c.
+fn k_channel(k: u32) -> u32 {
     return select(k, at.x, A_KIND == A_IM2COL);
+}
+
+// The channel of row m, for the m-contiguous kinds (A_NORM: Cols, Im2colT).
+fn m_channel(m: u32) -> u32 {
+    return select(m % p.in_c, m, A_KIND == A_COLS);
 }
 
 // A_NORM (conv2d.wgsl) on a gathered quad of channels c..c+3, zero where it is outside the
@@ -261,7 +267,7 @@ fn a_gather(ap: ptr<function, array<vec4<f32>, 8>>, m0: u32, k0: u32, k_end: u32
             // multiples of 4), so one k part serves them.
             let q = a_col(k0);
             let ok = k0 < k_end;
-            let c = a_channel(k0);
+            let c = k_channel(k0);
             for (var r = 0u; r < CPU_ROWS; r++) {
                 let rp = vec3<i32>(ar_off[r], ar_h[r], ar_w[r]);
                 let inside = ok && a_inside(rp, q);
@@ -273,7 +279,7 @@ fn a_gather(ap: ptr<function, array<vec4<f32>, 8>>, m0: u32, k0: u32, k_end: u32
         for (var e = 0u; e < 4u; e++) {
             let q = a_col(k0 + e);
             let ok = k0 + e < k_end;
-            let c = a_channel(k0 + e);
+            let c = k_channel(k0 + e);
             for (var r = 0u; r < CPU_ROWS; r++) {
                 let rp = vec3<i32>(ar_off[r], ar_h[r], ar_w[r]);
                 let inside = ok && a_inside(rp, q);
@@ -294,7 +300,9 @@ fn a_gather(ap: ptr<function, array<vec4<f32>, 8>>, m0: u32, k0: u32, k_end: u32
         if (A_QUADS) {
             for (var h = 0u; h < CPU_ROWS / 4u; h++) {
                 let rp = vec3<i32>(ar_off[h * 4u], ar_h[h * 4u], ar_w[h * 4u]);
-                let v = a_vec(rp.x + q.x, ok && a_inside(rp, q));
+                let inside = ok && a_inside(rp, q);
+                // The quad's rows as a_rows clamped them: whole quads, channels c..c+3.
+                let v = normed_vec(a_vec(rp.x + q.x, inside), m_channel(min(m0 + h * 4u, p.m - 4u)), inside);
                 (*ap)[h * 4u][e] = v.x;
                 (*ap)[h * 4u + 1u][e] = v.y;
                 (*ap)[h * 4u + 2u][e] = v.z;
@@ -303,7 +311,12 @@ fn a_gather(ap: ptr<function, array<vec4<f32>, 8>>, m0: u32, k0: u32, k_end: u32
         } else {
             for (var r = 0u; r < CPU_ROWS; r++) {
                 let rp = vec3<i32>(ar_off[r], ar_h[r], ar_w[r]);
-                (*ap)[r][e] = a_scalar(rp.x + q.x, ok && a_inside(rp, q));
+                let inside = ok && a_inside(rp, q);
+                var v = a_scalar(rp.x + q.x, inside);
+                if (A_NORM && inside) {
+                    v = normed(v, m_channel(min(m0 + r, p.m - 1u)));
+                }
+                (*ap)[r][e] = v;
             }
         }
         a_advance(1u);

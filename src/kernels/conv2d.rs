@@ -240,7 +240,8 @@ pub struct InputNorm<'a> {
 }
 
 /// [`forward_with`] of the input normalized as it is gathered (see [`InputNorm`]), on the
-/// implicit GEMM (not Winograd); grouped convolutions are refused.
+/// implicit GEMM (not Winograd); grouped convolutions are refused. Its kernel's gradient is
+/// [`backward_weights_normalized`]'s.
 pub fn forward_normalized(device: &Device, geom: &Conv2dGeometry, x: &Tensor, norm: InputNorm<'_>, w: &Tensor, y: &Tensor, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
     const K: &str = "conv2d_forward";
     expect_shape(K, "x", x, &geom.input_shape())?;
@@ -591,6 +592,16 @@ pub fn backward_weights(device: &Device, geom: &Conv2dGeometry, x: &Tensor, dy: 
 
 /// [`backward_weights`] with the tile and K split forced.
 pub fn backward_weights_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor, dy: &Tensor, dw: &Tensor, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
+    weights_gradient(device, geom, x, None, dy, dw, opts)
+}
+
+/// [`backward_weights_with`] for a convolution whose input is `x` normalized as in
+/// [`forward_normalized`]: the gradient with respect to the kernel of that convolution.
+pub fn backward_weights_normalized(device: &Device, geom: &Conv2dGeometry, x: &Tensor, norm: InputNorm<'_>, dy: &Tensor, dw: &Tensor, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
+    weights_gradient(device, geom, x, Some(norm), dy, dw, opts)
+}
+
+fn weights_gradient(device: &Device, geom: &Conv2dGeometry, x: &Tensor, a_norm: Option<InputNorm<'_>>, dy: &Tensor, dw: &Tensor, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
     const K: &str = "conv2d_backward_weights";
     expect_shape(K, "x", x, &geom.input_shape())?;
     expect_shape(K, "dy", dy, &geom.output_shape())?;
@@ -614,7 +625,7 @@ pub fn backward_weights_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor,
         bias: None,
         c: dw,
         stats: None,
-        a_norm: None,
+        a_norm,
         flops: geom.flops() as f64,
     };
     gemm::launch(device, &g, opts)

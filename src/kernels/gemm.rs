@@ -940,8 +940,8 @@ fn check_operands(g: &Gemm) -> Result<()> {
     }
     if let Some(norm) = g.a_norm {
         let channels = g.conv.map(|geom| geom.in_c);
-        if !matches!(g.a_load, ALoad::Rows | ALoad::Im2col) || g.groups.is_some() || g.phase.is_some() || channels.is_none() {
-            bail!(Config, "{kernel}: only an ungrouped convolution's forward normalizes its input as it gathers it (A {:?})", g.a_load);
+        if g.a_load == ALoad::DyStuffed || g.groups.is_some() || g.phase.is_some() || channels.is_none() {
+            bail!(Config, "{kernel}: only an ungrouped convolution's forward and weight gradient normalize its input as they gather it (A {:?})", g.a_load);
         }
         let want = [3, channels.unwrap_or(0)];
         if norm.params.shape() != want || norm.params.dtype() != DType::F32 {

@@ -1,16 +1,17 @@
-//! A convolution's input normalized as its product gathers it (`conv2d::forward_normalized`,
-//! `A_NORM` in shaders/conv2d.wgsl and gemm_cpu.wgsl): the f32 products against the f64
-//! convolution of the input as a BatchNormalization would have stored it, and every engine
-//! and storage against the same convolution of that stored input on the device; padded and
-//! strided 3x3 (A = Im2col), 1x1 (A = Rows), channels in quads and not, with and without
-//! the ReLU. The padding stays zero rather than becoming the normalization of zero.
+//! A convolution's input normalized as its products gather it (`conv2d::forward_normalized`
+//! and `backward_weights_normalized`, `A_NORM` in shaders/conv2d.wgsl and gemm_cpu.wgsl):
+//! the f32 products against the f64 convolution and kernel gradient of the input as a
+//! BatchNormalization would have stored it, and every engine and storage against the same
+//! products of that stored input on the device; padded and strided 3x3 (A = Im2col and
+//! Im2colT), 1x1 (A = Rows and Cols), channels in quads and not, with and without the ReLU.
+//! The padding stays zero rather than becoming the normalization of zero.
 
 use convoy::kernels::conv2d::{self, Conv2dGeometry, InputNorm, Padding};
 use convoy::kernels::gemm::{Engine, GemmOptions};
 use convoy::Tensor;
 
 use crate::common::*;
-use crate::conv2d::forward_ref;
+use crate::conv2d::{backward_weights_ref, forward_ref};
 
 /// (geometry, channels in quads): a padded 3x3, a strided padded 3x3, a 1x1 of whole quads;
 /// a 3x3 and a 1x1 of 6 and 5 channels (the scalar gathers, f32 storage only).
@@ -95,12 +96,28 @@ fn a_normalized_input_convolves_as_the_stored_normalization() {
                     if !f16 && !opts.mixed {
                         assert_close(&case, &got, &forward_ref(g, &fed, &w));
                     }
+                    // The kernel's gradient, A the normalized input transposed (with the
+                    // ReLU only: its pipelines are the test's slowest to build on a CPU).
+                    if !relu {
+                        continue;
+                    }
+                    let dy = random(&mut rng(90 + i as u64), g.output_shape().iter().product());
+                    let tdy = stored(&dy, &g.output_shape(), f16);
+                    let (dw_fused, dw_plain) = (d.zeros(&g.kernel_shape()).unwrap(), d.zeros(&g.kernel_shape()).unwrap());
+                    run(&conv2d::backward_weights_normalized(&d, g, &stored(&x, &g.input_shape(), f16), norm, &tdy, &dw_fused, opts).unwrap());
+                    run(&conv2d::backward_weights_with(&d, g, &stored(&fed, &g.input_shape(), f16), &tdy, &dw_plain, opts).unwrap());
+                    let (got, want) = (read(&dw_fused), read(&dw_plain));
+                    let e = rel_err(&got, &want.iter().map(|&v| v as f64).collect::<Vec<_>>());
+                    assert!(e < bound, "{case}: the fused kernel gradient differs from the stored normalization's by {e:.2e}");
+                    if !f16 && !opts.mixed {
+                        assert_close(&format!("{case}, kernel gradient"), &got, &backward_weights_ref(g, &fed, &dy));
+                    }
                 }
             }
         }
     });
     let mut expected: Vec<(&str, String)> = vec![("gemm_cpu", "a_norm".into()), ("gemm", "a_norm".into())];
-    for t in ["a=Rows", "a=Im2col", "quad_a", "scalar_a"] {
+    for t in ["a=Rows", "a=Im2col", "a=Cols", "a=Im2colT", "quad_a", "scalar_a"] {
         expected.push(("gemm", t.into()));
     }
     let gpu_only = if device().has_coop16() { vec![("gemm_coop", "a_norm".to_string())] } else { Vec::new() };
