@@ -125,14 +125,15 @@ override STATS: bool = false;
 // beta, rounded as A is stored, so that the normalized tensor need not be written and read
 // back. `a_norm` holds mean, k and b, C each ([3, C], C = p.in_c); the padding stays zero,
 // as the convolution pads the normalized input. The forward (A = Rows, Im2col) and the
-// weight gradient (A = Cols, Im2colT) of an ungrouped convolution (the host sees to it). Every GEMM entry point reads this binding's declaration: the host
-// binds A again where A_NORM is off.
+// weight gradient (A = Cols, Im2colT) of an ungrouped convolution (the host sees to it).
+// Every GEMM entry point reads this binding's declaration: the host binds A again where
+// A_NORM is off.
 @group(0) @binding(6) var<storage, read> a_norm: array<f32>;
 override A_NORM: bool = false;
 override A_NORM_RELU: bool = false;
 
 // The channel of A[m, k]: k (Rows), k's c (Im2col), m (Cols: x as [pixels, C], A its
-// transpose) or m's c (Im2colT).
+// transpose) or m's c (Im2colT); the k-contiguous kinds ignore m, the others k.
 fn a_channel(m: u32, k: u32) -> u32 {
     switch A_KIND {
         case A_ROWS: { return k; }

@@ -222,17 +222,6 @@ fn a_rows(m0: u32) {
     }
 }
 
-// The channel of the tracker's k, for the k-contiguous kinds (A_NORM: Rows, Im2col): k
-// itself, or the tracked c.
-fn k_channel(k: u32) -> u32 {
-    return select(k, at.x, A_KIND == A_IM2COL);
-}
-
-// The channel of row m, for the m-contiguous kinds (A_NORM: Cols, Im2colT).
-fn m_channel(m: u32) -> u32 {
-    return select(m % p.in_c, m, A_KIND == A_COLS);
-}
-
 // A_NORM (conv2d.wgsl) on a gathered quad of channels c..c+3, zero where it is outside the
 // image (the padding of the normalized input).
 fn normed_vec(v: vec4<f32>, c: u32, inside: bool) -> vec4<f32> {
@@ -267,7 +256,7 @@ fn a_gather(ap: ptr<function, array<vec4<f32>, 8>>, m0: u32, k0: u32, k_end: u32
             // multiples of 4), so one k part serves them.
             let q = a_col(k0);
             let ok = k0 < k_end;
-            let c = k_channel(k0);
+            let c = a_channel(0u, k0);
             for (var r = 0u; r < CPU_ROWS; r++) {
                 let rp = vec3<i32>(ar_off[r], ar_h[r], ar_w[r]);
                 let inside = ok && a_inside(rp, q);
@@ -279,7 +268,7 @@ fn a_gather(ap: ptr<function, array<vec4<f32>, 8>>, m0: u32, k0: u32, k_end: u32
         for (var e = 0u; e < 4u; e++) {
             let q = a_col(k0 + e);
             let ok = k0 + e < k_end;
-            let c = k_channel(k0 + e);
+            let c = a_channel(0u, k0 + e);
             for (var r = 0u; r < CPU_ROWS; r++) {
                 let rp = vec3<i32>(ar_off[r], ar_h[r], ar_w[r]);
                 let inside = ok && a_inside(rp, q);
@@ -302,7 +291,7 @@ fn a_gather(ap: ptr<function, array<vec4<f32>, 8>>, m0: u32, k0: u32, k_end: u32
                 let rp = vec3<i32>(ar_off[h * 4u], ar_h[h * 4u], ar_w[h * 4u]);
                 let inside = ok && a_inside(rp, q);
                 // The quad's rows as a_rows clamped them: whole quads, channels c..c+3.
-                let v = normed_vec(a_vec(rp.x + q.x, inside), m_channel(min(m0 + h * 4u, p.m - 4u)), inside);
+                let v = normed_vec(a_vec(rp.x + q.x, inside), a_channel(min(m0 + h * 4u, p.m - 4u), 0u), inside);
                 (*ap)[h * 4u][e] = v.x;
                 (*ap)[h * 4u + 1u][e] = v.y;
                 (*ap)[h * 4u + 2u][e] = v.z;
@@ -314,7 +303,7 @@ fn a_gather(ap: ptr<function, array<vec4<f32>, 8>>, m0: u32, k0: u32, k_end: u32
                 let inside = ok && a_inside(rp, q);
                 var v = a_scalar(rp.x + q.x, inside);
                 if (A_NORM && inside) {
-                    v = normed(v, m_channel(min(m0 + r, p.m - 1u)));
+                    v = normed(v, a_channel(min(m0 + r, p.m - 1u), 0u));
                 }
                 (*ap)[r][e] = v;
             }

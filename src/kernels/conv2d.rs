@@ -244,11 +244,16 @@ pub struct InputNorm<'a> {
 /// [`backward_weights_normalized`]'s.
 pub fn forward_normalized(device: &Device, geom: &Conv2dGeometry, x: &Tensor, norm: InputNorm<'_>, w: &Tensor, y: &Tensor, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
     const K: &str = "conv2d_forward";
-    expect_shape(K, "x", x, &geom.input_shape())?;
-    expect_shape(K, "kernel", w, &geom.kernel_shape())?;
-    expect_shape(K, "y", y, &geom.output_shape())?;
+    expect_forward_shapes(K, geom, x, w, y)?;
     let g = forward_gemm(K, geom, x, w, y, geom.flops() as f64);
     gemm::launch(device, &Gemm { a_norm: Some(norm), ..g }, opts)
+}
+
+/// x, the kernel and y of a forward `geom` against its shapes.
+fn expect_forward_shapes(kernel: &str, geom: &Conv2dGeometry, x: &Tensor, w: &Tensor, y: &Tensor) -> Result<()> {
+    expect_shape(kernel, "x", x, &geom.input_shape())?;
+    expect_shape(kernel, "kernel", w, &geom.kernel_shape())?;
+    expect_shape(kernel, "y", y, &geom.output_shape())
 }
 
 /// [`forward_with`] plus a `bias` (`[filters]`, f32) added to y, and for a convolution whose
@@ -272,9 +277,7 @@ pub fn forward_statistics(
     stats: bool,
 ) -> Result<(Vec<Dispatch>, Option<Partials>)> {
     const K: &str = "conv2d_forward";
-    expect_shape(K, "x", x, &geom.input_shape())?;
-    expect_shape(K, "kernel", w, &geom.kernel_shape())?;
-    expect_shape(K, "y", y, &geom.output_shape())?;
+    expect_forward_shapes(K, geom, x, w, y)?;
     if let Some(b) = bias {
         expect_shape(K, "bias", b, &[geom.filters])?;
     }
@@ -394,7 +397,7 @@ fn flipped(device: &Device, kernel: &'static str, geom: &Conv2dGeometry, back: &
 pub fn backward_bias(device: &Device, dy: &Tensor, db: &Tensor) -> Result<Vec<Dispatch>> {
     const K: &str = "conv2d_backward_bias";
     let filters = db.len();
-    let rows = if filters == 0 { 0 } else { dy.len() / filters };
+    let rows = dy.len().checked_div(filters).unwrap_or(0);
     if dy.shape().last() != Some(&filters) || db.shape() != [filters] {
         bail!(Shape, "{K}: db {:?} does not match the channels of dy {:?}", db.shape(), dy.shape());
     }

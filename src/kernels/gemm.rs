@@ -854,6 +854,18 @@ pub(super) fn record_statistics(
     Ok((record(device, &with_stats, kernel, &constants, &[p], workgroups, path)?, partials))
 }
 
+/// The bindings of a product on `entry`: its `operands`, `target` as C (the product's C or
+/// its split partials) and `stats` as the statistics' binding where the entry point
+/// declares one ([`declares_stats`]: the tensor-core entry point has none).
+fn product_bindings<'b>(entry: &str, operands: &[(u32, wgpu::BufferBinding<'b>)], target: wgpu::BufferBinding<'b>, stats: wgpu::BufferBinding<'b>) -> Vec<(u32, wgpu::BufferBinding<'b>)> {
+    let mut bindings = operands.to_vec();
+    bindings.push((4, target));
+    if declares_stats(entry) {
+        bindings.push((5, stats));
+    }
+    bindings
+}
+
 /// Products one dispatch holds at most: the phases of a stride-2 input gradient
 /// (`products` in shaders/conv2d.wgsl).
 pub(crate) const MAX_PRODUCTS: usize = 4;
@@ -1176,9 +1188,14 @@ pub(super) fn record(
             constants.push(("A_NORM_RELU", 1.0));
         }
     }
-    // The normalization's binding, which every GEMM entry point declares, takes A where
-    // there is none.
-    let norm_binding = quad_binding(kernel, g.a_norm.map_or(g.a, |n| n.params))?;
+    // A, B, the bias and the normalization (whose binding every GEMM entry point declares,
+    // taking A where there is none); `product_bindings` adds the product's target.
+    let operands = [
+        (1, quad_binding(kernel, g.a)?),
+        (2, quad_binding(kernel, g.b)?),
+        (3, quad_binding(kernel, bias)?),
+        (6, quad_binding(kernel, g.a_norm.map_or(g.a, |n| n.params))?),
+    ];
     let path = if g.a_norm.is_some() { format!("{path} a_norm") } else { path };
     let group_token = if g.groups.is_some() { "grouped" } else { "" };
     // Whichever dispatch writes c stores a phase product's rows at their dx pixels.
@@ -1192,18 +1209,8 @@ pub(super) fn record(
         if rows {
             constants.push(("PHASE_ROWS", 1.0));
         }
-        let mut bindings = vec![
-            (1, quad_binding(kernel, g.a)?),
-            (2, quad_binding(kernel, g.b)?),
-            (3, quad_binding(kernel, bias)?),
-            (4, quad_binding(kernel, g.c)?),
-        ];
-        // Without STATS the statistics' binding, which the ALU entry points declare, takes C
-        // again, unwritten; the tensor-core entry point has none.
-        if declares_stats(entry) {
-            bindings.push((5, quad_binding(kernel, g.stats.unwrap_or(g.c))?));
-        }
-        bindings.push((6, norm_binding));
+        // Without STATS the statistics' binding takes C again, unwritten.
+        let bindings = product_bindings(entry, &operands, quad_binding(kernel, g.c)?, quad_binding(kernel, g.stats.unwrap_or(g.c))?);
         let halves = Halves::of(g);
         let gemm = with_uniform(device, halves.variant(family), entry, &constants, &products, &bindings, groups).named(kernel, flops);
         return Ok(vec![gemm.tagged(format!("{path} {bias_token} {}", halves.token()))]);
@@ -1231,16 +1238,7 @@ pub(super) fn record(
         mapped_at_creation: false,
     });
     let partials = workspace.as_entire_buffer_binding();
-    let mut bindings = vec![
-        (1, quad_binding(kernel, g.a)?),
-        (2, quad_binding(kernel, g.b)?),
-        (3, quad_binding(kernel, bias)?),
-        (4, partials.clone()),
-    ];
-    if declares_stats(entry) {
-        bindings.push((5, partials.clone()));
-    }
-    bindings.push((6, norm_binding));
+    let bindings = product_bindings(entry, &operands, partials.clone(), partials.clone());
     // The partials of split s and group j are the compact M x N block s * groups + j; the
     // reduce stores each group's block into C's slice.
     let mut partial = p;
