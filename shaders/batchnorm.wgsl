@@ -76,6 +76,9 @@ struct Params {
 // What the joined normalize passes add to y before the ReLU: a residual block's shortcut,
 // in the activations' storage (see forward_train_joined in src/kernels/batchnorm.rs).
 @group(0) @binding(23) var<storage, read> addend4: array<act4>;
+// The normalization of a training forward whose normalize a convolution applies as it reads
+// x (stats_finalize_norm; conv2d.wgsl's a_norm): [3, cols] of mean, inv_std * gamma, beta.
+@group(0) @binding(24) var<storage, read_write> norm_out: array<f32>;
 
 override WG: u32 = 256u;
 
@@ -355,9 +358,9 @@ fn store_stats(c: u32, batch_mean: f32, m2: f32) {
     moving_var[c] = p.momentum * moving_var[c] + (1.0 - p.momentum) * batch_var;
 }
 
-// Pass 2: merges the chunks per column and stores the statistics.
-@compute @workgroup_size(WG)
-fn stats_finalize(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+// Pass 2's work: merges the chunks per column and stores the statistics; returns the column
+// this invocation stored, p.cols where it stored none.
+fn finalize(wid: vec3<u32>, lid: u32) -> u32 {
     let t = tile(wid, lid);
     var w = Welford(0.0, 0.0, 0.0);
     if (t.col < p.cols) {
@@ -369,12 +372,38 @@ fn stats_finalize(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocati
     fold_welford(t, lid);
     if (t.lane == 0u && t.col < p.cols) {
         store_stats(t.col, sh_a[lid] + merge_shift(t.col), sh_b[lid]);
+        return t.col;
+    }
+    return p.cols;
+}
+
+// Column c's normalization as the normalize pass would apply it (mean, k = inv_std * gamma,
+// b = beta), read back from what store_stats wrote, for the convolution that applies it.
+fn store_norm(c: u32) {
+    norm_out[c] = saved_out[c];
+    norm_out[p.cols + c] = saved_out[p.cols + c] * gamma[c];
+    norm_out[2u * p.cols + c] = beta[c];
+}
+
+// Pass 2: merges the chunks per column and stores the statistics.
+@compute @workgroup_size(WG)
+fn stats_finalize(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    _ = finalize(wid, lid);
+}
+
+// Pass 2 of a training forward without its normalize (a convolution applies it): the
+// statistics, and the normalization into norm_out.
+@compute @workgroup_size(WG)
+fn stats_finalize_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let c = finalize(wid, lid);
+    if (c < p.cols) {
+        store_norm(c);
     }
 }
 
 // Only ever run on f32 activations (see the header).
 fn write_y(i: u32, c: u32, mean: f32, inv_std: f32) {
-    var v = (x_at(i) - mean) * (inv_std * gamma[c]) + beta[c];
+    var v = affine(x_at(i), mean, inv_std * gamma[c], beta[c]);
     if (p.relu != 0u) {
         v = relu(v);
     }
@@ -461,12 +490,12 @@ fn quads_addend(q: Quads) -> array<vec4<f32>, QUAD_ROWS> {
     return v;
 }
 
-// y over the invocation's quads: (x - mean) * k + b, k = inv_std * gamma and b = beta.
+// y over the invocation's quads: affine4, k = inv_std * gamma and b = beta.
 fn write_y4(q: Quads, mean: vec4<f32>, k: vec4<f32>, b: vec4<f32>) {
     let x = quads_x(q);
     for (var r = 0u; r < QUAD_ROWS; r++) {
         if (r < q.count) {
-            out4[q.first + r * q.stride] = act_pack(finish4((x[r] - mean) * k + b));
+            out4[q.first + r * q.stride] = act_pack(finish4(affine4(x[r], mean, k, b)));
         }
     }
 }
@@ -478,7 +507,7 @@ fn write_joined4(q: Quads, mean: vec4<f32>, k: vec4<f32>, b: vec4<f32>) {
     let a = quads_addend(q);
     for (var r = 0u; r < QUAD_ROWS; r++) {
         if (r < q.count) {
-            out4[q.first + r * q.stride] = act_pack(finish4((x[r] - mean) * k + b + a[r]));
+            out4[q.first + r * q.stride] = act_pack(finish4(affine4(x[r], mean, k, b) + a[r]));
         }
     }
 }
@@ -545,7 +574,7 @@ fn grad_quad(i: u32) -> vec4<f32> {
 // parameters, rounded as y was stored, so the same y. It spares the first pass a third of
 // its reads and the last a quarter of its traffic, and the layer's output is not needed here.
 fn y_again(xv: f32, c: u32) -> f32 {
-    return relu((xv - saved[c]) * (saved[p.cols + c] * gamma[c]) + beta[c]);
+    return relu(affine(xv, saved[c], saved[p.cols + c] * gamma[c], beta[c]));
 }
 
 fn grad_train(i: u32) -> f32 {
@@ -555,7 +584,7 @@ fn grad_train(i: u32) -> f32 {
 
 // y_again of the quad xq of x: k = inv_std * gamma, b = beta of its channels.
 fn y_again4(xq: vec4<f32>, mean: vec4<f32>, k: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
-    return act_quad(act_pack(relu4((xq - mean) * k + b)));
+    return act_quad(act_pack(relu4(affine4(xq, mean, k, b))));
 }
 
 // grad_train of quad i, whose x is xq.

@@ -130,6 +130,17 @@ fn stats_finalize_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invo
     }
 }
 
+// stats_finalize_norm of batchnorm.wgsl: stats_finalize_cpu, and the normalization.
+@compute @workgroup_size(CPU_WG)
+fn stats_finalize_norm_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let c = merge_channel(wid, lid);
+    let w = merge_chunks(c.x, 0u, 1u);
+    if (c.y != 0u) {
+        store_stats(c.x, w.mean + merge_shift(c.x), w.m2);
+        store_norm(c.x);
+    }
+}
+
 // Pass 3 of training: y = gamma * (x - mean) * inv_std + beta with the batch statistics.
 @compute @workgroup_size(CPU_WG)
 fn normalize_train_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -158,7 +169,7 @@ fn normalize_span(s: Span, mean: vec4<f32>, k: vec4<f32>) {
     let b = beta4(s.c);
     for (var r = s.start; r < s.end; r++) {
         let i = vec4_index(s, r);
-        out4[i] = act_pack(finish_cpu((act_quad(x4[i]) - mean) * k + b));
+        out4[i] = act_pack(finish_cpu(affine4(act_quad(x4[i]), mean, k, b)));
     }
 }
 
@@ -167,7 +178,7 @@ fn normalize_joined_span(s: Span, mean: vec4<f32>, k: vec4<f32>) {
     let b = beta4(s.c);
     for (var r = s.start; r < s.end; r++) {
         let i = vec4_index(s, r);
-        out4[i] = act_pack(finish_cpu((act_quad(x4[i]) - mean) * k + b + act_quad(addend4[i])));
+        out4[i] = act_pack(finish_cpu(affine4(act_quad(x4[i]), mean, k, b) + act_quad(addend4[i])));
     }
 }
 

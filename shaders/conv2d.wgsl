@@ -121,8 +121,8 @@ var<private> p: Params;
 override STATS: bool = false;
 // A_NORM: A is a convolution's input seen through the BatchNormalization (with A_NORM_RELU,
 // and its fused ReLU) that produced it: the gathers make each element what that layer's
-// forward would have stored, (x - mean[c]) * k[c] + b[c] with k = inv_std * gamma and b =
-// beta, rounded as A is stored, so that the normalized tensor need not be written and read
+// forward would have stored, affine(x, mean[c], k[c], b[c]) with k = inv_std * gamma and
+// b = beta (shaders/lib/affine.wgsl), rounded as A is stored, so that the normalized tensor need not be written and read
 // back. `a_norm` holds mean, k and b, C each ([3, C], C = p.in_c); the padding stays zero,
 // as the convolution pads the normalized input. The forward (A = Rows, Im2col) and the
 // weight gradient (A = Cols, Im2colT) of an ungrouped convolution (the host sees to it).
@@ -145,7 +145,7 @@ fn a_channel(m: u32, k: u32) -> u32 {
 
 // Element x of channel c as the BatchNorm would have stored it (before the storage rounding).
 fn normed(x: f32, c: u32) -> f32 {
-    let v = (x - a_norm[c]) * a_norm[p.in_c + c] + a_norm[2u * p.in_c + c];
+    let v = affine(x, a_norm[c], a_norm[p.in_c + c], a_norm[2u * p.in_c + c]);
     return select(v, relu(v), A_NORM_RELU);
 }
 

@@ -222,7 +222,7 @@ pub fn forward(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tensor, y
 
 /// [`forward`] with the tile and K split forced (tuning, tests).
 pub fn forward_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tensor, y: &Tensor, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
-    Ok(forward_statistics(device, geom, x, w, None, y, opts, false)?.0)
+    Ok(forward_statistics(device, geom, x, None, w, None, y, opts, false)?.0)
 }
 
 /// A training or inference BatchNormalization, with its fused ReLU where `relu`, applied to a
@@ -241,12 +241,9 @@ pub struct InputNorm<'a> {
 
 /// [`forward_with`] of the input normalized as it is gathered (see [`InputNorm`]), on the
 /// implicit GEMM (not Winograd); grouped convolutions are refused. Its kernel's gradient is
-/// [`backward_weights_normalized`]'s.
+/// [`backward_weights_normalized`]'s. [`forward_statistics`] takes the normalization too.
 pub fn forward_normalized(device: &Device, geom: &Conv2dGeometry, x: &Tensor, norm: InputNorm<'_>, w: &Tensor, y: &Tensor, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
-    const K: &str = "conv2d_forward";
-    expect_forward_shapes(K, geom, x, w, y)?;
-    let g = forward_gemm(K, geom, x, w, y, geom.flops() as f64);
-    gemm::launch(device, &Gemm { a_norm: Some(norm), ..g }, opts)
+    Ok(forward_statistics(device, geom, x, Some(norm), w, None, y, opts, false)?.0)
 }
 
 /// x, the kernel and y of a forward `geom` against its shapes.
@@ -264,12 +261,13 @@ fn expect_forward_shapes(kernel: &str, geom: &Conv2dGeometry, x: &Tensor, w: &Te
 /// included), the BatchNorm's first pass, returned for
 /// [`super::batchnorm::forward_train_with`]; `None` where it does not. The bias goes in as
 /// the GEMM stores its tile, or by a pass of its own after Winograd and grouped products
-/// (an f32 y then).
+/// (an f32 y then). With `norm`, x is normalized as it is gathered ([`forward_normalized`]).
 #[allow(clippy::too_many_arguments)]
 pub fn forward_statistics(
     device: &Device,
     geom: &Conv2dGeometry,
     x: &Tensor,
+    norm: Option<InputNorm<'_>>,
     w: &Tensor,
     bias: Option<&Tensor>,
     y: &Tensor,
@@ -290,10 +288,10 @@ pub fn forward_statistics(
     };
     // The Winograd transforms read and write f32; f16 activations take the implicit GEMM.
     let f32_storage = x.dtype() == crate::DType::F32 && y.dtype() == crate::DType::F32;
-    if f32_storage && let Some(m) = winograd::choose(device, geom, Pass::Forward, opts)? {
+    if f32_storage && norm.is_none() && let Some(m) = winograd::choose(device, geom, Pass::Forward, opts)? {
         return Ok((apart(winograd::convolve(device, K, geom, Pass::Forward, m, x, w, y, opts)?)?, None));
     }
-    let g = forward_gemm(K, geom, x, w, y, geom.flops() as f64);
+    let g = Gemm { a_norm: norm, ..forward_gemm(K, geom, x, w, y, geom.flops() as f64) };
     if g.groups.is_some() {
         // A grouped product stores a group's slice of each row and takes no bias.
         return Ok((apart(gemm::launch(device, &g, opts)?)?, None));

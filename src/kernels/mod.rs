@@ -145,7 +145,7 @@ macro_rules! gemm_family {
     (@one $name:expr, $prefix:literal, $a:literal, $b:literal, $c:literal $(, $tail:literal)?) => {
         Shader {
             name: $name,
-            source: concat!($prefix, libs!("half.wgsl", "relu.wgsl", $a, $b, $c), include_str!("../../shaders/conv2d.wgsl") $(, include_str!(concat!("../../shaders/", $tail)))?),
+            source: concat!($prefix, libs!("half.wgsl", "relu.wgsl", "affine.wgsl", $a, $b, $c), include_str!("../../shaders/conv2d.wgsl") $(, include_str!(concat!("../../shaders/", $tail)))?),
             trusted: true,
         }
     };
@@ -202,10 +202,10 @@ pub const CONV2D_COOP: Shader = CONV2D_COOP_ALL[0];
 /// The software adapters' GEMM on f32 operands in memory (see [`GEMM_CPU_ALL`]).
 pub const GEMM_CPU: Shader = GEMM_CPU_ALL[0];
 storage_pair!(ELEMENTWISE_ALL, "elementwise.wgsl", ["relu.wgsl"], ["elementwise.wgsl"]);
-storage_pair!(BATCHNORM_ALL, "batchnorm.wgsl", ["relu.wgsl"], ["batchnorm.wgsl"]);
+storage_pair!(BATCHNORM_ALL, "batchnorm.wgsl", ["relu.wgsl", "affine.wgsl"], ["batchnorm.wgsl"]);
 // BatchNormalization's kernels for software adapters: batchnorm.wgsl's parameters,
 // bindings and merges with passes laid out for CPU threads (see [`batchnorm`]'s `Plan`).
-storage_pair!(BATCHNORM_CPU_ALL, "batchnorm_cpu.wgsl", ["relu.wgsl"], ["batchnorm.wgsl", "batchnorm_cpu.wgsl"]);
+storage_pair!(BATCHNORM_CPU_ALL, "batchnorm_cpu.wgsl", ["relu.wgsl", "affine.wgsl"], ["batchnorm.wgsl", "batchnorm_cpu.wgsl"]);
 storage_pair!(POOL_ALL, "pool.wgsl", ["relu.wgsl"], ["pool.wgsl"]);
 // The element-wise activations' vec4 entry points read and write either storage; softmax
 // and the channel maps run the f32 module alone (see [`activation`]).
