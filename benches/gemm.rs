@@ -75,7 +75,7 @@ fn conv_cases(device: &Device, label: &str, x: [usize; 4], filters: usize, kerne
             name: format!("{label} forward"),
             flops,
             record: Box::new(move |d, o, s| {
-                let (products, partials) = conv2d::forward_statistics(d, &g1, &pick(s, &x1, &x16), None, &w1, None, if matches!(s, Store::A16C16 | Store::F16) { &y16 } else { &y1 }, o, stats)?;
+                let (products, partials) = conv2d::forward_statistics(d, &g1, &pick(s, &x1, &x16), &w1, None, if matches!(s, Store::A16C16 | Store::F16) { &y16 } else { &y1 }, o, stats)?;
                 // The statistics' tensor stays out of the pool while its dispatches run.
                 *kept.borrow_mut() = partials;
                 Ok(products)

@@ -76,9 +76,6 @@ struct Params {
 // What the joined normalize passes add to y before the ReLU: a residual block's shortcut,
 // in the activations' storage (see forward_train_joined in src/kernels/batchnorm.rs).
 @group(0) @binding(23) var<storage, read> addend4: array<act4>;
-// The normalization of a training forward whose normalize a convolution applies as it reads
-// x (stats_finalize_norm; conv2d.wgsl's a_norm): [3, cols] of mean, inv_std * gamma, beta.
-@group(0) @binding(24) var<storage, read_write> norm_out: array<f32>;
 
 override WG: u32 = 256u;
 
@@ -358,9 +355,9 @@ fn store_stats(c: u32, batch_mean: f32, m2: f32) {
     moving_var[c] = p.momentum * moving_var[c] + (1.0 - p.momentum) * batch_var;
 }
 
-// Pass 2's work: merges the chunks per column and stores the statistics; returns the column
-// this invocation stored, p.cols where it stored none.
-fn finalize(wid: vec3<u32>, lid: u32) -> u32 {
+// Pass 2: merges the chunks per column and stores the statistics.
+@compute @workgroup_size(WG)
+fn stats_finalize(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let t = tile(wid, lid);
     var w = Welford(0.0, 0.0, 0.0);
     if (t.col < p.cols) {
@@ -372,32 +369,6 @@ fn finalize(wid: vec3<u32>, lid: u32) -> u32 {
     fold_welford(t, lid);
     if (t.lane == 0u && t.col < p.cols) {
         store_stats(t.col, sh_a[lid] + merge_shift(t.col), sh_b[lid]);
-        return t.col;
-    }
-    return p.cols;
-}
-
-// Column c's normalization as the normalize pass would apply it (mean, k = inv_std * gamma,
-// b = beta), read back from what store_stats wrote, for the convolution that applies it.
-fn store_norm(c: u32) {
-    norm_out[c] = saved_out[c];
-    norm_out[p.cols + c] = saved_out[p.cols + c] * gamma[c];
-    norm_out[2u * p.cols + c] = beta[c];
-}
-
-// Pass 2: merges the chunks per column and stores the statistics.
-@compute @workgroup_size(WG)
-fn stats_finalize(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    _ = finalize(wid, lid);
-}
-
-// Pass 2 of a training forward without its normalize (a convolution applies it): the
-// statistics, and the normalization into norm_out.
-@compute @workgroup_size(WG)
-fn stats_finalize_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let c = finalize(wid, lid);
-    if (c < p.cols) {
-        store_norm(c);
     }
 }
 

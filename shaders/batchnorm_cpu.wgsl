@@ -130,17 +130,6 @@ fn stats_finalize_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invo
     }
 }
 
-// stats_finalize_norm of batchnorm.wgsl: stats_finalize_cpu, and the normalization.
-@compute @workgroup_size(CPU_WG)
-fn stats_finalize_norm_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let c = merge_channel(wid, lid);
-    let w = merge_chunks(c.x, 0u, 1u);
-    if (c.y != 0u) {
-        store_stats(c.x, w.mean + merge_shift(c.x), w.m2);
-        store_norm(c.x);
-    }
-}
-
 // Pass 3 of training: y = gamma * (x - mean) * inv_std + beta with the batch statistics.
 @compute @workgroup_size(CPU_WG)
 fn normalize_train_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {

@@ -164,11 +164,7 @@ fn update_err(after: &[f32], before: &[f32], want: &[f64]) -> f64 {
 /// and max-pool choices, nested for residual blocks.
 fn decision(device: &Device, node: &Node, saved: &crate::layers::Saved) -> Result<Decision> {
     Ok(match node {
-        Node::ReLU | Node::BatchNorm { relu: true, .. } | Node::Add { relu: true } | Node::Activation(Act::Rectifier { .. }) => Decision::Relu(match &saved.normalized {
-            // A BatchNorm whose transform the convolution after it applied: its output is its input.
-            Some(n) => deferred_output(device, &saved.output, n)?,
-            None => device.read_values(&saved.output)?,
-        }),
+        Node::ReLU | Node::BatchNorm { relu: true, .. } | Node::Add { relu: true } | Node::Activation(Act::Rectifier { .. }) => Decision::Relu(device.read_values(&saved.output)?),
         Node::MaxPool { .. } | Node::GlobalMaxPool { .. } => {
             let arg = saved.extra.first().ok_or_else(|| crate::Error::Config("max pool record without its argmax".into()))?;
             Decision::MaxPool(device.read_u32(arg)?)
@@ -189,27 +185,6 @@ fn decision(device: &Device, node: &Node, saved: &crate::layers::Saved) -> Resul
         }
         _ => Decision::None,
     })
-}
-
-/// The output a BatchNormalization that deferred its transform to the convolution after it
-/// (`normalized`, `Layer::forward_deferred`) would have stored, as that convolution's gathers
-/// computed it: a 1x1 convolution of its input `x` by the identity, normalized as it is
-/// gathered the same way, into f32 (each output one product by 1, exact). Computed on the
-/// device rather than here: the transform is one fused multiply-add
-/// (shaders/lib/affine.wgsl), which one adapter fuses and another (lavapipe) rounds twice,
-/// so only the device's own arithmetic gives the mask its kernels followed.
-fn deferred_output(device: &Device, x: &crate::Tensor, n: &crate::layers::Normalized) -> Result<Vec<f32>> {
-    use crate::kernels::conv2d::{self, Conv2dGeometry, Padding};
-    let (shape, c) = (x.shape(), x.shape().last().copied().unwrap_or(0));
-    if shape.len() != 4 {
-        bail!(Shape, "a deferred normalization of an input {shape:?}: only a convolution's 4-D input takes one");
-    }
-    let geom = Conv2dGeometry::new(shape, c, (1, 1), (1, 1), Padding::Valid)?;
-    let identity: Vec<f32> = (0..c * c).map(|i| if i / c == i % c { 1.0 } else { 0.0 }).collect();
-    let (w, y) = (device.upload(&[1, 1, c, c], &identity)?, device.alloc(shape, crate::DType::F32)?);
-    let opts = crate::kernels::gemm::GemmOptions { mixed: x.dtype() == crate::DType::F16, ..Default::default() };
-    device.run(&conv2d::forward_normalized(device, &geom, x, n.input_norm(), &w, &y, &opts)?);
-    device.read_values(&y)
 }
 
 /// The decisions of a replica's last training step, one per node of `net`.

@@ -109,7 +109,7 @@ pub fn forward_train(
     saved: &Tensor,
     y: &Tensor,
 ) -> Result<Vec<Dispatch>> {
-    train_from("batchnorm forward_train", device, cfg, x, None, [gamma, beta, moving_mean, moving_var, saved], Output::Y { y, addend: None })
+    train("batchnorm forward_train", device, cfg, x, None, [gamma, beta, moving_mean, moving_var, saved], y)
 }
 
 /// Per-channel statistics of a tensor that the kernel writing it computed as it stored it (a
@@ -147,41 +147,7 @@ pub fn forward_train_with(
     y: &Tensor,
 ) -> Result<Vec<Dispatch>> {
     let kernel = if addend.is_some() { "batchnorm forward_train_joined" } else { "batchnorm forward_train" };
-    train_from(kernel, device, cfg, x, Some(partials), [gamma, beta, moving_mean, moving_var, saved], Output::Y { y, addend })
-}
-
-/// [`forward_train`] (from x's producer's `partials` where given, as [`forward_train_with`])
-/// without its normalize, which a convolution reading y applies as it gathers x instead
-/// ([`super::conv2d::InputNorm`]), so that y is never written nor read back: the statistics
-/// into `saved`, the moving statistics updated, and `norm` `[3, C]` written with the mean,
-/// `inv_std * gamma` and `beta` per channel, what the normalize would have applied
-/// (`cfg.relu` is the convolution's to apply). Two dispatches, or three without partials.
-///
-/// # Shapes and dtypes
-/// As [`forward_train`] without y; `norm` F32 `[3, C]`.
-#[allow(clippy::too_many_arguments)]
-pub fn forward_train_deferred(
-    device: &Device,
-    cfg: &BatchNormConfig,
-    x: &Tensor,
-    partials: Option<&Partials>,
-    gamma: &Tensor,
-    beta: &Tensor,
-    moving_mean: &Tensor,
-    moving_var: &Tensor,
-    saved: &Tensor,
-    norm: &Tensor,
-) -> Result<Vec<Dispatch>> {
-    train_from("batchnorm forward_train_deferred", device, cfg, x, partials, [gamma, beta, moving_mean, moving_var, saved], Output::Norm(norm))
-}
-
-/// What a training forward writes besides the statistics: y (joined with an addend where
-/// there is one), or the normalization a convolution applies instead
-/// ([`forward_train_deferred`]).
-#[derive(Clone, Copy)]
-enum Output<'a> {
-    Y { y: &'a Tensor, addend: Option<&'a Tensor> },
-    Norm(&'a Tensor),
+    train_from(kernel, device, cfg, x, addend, Some(partials), [gamma, beta, moving_mean, moving_var, saved], y)
 }
 
 /// [`forward_train`] joined with `addend` as a residual block ends:
@@ -204,34 +170,26 @@ pub fn forward_train_joined(
     saved: &Tensor,
     y: &Tensor,
 ) -> Result<Vec<Dispatch>> {
-    train_from("batchnorm forward_train_joined", device, cfg, x, None, [gamma, beta, moving_mean, moving_var, saved], Output::Y { y, addend: Some(addend) })
+    train("batchnorm forward_train_joined", device, cfg, x, Some(addend), [gamma, beta, moving_mean, moving_var, saved], y)
 }
 
-/// The training forwards: the statistics from x's producer's partials (`given`) or from a
-/// first pass of its own, their merge, then `out`; `per_channel` is gamma, beta,
+/// [`forward_train`] and [`forward_train_joined`]: `per_channel` is gamma, beta,
 /// moving_mean, moving_var and saved.
-fn train_from(kernel: &'static str, device: &Device, cfg: &BatchNormConfig, x: &Tensor, given: Option<&Partials>, per_channel: [&Tensor; 5], out: Output<'_>) -> Result<Vec<Dispatch>> {
+fn train(kernel: &'static str, device: &Device, cfg: &BatchNormConfig, x: &Tensor, addend: Option<&Tensor>, per_channel: [&Tensor; 5], y: &Tensor) -> Result<Vec<Dispatch>> {
+    train_from(kernel, device, cfg, x, addend, None, per_channel, y)
+}
+
+/// [`train`] from x's statistics as its producer computed them (`given`), or from its own first
+/// pass.
+#[allow(clippy::too_many_arguments)]
+fn train_from(kernel: &'static str, device: &Device, cfg: &BatchNormConfig, x: &Tensor, addend: Option<&Tensor>, given: Option<&Partials>, per_channel: [&Tensor; 5], y: &Tensor) -> Result<Vec<Dispatch>> {
     let [gamma, beta, moving_mean, moving_var, saved] = per_channel;
     let params_in = [("gamma", gamma), ("beta", beta), ("moving_mean", moving_mean), ("moving_var", moving_var)];
-    // The activations shaped and stored like x, the addend among them, and the outputs.
-    let (like_x, written) = match out {
-        Output::Y { y, addend } => (with_addend(addend, &[("y", y)]), ("y", y)),
-        Output::Norm(norm) => (Vec::new(), ("norm", norm)),
-    };
-    let split = check(kernel, cfg, x, &like_x, &params_in, saved)?;
-    let storage = activations(kernel, &split, &[&[("x", x)], &like_x[..]].concat(), &[&params_in[..], &[("saved", saved)]].concat())?;
-    if let Output::Norm(norm) = out
-        && (norm.shape() != [3, split.cols as usize] || norm.dtype() != DType::F32)
-    {
-        bail!(Shape, "{kernel}: norm {:?} is {:?}, expected F32 [3, {}] for x {:?}", norm.shape(), norm.dtype(), split.cols, x.shape());
-    }
-    let addend = match out {
-        Output::Y { addend, .. } => addend,
-        Output::Norm(_) => None,
-    };
+    let split = check(kernel, cfg, x, &with_addend(addend, &[("y", y)]), &params_in, saved)?;
+    let storage = activations(kernel, &split, &with_addend(addend, &[("x", x), ("y", y)]), &[&params_in[..], &[("saved", saved)]].concat())?;
     let mut inputs = with_addend(addend, &[("x", x), ("gamma", gamma), ("beta", beta)]);
     inputs.extend(given.map(|g| ("partials", &g.tensor)));
-    disjoint(kernel, &[written, ("saved", saved), ("moving_mean", moving_mean), ("moving_var", moving_var)], &inputs)?;
+    disjoint(kernel, &[("y", y), ("saved", saved), ("moving_mean", moving_mean), ("moving_var", moving_var)], &inputs)?;
     let plan = Plan::new(device, cfg, split, storage, kernel)?;
     let params = Params::new(plan.split(), cfg);
     let t = Bind::Tensor;
@@ -249,18 +207,8 @@ fn train_from(kernel: &'static str, device: &Device, cfg: &BatchNormConfig, x: &
         }
     };
     let merged = Params::new(merge_plan.split(), cfg);
-    let stats = [(9, partials), (13, t(saved)), (14, t(moving_mean)), (15, t(moving_var))];
-    let merge = match out {
-        Output::Y { .. } => merge_plan.merge(device, ["stats_finalize", "stats_finalize_cpu"], &merged, &stats)?,
-        Output::Norm(norm) => {
-            let binds = [&stats[..], &[(4, t(gamma)), (5, t(beta)), (24, t(norm))]].concat();
-            merge_plan.merge(device, ["stats_finalize_norm", "stats_finalize_norm_cpu"], &merged, &binds)?.tagged("deferred")
-        }
-    };
+    let merge = merge_plan.merge(device, ["stats_finalize", "stats_finalize_cpu"], &merged, &[(9, partials), (13, t(saved)), (14, t(moving_mean)), (15, t(moving_var))])?;
     dispatches.push(if given.is_some() { merge.tagged("stats=given") } else { merge });
-    let Output::Y { y, addend } = out else {
-        return Ok(dispatches);
-    };
     let normalize = [(1, t(x)), (4, t(gamma)), (5, t(beta)), (6, t(saved)), (16, t(y))];
     dispatches.push(match addend {
         None => plan.per_element(device, ["normalize_train", "normalize_train4", "normalize_train_cpu"], &params, &normalize)?,

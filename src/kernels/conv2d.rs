@@ -222,7 +222,7 @@ pub fn forward(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tensor, y
 
 /// [`forward`] with the tile and K split forced (tuning, tests).
 pub fn forward_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tensor, y: &Tensor, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
-    Ok(forward_statistics(device, geom, x, None, w, None, y, opts, false)?.0)
+    Ok(forward_statistics(device, geom, x, w, None, y, opts, false)?.0)
 }
 
 /// A training or inference BatchNormalization, with its fused ReLU where `relu`, applied to a
@@ -231,6 +231,11 @@ pub fn forward_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tens
 /// what that layer's forward would have stored — so that its output need not be written and
 /// read back. `params` is `[3, in_c]` f32: the means, `k = inv_std * gamma` and `b = beta`
 /// (a training layer's batch statistics, or the moving ones). The padding stays zero.
+///
+/// The models do not use it: each element is normalized once per tap and column tile that
+/// gathers it, against once by the normalize pass, and on the H200's tensor cores the
+/// products that did so ran 1.6-2x slower (ResNet-50 mixed 3,057 -> 2,549 images/s;
+/// benches/results/2026-11-28g/call2).
 #[derive(Clone, Copy, Debug)]
 pub struct InputNorm<'a> {
     /// `[3, in_c]` f32: mean, inv_std * gamma, beta.
@@ -241,9 +246,12 @@ pub struct InputNorm<'a> {
 
 /// [`forward_with`] of the input normalized as it is gathered (see [`InputNorm`]), on the
 /// implicit GEMM (not Winograd); grouped convolutions are refused. Its kernel's gradient is
-/// [`backward_weights_normalized`]'s. [`forward_statistics`] takes the normalization too.
+/// [`backward_weights_normalized`]'s.
 pub fn forward_normalized(device: &Device, geom: &Conv2dGeometry, x: &Tensor, norm: InputNorm<'_>, w: &Tensor, y: &Tensor, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
-    Ok(forward_statistics(device, geom, x, Some(norm), w, None, y, opts, false)?.0)
+    const K: &str = "conv2d_forward";
+    expect_forward_shapes(K, geom, x, w, y)?;
+    let g = forward_gemm(K, geom, x, w, y, geom.flops() as f64);
+    gemm::launch(device, &Gemm { a_norm: Some(norm), ..g }, opts)
 }
 
 /// x, the kernel and y of a forward `geom` against its shapes.
@@ -261,13 +269,12 @@ fn expect_forward_shapes(kernel: &str, geom: &Conv2dGeometry, x: &Tensor, w: &Te
 /// included), the BatchNorm's first pass, returned for
 /// [`super::batchnorm::forward_train_with`]; `None` where it does not. The bias goes in as
 /// the GEMM stores its tile, or by a pass of its own after Winograd and grouped products
-/// (an f32 y then). With `norm`, x is normalized as it is gathered ([`forward_normalized`]).
+/// (an f32 y then).
 #[allow(clippy::too_many_arguments)]
 pub fn forward_statistics(
     device: &Device,
     geom: &Conv2dGeometry,
     x: &Tensor,
-    norm: Option<InputNorm<'_>>,
     w: &Tensor,
     bias: Option<&Tensor>,
     y: &Tensor,
@@ -288,10 +295,10 @@ pub fn forward_statistics(
     };
     // The Winograd transforms read and write f32; f16 activations take the implicit GEMM.
     let f32_storage = x.dtype() == crate::DType::F32 && y.dtype() == crate::DType::F32;
-    if f32_storage && norm.is_none() && let Some(m) = winograd::choose(device, geom, Pass::Forward, opts)? {
+    if f32_storage && let Some(m) = winograd::choose(device, geom, Pass::Forward, opts)? {
         return Ok((apart(winograd::convolve(device, K, geom, Pass::Forward, m, x, w, y, opts)?)?, None));
     }
-    let g = Gemm { a_norm: norm, ..forward_gemm(K, geom, x, w, y, geom.flops() as f64) };
+    let g = forward_gemm(K, geom, x, w, y, geom.flops() as f64);
     if g.groups.is_some() {
         // A grouped product stores a group's slice of each row and takes no bias.
         return Ok((apart(gemm::launch(device, &g, opts)?)?, None));

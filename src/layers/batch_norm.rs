@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use super::{Graph, Init, Layer, Normalized, ParamSpec, Saved, Weights};
+use super::{Graph, Init, Layer, ParamSpec, Saved, Weights};
 use crate::kernels::batchnorm::{self, BatchNormConfig};
 use crate::{bail, Result, Tensor};
 
@@ -106,29 +106,11 @@ impl Layer for BatchNormalization {
                 }
                 None => g.extend(batchnorm::forward_train(g.device, &self.cfg(), x, gamma, beta, mean, var, &saved, &y)?),
             }
-            Ok(Saved::with_extra(y, extra))
+            Ok(Saved { output: y, extra, inner: Vec::new() })
         } else {
             g.extend(batchnorm::forward_infer(g.device, &self.cfg(), x, gamma, beta, mean, var, &y)?);
             Ok(Saved::output(y))
         }
-    }
-    fn forward_deferred(&self, g: &mut Graph, x: &Tensor, w: &Weights) -> Result<Option<Saved>> {
-        // Training on batch statistics only (the moving ones would need a pass of their own to
-        // become a normalization), and under mixed_float16 only: there the convolution after
-        // it runs the implicit GEMM whatever it reads, where an f32 3x3 one takes Winograd,
-        // whose transforms read x as stored.
-        if !g.training || g.frozen || x.dtype() != crate::DType::F16 {
-            return Ok(None);
-        }
-        let (gamma, beta, mean, var) = (&w.params[0], &w.params[1], &w.states[0], &w.states[1]);
-        let c = *x.shape().last().unwrap();
-        let saved = g.device.alloc(&[2, c], crate::DType::F32)?;
-        let params = g.device.alloc(&[3, c], crate::DType::F32)?;
-        let partials = g.take_statistics(x);
-        g.extend(batchnorm::forward_train_deferred(g.device, &self.cfg(), x, partials.as_ref(), gamma, beta, mean, var, &saved, &params)?);
-        // The partials held as long as the step's records: the merge binds them.
-        let extra = std::iter::once(saved).chain(partials.map(|p| p.tensor)).collect();
-        Ok(Some(Saved { normalized: Some(Normalized { params, relu: self.fused_relu }), ..Saved::with_extra(x.clone(), extra) }))
     }
     fn forward_joined(&self, g: &mut Graph, x: &Tensor, w: &Weights, addend: &Tensor, relu: bool, out: &Tensor) -> Result<Option<Saved>> {
         // Its own ReLU would come before the join; the joined passes take whole quads only.
@@ -150,7 +132,7 @@ impl Layer for BatchNormalization {
                 }
                 None => g.extend(batchnorm::forward_train_joined(g.device, &cfg, x, addend, gamma, beta, mean, var, &saved, out)?),
             }
-            Ok(Some(Saved::with_extra(out.clone(), extra)))
+            Ok(Some(Saved { output: out.clone(), extra, inner: Vec::new() }))
         } else {
             g.extend(batchnorm::forward_infer_joined(g.device, &cfg, x, addend, gamma, beta, mean, var, out)?);
             Ok(Some(Saved::output(out.clone())))

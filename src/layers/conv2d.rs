@@ -145,11 +145,6 @@ impl Layer for Conv2D {
         // The products multiply the zero channels by a kernel padded with zeros to match.
         self.stores_f16()
     }
-    fn takes_normalized_input(&self) -> bool {
-        // The implicit GEMM's gathers normalize A in the forward and the kernel's gradient;
-        // a grouped product is refused there.
-        self.groups == 1
-    }
     fn config(&self) -> serde_json::Value {
         json!({
             "filters": self.filters,
@@ -186,18 +181,12 @@ impl Layer for Conv2D {
         };
         let bias = self.use_bias.then(|| &w.params[1]);
         let stats = std::mem::take(&mut g.want_statistics);
-        // x normalized as the products read it, where the layer before deferred its transform.
-        let normalized = g.input_norm.take();
-        if normalized.is_some() && (padding.is_some() || self.groups != 1) {
-            bail!(Config, "Conv2D: a normalized input {:?} needs an ungrouped kernel of its channels", x.shape());
-        }
-        let norm = normalized.as_ref().map(|n| n.input_norm());
-        let (products, partials) = conv2d::forward_statistics(g.device, &geom, x, norm, &kernel, bias, &y, &g.gemm(), stats)?;
+        let (products, partials) = conv2d::forward_statistics(g.device, &geom, x, &kernel, bias, &y, &g.gemm(), stats)?;
         g.extend(useful_flops(products, padding));
         if let Some(partials) = partials {
             g.statistics = Some((y.clone(), partials));
         }
-        Ok(Saved { normalized, ..Saved::with_extra(y, extra) })
+        Ok(Saved { output: y, extra, inner: Vec::new() })
     }
     fn backward(&self, g: &mut Graph, x: &Tensor, saved: &Saved, dy: &Tensor, w: &Weights, need_dx: bool) -> Result<Option<Tensor>> {
         let geom = self.geometry(g.batch, &x.shape()[1..])?;
@@ -215,11 +204,7 @@ impl Layer for Conv2D {
                 g.extend(useful_flops(products, padding));
                 g.push(concat::slice_block(g.device, &wide, &w.grads[0].reshape(&[taps, cin * self.filters])?, 0)?);
             }
-            None => g.extend(match &saved.normalized {
-                // The gradient with respect to the kernel, which met x normalized.
-                Some(n) => conv2d::backward_weights_normalized(g.device, &geom, x, n.input_norm(), dy, &w.grads[0], &g.gemm())?,
-                None => conv2d::backward_weights_with(g.device, &geom, x, dy, &w.grads[0], &g.gemm())?,
-            }),
+            None => g.extend(conv2d::backward_weights_with(g.device, &geom, x, dy, &w.grads[0], &g.gemm())?),
         }
         if self.use_bias {
             g.extend(conv2d::backward_bias(g.device, dy, &w.grads[1])?);

@@ -60,7 +60,7 @@ impl Layer for LayerNormalization {
         // Kept in the record in inference too: the dispatch binds it for as long as it replays.
         let saved = g.device.alloc(&[x.len().checked_div(c).unwrap_or(0), 2], crate::DType::F32)?;
         g.extend(layernorm::forward(g.device, self.epsilon, x, &w.params[0], &w.params[1], &saved, &y)?);
-        Ok(Saved::with_extra(y, vec![saved]))
+        Ok(Saved { output: y, extra: vec![saved], inner: Vec::new() })
     }
     fn backward(&self, g: &mut Graph, x: &Tensor, saved: &Saved, dy: &Tensor, w: &Weights, _need_dx: bool) -> Result<Option<Tensor>> {
         let dx = g.activation(&x.shape()[1..])?;

@@ -121,40 +121,12 @@ pub struct Saved {
     pub extra: Vec<Tensor>,
     /// Nested layers' records (the residual block).
     pub inner: Vec<(Tensor, Saved)>,
-    /// A normalization left to the layer reading the output ([`Layer::forward_deferred`]):
-    /// in the record of the layer that deferred it, whose `output` is then its input, never
-    /// normalized in memory, and in the record of the layer that applied it to its input as
-    /// it read it, whose backward applies it again. `None` elsewhere.
-    pub normalized: Option<Normalized>,
 }
 
 impl Saved {
     /// A record holding the output only.
     pub fn output(output: Tensor) -> Self {
-        Saved::with_extra(output, Vec::new())
-    }
-    /// A record holding the output and the tensors its backward needs besides.
-    pub fn with_extra(output: Tensor, extra: Vec<Tensor>) -> Self {
-        Saved { output, extra, inner: Vec::new(), normalized: None }
-    }
-}
-
-/// A training BatchNormalization's transform, with its fused ReLU, left to the convolution
-/// that reads its output ([`Layer::forward_deferred`]): that convolution normalizes each
-/// element as its products gather it ([`crate::kernels::conv2d::InputNorm`]), so the
-/// normalized activation is never written to memory nor read back.
-#[derive(Clone, Debug)]
-pub struct Normalized {
-    /// f32 `[3, C]`: per channel the batch mean, `inv_std * gamma` and `beta`.
-    pub params: Tensor,
-    /// Whether the fused ReLU follows the transform.
-    pub relu: bool,
-}
-
-impl Normalized {
-    /// The kernels' view of it.
-    pub fn input_norm(&self) -> crate::kernels::conv2d::InputNorm<'_> {
-        crate::kernels::conv2d::InputNorm { params: &self.params, relu: self.relu }
+        Saved { output, extra: Vec::new(), inner: Vec::new() }
     }
 }
 
@@ -199,11 +171,6 @@ pub struct Graph<'d> {
     /// The statistics a layer computed of its output for the BatchNormalization after it:
     /// that output and its partials. Cleared by the recorder once the next layer is recorded.
     pub statistics: Option<(Tensor, crate::kernels::batchnorm::Partials)>,
-    /// Set by a composite layer while it records a layer that [takes its input
-    /// normalized](Layer::takes_normalized_input) from a layer that deferred the
-    /// normalization ([`Layer::forward_deferred`]): the layer takes it, applies it as it
-    /// reads x, and keeps it in its record.
-    pub input_norm: Option<Normalized>,
 }
 
 impl<'d> Graph<'d> {
@@ -222,7 +189,6 @@ impl<'d> Graph<'d> {
             mask_dx: false,
             want_statistics: false,
             statistics: None,
-            input_norm: None,
         }
     }
     /// Records a layer through `record` with [`Graph::want_statistics`] set to `feeds` (its
@@ -404,22 +370,6 @@ pub trait Layer: Send + Sync + std::fmt::Debug {
     /// (BatchNormalization): the layer writing that input may compute them as it stores it
     /// ([`Graph::want_statistics`]).
     fn takes_statistics(&self) -> bool {
-        false
-    }
-    /// Where the layer normalises its input channel by channel (a training
-    /// BatchNormalization) and the only layer reading its output [takes its input
-    /// normalized](Layer::takes_normalized_input): records everything but the pass writing
-    /// the output (the statistics, the moving statistics' update) and returns the record,
-    /// whose `output` is `x` itself and whose [`Saved::normalized`] the composite layer hands
-    /// to the reader ([`Graph::input_norm`]); its backward takes the record as usual. `None`
-    /// where it cannot: the caller records [`Layer::forward`] instead.
-    fn forward_deferred(&self, _g: &mut Graph, _x: &Tensor, _w: &Weights) -> Result<Option<Saved>> {
-        Ok(None)
-    }
-    /// Whether the layer can take [`Graph::input_norm`]: its forward reads x normalized by it,
-    /// and its backward, by the record's [`Saved::normalized`], differentiates with respect to
-    /// the normalized input (an ungrouped convolution).
-    fn takes_normalized_input(&self) -> bool {
         false
     }
     /// Whether this is a plain `max(x, 0)` ReLU, the only kind a BatchNorm or residual join

@@ -72,7 +72,7 @@ impl Layer for MaxPool2D {
         let y = g.stored(&geom.output_shape()[1..])?;
         let argmax = g.device.alloc(&pool::argmax_shape(&geom), DType::U32)?;
         g.push(pool::max_pool_forward(g.device, &geom, x, &y, &argmax)?);
-        Ok(Saved::with_extra(y, vec![argmax]))
+        Ok(Saved { output: y, extra: vec![argmax], inner: Vec::new() })
     }
     fn backward(&self, g: &mut Graph, x: &Tensor, saved: &Saved, dy: &Tensor, _: &Weights, need_dx: bool) -> Result<Option<Tensor>> {
         if !need_dx {
@@ -218,7 +218,7 @@ impl Layer for GlobalMaxPooling2D {
         let argmax = g.device.alloc(&pool::global_argmax_shape(x.shape())?, DType::U32)?;
         g.push(pool::global_max_pool_forward(g.device, x, &y, &argmax)?);
         let y = y.reshape(&[&[g.batch][..], &self.output_shape(&x.shape()[1..])?].concat())?;
-        Ok(Saved::with_extra(y, vec![argmax]))
+        Ok(Saved { output: y, extra: vec![argmax], inner: Vec::new() })
     }
     fn backward(&self, g: &mut Graph, x: &Tensor, saved: &Saved, dy: &Tensor, _: &Weights, need_dx: bool) -> Result<Option<Tensor>> {
         if !need_dx {

@@ -55,21 +55,6 @@ impl Residual {
         self.fused.get(i).copied().unwrap_or(false)
     }
 
-    /// Where sub-layer i normalises by the batch's statistics (a BatchNormalization), the
-    /// sub-layer that alone reads its output, the next of its chain past a ReLU fused into
-    /// it, if that one [takes its input normalized](Layer::takes_normalized_input): i may
-    /// then leave its transform to it ([`Layer::forward_deferred`]). A chain's last layer
-    /// feeds the join, and the block's input is read by both chains.
-    fn normalized_reader(&self, walk: &[Step], i: usize) -> Option<usize> {
-        let (layer, .., is_main) = &walk[i];
-        let same_chain = |j: usize| walk.get(j).is_some_and(|w| w.4 == *is_main);
-        if !layer.takes_statistics() {
-            return None;
-        }
-        let j = if same_chain(i + 1) && self.is_fused(i + 1) { i + 2 } else { i + 1 };
-        (same_chain(j) && !self.is_fused(j) && walk[j].0.takes_normalized_input()).then_some(j)
-    }
-
     fn chain_shape(chain: &[Box<dyn Layer>], input: &[usize]) -> Result<Vec<usize>> {
         // Each sub-layer's output is held to the cap, as the layout does for top-level layers,
         // so that a Flatten inside the block multiplies only bounded sides.
@@ -156,39 +141,22 @@ impl Layer for Residual {
         let mut inner: Vec<Option<(Tensor, Saved)>> = vec![None; walk.len()];
         let mut ends = [x.clone(), x.clone()];
         let mut joined = false;
-        // A normalization deferred by a sub-layer, and the index of the one that applies it.
-        let mut pending = None;
         for i in order {
             let (layer, shape, p, s, is_main) = &walk[i];
             let sub = w.slice(*p, layer.params(shape).len(), *s, layer.states(shape).len());
             let input = ends[!is_main as usize].clone();
             if self.is_fused(i) {
                 // The BatchNorm before it wrote relu(y): its record is that output, as a
-                // standalone ReLU's would be, or x and the transform it left to the next layer.
-                let normalized = inner[i - 1].as_ref().and_then(|(_, bn)| bn.normalized.clone());
-                inner[i] = Some((input.clone(), Saved { normalized, ..Saved::output(input) }));
+                // standalone ReLU's would be.
+                inner[i] = Some((input.clone(), Saved { output: input, extra: Vec::new(), inner: Vec::new() }));
                 continue;
             }
-            if let Some((reader, norm)) = pending.take() {
-                if reader != i {
-                    bail!(Config, "residual block: sub-layer {reader} was to take a normalized input, but {i} ({}) came first", layer.class_name());
-                }
-                g.input_norm = Some(norm);
-            }
-            let reader = self.normalized_reader(&walk, i);
             let input = g.input_for(*layer, &input)?;
             // The next layer of this chain normalises this one's output by its statistics.
             let feeds_statistics = g.training && !g.frozen && walk.get(i + 1).is_some_and(|next| next.4 == *is_main && !self.is_fused(i + 1) && next.0.takes_statistics());
             let saved = g.feeding_statistics(feeds_statistics, |g| -> Result<Saved> {
                 if Some(i) != last_main {
-                    return g.under_policy_of(*layer, |g| {
-                        if reader.is_some()
-                            && let Some(saved) = layer.forward_deferred(g, &input, &sub)?
-                        {
-                            return Ok(saved);
-                        }
-                        layer.forward(g, &input, &sub)
-                    });
+                    return g.under_policy_of(*layer, |g| layer.forward(g, &input, &sub));
                 }
                 // The shortcut's end in the join's storage, for either way of joining.
                 ends[1] = g.cast_to(&ends[1], y.dtype())?;
@@ -200,12 +168,6 @@ impl Layer for Residual {
                     None => g.under_policy_of(*layer, |g| layer.forward(g, &input, &sub)),
                 }
             })?;
-            if g.input_norm.take().is_some() {
-                bail!(Config, "residual block: sub-layer {i} ({}) was handed a normalized input it did not take", layer.class_name());
-            }
-            if let Some(j) = reader {
-                pending = saved.normalized.clone().map(|n| (j, n));
-            }
             ends[!is_main as usize] = saved.output.clone();
             inner[i] = Some((input, saved));
         }
@@ -215,7 +177,7 @@ impl Layer for Residual {
             let join = if self.fused_relu { elementwise::add_relu } else { elementwise::add };
             g.push(join(g.device, &ends[0], &ends[1], &y)?);
         }
-        Ok(Saved { output: y, extra: Vec::new(), inner: inner.into_iter().flatten().collect(), normalized: None })
+        Ok(Saved { output: y, extra: Vec::new(), inner: inner.into_iter().flatten().collect() })
     }
     fn masks_dy_by_output(&self) -> bool {
         self.fused_relu

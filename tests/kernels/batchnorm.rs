@@ -749,14 +749,13 @@ fn f16_dtypes_and_channels_are_checked() {
     }
 }
 
-/// The training forward without its normalize (`forward_train_deferred`, for a convolution
-/// that applies it as it gathers x): the same statistics and moving statistics as
-/// `forward_train`, bit for bit, and a normalization which the convolutions' gathers turn
-/// into y as `forward_train` stored it, bit for bit (shaders/lib/affine.wgsl: one explicit
-/// fused multiply-add, so no compiler contracts one kernel's and not the other's), on either
-/// engine and storage.
+/// A convolution whose input is this layer's, normalized as its products gather it
+/// (`conv2d::InputNorm`, on the layer's saved statistics, `inv_std * gamma` and `beta`),
+/// sees y as the training forward stored it, bit for bit: the transform is one explicit
+/// fused multiply-add in every kernel (shaders/lib/affine.wgsl), so no compiler contracts
+/// one kernel's and not the other's. Both engines, both storages, with and without the ReLU.
 #[test]
-fn the_deferred_forward_leaves_the_normalize_its_parameters() {
+fn the_gathers_normalize_as_the_forward_stored_bit_for_bit() {
     on_each_variant(|_| {
         let d = device();
         let mut r = rng(47);
@@ -767,35 +766,21 @@ fn the_deferred_forward_leaves_the_normalize_its_parameters() {
                 }
                 let k = if f16 { case_f16(&mut r, shape, 1.5) } else { case(&mut r, shape, 1.5) };
                 let cfg = BatchNormConfig { momentum: 0.6, relu, engine: Some(engine), ..Default::default() };
-                let (full, ds) = train(&k, &cfg);
+                let (out, ds) = train(&k, &cfg);
                 run(&ds);
-                // gamma and beta apart from the moving statistics, which the merge writes.
-                let [_, _, mm, mv] = &parameters(&k);
-                let (gamma, beta) = (&upload(&k.gamma, &[k.c]), &upload(&k.beta, &[k.c]));
-                let (x, saved, norm) = (k.upload_x(), stale(&[2, k.c]), stale(&[3, k.c]));
-                let ds = batchnorm::forward_train_deferred(&d, &cfg, &x, None, gamma, beta, mm, mv, &saved, &norm).unwrap();
-                assert!(ds.iter().all(|d| !d.label.starts_with("normalize")), "{shape:?}: a deferred forward normalizes: {:?}", ds.iter().map(|d| d.label).collect::<Vec<_>>());
-                run(&ds);
-                let case = format!("deferred {shape:?} f16={f16} relu={relu} {engine:?}");
-                let s = read(&saved);
-                assert_eq!(s, read(&full.saved), "{case}: saved");
-                assert_eq!((read(mm), read(mv)), (read(&full.params[2]), read(&full.params[3])), "{case}: moving statistics");
-                let n = read(&norm);
-                let c = k.c;
-                let want: Vec<f32> = s[..c].iter().copied().chain((0..c).map(|j| s[c + j] * k.gamma[j])).chain(k.beta.iter().copied()).collect();
-                assert_eq!(n, want, "{case}: norm");
-                // The transform as a convolution's gathers apply it (A_NORM): a 1x1
-                // convolution by the identity into f32, each output one product by 1.
+                let (c, s) = (k.c, read(&out.saved));
+                let norm: Vec<f32> = s[..c].iter().copied().chain((0..c).map(|j| s[c + j] * k.gamma[j])).chain(k.beta.iter().copied()).collect();
+                // A 1x1 convolution by the identity into f32: each output one product by 1.
                 let rows = k.x.len() / c;
                 let geom = Conv2dGeometry::new(&[rows, 1, 1, c], c, (1, 1), (1, 1), Padding::Valid).unwrap();
                 let identity: Vec<f32> = (0..c * c).map(|i| if i / c == i % c { 1.0 } else { 0.0 }).collect();
                 let gathered = stale(&[rows, 1, 1, c]);
-                let opts = GemmOptions { mixed: f16, ..Default::default() };
-                run(&conv2d::forward_normalized(&d, &geom, &x.reshape(&[rows, 1, 1, c]).unwrap(), InputNorm { params: &norm, relu }, &upload(&identity, &[1, 1, c, c]), &gathered, &opts).unwrap());
-                let y = read(&gathered);
-                let stored = read_act(&full.y);
+                let x = out.x.reshape(&[rows, 1, 1, c]).unwrap();
+                let opts = GemmOptions { mixed: f16, engine: Some(engine), ..Default::default() };
+                run(&conv2d::forward_normalized(&d, &geom, &x, InputNorm { params: &upload(&norm, &[3, c]), relu }, &upload(&identity, &[1, 1, c, c]), &gathered, &opts).unwrap());
+                let (y, stored) = (read(&gathered), read_act(&out.y));
                 let differ = y.iter().zip(&stored).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
-                assert_eq!(differ, 0, "{case}: {differ} of {} elements of y differ from the gathers' transform by the norm", y.len());
+                assert_eq!(differ, 0, "{shape:?} f16={f16} relu={relu} {engine:?}: {differ} of {} elements of y differ from the gathers' normalization", y.len());
             }
         }
     });

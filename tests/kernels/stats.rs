@@ -50,7 +50,7 @@ fn convolve(g: &Conv2dGeometry, f16: bool, biased: bool, opts: &GemmOptions, see
         (upload(&x, &xs), d.alloc(&ys, convoy::DType::F32).unwrap())
     };
     let (tw, tb) = (upload(&w, &ws), upload(&b, &[g.filters]));
-    let (products, partials) = conv2d::forward_statistics(&d, g, &tx, None, &tw, biased.then_some(&tb), &y, opts, true).unwrap();
+    let (products, partials) = conv2d::forward_statistics(&d, g, &tx, &tw, biased.then_some(&tb), &y, opts, true).unwrap();
     run(&products);
     let stored = if f16 { read_f16(&y) } else { read(&y) };
     if !f16 && !opts.mixed {

@@ -42,7 +42,7 @@ pub(super) fn forward(g: &mut Graph, x: &Tensor, out: &[usize], t: &Transform, s
 pub(super) fn gather(g: &mut Graph, x: &Tensor, out: &[usize], t: &Transform, draws: Tensor) -> Result<Saved> {
     let y = g.activation(out)?;
     g.push(augment::forward(g.device, x, &draws, t.fill, t.fill_value, &y)?);
-    Ok(Saved::with_extra(y, vec![draws]))
+    Ok(Saved { output: y, extra: vec![draws], inner: Vec::new() })
 }
 
 /// Records the input gradient, the transpose of the gather; nothing when the layer reads the
