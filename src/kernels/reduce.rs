@@ -20,9 +20,12 @@ const MERGE_TILE_LOG2: u32 = 2;
 const MERGE_CHUNKS_PER_LANE: usize = 4;
 /// Rows each lane reads at least before the lanes are folded.
 const ROWS_PER_LANE: usize = 16;
-/// Enough workgroups to fill a large GPU several times over; more would only lengthen the
-/// merge.
-const TARGET_WORKGROUPS: usize = 1024;
+/// Workgroups a first pass is split into at most: enough to fill a large GPU, each lane
+/// walking enough rows to pay for the fold. H200, ResNet-50 mixed at batch 128, the
+/// BatchNorms' first passes (benches/results/2026-11-28g/call4): 1,024 took 1.34 + 2.58 ms,
+/// 512 1.18 + 2.47 ms (the step 41.8 -> 41.5 ms, resnet18_cifar 9.70 -> 9.63), 256 1.47 +
+/// 3.57 ms.
+const TARGET_WORKGROUPS: usize = 512;
 
 /// How a reduction over the rows of a `[rows, cols]` matrix is split into workgroups:
 /// `tiles` column tiles of `2^col_log2` columns times `chunks` chunks of `chunk_rows` rows.
@@ -95,8 +98,8 @@ impl Split {
 
     /// The column tile of the pass that merges the `[chunks, cols]` partials: four columns,
     /// or fewer where that leaves a lane more than [`MERGE_CHUNKS_PER_LANE`] chunks (a
-    /// 262,144-row batch of 64 channels is 1,024 chunks: 16 in turn a lane on four columns,
-    /// 4 on one).
+    /// 262,144-row batch of 64 channels is 512 chunks: 8 in turn a lane on four columns,
+    /// 4 on two).
     pub fn merge_log2(&self) -> u32 {
         let lanes = (self.chunks as usize).div_ceil(MERGE_CHUNKS_PER_LANE).next_power_of_two().min(WG as usize);
         let narrow = (WG as usize / lanes).trailing_zeros();
@@ -274,9 +277,9 @@ mod tests {
             let s = Split::new("t", rows, cols).unwrap();
             (s.chunks, s.merge_log2())
         };
-        assert_eq!(tile(262_144, 64), (1024, 0));
-        assert_eq!(tile(65_536, 128), (512, 1));
-        assert_eq!(tile(16_384, 256), (256, 2));
+        assert_eq!(tile(262_144, 64), (512, 1));
+        assert_eq!(tile(65_536, 128), (256, 2));
+        assert_eq!(tile(16_384, 256), (128, 2));
         assert_eq!(tile(4_096, 512), (64, 2));
         assert_eq!(tile(300, 2), (1, 1));
     }
