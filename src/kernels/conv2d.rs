@@ -227,7 +227,8 @@ pub fn forward_with(device: &Device, geom: &Conv2dGeometry, x: &Tensor, w: &Tens
 
 /// A training or inference BatchNormalization, with its fused ReLU where `relu`, applied to a
 /// convolution's input as the product gathers it ([`forward_normalized`]): each element x of
-/// channel c becomes `(x - mean[c]) * k[c] + b[c]` (then the ReLU), rounded as x is stored —
+/// channel c becomes `(x - mean[c]) * k[c] + b[c]`, one fused multiply-add as the layer's own
+/// kernels compute it (shaders/lib/affine.wgsl), then the ReLU, rounded as x is stored —
 /// what that layer's forward would have stored — so that its output need not be written and
 /// read back. `params` is `[3, in_c]` f32: the means, `k = inv_std * gamma` and `b = beta`
 /// (a training layer's batch statistics, or the moving ones). The padding stays zero.

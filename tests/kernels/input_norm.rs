@@ -25,8 +25,9 @@ fn geometries() -> Vec<(Conv2dGeometry, bool)> {
     ]
 }
 
-/// x normalized per channel as the BatchNorm's forward computes it in f32, then rounded as
-/// stored (f16 where `f16`).
+/// x normalized per channel in f32, then rounded as stored (f16 where `f16`): the BatchNorm's
+/// forward and the gathers fuse the multiply-add (shaders/lib/affine.wgsl) where this rounds
+/// twice, so the two may differ in the last f32 bit.
 fn normalized(x: &[f32], c: usize, params: &[f32], relu: bool, f16: bool) -> Vec<f32> {
     x.iter()
         .enumerate()
