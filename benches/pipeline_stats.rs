@@ -274,11 +274,14 @@ fn main() {
     for (n, variant) in variants.iter().enumerate() {
         let (shader, entry, constants) = variant;
         if !parsed.contains_key(shader) {
-            let Some(source) = ALL_SHADERS.iter().find(|s| s.name == shader) else {
+            // The gemm bench's probe (`--probe`) is no library shader; its f16 form is the one
+            // to compare with the engine's tensor-core kernel.
+            let probe = (shader == "coop_shared.wgsl").then(|| concat!("enable f16;\nenable wgpu_cooperative_matrix;\nalias Quad = vec4<f16>;\n", include_str!("coop_shared.wgsl")));
+            let Some(source) = probe.or_else(|| ALL_SHADERS.iter().find(|s| s.name == shader).map(|s| s.source)) else {
                 println!("{n:4} {}: not one of convoy's shaders", label(variant));
                 continue;
             };
-            let mut text = source.source.to_string();
+            let mut text = source.to_string();
             for (file, (original, edited)) in &swaps {
                 if text.contains(original.as_str()) {
                     text = text.replace(original.as_str(), edited);

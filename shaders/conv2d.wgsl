@@ -170,6 +170,15 @@ override B_KIND: u32 = 0u;
 // A's quad flag (bit 0 of flags) as a pipeline constant, for the convolution gathers: a
 // runtime branch to their one-float-at-a-time forms slowed the vec4 pipelines by 10-25%.
 override A_QUADS: bool = false;
+// B's quad flag (bit 1) as a pipeline constant as well. `b_quad` branches on it only in
+// convolution forwards (A_IM2COL with B the kernel's rows, the flipped input gradients
+// included): there it took the H200's 3x3 tensor-core products 4-13% faster than the
+// runtime flag (ResNet-18's 3x3 256 at 224 px, batch 256: 0.382 -> 0.337 ms) and the
+// models 2-3.4%. The weight gradients keep the runtime flag: with the constant their
+// products ran up to 2.3x slower on the same registers (3x3 256: 0.453 -> 1.064 ms), and so
+// did fetches that load every slot from a clamped index and zero it by a select
+// (benches/results/2026-11-28h, calls 5-7).
+override B_QUADS: bool = false;
 // A phase product's B gather (PHASE_TAPS) and, in whichever dispatch writes C, its rows
 // (PHASE_ROWS); pipeline constants so that no other product carries their arithmetic.
 override PHASE_TAPS: bool = false;
@@ -405,7 +414,7 @@ fn a_quad(m: u32, k: u32) -> a_stage {
 }
 
 fn b_quad(k: u32, n: u32) -> b_stage {
-    if (flag(1u)) {
+    if (select(flag(1u), B_QUADS, A_KIND == A_IM2COL && B_KIND == B_ROWS)) {
         let i = b_index(k, n);
         if (i == NONE) {
             return b_stage();

@@ -27,8 +27,6 @@ const CPU_ROWS: u32 = 8u;
 const CPU_COLS: u32 = 8u;
 // Invocations per workgroup: one AVX2 vector of lanes (16 and 64 ran the same).
 override CPU_WG: u32 = 8u;
-// B's quads (bit 1 of flags) as a pipeline constant.
-override B_QUADS: bool = false;
 // A through `a_at`: the stuffed input gradient at a stride above 1.
 override A_GENERAL: bool = false;
 // C's quads (bit 2 of flags) and, in a dispatch that writes C itself, the bias (bit 3), as

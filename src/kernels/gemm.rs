@@ -754,7 +754,7 @@ fn a_quads(g: &Gemm) -> bool {
     own && g.groups.is_none_or(|gr| Groups::quads(gr.a))
 }
 
-pub(super) fn b_quads(g: &Gemm) -> bool {
+fn b_quads(g: &Gemm) -> bool {
     let own = match g.b_load {
         BLoad::Rows => g.n.is_multiple_of(4),
         BLoad::BlockedT(kb) => kb % 4 == 0,
@@ -1117,6 +1117,7 @@ pub(super) fn product_params(
     }
     p.flags |= if a_quads(g) { QUAD_A } else { 0 } | if b_quads(g) { QUAD_B } else { 0 };
     constants.push(("A_QUADS", if a_quads(g) { 1.0 } else { 0.0 }));
+    constants.push(("B_QUADS", if b_quads(g) { 1.0 } else { 0.0 }));
     let mut phase_token = String::new();
     if let Some(ph) = &g.phase {
         let u = |what, v| u32_of(kernel, what, v);

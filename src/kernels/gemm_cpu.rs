@@ -6,7 +6,7 @@
 //! [`Engine::Cpu`]: super::gemm::Engine::Cpu
 
 use super::batchnorm::Partials;
-use super::gemm::{b_quads, c_quads, operand_rounding, product_params, record_statistics, ALoad, Gemm, GemmOptions, MAX_WORKSPACE};
+use super::gemm::{c_quads, operand_rounding, product_params, record_statistics, ALoad, Gemm, GemmOptions, MAX_WORKSPACE};
 use super::{Dispatch, GEMM_CPU_ALL};
 use crate::{Device, Result};
 
@@ -39,7 +39,6 @@ pub(crate) fn launch(device: &Device, g: &Gemm, opts: &GemmOptions, stats: bool)
         ("A_KIND", g.a_load.kind() as f64),
         ("B_KIND", g.b_load.kind() as f64),
         ("CPU_WG", WORKGROUP as f64),
-        ("B_QUADS", if b_quads(g) { 1.0 } else { 0.0 }),
     ];
     if general {
         constants.push(("A_GENERAL", 1.0));
