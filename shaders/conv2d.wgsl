@@ -122,8 +122,8 @@ override STATS: bool = false;
 // A_NORM: A is a convolution's input seen through the BatchNormalization (with A_NORM_RELU,
 // and its fused ReLU) that produced it: the gathers make each element what that layer's
 // forward would have stored, affine(x, mean[c], k[c], b[c]) with k = inv_std * gamma and
-// b = beta (shaders/lib/affine.wgsl), rounded as A is stored, so that the normalized tensor need not be written and read
-// back. `a_norm` holds mean, k and b, C each ([3, C], C = p.in_c); the padding stays zero,
+// b = beta (shaders/lib/affine.wgsl), rounded as A is stored, so that the normalized tensor
+// need not be written and read back. `a_norm` holds mean, k and b, C each ([3, C], C = p.in_c); the padding stays zero,
 // as the convolution pads the normalized input. The forward (A = Rows, Im2col) and the
 // weight gradient (A = Cols, Im2colT) of an ungrouped convolution (the host sees to it).
 // Every GEMM entry point reads this binding's declaration: the host binds A again where

@@ -1115,9 +1115,10 @@ pub(super) fn product_params(
     if let BLoad::BlockedT(kb) = g.b_load {
         p.kb = u32_of(kernel, "kb", kb)?;
     }
-    p.flags |= if a_quads(g) { QUAD_A } else { 0 } | if b_quads(g) { QUAD_B } else { 0 };
-    constants.push(("A_QUADS", if a_quads(g) { 1.0 } else { 0.0 }));
-    constants.push(("B_QUADS", if b_quads(g) { 1.0 } else { 0.0 }));
+    let (quad_a, quad_b) = (a_quads(g), b_quads(g));
+    p.flags |= if quad_a { QUAD_A } else { 0 } | if quad_b { QUAD_B } else { 0 };
+    constants.push(("A_QUADS", if quad_a { 1.0 } else { 0.0 }));
+    constants.push(("B_QUADS", if quad_b { 1.0 } else { 0.0 }));
     let mut phase_token = String::new();
     if let Some(ph) = &g.phase {
         let u = |what, v| u32_of(kernel, what, v);
