@@ -820,7 +820,11 @@ pub(crate) fn launch_statistics(device: &Device, g: &Gemm, opts: &GemmOptions, s
         None => choose_splits(kernel.threads, tiles_m * tiles_n * group_count, g.m * g.n * group_count, g.k),
     };
     let mut constants = kernel.constants.clone();
-    let (p, tokens) = product_params(g, (tiles_m, tiles_n), kernel.bk, split, &mut constants)?;
+    let (p, mut tokens) = product_params(g, (tiles_m, tiles_n), kernel.bk, split, &mut constants)?;
+    for (name, token) in inside(g, &kernel) {
+        constants.push((name, 1.0));
+        tokens.push_str(token);
+    }
     let workgroups = tiles_m * tiles_n * p.splits() * group_count;
     let path = format!("{} {tokens} {}", kernel.tile_token, kernel.shape_token);
     let stats = stats && p.splits() == 1 && declares_stats(kernel.entry);
@@ -1051,6 +1055,19 @@ impl Kernel {
     fn tiles(&self, g: &Gemm) -> (usize, usize) {
         (g.m.div_ceil(self.bm), g.n.div_ceil(self.bn))
     }
+}
+
+/// The operands whose every fetch `kernel`'s tiles of `g` keep inside them, as the pipeline
+/// constants that drop the fetches' edge tests (`A_INSIDE`, `B_INSIDE` in
+/// shaders/conv2d.wgsl) and their path tokens: row-major A whose rows and K fill whole tiles
+/// and steps, and the rows of B in a forward-type product (A the image gather or row-major)
+/// whose columns and K do. Phase products (several products on one pipeline) and grouped
+/// ones keep the tests.
+fn inside(g: &Gemm, kernel: &Kernel) -> Vec<(&'static str, &'static str)> {
+    let plain = g.groups.is_none() && g.phase.is_none() && g.k.is_multiple_of(kernel.bk) && g.k > 0;
+    let a = plain && g.a_load == ALoad::Rows && a_quads(g) && g.a_norm.is_none() && g.m.is_multiple_of(kernel.bm);
+    let b = plain && g.b_load == BLoad::Rows && b_quads(g) && matches!(g.a_load, ALoad::Rows | ALoad::Im2col) && g.n.is_multiple_of(kernel.bn);
+    [(a, ("A_INSIDE", " inside_a")), (b, ("B_INSIDE", " inside_b"))].into_iter().filter(|(on, _)| *on).map(|(_, c)| c).collect()
 }
 
 /// The parameters of `g` on a grid of `tiles` (rows, columns) of C whose K advances `k_step`

@@ -106,8 +106,8 @@ fn conv_case(g: &Conv2dGeometry, opts: &GemmOptions, seed: u64) -> [f64; 3] {
 /// operands, the convolution's three products (vec4 and scalar images, phase products of a
 /// stride-2 input gradient, a 1x1 downsample whose odd phases meet no tap), the tile shapes
 /// it runs (over 128 columns; 65-128 on many rows and on few; 33-64 on many rows, on few,
-/// and a weight gradient's; 9-32), edges of every tile size, K split automatically and by
-/// force; outputs of 8 columns or fewer fall back to the f32 product. The coverage
+/// and a weight gradient's; 9-32), edges of every tile size and a product whose tiles fill A
+/// and B (fetched without edge tests), K split automatically and by force; outputs of 8 columns or fewer fall back to the f32 product. The coverage
 /// assertion fails when a cooperative path went untested. Grouped and dilated convolutions
 /// go through the same gathers.
 #[test]
@@ -118,7 +118,7 @@ fn mixed_products_match_f64_within_f16_bounds() {
         for engine in Engine::ALL {
             let mixed = GemmOptions { engine: Some(engine), ..MIXED };
             let mut worst = 0.0f64;
-            for (s, &mkn) in [(65, 70, 67), (300, 64, 64), (129, 33, 31), (4, 65536, 64), (1030, 576, 128), (7, 13, 10), (140, 100, 300), (2100, 40, 60)].iter().enumerate() {
+            for (s, &mkn) in [(65, 70, 67), (300, 64, 64), (129, 33, 31), (4, 65536, 64), (1030, 576, 128), (7, 13, 10), (140, 100, 300), (2100, 40, 60), (2048, 64, 128)].iter().enumerate() {
                 for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
                     worst = worst.max(matmul_case(mkn, ta, tb, &mixed, 40 + s as u64));
                 }
@@ -154,7 +154,7 @@ fn mixed_products_match_f64_within_f16_bounds() {
     for a in ["a=Rows", "a=Cols", "a=Im2col", "a=Im2colT", "a=DyStuffed"] {
         expected.push((entry, a.to_string()));
     }
-    for t in ["b=Rows", "b=BlockedT", "phase", "phases=4", "taps=none", "split=none", "split=forced", "quad_a", "scalar_a", "quad_c", "scalar_c", "grouped", "dilated", "flipped"] {
+    for t in ["b=Rows", "b=BlockedT", "phase", "phases=4", "taps=none", "split=none", "split=forced", "quad_a", "scalar_a", "quad_c", "scalar_c", "grouped", "dilated", "flipped", "inside_a", "inside_b"] {
         expected.push((entry, t.to_string()));
     }
     expected.push(("flip_kernel", "grid=2d".to_string()));

@@ -80,6 +80,8 @@ fn gemm_takes_every_path() {
         expected.extend(want(entry, &["split=none", "split=forced", "split=auto"]));
     }
     expected.extend(want("gemm", &["split=auto_long_k", "split=balance"]));
+    // Fetches without edge tests where the tiles fill A's rows or B's columns and K's steps.
+    expected.extend(want("gemm", &["inside_a", "inside_b"]));
     // The GPU kernel's phase products share dispatches: all four of stride 2, two of stride
     // (1, 2), and stride 3's nine as four, four and one.
     expected.extend(want("gemm", &["phases=4", "phases=2", "phases=1"]));
