@@ -6,9 +6,10 @@
 //!
 //! `cargo bench --bench gemm [-- FILTER] [--splits auto,1,4] [--flip on,off,auto]
 //! [--coop auto,256x64/64x64/1/16] [--store f32,a16,a16c16,f16] [--stage auto,words,halves]
-//! [--reps N] [--side S] [--stats] [--probe]`; FILTER keeps the cases whose name contains it; `--side`
+//! [--reps N] [--side S] [--batch B] [--stats] [--probe]`; FILTER keeps the cases whose name contains it; `--side`
 //! sets the 64-channel stage's image side (56, ResNet-18 at 224 px; 32 gives resnet18_cifar's
-//! shapes, each later stage at half the side before); the device is `CONVOY_BENCH_DEVICES` (default: the first adapter). Forward
+//! shapes, each later stage at half the side before), `--batch` the images (256; `convoy
+//! bench` runs ResNet-50 at 128); the device is `CONVOY_BENCH_DEVICES` (default: the first adapter). Forward
 //! and input-gradient products take only `auto` and `1` of `--splits` (their K is short).
 //! On a software adapter the shapes shrink to a smoke run. `--probe` times plain f16 products
 //! by the probe kernel instead (`benches/coop_shared.wgsl`): what cooperative matrices give here.
@@ -216,7 +217,8 @@ fn main() -> Result<()> {
     let grad_stores: Vec<Store> = [Store::F32, Store::F16].into_iter().filter(|&g| stores.iter().any(|&s| (s == Store::F16) == (g == Store::F16))).collect();
     let reps: usize = value("--reps").and_then(|r| r.parse().ok()).unwrap_or(if software { 1 } else { 20 });
     let side_arg: Option<usize> = value("--side").map(|s| s.parse().map_err(|_| convoy::Error::Config(format!("--side {s}: expected a whole number of pixels, 8 or more")))).transpose()?;
-    let (batch, side, square) = if software { (2, 16, 256) } else { (256, side_arg.unwrap_or(56), 4096) };
+    let batch_arg: Option<usize> = value("--batch").map(|s| s.parse().ok().filter(|&b| b > 0).ok_or_else(|| convoy::Error::Config(format!("--batch {s}: expected a whole number of images, 1 or more")))).transpose()?;
+    let (batch, side, square) = if software { (2, 16, 256) } else { (batch_arg.unwrap_or(256), side_arg.unwrap_or(56), 4096) };
     if side < 8 {
         return Err(convoy::Error::Config(format!("--side {side}: the 512-channel stage at side / 8 needs 8 pixels or more")));
     }
@@ -240,7 +242,11 @@ fn main() -> Result<()> {
     // ResNet-50's bottleneck ends, where most of its products are.
     cases.extend(conv_cases(&device, "1x1 256>64", [batch, side, side, 256], 64, 1, 1, stats)?);
     cases.extend(conv_cases(&device, "1x1 64>256", [batch, side, side, 64], 256, 1, 1, stats)?);
+    cases.extend(conv_cases(&device, "1x1 512>128", [batch, side / 2, side / 2, 512], 128, 1, 1, stats)?);
+    cases.extend(conv_cases(&device, "1x1 128>512", [batch, side / 2, side / 2, 128], 512, 1, 1, stats)?);
     cases.extend(conv_cases(&device, "1x1 1024>256", [batch, side / 4, side / 4, 1024], 256, 1, 1, stats)?);
+    cases.extend(conv_cases(&device, "1x1 256>1024", [batch, side / 4, side / 4, 256], 1024, 1, 1, stats)?);
+    cases.extend(conv_cases(&device, "1x1 2048>512", [batch, side / 8, side / 8, 2048], 512, 1, 1, stats)?);
     cases.extend(conv_cases(&device, "1x1 512>2048", [batch, side / 8, side / 8, 512], 2048, 1, 1, stats)?);
     // ResNet-50's downsample at its second stage: an input gradient whose odd phases meet no tap.
     cases.extend(conv_cases(&device, "1x1/2 256>512", [batch, side, side, 256], 512, 1, 2, stats)?);

@@ -60,6 +60,13 @@ struct Params {
 @group(0) @binding(10) var<storage, read_write> y4: array<act4>;
 
 override WG: u32 = 256u;
+// The quads of one pixel that each invocation of the packed-argmax kernels takes (1, 2 or
+// MAX_QUADS, dividing the pixel's quads; the host picks the most): their index arithmetic
+// (the pixel's decode, its windows) cost several times their memory traffic one quad an
+// invocation. H200, ResNet-18's stem pool (floor 0.12 ms each way): forward 0.43 -> 0.34
+// ms, backward 0.76 -> 0.43 at four quads (benches/results/2026-11-28i/call3).
+override QUADS: u32 = 1u;
+const MAX_QUADS: u32 = 4u;
 
 // The argmax of a window that holds no input element (cannot happen with Keras padding, but
 // the kernel must not index with garbage if it did).
@@ -223,26 +230,33 @@ fn in_window(i: u32, o: u32, stride: u32, pad: u32) -> u32 {
 // window ((h - h0) * pool_w + w - w0, from the window's first row and column, padding
 // included), 255 for an empty window; channel c of the quad in bits 8c..8c+7. A quarter of
 // the words, and a sixteenth of the bytes, of positions in full: for windows of 255
-// elements or fewer (the host decides, src/kernels/pool.rs).
+// elements or fewer (the host decides, src/kernels/pool.rs). Each invocation takes QUADS
+// neighbouring quads of one pixel; i counts those runs.
 @compute @workgroup_size(WG)
 fn max_pool_forward4c(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                       @builtin(local_invocation_index) lid: u32) {
     let i = index(wid, nwg, lid);
     if (i >= p.n) { return; }
-    let win = window_of(4u * i);
-    let m = max4_of(win);
-    y4[i] = act_pack(m.best);
-    var packed = 0u;
-    for (var e = 0u; e < 4u; e++) {
-        var place = 255u;
-        if (m.arg[e] != NONE) {
-            let h = m.arg[e] / p.in_w;
-            let w = m.arg[e] % p.in_w;
-            place = in_window(h, win.oh, p.stride_h, p.pad_top) * p.pool_w + in_window(w, win.ow, p.stride_w, p.pad_left);
+    let first = i * QUADS;
+    let win = window_of(4u * first);
+    let base = in_index(win.b, 0u, 0u, win.c) / 4u;
+    for (var q = 0u; q < QUADS; q++) {
+        var best = vec4<f32>(0.0);
+        var place = vec4<u32>(255u);
+        for (var h = win.h_lo; h < win.h_hi; h++) {
+            let row = in_window(h, win.oh, p.stride_h, p.pad_top) * p.pool_w;
+            for (var w = win.w_lo; w < win.w_hi; w++) {
+                let v = act_quad(x4[base + (h * p.in_w + w) * (p.channels / 4u) + q]);
+                // max4_of's rule: the first maximum, or the first NaN, in row-major order.
+                let take = (place == vec4<u32>(255u)) | (v > best) | (is_nan4(v) & !is_nan4(best));
+                best = select(best, v, take);
+                let here = row + in_window(w, win.ow, p.stride_w, p.pad_left);
+                place = vec4<u32>(select(place.x, here, take.x), select(place.y, here, take.y), select(place.z, here, take.z), select(place.w, here, take.w));
+            }
         }
-        packed |= place << (8u * e);
+        y4[first + q] = act_pack(best);
+        arg_out[first + q] = place.x | (place.y << 8u) | (place.z << 16u) | (place.w << 24u);
     }
-    arg_out[i] = packed;
 }
 
 // max_pool_backward on four channels; i counts quads of dx. The sum stays in f32 until the
@@ -267,25 +281,33 @@ fn max_pool_backward4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgr
 }
 
 // max_pool_backward4 on max_pool_forward4c's packed argmax: a window chose this input
-// where its byte for the channel is the input's place in that window.
+// where its byte for the channel is the input's place in that window. Each invocation takes
+// QUADS neighbouring quads of one pixel (i counts those runs): one decode of the pixel and
+// of its windows serves them all.
 @compute @workgroup_size(WG)
 fn max_pool_backward4c(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                        @builtin(local_invocation_index) lid: u32) {
     let i = index(wid, nwg, lid);
     if (i >= p.n) { return; }
-    let pos = input_position(4u * i);
+    let first = i * QUADS;
+    let pos = input_position(4u * first);
     let rows = covering(pos.y, p.stride_h, p.pad_top, p.pool_h, p.out_h);
     let cols = covering(pos.z, p.stride_w, p.pad_left, p.pool_w, p.out_w);
-    var g = vec4<f32>(0.0);
+    var g: array<vec4<f32>, MAX_QUADS>;
     for (var oh = rows.x; oh <= rows.y; oh++) {
+        let row = in_window(pos.y, oh, p.stride_h, p.pad_top) * p.pool_w;
         for (var ow = cols.x; ow <= cols.y; ow++) {
             let o = out_index(pos.x, oh, ow, pos.w) / 4u;
-            let place = in_window(pos.y, oh, p.stride_h, p.pad_top) * p.pool_w + in_window(pos.z, ow, p.stride_w, p.pad_left);
-            let bytes = (vec4<u32>(arg_in[o]) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(255u);
-            g += select(vec4<f32>(0.0), act_quad(src4[o]), bytes == vec4<u32>(place));
+            let place = vec4<u32>(row + in_window(pos.z, ow, p.stride_w, p.pad_left));
+            for (var q = 0u; q < QUADS; q++) {
+                let bytes = (vec4<u32>(arg_in[o + q]) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(255u);
+                g[q] += select(vec4<f32>(0.0), act_quad(src4[o + q]), bytes == place);
+            }
         }
     }
-    dst4[i] = act_pack(g);
+    for (var q = 0u; q < QUADS; q++) {
+        dst4[first + q] = act_pack(g[q]);
+    }
 }
 
 // Keras (TensorFlow) semantics: the mean is over the input elements of the window only;

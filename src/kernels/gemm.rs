@@ -134,6 +134,16 @@ impl CoopTile {
     ///   gemm -- 1x1 --store f16`, ms): 1024 -> 256 forward 0.245 -> 0.201, its input gradient
     ///   0.297 -> 0.243, 512 -> 2048 forward 0.231 -> 0.203; the input gradient of 512 -> 2048
     ///   (K 2,048) 0.259 on every tile (benches/results/2026-11-27g/call1).
+    /// - with the fetches' edge tests gone (`A_INSIDE`, `B_INSIDE`), 1x1 forwards and input
+    ///   gradients (A = Rows) on [`COOP_TALL_MIN_M`] rows or more into a multiple of 128
+    ///   columns: where K is 512 or more and above the columns, 128 x 128 at 64 x 64 on 128
+    ///   invocations staging K 32; where K is below them, 128 x 128 at K 16 (`cargo bench
+    ///   --bench gemm -- "1x1 " --batch 128 --store f16 --coop ...`, ms, the earlier choice /
+    ///   this one): 1024 -> 256 forward 0.119 / 0.097 and its twin (N 256, K 1,024) 256 -> 1024
+    ///   input gradient 0.127 / 0.103, 2048 -> 512 forward 0.117 / 0.096, 512 -> 128 forward
+    ///   0.093 / 0.088; 64 -> 256 forward 0.201 / 0.183, 128 -> 512 forward 0.140 / 0.124
+    ///   (benches/results/2026-11-28i/call2). Equal K and N (the 4096^3 product) keep the
+    ///   widest tile.
     /// - forwards and input gradients into more than 64 columns, 4,096 rows or more and a K of
     ///   2,304 or less whose wide tile would make a grid of 256 workgroups or fewer (128 on 128
     ///   x 256), on 128 x 128 at K 16
@@ -173,6 +183,9 @@ impl CoopTile {
         let narrow16 = CoopTile { bm: 128, bn: 64, sg_m: 32, sg_n: 32, bufs: 1, bk: 16 };
         let widest = CoopTile { bk: 32, ..widest16 };
         let wide_tall = CoopTile { bm: 256, bn: 128, ..widest };
+        let square32 = CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 };
+        // A 1x1 forward or input gradient over many rows into whole 128-column tiles.
+        let whole_columns = a == ALoad::Rows && !phased && n.is_multiple_of(128) && m >= COOP_TALL_MIN_M;
         // A weight gradient (A the activations transposed, K the batch's pixels).
         let weight_grad = matches!(a, ALoad::Im2colT | ALoad::Cols);
         // A 1x1 forward or input gradient over more than 128 columns (A the activations as
@@ -191,6 +204,8 @@ impl CoopTile {
             (weight_grad && (m <= 64 || n <= 64), small16),
             (a == ALoad::Im2colT && n >= 256, widest16),
             (weight_grad && n <= 1024, square16),
+            (whole_columns && k >= 512 && k > n, square32),
+            (whole_columns && k < n, square16),
             (k <= 128 && n > 64 && m >= COOP_TALL_MIN_M && !weight_grad, tall16),
             (pointwise && n <= 256 && m >= COOP_TALL_MIN_M, tall16),
             (pointwise && k < 2048, square16),
@@ -1421,15 +1436,25 @@ mod tests {
         // K 16 a step on the tall tile, which a short K takes over more columns too.
         let tall = |a, m, n, k| CoopTile::choose(Tile::M128N64, a, (m, n, k), false, h100);
         assert_eq!(tall(ALoad::Im2col, 802_816, 64, 576).bk, 16);
-        assert_eq!(tall(ALoad::Rows, 401_408, 256, 64), CoopTile { bm: 256, bn: 64, sg_m: 32, sg_n: 64, bufs: 1, bk: 16 });
+        assert_eq!(tall(ALoad::Rows, 401_408, 64, 256), CoopTile { bm: 256, bn: 64, sg_m: 32, sg_n: 64, bufs: 1, bk: 16 });
         assert_eq!(tall(ALoad::Rows, 401_408, 256, 256), CoopTile { bm: 256, bn: 64, sg_m: 32, sg_n: 64, bufs: 1, bk: 16 });
-        assert_eq!(tall(ALoad::Rows, 50_176, 2048, 512), CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 32, bufs: 1, bk: 16 });
-        assert_eq!(tall(ALoad::Rows, 50_176, 512, 2048).bn, 256);
+        // 1x1 products into whole 128-column tiles: K 32 on 128 invocations where K is long
+        // and above the columns, 128 x 128 at K 16 where it is below them.
+        let square16 = CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 32, bufs: 1, bk: 16 };
+        let square32 = CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 };
+        assert_eq!(tall(ALoad::Rows, 401_408, 256, 64), square16);
+        assert_eq!(tall(ALoad::Rows, 50_176, 2048, 512), square16);
+        assert_eq!(tall(ALoad::Rows, 25_088, 256, 1_024), square32);
+        assert_eq!(tall(ALoad::Rows, 100_352, 128, 512), square32);
+        assert_eq!(tall(ALoad::Rows, 6_272, 512, 2_048), square32);
+        assert_eq!(tall(ALoad::Rows, 4_096, 4_096, 4_096).bn, 256);
+        // Not on few rows (a Dense layer's batch), nor into columns that leave a partial tile.
+        assert_ne!(tall(ALoad::Rows, 1_000, 256, 1_024), square32);
+        assert_ne!(tall(ALoad::Rows, 100_352, 96, 576), square32);
         assert_eq!(tall(ALoad::Im2col, 50_176, 512, 4608).bn, 256);
         // A forward or input gradient on a wide tile's grid of 256 workgroups or fewer and a K
         // of 2,304 or less: 128 x 128 at K 16 (resnet18_cifar's 3x3 128 and 256; 224 px
         // keeps the wide tiles).
-        let square16 = CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 32, bufs: 1, bk: 16 };
         assert_eq!(tall(ALoad::Im2col, 65_536, 128, 1_152), square16);
         assert_eq!(tall(ALoad::Im2col, 16_384, 256, 2_304), square16);
         assert_eq!(tall(ALoad::Im2col, 4_096, 512, 4_608).bn, 256);

@@ -230,6 +230,18 @@ fn launch(device: &Device, shader: &Shader, entry: &'static str, params: Params,
     Ok(Dispatch::with_params(device, shader, entry, &[WG_CONST], &params, bindings, grid_for(device, params.n as usize)?))
 }
 
+/// A packed-argmax kernel (`entry4c`, counted as `entry`) over the `n` elements of its output
+/// (the forward's y, the backward's dx), each invocation taking the most quads of one pixel
+/// that `QUADS` allows (4, 2 or 1, dividing the pixel's quads; see shaders/pool.wgsl).
+fn launch_packed(device: &Device, (entry, entry4c): (&'static str, &'static str), geom: &Pool2dGeometry, n: usize, storage: Storage, bindings: &[(u32, &Tensor)]) -> Result<Dispatch> {
+    let quads = [4, 2, 1].into_iter().find(|q| (geom.channels / 4).is_multiple_of(*q)).unwrap_or(1);
+    let p = geom.params(n)?;
+    let p = Params { n: p.n / (4 * quads as u32), ..p };
+    let shader = storage.pick(&POOL_ALL);
+    let d = Dispatch::with_params(device, shader, entry4c, &[WG_CONST, ("QUADS", quads as f64)], &p, bindings, grid_for(device, p.n as usize)?);
+    Ok(d.named(entry, 0.0).tagged(format!("{} {} packed quads={quads}", width_token(true), storage.token())))
+}
+
 /// `entry` four channels per invocation (`entry4` on the `wide` bindings: the gradients'
 /// and argmax's quad views at binding + 4, the forward's x and y at 9 and 10) where the
 /// channel count allows it, else one on the `narrow` bindings; both count as `entry` in
@@ -335,7 +347,7 @@ pub fn max_pool_forward(device: &Device, geom: &Pool2dGeometry, x: &Tensor, y: &
     expect_dtype(k, "argmax", argmax, DType::U32)?;
     expect_separate(k, &[("y", y), ("argmax", argmax)], &[("x", x)])?;
     if packed_argmax(geom) {
-        return launch_vec4(device, k, "max_pool_forward4c", geom, y.len(), storage, &[], &[(9, x), (10, y), (4, argmax)]).map(|d| d.tagged("packed"));
+        return launch_packed(device, (k, "max_pool_forward4c"), geom, y.len(), storage, &[(9, x), (10, y), (4, argmax)]);
     }
     launch_vec4(device, k, "max_pool_forward4", geom, y.len(), storage, &[(1, x), (3, y), (4, argmax)], &[(9, x), (10, y), (8, argmax)]).map(|d| d.tagged("positions"))
 }
@@ -357,7 +369,7 @@ pub fn max_pool_backward(device: &Device, geom: &Pool2dGeometry, dy: &Tensor, ar
     expect_dtype(k, "argmax", argmax, DType::U32)?;
     expect_separate(k, &[("dx", dx)], &[("dy", dy), ("argmax", argmax)])?;
     if packed_argmax(geom) {
-        return launch_vec4(device, k, "max_pool_backward4c", geom, dx.len(), storage, &[], &[(5, dy), (2, argmax), (7, dx)]).map(|d| d.tagged("packed"));
+        return launch_packed(device, (k, "max_pool_backward4c"), geom, dx.len(), storage, &[(5, dy), (2, argmax), (7, dx)]);
     }
     let (narrow, wide) = ([(1, dy), (2, argmax), (3, dx)], [(5, dy), (6, argmax), (7, dx)]);
     launch_vec4(device, k, "max_pool_backward4", geom, dx.len(), storage, &narrow, &wide).map(|d| d.tagged("positions"))

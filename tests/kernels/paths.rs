@@ -365,7 +365,7 @@ const FOLD: usize = 65_535 * 256;
 /// three paddings (explicit ones from 0 to half the window on each axis, PyTorch's limit).
 fn random_pool(r: &mut StdRng) -> Pool2dGeometry {
     loop {
-        let shape = [pick(r, &[1, 2, 3]), r.random_range(1..12), r.random_range(1..12), pick(r, &[1, 3, 4, 5, 8, 17])];
+        let shape = [pick(r, &[1, 2, 3]), r.random_range(1..12), r.random_range(1..12), pick(r, &[1, 3, 4, 5, 8, 17, 16, 24])];
         let size = [r.random_range(1..5), r.random_range(1..5)];
         let strides = if r.random_bool(0.25) { None } else { Some([r.random_range(1..4), r.random_range(1..4)]) };
         let explicit = PoolPadding::Explicit(r.random_range(0..=size[0] / 2), r.random_range(0..=size[1] / 2));
@@ -393,6 +393,12 @@ fn pool_takes_every_path() {
             let shape = [pick(&mut r, &[1, 3]), r.random_range(1..9), r.random_range(1..9), pick(&mut r, &[1, 4, 17, 64])];
             global_pool_case(&mut r, shape, &format!("{variant} seed {seed:#x} global pool {i}: {shape:?}"));
         }
+        // The packed kernels' runs of 4 and 2 quads of a pixel an invocation (16 and 24
+        // channels), on ResNet's stem pool.
+        for channels in [16, 24] {
+            let g = Pool2dGeometry::new(&[2, 9, 7, channels], [3, 3], Some([2, 2]), PoolPadding::Explicit(1, 1)).unwrap();
+            pool_case(&mut r, &g, &format!("{variant} seed {seed:#x} pool runs of {channels} channels: {g:?}"));
+        }
         // Quads over a window of 256 elements, past what the packed argmax holds.
         let g = Pool2dGeometry::new(&[2, 18, 17, 8], [16, 16], Some([2, 1]), PoolPadding::Valid).unwrap();
         pool_case(&mut r, &g, &format!("{variant} seed {seed:#x} pool of 256: {g:?}"));
@@ -414,6 +420,10 @@ fn pool_takes_every_path() {
     }
     for entry in ["max_pool_forward4", "max_pool_backward4", "max_pool_forward4c", "max_pool_backward4c"] {
         expected.extend(want(entry, &["vec4", "grid=1d"]));
+    }
+    // The packed kernels take 4, 2 or 1 quads of a pixel an invocation (16, 24 and 8 channels).
+    for entry in ["max_pool_forward4c", "max_pool_backward4c"] {
+        expected.extend(want(entry, &["quads=1", "quads=2", "quads=4"]));
     }
     assert_paths_cover("pool", &take_paths(), &expected, &[]);
 }
