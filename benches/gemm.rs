@@ -248,8 +248,14 @@ fn main() -> Result<()> {
     cases.extend(conv_cases(&device, "1x1 256>1024", [batch, side / 4, side / 4, 256], 1024, 1, 1, stats)?);
     cases.extend(conv_cases(&device, "1x1 2048>512", [batch, side / 8, side / 8, 2048], 512, 1, 1, stats)?);
     cases.extend(conv_cases(&device, "1x1 512>2048", [batch, side / 8, side / 8, 512], 2048, 1, 1, stats)?);
-    // ResNet-50's downsample at its second stage: an input gradient whose odd phases meet no tap.
+    // ResNet-50's downsamples: input gradients whose odd phases meet no tap.
     cases.extend(conv_cases(&device, "1x1/2 256>512", [batch, side, side, 256], 512, 1, 2, stats)?);
+    cases.extend(conv_cases(&device, "1x1/2 512>1024", [batch, side / 2, side / 2, 512], 1024, 1, 2, stats)?);
+    cases.extend(conv_cases(&device, "1x1/2 1024>2048", [batch, side / 4, side / 4, 1024], 2048, 1, 2, stats)?);
+    // ResNet-50's strided 3x3 convolutions (torchvision's v1.5 bottleneck).
+    cases.extend(conv_cases(&device, "3x3/2 128>128", [batch, side, side, 128], 128, 3, 2, stats)?);
+    cases.extend(conv_cases(&device, "3x3/2 256>256", [batch, side / 2, side / 2, 256], 256, 3, 2, stats)?);
+    cases.extend(conv_cases(&device, "3x3/2 512>512", [batch, side / 4, side / 4, 512], 512, 3, 2, stats)?);
     if args.iter().any(|a| a == "--probe") {
         if !device.has_coop16() {
             println!("{}: no 16x16 f16 cooperative matrices, nothing to probe", device.name());

@@ -168,7 +168,11 @@ impl CoopTile {
     ///   0.121 and at side 56 0.410 (128 x 64) / 0.342, 256 -> 512 at side 56 0.389 /
     ///   0.306-0.350 (benches/results/2026-11-28b/call2 and call3), unless K (the longest
     ///   phase's) is under 512, as a 1x1 downsample's: resnet18_cifar's 128 -> 256 one 0.039
-    ///   ms on 128 x 64, 0.050 on 256 x 128, where its 3x3 took 0.143 / 0.130 (call4).
+    ///   ms on 128 x 64, 0.050 on 256 x 128, where its 3x3 took 0.143 / 0.130 (call4). A 1x1
+    ///   downsample's phases (A = Rows, three of the four meeting no tap) into 65-256 columns
+    ///   on more rows take 128 x 128 at K 16: ResNet-50's 256 -> 512 at batch 128 0.759 ms on
+    ///   256 x 128, 0.542 in the sweep and 0.390 on the engine's own (benches/results/
+    ///   2026-11-28i/call4 and call5; resnet50 3,381 / 3,377 -> 3,388 / 3,396 images/s).
     ///
     /// Tiles of 128 invocations with 64-row regions ran most other products 1.5-3x slower.
     fn choose(tile: Tile, a: ALoad, (m, n, k): (usize, usize, usize), phased: bool, limit: usize) -> CoopTile {
@@ -200,6 +204,7 @@ impl CoopTile {
         let few = m >= 4096 && m.div_ceil(wide.bm) * n.div_ceil(wide.bn) <= most && k <= 2304;
         let candidates = [
             (phased && (n <= 64 || m <= PHASES_NARROW_MAX_M || k < 512), narrow16),
+            (phased && a == ALoad::Rows && n > 64 && n <= 256, square16),
             (phased && n <= 256, wide_tall),
             (weight_grad && (m <= 64 || n <= 64), small16),
             (a == ALoad::Im2colT && n >= 256, widest16),
@@ -1486,6 +1491,11 @@ mod tests {
         assert_eq!(phases(50_176, 256, 2_048), wide_tall);
         assert_eq!(phases(65_536, 128, 256), narrow16);
         assert_eq!(phases(100_352, 512, 4_096), CoopTile::choose(Tile::M128N64, ALoad::Im2col, (100_352, 512, 4_096), false, h100));
+        // A 1x1 downsample's phases (A = Rows) into 65-256 columns on many rows: 128 x 128, K 16.
+        let pointwise_phases = |m, n, k| CoopTile::choose(Tile::M128N64, ALoad::Rows, (m, n, k), true, h100);
+        assert_eq!(pointwise_phases(401_408, 256, 512), square16);
+        assert_eq!(pointwise_phases(802_816, 64, 256), narrow16);
+        assert_eq!(pointwise_phases(25_088, 1_024, 2_048), narrow16);
         // 36 KB: the 38 KB tiles (the wide ones, M128N64's own) do not fit; 128 x 128 (20 KB),
         // the tall tile (23 KB) and the 64 x 64 one (10 KB) do.
         assert_eq!(shape(ALoad::Im2col, 200_704, 256, 36 << 10), (128, 128, 64, 32, 256));
