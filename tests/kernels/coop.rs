@@ -130,6 +130,9 @@ fn mixed_products_match_f64_within_f16_bounds() {
                 Conv2dGeometry::new(&[8, 16, 16, 64], 64, (3, 3), (1, 1), Padding::Explicit(1, 1)).unwrap(),
                 Conv2dGeometry::new(&[4, 29, 29, 3], 64, (7, 7), (2, 2), Padding::Explicit(3, 3)).unwrap(),
                 Conv2dGeometry::new(&[6, 14, 14, 64], 128, (1, 1), (2, 2), Padding::Explicit(0, 0)).unwrap(),
+                // A 1x1 downsample's phases on over 32,768 rows into 65-256 columns with a K of
+                // 512: 128 x 128 at K 16 on the tensor cores (the narrow tile below either).
+                Conv2dGeometry::new(&[1, 182, 182, 68], 512, (1, 1), (2, 2), Padding::Explicit(0, 0)).unwrap(),
                 Conv2dGeometry::new(&[5, 9, 9, 12], 32, (3, 3), (2, 2), Padding::Same).unwrap(),
                 Conv2dGeometry::new(&[3, 7, 7, 5], 33, (3, 3), (1, 1), Padding::Valid).unwrap(),
                 // Over 128 filters and channels: all three products on the widest tile.
