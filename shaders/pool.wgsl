@@ -186,27 +186,32 @@ fn max_pool_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgro
 }
 
 // The maximum of each of four channels over a window, and where it was: the input
-// position h * in_w + w of the first maximum (or first NaN), NONE for an empty window.
+// position h * in_w + w of the first maximum (or first NaN), NONE for an empty window (in
+// max_pool_forward4c, its place in the window, 255 for none).
 struct Max4 {
     best: vec4<f32>,
     arg: vec4<u32>,
 }
 
+// One window element v, found at `here`, taken into the running maximum m whose channels
+// still at `empty` have seen nothing: strict, so on ties the first maximum in row-major window
+// order wins, and the first NaN wins over any number and stays.
+fn max4_step(m: Max4, v: vec4<f32>, here: u32, empty: u32) -> Max4 {
+    let take = (m.arg == vec4<u32>(empty)) | (v > m.best) | (is_nan4(v) & !is_nan4(m.best));
+    // Scalar selects: an integer vector select becomes GLSL's integer `mix`, which desktop GL
+    // before 4.5 lacks (tests/translate.rs).
+    let arg = vec4<u32>(select(m.arg.x, here, take.x), select(m.arg.y, here, take.y), select(m.arg.z, here, take.z), select(m.arg.w, here, take.w));
+    return Max4(select(m.best, v, take), arg);
+}
+
 fn max4_of(win: Window) -> Max4 {
-    var best = vec4<f32>(0.0);
-    var arg = vec4<u32>(NONE);
+    var m = Max4(vec4<f32>(0.0), vec4<u32>(NONE));
     for (var h = win.h_lo; h < win.h_hi; h++) {
         for (var w = win.w_lo; w < win.w_hi; w++) {
-            let v = act_quad(x4[in_index(win.b, h, w, win.c) / 4u]);
-            let take = (arg == vec4<u32>(NONE)) | (v > best) | (is_nan4(v) & !is_nan4(best));
-            best = select(best, v, take);
-            // Scalar selects: an integer vector select becomes GLSL's integer `mix`, which
-            // desktop GL before 4.5 lacks (tests/translate.rs).
-            let here = h * p.in_w + w;
-            arg = vec4<u32>(select(arg.x, here, take.x), select(arg.y, here, take.y), select(arg.z, here, take.z), select(arg.w, here, take.w));
+            m = max4_step(m, act_quad(x4[in_index(win.b, h, w, win.c) / 4u]), h * p.in_w + w, NONE);
         }
     }
-    return Max4(best, arg);
+    return m;
 }
 
 // max_pool_forward on four channels; i counts quads of the output.
@@ -241,21 +246,17 @@ fn max_pool_forward4c(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgr
     let win = window_of(4u * first);
     let base = in_index(win.b, 0u, 0u, win.c) / 4u;
     for (var q = 0u; q < QUADS; q++) {
-        var best = vec4<f32>(0.0);
-        var place = vec4<u32>(255u);
+        // The running maximum with each winner's place in the window (255: none yet).
+        var m = Max4(vec4<f32>(0.0), vec4<u32>(255u));
         for (var h = win.h_lo; h < win.h_hi; h++) {
             let row = in_window(h, win.oh, p.stride_h, p.pad_top) * p.pool_w;
             for (var w = win.w_lo; w < win.w_hi; w++) {
                 let v = act_quad(x4[base + (h * p.in_w + w) * (p.channels / 4u) + q]);
-                // max4_of's rule: the first maximum, or the first NaN, in row-major order.
-                let take = (place == vec4<u32>(255u)) | (v > best) | (is_nan4(v) & !is_nan4(best));
-                best = select(best, v, take);
-                let here = row + in_window(w, win.ow, p.stride_w, p.pad_left);
-                place = vec4<u32>(select(place.x, here, take.x), select(place.y, here, take.y), select(place.z, here, take.z), select(place.w, here, take.w));
+                m = max4_step(m, v, row + in_window(w, win.ow, p.stride_w, p.pad_left), 255u);
             }
         }
-        y4[first + q] = act_pack(best);
-        arg_out[first + q] = place.x | (place.y << 8u) | (place.z << 16u) | (place.w << 24u);
+        y4[first + q] = act_pack(m.best);
+        arg_out[first + q] = m.arg.x | (m.arg.y << 8u) | (m.arg.z << 16u) | (m.arg.w << 24u);
     }
 }
 
