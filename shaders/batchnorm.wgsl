@@ -296,16 +296,25 @@ fn stats_partial4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocati
     let quads = p.cols >> 2u;
     var s = Welford4(0.0, vec4<f32>(0.0), vec4<f32>(0.0));
     if (t.col < quads) {
-        // Four rows' loads in flight, as in stats_partial, merged as one block.
+        // Four rows' loads in flight, as in stats_partial, merged as one block; the next
+        // four rows' loads are issued before this block's merge (the last block reloads its
+        // own rows), as in backward_partial4.
         let step = t.lanes * quads;
         var r = start + t.lane;
-        for (; r + 3u * t.lanes < end; r += 4u * t.lanes) {
-            let i = r * quads + t.col;
-            let v0 = act_quad(x4[i]);
-            let v1 = act_quad(x4[i + step]);
-            let v2 = act_quad(x4[i + 2u * step]);
-            let v3 = act_quad(x4[i + 3u * step]);
-            s = welford4_block(s, v0, v1, v2, v3);
+        if (r + 3u * t.lanes < end) {
+            var i = r * quads + t.col;
+            var v = array<act4, 4>(x4[i], x4[i + step], x4[i + 2u * step], x4[i + 3u * step]);
+            loop {
+                let next = r + 4u * t.lanes;
+                let more = next + 3u * t.lanes < end;
+                let j = select(i, next * quads + t.col, more);
+                let nv = array<act4, 4>(x4[j], x4[j + step], x4[j + 2u * step], x4[j + 3u * step]);
+                s = welford4_block(s, act_quad(v[0]), act_quad(v[1]), act_quad(v[2]), act_quad(v[3]));
+                r = next;
+                if (!more) { break; }
+                i = j;
+                v = nv;
+            }
         }
         for (; r < end; r += t.lanes) {
             s = welford4(s, act_quad(x4[r * quads + t.col]));
@@ -560,8 +569,13 @@ fn y_again4(xq: vec4<f32>, mean: vec4<f32>, k: vec4<f32>, b: vec4<f32>) -> vec4<
 
 // grad_train of quad i, whose x is xq.
 fn grad_train4(i: u32, xq: vec4<f32>, mean: vec4<f32>, k: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
-    if (p.relu == 0u) { return act_quad(dy4[i]); }
-    return relu_grad4(act_quad(dy4[i]), y_again4(xq, mean, k, b));
+    return grad_of4(act_quad(dy4[i]), xq, mean, k, b);
+}
+
+// grad_train4 on a dy quad already loaded.
+fn grad_of4(dq: vec4<f32>, xq: vec4<f32>, mean: vec4<f32>, k: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
+    if (p.relu == 0u) { return dq; }
+    return relu_grad4(dq, y_again4(xq, mean, k, b));
 }
 
 // Backward pass 1: per (chunk, column) Σ dy and Σ dy * (x - mean) into the two planes of
@@ -616,21 +630,37 @@ fn backward_partial4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
         let mean = saved4(c);
         let k = saved4(p.cols + c) * gamma4(c);
         let b = beta4(c);
-        // Four rows at a time, summed in backward_partial's order.
+        // Four rows at a time, summed in backward_partial's order; the next four rows' loads
+        // are issued before this step's arithmetic (the last step reloads its own rows), so
+        // that each lane keeps eight quads in flight past the sums.
         let step = t.lanes * quads;
         var r = start + t.lane;
-        for (; r + 3u * t.lanes < end; r += 4u * t.lanes) {
-            let i = r * quads + t.col;
-            let xq0 = act_quad(x4[i]);
-            let xq1 = act_quad(x4[i + step]);
-            let xq2 = act_quad(x4[i + 2u * step]);
-            let xq3 = act_quad(x4[i + 3u * step]);
-            let g0 = grad_train4(i, xq0, mean, k, b);
-            let g1 = grad_train4(i + step, xq1, mean, k, b);
-            let g2 = grad_train4(i + 2u * step, xq2, mean, k, b);
-            let g3 = grad_train4(i + 3u * step, xq3, mean, k, b);
-            s_dy += ((g0 + g1) + g2) + g3;
-            s_dyx += ((g0 * (xq0 - mean) + g1 * (xq1 - mean)) + g2 * (xq2 - mean)) + g3 * (xq3 - mean);
+        if (r + 3u * t.lanes < end) {
+            var i = r * quads + t.col;
+            var x = array<act4, 4>(x4[i], x4[i + step], x4[i + 2u * step], x4[i + 3u * step]);
+            var d = array<act4, 4>(dy4[i], dy4[i + step], dy4[i + 2u * step], dy4[i + 3u * step]);
+            loop {
+                let next = r + 4u * t.lanes;
+                let more = next + 3u * t.lanes < end;
+                let j = select(i, next * quads + t.col, more);
+                let nx = array<act4, 4>(x4[j], x4[j + step], x4[j + 2u * step], x4[j + 3u * step]);
+                let nd = array<act4, 4>(dy4[j], dy4[j + step], dy4[j + 2u * step], dy4[j + 3u * step]);
+                let xq0 = act_quad(x[0]);
+                let xq1 = act_quad(x[1]);
+                let xq2 = act_quad(x[2]);
+                let xq3 = act_quad(x[3]);
+                let g0 = grad_of4(act_quad(d[0]), xq0, mean, k, b);
+                let g1 = grad_of4(act_quad(d[1]), xq1, mean, k, b);
+                let g2 = grad_of4(act_quad(d[2]), xq2, mean, k, b);
+                let g3 = grad_of4(act_quad(d[3]), xq3, mean, k, b);
+                s_dy += ((g0 + g1) + g2) + g3;
+                s_dyx += ((g0 * (xq0 - mean) + g1 * (xq1 - mean)) + g2 * (xq2 - mean)) + g3 * (xq3 - mean);
+                r = next;
+                if (!more) { break; }
+                i = j;
+                x = nx;
+                d = nd;
+            }
         }
         for (; r < end; r += t.lanes) {
             let i = r * quads + t.col;

@@ -189,6 +189,11 @@ override B_QUADS: bool = false;
 // (2026-11-28i/call1). B_INSIDE in the weight gradients too cost resnet18 5%.
 override A_INSIDE: bool = false;
 override B_INSIDE: bool = false;
+// The host's proof that a convolution's image gather (A_IM2COL, quads) meets no row past M
+// and no K past the kernel's (M a multiple of the tile's rows, K of its step): the gather
+// then tests only the padding. The same for the weight gradients' transposed gather
+// (IM2COL_T) cost resnet18 3% and resnet18_cifar 4% (2026-12-02/call2), as B_INSIDE did there.
+override A_WHOLE: bool = false;
 // A phase product's B gather (PHASE_TAPS) and, in whichever dispatch writes C, its rows
 // (PHASE_ROWS); pipeline constants so that no other product carries their arithmetic.
 override PHASE_TAPS: bool = false;
@@ -741,7 +746,7 @@ fn fetch_a_conv(k0: u32, lid: u32) {
     for (var s = 0u; s < A_SLOTS; s++) {
         let r = rows[s];
         var v = a_stage();
-        if (r.w != 0 && k < p.k) {
+        if (A_WHOLE || (r.w != 0 && k < p.k)) {
             if (A_KIND == A_IM2COL) {
                 let ih = r.y + i;
                 let iw = r.z + j;

@@ -64,9 +64,18 @@ override WG: u32 = 256u;
 // MAX_QUADS, dividing the pixel's quads; the host picks the most): their index arithmetic
 // (the pixel's decode, its windows) cost several times their memory traffic one quad an
 // invocation. H200, ResNet-18's stem pool (floor 0.12 ms each way): forward 0.43 -> 0.34
-// ms, backward 0.76 -> 0.43 at four quads (benches/results/2026-11-28i/call3).
+// ms, backward 0.76 -> 0.43 at four neighbouring quads (benches/results/2026-11-28i/call3),
+// 0.35 and 0.33 with the quads strided by the lanes (call7).
 override QUADS: u32 = 1u;
 const MAX_QUADS: u32 = 4u;
+
+// The first quad of run i of the packed-argmax kernels: a pixel's quads / QUADS neighbouring
+// invocations (its lanes) share the pixel, lane l taking quads l, l + lanes, ..., so that
+// each of an invocation's loads and stores is one contiguous run across the lanes.
+fn run_start(i: u32) -> u32 {
+    let lanes = (p.channels / 4u) / QUADS;
+    return (i / lanes) * (p.channels / 4u) + i % lanes;
+}
 
 // The argmax of a window that holds no input element (cannot happen with Keras padding, but
 // the kernel must not index with garbage if it did).
@@ -236,13 +245,14 @@ fn in_window(i: u32, o: u32, stride: u32, pad: u32) -> u32 {
 // included), 255 for an empty window; channel c of the quad in bits 8c..8c+7. A quarter of
 // the words, and a sixteenth of the bytes, of positions in full: for windows of 255
 // elements or fewer (the host decides, src/kernels/pool.rs). Each invocation takes QUADS
-// neighbouring quads of one pixel; i counts those runs.
+// quads of one pixel (see run_start); i counts those runs.
 @compute @workgroup_size(WG)
 fn max_pool_forward4c(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                       @builtin(local_invocation_index) lid: u32) {
     let i = index(wid, nwg, lid);
     if (i >= p.n) { return; }
-    let first = i * QUADS;
+    let first = run_start(i);
+    let lanes = (p.channels / 4u) / QUADS;
     let win = window_of(4u * first);
     let base = in_index(win.b, 0u, 0u, win.c) / 4u;
     for (var q = 0u; q < QUADS; q++) {
@@ -251,12 +261,12 @@ fn max_pool_forward4c(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgr
         for (var h = win.h_lo; h < win.h_hi; h++) {
             let row = in_window(h, win.oh, p.stride_h, p.pad_top) * p.pool_w;
             for (var w = win.w_lo; w < win.w_hi; w++) {
-                let v = act_quad(x4[base + (h * p.in_w + w) * (p.channels / 4u) + q]);
+                let v = act_quad(x4[base + (h * p.in_w + w) * (p.channels / 4u) + q * lanes]);
                 m = max4_step(m, v, row + in_window(w, win.ow, p.stride_w, p.pad_left), 255u);
             }
         }
-        y4[first + q] = act_pack(m.best);
-        arg_out[first + q] = m.arg.x | (m.arg.y << 8u) | (m.arg.z << 16u) | (m.arg.w << 24u);
+        y4[first + q * lanes] = act_pack(m.best);
+        arg_out[first + q * lanes] = m.arg.x | (m.arg.y << 8u) | (m.arg.z << 16u) | (m.arg.w << 24u);
     }
 }
 
@@ -283,14 +293,15 @@ fn max_pool_backward4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgr
 
 // max_pool_backward4 on max_pool_forward4c's packed argmax: a window chose this input
 // where its byte for the channel is the input's place in that window. Each invocation takes
-// QUADS neighbouring quads of one pixel (i counts those runs): one decode of the pixel and
+// QUADS quads of one pixel (see run_start; i counts those runs): one decode of the pixel and
 // of its windows serves them all.
 @compute @workgroup_size(WG)
 fn max_pool_backward4c(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                        @builtin(local_invocation_index) lid: u32) {
     let i = index(wid, nwg, lid);
     if (i >= p.n) { return; }
-    let first = i * QUADS;
+    let first = run_start(i);
+    let lanes = (p.channels / 4u) / QUADS;
     let pos = input_position(4u * first);
     let rows = covering(pos.y, p.stride_h, p.pad_top, p.pool_h, p.out_h);
     let cols = covering(pos.z, p.stride_w, p.pad_left, p.pool_w, p.out_w);
@@ -301,13 +312,13 @@ fn max_pool_backward4c(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workg
             let o = out_index(pos.x, oh, ow, pos.w) / 4u;
             let place = vec4<u32>(row + in_window(pos.z, ow, p.stride_w, p.pad_left));
             for (var q = 0u; q < QUADS; q++) {
-                let bytes = (vec4<u32>(arg_in[o + q]) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(255u);
-                g[q] += select(vec4<f32>(0.0), act_quad(src4[o + q]), bytes == place);
+                let bytes = (vec4<u32>(arg_in[o + q * lanes]) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(255u);
+                g[q] += select(vec4<f32>(0.0), act_quad(src4[o + q * lanes]), bytes == place);
             }
         }
     }
     for (var q = 0u; q < QUADS; q++) {
-        dst4[first + q] = act_pack(g[q]);
+        dst4[first + q * lanes] = act_pack(g[q]);
     }
 }
 

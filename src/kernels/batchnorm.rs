@@ -363,10 +363,13 @@ pub fn backward_infer(device: &Device, cfg: &BatchNormConfig, y: &Tensor, dy: &T
     )?])
 }
 
-/// The path tokens of a first (partial) pass: the split's (of quads for a quad pass), and
-/// whether its lanes read four rows per step, and its width.
+/// The path tokens of a first (partial) pass: the split's (of quads for a quad pass),
+/// whether its lanes read four rows per step, its width, and for a quad pass whether a lane
+/// takes a second four-row step (`prefetch`: the loop that loads the next step's rows
+/// before this step's sums only then reads what it prefetched).
 fn partial_tokens(split: &Split, quads: bool) -> String {
-    format!("{} rows={} {}", split.tokens(), if split.four_row_loads() { "x4" } else { "x1" }, width_token(quads))
+    let prefetch = if quads && split.chunk_rows > 7 * split.lanes() { " prefetch" } else { "" };
+    format!("{} rows={} {}{prefetch}", split.tokens(), if split.four_row_loads() { "x4" } else { "x1" }, width_token(quads))
 }
 
 /// Rows the CPU kernels give an invocation at least: fewer cost more in merging than they

@@ -1081,13 +1081,15 @@ impl Kernel {
 /// constants that drop the fetches' edge tests (`A_INSIDE`, `B_INSIDE` in
 /// shaders/conv2d.wgsl) and their path tokens: row-major A whose rows and K fill whole tiles
 /// and steps, and the rows of B in a forward-type product (A the image gather or row-major)
-/// whose columns and K do. Phase products (several products on one pipeline) and grouped
-/// ones keep the tests.
+/// whose columns and K do; and `A_WHOLE`, an image gather whose rows and K fill whole tiles
+/// and steps (it keeps the padding's tests). Phase products (several products on one
+/// pipeline) and grouped ones keep the tests.
 fn inside(g: &Gemm, kernel: &Kernel) -> Vec<(&'static str, &'static str)> {
     let plain = g.groups.is_none() && g.phase.is_none() && g.k.is_multiple_of(kernel.bk) && g.k > 0;
     let a = plain && g.a_load == ALoad::Rows && a_quads(g) && g.a_norm.is_none() && g.m.is_multiple_of(kernel.bm);
     let b = plain && g.b_load == BLoad::Rows && b_quads(g) && matches!(g.a_load, ALoad::Rows | ALoad::Im2col) && g.n.is_multiple_of(kernel.bn);
-    [(a, ("A_INSIDE", " inside_a")), (b, ("B_INSIDE", " inside_b"))].into_iter().filter(|(on, _)| *on).map(|(_, c)| c).collect()
+    let whole = plain && g.a_load == ALoad::Im2col && a_quads(g) && g.a_norm.is_none() && g.m.is_multiple_of(kernel.bm);
+    [(a, ("A_INSIDE", " inside_a")), (b, ("B_INSIDE", " inside_b")), (whole, ("A_WHOLE", " whole_a"))].into_iter().filter(|(on, _)| *on).map(|(_, c)| c).collect()
 }
 
 /// The parameters of `g` on a grid of `tiles` (rows, columns) of C whose K advances `k_step`

@@ -157,7 +157,7 @@ fn mixed_products_match_f64_within_f16_bounds() {
     for a in ["a=Rows", "a=Cols", "a=Im2col", "a=Im2colT", "a=DyStuffed"] {
         expected.push((entry, a.to_string()));
     }
-    for t in ["b=Rows", "b=BlockedT", "phase", "phases=4", "taps=none", "split=none", "split=forced", "quad_a", "scalar_a", "quad_c", "scalar_c", "grouped", "dilated", "flipped", "inside_a", "inside_b"] {
+    for t in ["b=Rows", "b=BlockedT", "phase", "phases=4", "taps=none", "split=none", "split=forced", "quad_a", "scalar_a", "quad_c", "scalar_c", "grouped", "dilated", "flipped", "inside_a", "inside_b", "whole_a"] {
         expected.push((entry, t.to_string()));
     }
     expected.push(("flip_kernel", "grid=2d".to_string()));

@@ -80,8 +80,9 @@ fn gemm_takes_every_path() {
         expected.extend(want(entry, &["split=none", "split=forced", "split=auto"]));
     }
     expected.extend(want("gemm", &["split=auto_long_k", "split=balance"]));
-    // Fetches without edge tests where the tiles fill A's rows or B's columns and K's steps.
-    expected.extend(want("gemm", &["inside_a", "inside_b"]));
+    // Fetches without edge tests where the tiles fill A's rows or B's columns and K's steps,
+    // and image gathers that test only the padding where they fill M and K.
+    expected.extend(want("gemm", &["inside_a", "inside_b", "whole_a"]));
     // The GPU kernel's phase products share dispatches: all four of stride 2, two of stride
     // (1, 2), and stride 3's nine as four, four and one.
     expected.extend(want("gemm", &["phases=4", "phases=2", "phases=1"]));
@@ -205,8 +206,9 @@ fn batchnorm_takes_every_path() {
     on_each_variant(|variant| {
         // Row counts from 1 to 70,000, channels from 1 to 260 (on and off multiples of 4);
         // the fixed shapes take every path of the first passes, scalar and quad, whatever
-        // the draws (quad tiles partly past the channels: 12 and 100).
-        let mut shapes: Vec<Vec<usize>> = vec![vec![7, 3], vec![300, 3], vec![70_000, 3], vec![50, 130], vec![3000, 68], vec![3, 12], vec![12_250, 100]];
+        // the draws (quad tiles partly past the channels: 12 and 100; chunks long enough for
+        // a quad lane's second four-row step, as a model's layers have them: 100,000 x 64).
+        let mut shapes: Vec<Vec<usize>> = vec![vec![7, 3], vec![300, 3], vec![70_000, 3], vec![50, 130], vec![3000, 68], vec![3, 12], vec![12_250, 100], vec![100_000, 64]];
         for _ in 0..6 {
             // Two rows make dx a difference of near-equal terms (x_hat = ±1): f32 cannot
             // hold 1e-4 of a result that small, so the sweep starts at three.
@@ -257,7 +259,7 @@ fn batchnorm_takes_every_path() {
         expected.extend(want(entry, &["scalar", "chunks=single", "chunks=multi", "rows=x4", "rows=x1", "cols=one_tile", "cols=tiled"]));
     }
     for entry in ["stats_partial4", "backward_partial4"] {
-        expected.extend(want(entry, &["vec4", "chunks=single", "chunks=multi", "rows=x4", "rows=x1", "cols=one_tile", "cols=tiled"]));
+        expected.extend(want(entry, &["vec4", "chunks=single", "chunks=multi", "rows=x4", "rows=x1", "cols=one_tile", "cols=tiled", "prefetch"]));
     }
     for entry in ["stats_finalize", "backward_merge"] {
         expected.extend(want(entry, &["chunks=single", "chunks=multi"]));
