@@ -368,7 +368,7 @@ pub fn backward_infer(device: &Device, cfg: &BatchNormConfig, y: &Tensor, dy: &T
 /// takes a second four-row step (`prefetch`: the loop that loads the next step's rows
 /// before this step's sums only then reads what it prefetched).
 fn partial_tokens(split: &Split, quads: bool) -> String {
-    let prefetch = if quads && split.chunk_rows > 7 * split.lanes() { " prefetch" } else { "" };
+    let prefetch = if quads && split.second_four_row_step() { " prefetch" } else { "" };
     format!("{} rows={} {}{prefetch}", split.tokens(), if split.four_row_loads() { "x4" } else { "x1" }, width_token(quads))
 }
 

@@ -73,6 +73,12 @@ impl Split {
         self.chunk_rows > 3 * self.lanes()
     }
 
+    /// Whether a lane of the first chunk takes a second four-row step: only then do the quad
+    /// partial passes read the rows they loaded ahead during the first.
+    pub fn second_four_row_step(&self) -> bool {
+        self.chunk_rows > 7 * self.lanes()
+    }
+
     /// The path tokens of a pass over this split: one or several row chunks (and so a
     /// merge of one partial or of many), one column tile or several (above 64 columns).
     pub fn tokens(&self) -> String {

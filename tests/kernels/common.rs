@@ -18,9 +18,6 @@ pub const TOL: f64 = 1e-4;
 /// shaders release builds ship): `CONVOY_TEST_DEVICE` (a selection such as `0`) or the
 /// software adapter, so CI needs no GPU.
 pub fn devices() -> [Arc<Device>; 2] {
-    if env!("CARGO_CRATE_NAME") == "gl" {
-        hold_the_gl_context();
-    }
     static DEVICES: OnceLock<[Arc<Device>; 2]> = OnceLock::new();
     let devices = DEVICES
         .get_or_init(|| {
@@ -36,9 +33,9 @@ pub fn devices() -> [Arc<Device>; 2] {
             [ShaderChecks::Checked, ShaderChecks::Unchecked].map(|c| convoy::device::open_with(&sel, c).expect("a test device").remove(0))
         })
         .clone();
-    // Without lavapipe (no Vulkan adapter at all) the software selection falls back to GL:
-    // its tests then share the context as tests/gl.rs's do (six of them panicked on the
-    // context lock on a machine without mesa-vulkan-drivers, session 35).
+    // On GL one test at a time: tests/gl.rs, and the software selection without lavapipe (no
+    // Vulkan adapter at all), which falls back to GL (six tests panicked on the context lock
+    // on a machine without mesa-vulkan-drivers, session 35).
     if devices[0].backend() == "Gl" {
         hold_the_gl_context();
     }
