@@ -284,6 +284,15 @@ fn stats_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
     }
 }
 
+// Four rows of quad column i's loads at once, `step` quads apart: the first passes keep
+// them in flight together.
+fn x_rows4(i: u32, step: u32) -> array<act4, 4> {
+    return array<act4, 4>(x4[i], x4[i + step], x4[i + 2u * step], x4[i + 3u * step]);
+}
+fn dy_rows4(i: u32, step: u32) -> array<act4, 4> {
+    return array<act4, 4>(dy4[i], dy4[i + step], dy4[i + 2u * step], dy4[i + 3u * step]);
+}
+
 // stats_partial over quads (channels divisible by 4): the lanes of quad column t.col walk
 // the chunk's rows as stats_partial's do, four channels a load (8 bytes as f16, where the
 // scalar pass loads each shared word twice), and write the same partials.
@@ -303,12 +312,12 @@ fn stats_partial4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocati
         var r = start + t.lane;
         if (r + 3u * t.lanes < end) {
             var i = r * quads + t.col;
-            var v = array<act4, 4>(x4[i], x4[i + step], x4[i + 2u * step], x4[i + 3u * step]);
+            var v = x_rows4(i, step);
             loop {
                 let next = r + 4u * t.lanes;
                 let more = next + 3u * t.lanes < end;
                 let j = select(i, next * quads + t.col, more);
-                let nv = array<act4, 4>(x4[j], x4[j + step], x4[j + 2u * step], x4[j + 3u * step]);
+                let nv = x_rows4(j, step);
                 s = welford4_block(s, act_quad(v[0]), act_quad(v[1]), act_quad(v[2]), act_quad(v[3]));
                 r = next;
                 if (!more) { break; }
@@ -637,14 +646,14 @@ fn backward_partial4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
         var r = start + t.lane;
         if (r + 3u * t.lanes < end) {
             var i = r * quads + t.col;
-            var x = array<act4, 4>(x4[i], x4[i + step], x4[i + 2u * step], x4[i + 3u * step]);
-            var d = array<act4, 4>(dy4[i], dy4[i + step], dy4[i + 2u * step], dy4[i + 3u * step]);
+            var x = x_rows4(i, step);
+            var d = dy_rows4(i, step);
             loop {
                 let next = r + 4u * t.lanes;
                 let more = next + 3u * t.lanes < end;
                 let j = select(i, next * quads + t.col, more);
-                let nx = array<act4, 4>(x4[j], x4[j + step], x4[j + 2u * step], x4[j + 3u * step]);
-                let nd = array<act4, 4>(dy4[j], dy4[j + step], dy4[j + 2u * step], dy4[j + 3u * step]);
+                let nx = x_rows4(j, step);
+                let nd = dy_rows4(j, step);
                 let xq0 = act_quad(x[0]);
                 let xq1 = act_quad(x[1]);
                 let xq2 = act_quad(x[2]);

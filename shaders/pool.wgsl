@@ -73,8 +73,13 @@ const MAX_QUADS: u32 = 4u;
 // invocations (its lanes) share the pixel, lane l taking quads l, l + lanes, ..., so that
 // each of an invocation's loads and stores is one contiguous run across the lanes.
 fn run_start(i: u32) -> u32 {
-    let lanes = (p.channels / 4u) / QUADS;
+    let lanes = run_lanes();
     return (i / lanes) * (p.channels / 4u) + i % lanes;
+}
+
+// The lanes that share one pixel in the packed-argmax kernels (see run_start).
+fn run_lanes() -> u32 {
+    return (p.channels / 4u) / QUADS;
 }
 
 // The argmax of a window that holds no input element (cannot happen with Keras padding, but
@@ -252,7 +257,7 @@ fn max_pool_forward4c(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgr
     let i = index(wid, nwg, lid);
     if (i >= p.n) { return; }
     let first = run_start(i);
-    let lanes = (p.channels / 4u) / QUADS;
+    let lanes = run_lanes();
     let win = window_of(4u * first);
     let base = in_index(win.b, 0u, 0u, win.c) / 4u;
     for (var q = 0u; q < QUADS; q++) {
@@ -301,7 +306,7 @@ fn max_pool_backward4c(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workg
     let i = index(wid, nwg, lid);
     if (i >= p.n) { return; }
     let first = run_start(i);
-    let lanes = (p.channels / 4u) / QUADS;
+    let lanes = run_lanes();
     let pos = input_position(4u * first);
     let rows = covering(pos.y, p.stride_h, p.pad_top, p.pool_h, p.out_h);
     let cols = covering(pos.z, p.stride_w, p.pad_left, p.pool_w, p.out_w);
