@@ -6,13 +6,15 @@
 //!
 //! `cargo bench --bench gemm [-- FILTER] [--splits auto,1,4] [--flip on,off,auto]
 //! [--coop auto,256x64/64x64/1/16] [--store f32,a16,a16c16,f16] [--stage auto,words,halves]
-//! [--reps N] [--side S] [--batch B] [--stats] [--probe]`; FILTER keeps the cases whose name contains it; `--side`
+//! [--reps N] [--side S] [--batch B] [--stats] [--probe] [--probe-wgrad]`; FILTER keeps the cases whose name contains it; `--side`
 //! sets the 64-channel stage's image side (56, ResNet-18 at 224 px; 32 gives resnet18_cifar's
 //! shapes, each later stage at half the side before), `--batch` the images (256; `convoy
 //! bench` runs ResNet-50 at 128); the device is `CONVOY_BENCH_DEVICES` (default: the first adapter). Forward
 //! and input-gradient products take only `auto` and `1` of `--splits` (their K is short).
 //! On a software adapter the shapes shrink to a smoke run. `--probe` times plain f16 products
 //! by the probe kernel instead (`benches/coop_shared.wgsl`): what cooperative matrices give here.
+//! `--probe-wgrad` times the 3x3 64-channel weight gradient with a row of taps in one workgroup
+//! (`benches/wgrad_halo.wgsl`), a structure the engine does not have yet.
 
 use std::time::Instant;
 
@@ -149,6 +151,76 @@ fn probe(device: &Device, size: usize, reps: usize) -> Result<()> {
     Ok(())
 }
 
+// SAFETY: the halo probe indexes x, dy and its partials only inside the shapes
+// `probe_wgrad` gives it (its fetches test the image's edges; the partials hold every
+// workgroup's tile).
+const HALO: Shader = unsafe { Shader::new_unchecked("wgrad_halo.wgsl", concat!("enable f16;\nenable wgpu_cooperative_matrix;\n", include_str!("wgrad_halo.wgsl"))) };
+
+/// The weight gradient of the 3x3 64 -> 64 convolution (stride 1, pad 1) at `batch` images of
+/// `side` pixels by the halo probe (`benches/wgrad_halo.wgsl`: a row of taps in one workgroup,
+/// a K step one 16-pixel row segment), for output tiles of 64 and 32 columns, one or two
+/// buffers and several splits, each checked on sampled entries against an f64 sum; compare with the engine's
+/// `3x3 64 weight grad` at the same `--side` and `--batch`.
+fn probe_wgrad(device: &Device, batch: usize, side: usize, reps: usize) -> Result<()> {
+    let (n, h, w, c, f) = (batch, side, side, 64usize, 64usize);
+    // Sixteenths within a quarter: exact in f16, and each product exact in f32.
+    let value = |i: usize, salt: usize| ((i * 7 + salt) % 9) as f32 / 16.0 - 0.25;
+    let pack = |len: usize, salt: usize| -> Vec<u32> {
+        (0..len / 2).map(|i| f16_bits(value(2 * i, salt)) as u32 | (f16_bits(value(2 * i + 1, salt)) as u32) << 16).collect()
+    };
+    let x = device.upload_u32(&[n * h * w * c / 2], &pack(n * h * w * c, 3))?;
+    let dy = device.upload_u32(&[n * h * w * f / 2], &pack(n * h * w * f, 5))?;
+    let row_segs = w.div_ceil(16);
+    let segs = n * h * row_segs;
+    let flops = 2.0 * (n * h * w * 9 * c * f) as f64;
+    for (nt, bufs) in [(64usize, 1usize), (64, 2), (32, 1), (32, 2)] {
+        for want in [44usize, 88, 176, 352] {
+            let per_split = segs.div_ceil(want);
+            let splits = segs.div_ceil(per_split);
+            let out = device.zeros(&[splits, 9 * c, f])?;
+            let params: [u32; 8] = [n as u32, h as u32, w as u32, f as u32, segs as u32, per_split as u32, row_segs as u32, 0];
+            let d = Dispatch::with_params(device, &HALO, "wgrad", &[("NT", nt as f64), ("BUFS", bufs as f64)], &params, &[(1, &x), (2, &dy), (3, &out)], [splits as u32, (f / nt) as u32, 3]);
+            device.run(std::slice::from_ref(&d));
+            device.sync()?;
+            let got = device.read(&out)?;
+            let mut worst: f64 = 0.0;
+            for sample in 0..12 {
+                let (tap, ci, co) = ((sample * 5) % 9, (sample * 23 + 7) % c, (sample * 41 + 3) % f);
+                let (ky, kx) = (tap / 3, tap % 3);
+                let (mut want_sum, mut scale) = (0.0f64, 0.0f64);
+                for img in 0..n {
+                    for y in 0..h {
+                        let yy = y as isize + ky as isize - 1;
+                        if yy < 0 || yy >= h as isize {
+                            continue;
+                        }
+                        for xx0 in 0..w {
+                            let xx = xx0 as isize + kx as isize - 1;
+                            if xx < 0 || xx >= w as isize {
+                                continue;
+                            }
+                            let xv = value(((img * h + yy as usize) * w + xx as usize) * c + ci, 3) as f64;
+                            let dv = value(((img * h + y) * w + xx0) * f + co, 5) as f64;
+                            want_sum += xv * dv;
+                            scale += (xv * dv).abs();
+                        }
+                    }
+                }
+                let sum: f64 = (0..splits).map(|s| got[(s * 9 * c + tap * c + ci) * f + co] as f64).sum();
+                worst = worst.max((sum - want_sum).abs() / scale.max(1e-30));
+            }
+            let all = vec![d; reps];
+            let start = Instant::now();
+            device.run(&all);
+            device.sync()?;
+            let ms = start.elapsed().as_secs_f64() * 1e3 / reps as f64;
+            let verdict = if worst < 1e-5 { "ok" } else { "WRONG" };
+            println!("probe halo wgrad 3x3 64 nt={nt:<2} bufs={bufs} splits={splits:<5} {ms:>9.3} ms {:>9.2} TFLOP/s  worst relative error {worst:.1e} {verdict}", flops / ms / 1e9);
+        }
+    }
+    Ok(())
+}
+
 /// `BMxBN/SGMxSGN/BUFS/BK` (e.g. `256x64/64x64/1/16`), or `auto` for the engine's choice.
 fn coop_tile(arg: &str) -> Option<Option<CoopTile>> {
     if arg == "auto" {
@@ -256,6 +328,13 @@ fn main() -> Result<()> {
     cases.extend(conv_cases(&device, "3x3/2 128>128", [batch, side, side, 128], 128, 3, 2, stats)?);
     cases.extend(conv_cases(&device, "3x3/2 256>256", [batch, side / 2, side / 2, 256], 256, 3, 2, stats)?);
     cases.extend(conv_cases(&device, "3x3/2 512>512", [batch, side / 4, side / 4, 512], 512, 3, 2, stats)?);
+    if args.iter().any(|a| a == "--probe-wgrad") {
+        if !device.has_coop16() {
+            println!("{}: no 16x16 f16 cooperative matrices, nothing to probe", device.name());
+            return Ok(());
+        }
+        return probe_wgrad(&device, batch, side, reps);
+    }
     if args.iter().any(|a| a == "--probe") {
         if !device.has_coop16() {
             println!("{}: no 16x16 f16 cooperative matrices, nothing to probe", device.name());
