@@ -6,12 +6,13 @@
 //!
 //! `cargo bench --bench gemm [-- FILTER] [--splits auto,1,4] [--flip on,off,auto]
 //! [--coop auto,256x64/64x64/1/16] [--store f32,a16,a16c16,f16] [--stage auto,words,halves]
-//! [--reps N] [--side S] [--batch B] [--stats] [--probe] [--probe-wgrad]`; FILTER keeps the cases whose name contains it; `--side`
+//! [--reps N] [--side S] [--batch B] [--stats] [--fill] [--probe] [--probe-wgrad]`; FILTER keeps the cases whose name contains it; `--side`
 //! sets the 64-channel stage's image side (56, ResNet-18 at 224 px; 32 gives resnet18_cifar's
 //! shapes, each later stage at half the side before), `--batch` the images (256; `convoy
 //! bench` runs ResNet-50 at 128); the device is `CONVOY_BENCH_DEVICES` (default: the first adapter). Forward
 //! and input-gradient products take only `auto` and `1` of `--splits` (their K is short).
-//! On a software adapter the shapes shrink to a smoke run. `--probe` times plain f16 products
+//! `--fill` gives the products' operands values instead of zeros. On a software adapter the
+//! shapes shrink to a smoke run. `--probe` times plain f16 products
 //! by the probe kernel instead (`benches/coop_shared.wgsl`): what cooperative matrices give here.
 //! `--probe-wgrad` times the 3x3 64-channel weight gradient with a row of taps in one workgroup
 //! (`benches/wgrad_halo.wgsl`), a structure the engine does not have yet.
@@ -49,6 +50,24 @@ fn zeros(device: &Device, shape: &[usize]) -> Result<Tensor> {
     device.zeros(shape)
 }
 
+/// How the convolution cases are set up: `stats` (`--stats`), and `fill` (`--fill`): the
+/// operands they read hold values in [-0.5, 0.5) rather than zeros, for the cases `filter`
+/// keeps (the product's speed may depend on its data: power, clocks).
+struct Setup {
+    stats: bool,
+    fill: bool,
+    filter: Option<String>,
+}
+
+/// An operand of `shape` and `dtype`: zeros, or with `fill` a fixed pseudo-random pattern.
+fn operand(device: &Device, shape: &[usize], dtype: DType, fill: bool) -> Result<Tensor> {
+    if !fill {
+        return device.zeros_of(shape, dtype);
+    }
+    let values: Vec<f32> = (0..shape.iter().product::<usize>()).map(|i| ((i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as f32 / (1u64 << 24) as f32 - 0.5).collect();
+    if dtype == DType::F16 { device.upload_f16(shape, &values) } else { device.upload(shape, &values) }
+}
+
 fn matmul_case(device: &Device, m: usize, k: usize, n: usize) -> Result<Case> {
     let (a, b, c) = (zeros(device, &[m, k])?, zeros(device, &[k, n])?, zeros(device, &[m, n])?);
     let record = move |d: &Device, o: &GemmOptions, _: Store| dense::matmul_with(d, &a, &b, &c, false, false, o);
@@ -56,14 +75,18 @@ fn matmul_case(device: &Device, m: usize, k: usize, n: usize) -> Result<Case> {
 }
 
 /// A convolution's three products; `x` is NHWC.
-fn conv_cases(device: &Device, label: &str, x: [usize; 4], filters: usize, kernel: usize, stride: usize, stats: bool) -> Result<Vec<Case>> {
+fn conv_cases(device: &Device, label: &str, x: [usize; 4], filters: usize, kernel: usize, stride: usize, setup: &Setup) -> Result<Vec<Case>> {
     // PyTorch's padding of k / 2, as the model zoo pads: at stride 2 on an even side it puts
     // a tap on each side, where "same" padding pads only the bottom and right.
     let geom = Conv2dGeometry::new(&x, filters, (kernel, kernel), (stride, stride), Padding::Explicit(kernel / 2, kernel / 2))?;
     let flops = geom.flops() as f64;
-    let (xt, wt, yt) = (zeros(device, &geom.input_shape())?, zeros(device, &geom.kernel_shape())?, zeros(device, &geom.output_shape())?);
+    let stats = setup.stats;
+    // x, the kernel and y (each product's dy) filled where asked and a case of this
+    // convolution is kept.
+    let fill = setup.fill && ["forward", "input grad", "weight grad"].iter().any(|c| setup.filter.as_ref().is_none_or(|f| format!("{label} {c}").contains(f.as_str())));
+    let (xt, wt, yt) = (operand(device, &geom.input_shape(), DType::F32, fill)?, operand(device, &geom.kernel_shape(), DType::F32, fill)?, operand(device, &geom.output_shape(), DType::F32, fill)?);
     let (dx, dw) = (zeros(device, &geom.input_shape())?, zeros(device, &geom.kernel_shape())?);
-    let (x16, y16) = (device.zeros_of(&geom.input_shape(), DType::F16)?, device.zeros_of(&geom.output_shape(), DType::F16)?);
+    let (x16, y16) = (operand(device, &geom.input_shape(), DType::F16, fill)?, operand(device, &geom.output_shape(), DType::F16, fill)?);
     // An f16 dx needs whole quads of channels; the stem's 3 keep an f32 one (a model
     // computes none).
     let dx16 = if geom.input_shape()[3] % 4 == 0 { device.zeros_of(&geom.input_shape(), DType::F16)? } else { dx.clone() };
@@ -296,38 +319,39 @@ fn main() -> Result<()> {
     }
     // `--stats`: the forwards also write a training BatchNorm's statistics in their epilogue
     // (`conv2d::forward_statistics`), where the product runs unsplit.
-    let stats = args.iter().any(|a| a == "--stats");
+    // `--fill`: the convolutions' operands hold values, not zeros (see `Setup`).
+    let setup = Setup { stats: args.iter().any(|a| a == "--stats"), fill: args.iter().any(|a| a == "--fill"), filter: filter.clone() };
     let mut cases = vec![matmul_case(&device, square, square, square)?];
-    cases.extend(conv_cases(&device, "stem 7x7/2", [batch, side * 4, side * 4, 3], 64, 7, 2, stats)?);
+    cases.extend(conv_cases(&device, "stem 7x7/2", [batch, side * 4, side * 4, 3], 64, 7, 2, &setup)?);
     // The stem as mixed_float16 runs it: the image padded to 4 channels (a zero fourth), so
     // that its gathers read quads. Its useful FLOPs are the 3-channel product's.
-    cases.extend(conv_cases(&device, "stem 7x7/2 padded", [batch, side * 4, side * 4, 4], 64, 7, 2, stats)?.into_iter().map(|c| Case { flops: c.flops * 0.75, ..c }));
-    cases.extend(conv_cases(&device, "3x3 64", [batch, side, side, 64], 64, 3, 1, stats)?);
-    cases.extend(conv_cases(&device, "3x3 128", [batch, side / 2, side / 2, 128], 128, 3, 1, stats)?);
-    cases.extend(conv_cases(&device, "3x3 256", [batch, side / 4, side / 4, 256], 256, 3, 1, stats)?);
-    cases.extend(conv_cases(&device, "3x3 512", [batch, side / 8, side / 8, 512], 512, 3, 1, stats)?);
+    cases.extend(conv_cases(&device, "stem 7x7/2 padded", [batch, side * 4, side * 4, 4], 64, 7, 2, &setup)?.into_iter().map(|c| Case { flops: c.flops * 0.75, ..c }));
+    cases.extend(conv_cases(&device, "3x3 64", [batch, side, side, 64], 64, 3, 1, &setup)?);
+    cases.extend(conv_cases(&device, "3x3 128", [batch, side / 2, side / 2, 128], 128, 3, 1, &setup)?);
+    cases.extend(conv_cases(&device, "3x3 256", [batch, side / 4, side / 4, 256], 256, 3, 1, &setup)?);
+    cases.extend(conv_cases(&device, "3x3 512", [batch, side / 8, side / 8, 512], 512, 3, 1, &setup)?);
     // The first convolutions of stages 2-4, at stride 2: their input gradients are phase
     // products, a quarter of the rows each.
-    cases.extend(conv_cases(&device, "3x3/2 64>128", [batch, side, side, 64], 128, 3, 2, stats)?);
-    cases.extend(conv_cases(&device, "3x3/2 128>256", [batch, side / 2, side / 2, 128], 256, 3, 2, stats)?);
-    cases.extend(conv_cases(&device, "3x3/2 256>512", [batch, side / 4, side / 4, 256], 512, 3, 2, stats)?);
+    cases.extend(conv_cases(&device, "3x3/2 64>128", [batch, side, side, 64], 128, 3, 2, &setup)?);
+    cases.extend(conv_cases(&device, "3x3/2 128>256", [batch, side / 2, side / 2, 128], 256, 3, 2, &setup)?);
+    cases.extend(conv_cases(&device, "3x3/2 256>512", [batch, side / 4, side / 4, 256], 512, 3, 2, &setup)?);
     // ResNet-50's bottleneck ends, where most of its products are.
-    cases.extend(conv_cases(&device, "1x1 256>64", [batch, side, side, 256], 64, 1, 1, stats)?);
-    cases.extend(conv_cases(&device, "1x1 64>256", [batch, side, side, 64], 256, 1, 1, stats)?);
-    cases.extend(conv_cases(&device, "1x1 512>128", [batch, side / 2, side / 2, 512], 128, 1, 1, stats)?);
-    cases.extend(conv_cases(&device, "1x1 128>512", [batch, side / 2, side / 2, 128], 512, 1, 1, stats)?);
-    cases.extend(conv_cases(&device, "1x1 1024>256", [batch, side / 4, side / 4, 1024], 256, 1, 1, stats)?);
-    cases.extend(conv_cases(&device, "1x1 256>1024", [batch, side / 4, side / 4, 256], 1024, 1, 1, stats)?);
-    cases.extend(conv_cases(&device, "1x1 2048>512", [batch, side / 8, side / 8, 2048], 512, 1, 1, stats)?);
-    cases.extend(conv_cases(&device, "1x1 512>2048", [batch, side / 8, side / 8, 512], 2048, 1, 1, stats)?);
+    cases.extend(conv_cases(&device, "1x1 256>64", [batch, side, side, 256], 64, 1, 1, &setup)?);
+    cases.extend(conv_cases(&device, "1x1 64>256", [batch, side, side, 64], 256, 1, 1, &setup)?);
+    cases.extend(conv_cases(&device, "1x1 512>128", [batch, side / 2, side / 2, 512], 128, 1, 1, &setup)?);
+    cases.extend(conv_cases(&device, "1x1 128>512", [batch, side / 2, side / 2, 128], 512, 1, 1, &setup)?);
+    cases.extend(conv_cases(&device, "1x1 1024>256", [batch, side / 4, side / 4, 1024], 256, 1, 1, &setup)?);
+    cases.extend(conv_cases(&device, "1x1 256>1024", [batch, side / 4, side / 4, 256], 1024, 1, 1, &setup)?);
+    cases.extend(conv_cases(&device, "1x1 2048>512", [batch, side / 8, side / 8, 2048], 512, 1, 1, &setup)?);
+    cases.extend(conv_cases(&device, "1x1 512>2048", [batch, side / 8, side / 8, 512], 2048, 1, 1, &setup)?);
     // ResNet-50's downsamples: input gradients whose odd phases meet no tap.
-    cases.extend(conv_cases(&device, "1x1/2 256>512", [batch, side, side, 256], 512, 1, 2, stats)?);
-    cases.extend(conv_cases(&device, "1x1/2 512>1024", [batch, side / 2, side / 2, 512], 1024, 1, 2, stats)?);
-    cases.extend(conv_cases(&device, "1x1/2 1024>2048", [batch, side / 4, side / 4, 1024], 2048, 1, 2, stats)?);
+    cases.extend(conv_cases(&device, "1x1/2 256>512", [batch, side, side, 256], 512, 1, 2, &setup)?);
+    cases.extend(conv_cases(&device, "1x1/2 512>1024", [batch, side / 2, side / 2, 512], 1024, 1, 2, &setup)?);
+    cases.extend(conv_cases(&device, "1x1/2 1024>2048", [batch, side / 4, side / 4, 1024], 2048, 1, 2, &setup)?);
     // ResNet-50's strided 3x3 convolutions (torchvision's v1.5 bottleneck).
-    cases.extend(conv_cases(&device, "3x3/2 128>128", [batch, side, side, 128], 128, 3, 2, stats)?);
-    cases.extend(conv_cases(&device, "3x3/2 256>256", [batch, side / 2, side / 2, 256], 256, 3, 2, stats)?);
-    cases.extend(conv_cases(&device, "3x3/2 512>512", [batch, side / 4, side / 4, 512], 512, 3, 2, stats)?);
+    cases.extend(conv_cases(&device, "3x3/2 128>128", [batch, side, side, 128], 128, 3, 2, &setup)?);
+    cases.extend(conv_cases(&device, "3x3/2 256>256", [batch, side / 2, side / 2, 256], 256, 3, 2, &setup)?);
+    cases.extend(conv_cases(&device, "3x3/2 512>512", [batch, side / 4, side / 4, 512], 512, 3, 2, &setup)?);
     if args.iter().any(|a| a == "--probe-wgrad") {
         if !device.has_coop16() {
             println!("{}: no 16x16 f16 cooperative matrices, nothing to probe", device.name());
