@@ -21,7 +21,6 @@ use std::time::Instant;
 
 use convoy::kernels::conv2d::{self, Conv2dGeometry, Padding};
 use convoy::kernels::dense;
-use convoy::device::half::f16_bits;
 use convoy::kernels::gemm::{AStage, CoopTile, GemmOptions};
 use convoy::kernels::{Dispatch, Shader};
 use convoy::model::Peak;
@@ -127,17 +126,13 @@ const STAGED32: Shader = unsafe { Shader::new_unchecked("coop_shared.wgsl", conc
 /// sampled entries against the exact product.
 fn probe(device: &Device, size: usize, reps: usize) -> Result<()> {
     let value = |i: usize| ((i * 7 + 3) % 9) as f32 / 4.0 - 1.0;
-    let operand = |salt: usize| -> Vec<u32> {
-        let halves: Vec<u16> = (0..size * size).map(|i| f16_bits(value(i + salt))).collect();
-        halves.chunks(2).map(|h| h[0] as u32 | (h[1] as u32) << 16).collect()
-    };
-    let a = device.upload_u32(&[size * size / 2], &operand(0))?;
-    let b = device.upload_u32(&[size * size / 2], &operand(5))?;
+    let (va, vb): (Vec<f32>, Vec<f32>) = ((0..size * size).map(value).collect(), (0..size * size).map(|i| value(i + 5)).collect());
+    let (a, b) = (device.upload_f16(&[size, size], &va)?, device.upload_f16(&[size, size], &vb)?);
     let c = device.zeros(&[size, size])?;
     let params = [size as u32, size as u32, size as u32, 0];
     let flops = 2.0 * (size * size * size) as f64;
     let mut runs: Vec<(String, Dispatch)> = Vec::new();
-    let (a32, b32) = (device.upload(&[size, size], &(0..size * size).map(value).collect::<Vec<_>>())?, device.upload(&[size, size], &(0..size * size).map(|i| value(i + 5)).collect::<Vec<_>>())?);
+    let (a32, b32) = (device.upload(&[size, size], &va)?, device.upload(&[size, size], &vb)?);
     // Subgroups as 2 x 2 (128 x 128 tiles) and 2 x 4 (128 x 256), K 32 a step: K 64 ran
     // slower or hung (H100, benches/results/2026-11-26c).
     for (shader, (a, b), kind) in [(&STAGED16, (&a, &b), "f16"), (&STAGED32, (&a32, &b32), "f32")] {
@@ -188,11 +183,9 @@ fn probe_wgrad(device: &Device, batch: usize, side: usize, reps: usize) -> Resul
     let (n, h, w, c, f) = (batch, side, side, 64usize, 64usize);
     // Sixteenths within a quarter: exact in f16, and each product exact in f32.
     let value = |i: usize, salt: usize| ((i * 7 + salt) % 9) as f32 / 16.0 - 0.25;
-    let pack = |len: usize, salt: usize| -> Vec<u32> {
-        (0..len / 2).map(|i| f16_bits(value(2 * i, salt)) as u32 | (f16_bits(value(2 * i + 1, salt)) as u32) << 16).collect()
-    };
-    let x = device.upload_u32(&[n * h * w * c / 2], &pack(n * h * w * c, 3))?;
-    let dy = device.upload_u32(&[n * h * w * f / 2], &pack(n * h * w * f, 5))?;
+    let values = |len: usize, salt: usize| -> Vec<f32> { (0..len).map(|i| value(i, salt)).collect() };
+    let x = device.upload_f16(&[n * h * w * c], &values(n * h * w * c, 3))?;
+    let dy = device.upload_f16(&[n * h * w * f], &values(n * h * w * f, 5))?;
     let row_segs = w.div_ceil(16);
     let segs = n * h * row_segs;
     let flops = 2.0 * (n * h * w * 9 * c * f) as f64;
@@ -317,6 +310,15 @@ fn main() -> Result<()> {
     if side < 8 {
         return Err(convoy::Error::Config(format!("--side {side}: the 512-channel stage at side / 8 needs 8 pixels or more")));
     }
+    // The probes time kernels of their own, before the cases' operands are allocated.
+    let (probe_plain, probe_wgrad_on) = (args.iter().any(|a| a == "--probe"), args.iter().any(|a| a == "--probe-wgrad"));
+    if probe_plain || probe_wgrad_on {
+        if !device.has_coop16() {
+            println!("{}: no 16x16 f16 cooperative matrices, nothing to probe", device.name());
+            return Ok(());
+        }
+        return if probe_wgrad_on { probe_wgrad(&device, batch, side, reps) } else { probe(&device, 4096, reps) };
+    }
     // `--stats`: the forwards also write a training BatchNorm's statistics in their epilogue
     // (`conv2d::forward_statistics`), where the product runs unsplit.
     // `--fill`: the convolutions' operands hold values, not zeros (see `Setup`).
@@ -352,20 +354,6 @@ fn main() -> Result<()> {
     cases.extend(conv_cases(&device, "3x3/2 128>128", [batch, side, side, 128], 128, 3, 2, &setup)?);
     cases.extend(conv_cases(&device, "3x3/2 256>256", [batch, side / 2, side / 2, 256], 256, 3, 2, &setup)?);
     cases.extend(conv_cases(&device, "3x3/2 512>512", [batch, side / 4, side / 4, 512], 512, 3, 2, &setup)?);
-    if args.iter().any(|a| a == "--probe-wgrad") {
-        if !device.has_coop16() {
-            println!("{}: no 16x16 f16 cooperative matrices, nothing to probe", device.name());
-            return Ok(());
-        }
-        return probe_wgrad(&device, batch, side, reps);
-    }
-    if args.iter().any(|a| a == "--probe") {
-        if !device.has_coop16() {
-            println!("{}: no 16x16 f16 cooperative matrices, nothing to probe", device.name());
-            return Ok(());
-        }
-        return probe(&device, 4096, reps);
-    }
     let peak = Peak::for_adapter(device.name());
     println!("device: {} ({}), {reps} repetitions", device.name(), device.backend());
     println!("{:<28} {:>9} {:>17} {:>9} {:>9} {:>6}  dispatches", "product", "precision", "split", "ms", "TFLOP/s", "peak%");
