@@ -80,9 +80,10 @@ fn conv_cases(device: &Device, label: &str, x: [usize; 4], filters: usize, kerne
     let geom = Conv2dGeometry::new(&x, filters, (kernel, kernel), (stride, stride), Padding::Explicit(kernel / 2, kernel / 2))?;
     let flops = geom.flops() as f64;
     let stats = setup.stats;
-    // x, the kernel and y (each product's dy) filled where asked and a case of this
-    // convolution is kept.
-    let fill = setup.fill && ["forward", "input grad", "weight grad"].iter().any(|c| setup.filter.as_ref().is_none_or(|f| format!("{label} {c}").contains(f.as_str())));
+    // The three cases' names, which the filter matches: x, the kernel and y (each
+    // product's dy) are filled where asked and one of them is kept.
+    let [forward, input_grad, weight_grad] = ["forward", "input grad", "weight grad"].map(|product| format!("{label} {product}"));
+    let fill = setup.fill && [&forward, &input_grad, &weight_grad].iter().any(|name| setup.filter.as_ref().is_none_or(|f| name.contains(f.as_str())));
     let (xt, wt, yt) = (operand(device, &geom.input_shape(), DType::F32, fill)?, operand(device, &geom.kernel_shape(), DType::F32, fill)?, operand(device, &geom.output_shape(), DType::F32, fill)?);
     let (dx, dw) = (zeros(device, &geom.input_shape())?, zeros(device, &geom.kernel_shape())?);
     let (x16, y16) = (operand(device, &geom.input_shape(), DType::F16, fill)?, operand(device, &geom.output_shape(), DType::F16, fill)?);
@@ -97,7 +98,7 @@ fn conv_cases(device: &Device, label: &str, x: [usize; 4], filters: usize, kerne
     let grads = |s: Store, f32: &Tensor, f16: &Tensor| if s == Store::F16 { f16.clone() } else { f32.clone() };
     Ok(vec![
         Case {
-            name: format!("{label} forward"),
+            name: forward,
             flops,
             record: Box::new(move |d, o, s| {
                 let (products, partials) = conv2d::forward_statistics(d, &g1, &pick(s, &x1, &x16), &w1, None, if matches!(s, Store::A16C16 | Store::F16) { &y16 } else { &y1 }, o, stats)?;
@@ -106,8 +107,8 @@ fn conv_cases(device: &Device, label: &str, x: [usize; 4], filters: usize, kerne
                 Ok(products)
             }),
         },
-        Case { name: format!("{label} input grad"), flops, record: Box::new(move |d, o, s| conv2d::backward_data_with(d, &g2, &grads(s, &y2, &dy16), &w2, &grads(s, &dx, &dx16), o)) },
-        Case { name: format!("{label} weight grad"), flops, record: Box::new(move |d, o, s| conv2d::backward_weights_with(d, &g3, &pick(s, &xt, &x16b), &grads(s, &yt, &dy16b), &dw, o)) },
+        Case { name: input_grad, flops, record: Box::new(move |d, o, s| conv2d::backward_data_with(d, &g2, &grads(s, &y2, &dy16), &w2, &grads(s, &dx, &dx16), o)) },
+        Case { name: weight_grad, flops, record: Box::new(move |d, o, s| conv2d::backward_weights_with(d, &g3, &pick(s, &xt, &x16b), &grads(s, &yt, &dy16b), &dw, o)) },
     ])
 }
 
