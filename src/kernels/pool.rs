@@ -227,7 +227,18 @@ struct Params {
 }
 
 fn launch(device: &Device, shader: &Shader, entry: &'static str, params: Params, bindings: &[(u32, &Tensor)]) -> Result<Dispatch> {
-    Ok(Dispatch::with_params(device, shader, entry, &[WG_CONST], &params, bindings, grid_for(device, params.n as usize)?))
+    launch_with(device, shader, entry, &[WG_CONST], params, bindings)
+}
+
+/// [`launch`] with pipeline constants besides the workgroup size.
+fn launch_with(device: &Device, shader: &Shader, entry: &'static str, constants: &[(&'static str, f64)], params: Params, bindings: &[(u32, &Tensor)]) -> Result<Dispatch> {
+    Ok(Dispatch::with_params(device, shader, entry, constants, &params, bindings, grid_for(device, params.n as usize)?))
+}
+
+/// A launch four channels (or more) an invocation: counted as `entry` in profiles, tagged
+/// with its width, `storage` and any `more` tokens.
+fn quad_wide(d: Dispatch, entry: &'static str, storage: Storage, more: &str) -> Dispatch {
+    d.named(entry, 0.0).tagged(format!("{} {} {more}", width_token(true), storage.token()))
 }
 
 /// A packed-argmax kernel (`entry4c`, counted as `entry`) over the `n` elements of its output
@@ -237,9 +248,8 @@ fn launch_packed(device: &Device, (entry, entry4c): (&'static str, &'static str)
     let quads = [4, 2, 1].into_iter().find(|q| (geom.channels / 4).is_multiple_of(*q)).unwrap_or(1);
     let p = geom.params(n)?;
     let p = Params { n: p.n / (4 * quads as u32), ..p };
-    let shader = storage.pick(&POOL_ALL);
-    let d = Dispatch::with_params(device, shader, entry4c, &[WG_CONST, ("QUADS", quads as f64)], &p, bindings, grid_for(device, p.n as usize)?);
-    Ok(d.named(entry, 0.0).tagged(format!("{} {} packed quads={quads}", width_token(true), storage.token())))
+    let d = launch_with(device, storage.pick(&POOL_ALL), entry4c, &[WG_CONST, ("QUADS", quads as f64)], p, bindings)?;
+    Ok(quad_wide(d, entry, storage, &format!("packed quads={quads}")))
 }
 
 /// `entry` four channels per invocation (`entry4` on the `wide` bindings: the gradients'
@@ -262,7 +272,7 @@ fn launch_width(device: &Device, (entry, entry4): (&'static str, &'static str), 
         debug_assert_eq!(storage, Storage::F32, "{entry}: f16 reached the scalar kernel");
         return Ok(launch(device, shader, entry, p, narrow)?.tagged(format!("{} {}", width_token(false), storage.token())));
     }
-    Ok(launch(device, shader, entry4, Params { n: p.n / 4, ..p }, wide)?.named(entry, 0.0).tagged(format!("{} {}", width_token(true), storage.token())))
+    Ok(quad_wide(launch(device, shader, entry4, Params { n: p.n / 4, ..p }, wide)?, entry, storage, ""))
 }
 
 /// The storage of a forward kernel's `x` and `y`, which must share it.
