@@ -58,13 +58,24 @@ struct Setup {
     filter: Option<String>,
 }
 
-/// An operand of `shape` and `dtype`: zeros, or with `fill` a fixed pseudo-random pattern.
-fn operand(device: &Device, shape: &[usize], dtype: DType, fill: bool) -> Result<Tensor> {
+/// The `--fill` values of an operand of `shape`: a fixed pseudo-random pattern in [-0.5, 0.5).
+fn pattern(shape: &[usize]) -> Vec<f32> {
+    (0..shape.iter().product::<usize>()).map(|i| ((i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as f32 / (1u64 << 24) as f32 - 0.5).collect()
+}
+
+/// An f32 operand of `shape`: zeros, or with `fill` the pattern.
+fn operand(device: &Device, shape: &[usize], fill: bool) -> Result<Tensor> {
+    if fill { device.upload(shape, &pattern(shape)) } else { zeros(device, shape) }
+}
+
+/// An operand of `shape` stored as f32 and as f16 (`--store` picks one for each run): zeros,
+/// or with `fill` the same pattern in both, computed once.
+fn operand_pair(device: &Device, shape: &[usize], fill: bool) -> Result<(Tensor, Tensor)> {
     if !fill {
-        return device.zeros_of(shape, dtype);
+        return Ok((zeros(device, shape)?, device.zeros_of(shape, DType::F16)?));
     }
-    let values: Vec<f32> = (0..shape.iter().product::<usize>()).map(|i| ((i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as f32 / (1u64 << 24) as f32 - 0.5).collect();
-    if dtype == DType::F16 { device.upload_f16(shape, &values) } else { device.upload(shape, &values) }
+    let values = pattern(shape);
+    Ok((device.upload(shape, &values)?, device.upload_f16(shape, &values)?))
 }
 
 fn matmul_case(device: &Device, m: usize, k: usize, n: usize) -> Result<Case> {
@@ -84,9 +95,8 @@ fn conv_cases(device: &Device, label: &str, x: [usize; 4], filters: usize, kerne
     // product's dy) are filled where asked and one of them is kept.
     let [forward, input_grad, weight_grad] = ["forward", "input grad", "weight grad"].map(|product| format!("{label} {product}"));
     let fill = setup.fill && [&forward, &input_grad, &weight_grad].iter().any(|name| setup.filter.as_ref().is_none_or(|f| name.contains(f.as_str())));
-    let (xt, wt, yt) = (operand(device, &geom.input_shape(), DType::F32, fill)?, operand(device, &geom.kernel_shape(), DType::F32, fill)?, operand(device, &geom.output_shape(), DType::F32, fill)?);
+    let ((xt, x16), wt, (yt, y16)) = (operand_pair(device, &geom.input_shape(), fill)?, operand(device, &geom.kernel_shape(), fill)?, operand_pair(device, &geom.output_shape(), fill)?);
     let (dx, dw) = (zeros(device, &geom.input_shape())?, zeros(device, &geom.kernel_shape())?);
-    let (x16, y16) = (operand(device, &geom.input_shape(), DType::F16, fill)?, operand(device, &geom.output_shape(), DType::F16, fill)?);
     // An f16 dx needs whole quads of channels; the stem's 3 keep an f32 one (a model
     // computes none).
     let dx16 = if geom.input_shape()[3] % 4 == 0 { device.zeros_of(&geom.input_shape(), DType::F16)? } else { dx.clone() };
