@@ -91,8 +91,9 @@ fn conv_case(g: &Conv2dGeometry, opts: &GemmOptions, seed: u64) -> [f64; 3] {
         0.0,
         assert_mixed(&format!("{case} backward_weights"), &read(&tdw), &backward_weights_ref(g, &x, &dy), &backward_weights_ref(g, &ax, &ady)),
     ];
-    // Both input gradients where the flipped kernel can compute one.
-    let flips: &[Option<bool>] = if conv2d::flipped_geometry(g).is_some() { &[Some(true), Some(false)] } else { &[None] };
+    // Both input gradients where the flipped kernel can compute one (at stride 2, a 1x1's).
+    let downsample = (g.stride_h, g.stride_w) != (1, 1) && (g.kh, g.kw, g.pad_top, g.pad_left, g.groups) == (1, 1, 0, 0, 1);
+    let flips: &[Option<bool>] = if conv2d::flipped_geometry(g).is_some() || downsample { &[Some(true), Some(false)] } else { &[None] };
     let (want, bound) = (backward_data_ref(g, &dy, &w), backward_data_ref(g, &ady, &aw));
     for &flip in flips {
         let opts = GemmOptions { flip, ..*opts };
@@ -134,6 +135,11 @@ fn mixed_products_match_f64_within_f16_bounds() {
                 // 512: 128 x 128 at K 16 on the tensor cores (the narrow tile below either).
                 Conv2dGeometry::new(&[1, 182, 182, 68], 512, (1, 1), (2, 2), Padding::Explicit(0, 0)).unwrap(),
                 Conv2dGeometry::new(&[5, 9, 9, 12], 32, (3, 3), (2, 2), Padding::Same).unwrap(),
+                // Strided input gradients whose phases fill whole tiles (512 pixels a phase, K
+                // whole steps): the 3x3 one's image gathers without row tests, the 1x1 one's
+                // rows of dy and of w transposed fetched without edge tests.
+                Conv2dGeometry::new(&[2, 32, 32, 64], 128, (3, 3), (2, 2), Padding::Explicit(1, 1)).unwrap(),
+                Conv2dGeometry::new(&[2, 32, 32, 256], 128, (1, 1), (2, 2), Padding::Explicit(0, 0)).unwrap(),
                 Conv2dGeometry::new(&[3, 7, 7, 5], 33, (3, 3), (1, 1), Padding::Valid).unwrap(),
                 // Over 128 filters and channels: all three products on the widest tile.
                 Conv2dGeometry::new(&[2, 9, 9, 132], 136, (3, 3), (1, 1), Padding::Same).unwrap(),
@@ -157,7 +163,7 @@ fn mixed_products_match_f64_within_f16_bounds() {
     for a in ["a=Rows", "a=Cols", "a=Im2col", "a=Im2colT", "a=DyStuffed"] {
         expected.push((entry, a.to_string()));
     }
-    for t in ["b=Rows", "b=BlockedT", "phase", "phases=4", "taps=none", "split=none", "split=forced", "quad_a", "scalar_a", "quad_c", "scalar_c", "grouped", "dilated", "flipped", "inside_a", "inside_b", "whole_a"] {
+    for t in ["b=Rows", "b=BlockedT", "phase", "phases=4", "taps=none", "split=none", "split=forced", "quad_a", "scalar_a", "quad_c", "scalar_c", "grouped", "dilated", "flipped", "transposed", "inside_a", "inside_b", "whole_a"] {
         expected.push((entry, t.to_string()));
     }
     expected.push(("flip_kernel", "grid=2d".to_string()));
@@ -175,6 +181,14 @@ fn mixed_products_match_f64_within_f16_bounds() {
         expected.push(("gemm_cpu", t.to_string()));
     }
     assert_paths_cover("mixed gemm", &taken, &expected, &[]);
+    // Phase products whose fetches skip their edge tests.
+    for t in ["inside_a", "inside_b", "whole_a"] {
+        let hit = taken.iter().any(|p| {
+            let tokens: Vec<&str> = p.split_whitespace().collect();
+            tokens[0] == entry && tokens.contains(&"phase") && tokens.contains(&t)
+        });
+        assert!(hit, "no {entry} phase product took {t}");
+    }
 }
 
 /// Tensor-core tiles the kernel can run besides the engine's own: 128-invocation tiles whose
