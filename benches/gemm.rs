@@ -264,6 +264,41 @@ fn coop_name(tile: Option<CoopTile>) -> String {
     tile.map_or("auto".into(), |t| format!("{}x{}/{}x{}/{}/{}", t.bm, t.bn, t.sg_m, t.sg_n, t.bufs, t.bk))
 }
 
+/// The convolutions timed, ResNet's: name, input side as `--side` times a fraction (the
+/// stems' images are four times it), input channels, filters, kernel, stride.
+const CONVS: [(&str, (usize, usize), usize, usize, usize, usize); 23] = [
+    ("stem 7x7/2", (4, 1), 3, 64, 7, 2),
+    // The stem as mixed_float16 runs it: the image padded to 4 channels (a zero fourth), so
+    // that its gathers read quads.
+    ("stem 7x7/2 padded", (4, 1), 4, 64, 7, 2),
+    ("3x3 64", (1, 1), 64, 64, 3, 1),
+    ("3x3 128", (1, 2), 128, 128, 3, 1),
+    ("3x3 256", (1, 4), 256, 256, 3, 1),
+    ("3x3 512", (1, 8), 512, 512, 3, 1),
+    // The first convolutions of stages 2-4, at stride 2: their input gradients are phase
+    // products, a quarter of the rows each.
+    ("3x3/2 64>128", (1, 1), 64, 128, 3, 2),
+    ("3x3/2 128>256", (1, 2), 128, 256, 3, 2),
+    ("3x3/2 256>512", (1, 4), 256, 512, 3, 2),
+    // ResNet-50's bottleneck ends, where most of its products are.
+    ("1x1 256>64", (1, 1), 256, 64, 1, 1),
+    ("1x1 64>256", (1, 1), 64, 256, 1, 1),
+    ("1x1 512>128", (1, 2), 512, 128, 1, 1),
+    ("1x1 128>512", (1, 2), 128, 512, 1, 1),
+    ("1x1 1024>256", (1, 4), 1024, 256, 1, 1),
+    ("1x1 256>1024", (1, 4), 256, 1024, 1, 1),
+    ("1x1 2048>512", (1, 8), 2048, 512, 1, 1),
+    ("1x1 512>2048", (1, 8), 512, 2048, 1, 1),
+    // ResNet-50's downsamples: input gradients whose odd phases meet no tap.
+    ("1x1/2 256>512", (1, 1), 256, 512, 1, 2),
+    ("1x1/2 512>1024", (1, 2), 512, 1024, 1, 2),
+    ("1x1/2 1024>2048", (1, 4), 1024, 2048, 1, 2),
+    // ResNet-50's strided 3x3 convolutions (torchvision's v1.5 bottleneck).
+    ("3x3/2 128>128", (1, 1), 128, 128, 3, 2),
+    ("3x3/2 256>256", (1, 2), 256, 256, 3, 2),
+    ("3x3/2 512>512", (1, 4), 512, 512, 3, 2),
+];
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
@@ -335,36 +370,15 @@ fn main() -> Result<()> {
     // `--fill`: the convolutions' operands hold values, not zeros (see `Setup`).
     let setup = Setup { stats: args.iter().any(|a| a == "--stats"), fill: args.iter().any(|a| a == "--fill"), filter: filter.clone() };
     let mut cases = vec![matmul_case(&device, square, square, square)?];
-    cases.extend(conv_cases(&device, "stem 7x7/2", [batch, side * 4, side * 4, 3], 64, 7, 2, &setup)?);
-    // The stem as mixed_float16 runs it: the image padded to 4 channels (a zero fourth), so
-    // that its gathers read quads. Its useful FLOPs are the 3-channel product's.
-    cases.extend(conv_cases(&device, "stem 7x7/2 padded", [batch, side * 4, side * 4, 4], 64, 7, 2, &setup)?.into_iter().map(|c| Case { flops: c.flops * 0.75, ..c }));
-    cases.extend(conv_cases(&device, "3x3 64", [batch, side, side, 64], 64, 3, 1, &setup)?);
-    cases.extend(conv_cases(&device, "3x3 128", [batch, side / 2, side / 2, 128], 128, 3, 1, &setup)?);
-    cases.extend(conv_cases(&device, "3x3 256", [batch, side / 4, side / 4, 256], 256, 3, 1, &setup)?);
-    cases.extend(conv_cases(&device, "3x3 512", [batch, side / 8, side / 8, 512], 512, 3, 1, &setup)?);
-    // The first convolutions of stages 2-4, at stride 2: their input gradients are phase
-    // products, a quarter of the rows each.
-    cases.extend(conv_cases(&device, "3x3/2 64>128", [batch, side, side, 64], 128, 3, 2, &setup)?);
-    cases.extend(conv_cases(&device, "3x3/2 128>256", [batch, side / 2, side / 2, 128], 256, 3, 2, &setup)?);
-    cases.extend(conv_cases(&device, "3x3/2 256>512", [batch, side / 4, side / 4, 256], 512, 3, 2, &setup)?);
-    // ResNet-50's bottleneck ends, where most of its products are.
-    cases.extend(conv_cases(&device, "1x1 256>64", [batch, side, side, 256], 64, 1, 1, &setup)?);
-    cases.extend(conv_cases(&device, "1x1 64>256", [batch, side, side, 64], 256, 1, 1, &setup)?);
-    cases.extend(conv_cases(&device, "1x1 512>128", [batch, side / 2, side / 2, 512], 128, 1, 1, &setup)?);
-    cases.extend(conv_cases(&device, "1x1 128>512", [batch, side / 2, side / 2, 128], 512, 1, 1, &setup)?);
-    cases.extend(conv_cases(&device, "1x1 1024>256", [batch, side / 4, side / 4, 1024], 256, 1, 1, &setup)?);
-    cases.extend(conv_cases(&device, "1x1 256>1024", [batch, side / 4, side / 4, 256], 1024, 1, 1, &setup)?);
-    cases.extend(conv_cases(&device, "1x1 2048>512", [batch, side / 8, side / 8, 2048], 512, 1, 1, &setup)?);
-    cases.extend(conv_cases(&device, "1x1 512>2048", [batch, side / 8, side / 8, 512], 2048, 1, 1, &setup)?);
-    // ResNet-50's downsamples: input gradients whose odd phases meet no tap.
-    cases.extend(conv_cases(&device, "1x1/2 256>512", [batch, side, side, 256], 512, 1, 2, &setup)?);
-    cases.extend(conv_cases(&device, "1x1/2 512>1024", [batch, side / 2, side / 2, 512], 1024, 1, 2, &setup)?);
-    cases.extend(conv_cases(&device, "1x1/2 1024>2048", [batch, side / 4, side / 4, 1024], 2048, 1, 2, &setup)?);
-    // ResNet-50's strided 3x3 convolutions (torchvision's v1.5 bottleneck).
-    cases.extend(conv_cases(&device, "3x3/2 128>128", [batch, side, side, 128], 128, 3, 2, &setup)?);
-    cases.extend(conv_cases(&device, "3x3/2 256>256", [batch, side / 2, side / 2, 256], 256, 3, 2, &setup)?);
-    cases.extend(conv_cases(&device, "3x3/2 512>512", [batch, side / 4, side / 4, 512], 512, 3, 2, &setup)?);
+    for &(name, (num, den), channels, filters, kernel, stride) in CONVS.iter() {
+        let at = side * num / den;
+        let mut these = conv_cases(&device, name, [batch, at, at, channels], filters, kernel, stride, &setup)?;
+        // The padded stem's useful FLOPs are the 3-channel product's.
+        if channels == 4 {
+            these.iter_mut().for_each(|c| c.flops *= 0.75);
+        }
+        cases.extend(these);
+    }
     let peak = Peak::for_adapter(device.name());
     println!("device: {} ({}), {reps} repetitions", device.name(), device.backend());
     println!("{:<28} {:>9} {:>17} {:>9} {:>9} {:>6}  dispatches", "product", "precision", "split", "ms", "TFLOP/s", "peak%");

@@ -956,11 +956,7 @@ pub(crate) fn launch_phases(device: &Device, phases: &[Gemm], opts: &GemmOptions
         let (same, rest): (Vec<_>, Vec<_>) = planned.into_iter().partition(|q| q.3 == constants);
         planned = rest;
         for batch in same.chunks(MAX_PRODUCTS) {
-            let workgroups = batch.iter().map(|(g, ..)| {
-                let tiles = kernel.tiles(g);
-                tiles.0 * tiles.1 * group_count
-            });
-            let workgroups = workgroups.max().unwrap_or(0);
+            let workgroups = batch.iter().map(|(g, ..)| kernel.tiles(g)).map(|(m, n)| m * n * group_count).max().unwrap_or(0);
             let tokens = &batch.iter().find(|(g, ..)| g.k == 0).unwrap_or(&batch[0]).2;
             let products: Vec<Params> = batch.iter().map(|q| q.1).collect();
             let flops = batch.iter().map(|(g, ..)| g.flops).sum();
