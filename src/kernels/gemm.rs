@@ -939,29 +939,34 @@ pub(crate) fn launch_phases(device: &Device, phases: &[Gemm], opts: &GemmOptions
     // Each product's parameters and pipeline constants; those whose constants agree share
     // dispatches (a phase meeting no tap, or one whose fetches stay inside its operands,
     // specialises differently from the rest).
-    let mut planned: Vec<(&Gemm, Params, String, Vec<(&'static str, f64)>)> = Vec::new();
+    struct Planned<'p, 'a> {
+        g: &'p Gemm<'a>,
+        params: Params,
+        tokens: String,
+        constants: Vec<(&'static str, f64)>,
+    }
+    let mut planned = Vec::new();
     for g in order {
-        let tiles = kernel.tiles(g);
-        let mut own = kernel.constants.clone();
-        let (p, mut t) = product_params(g, tiles, kernel.bk, (1, "split=none"), &mut own)?;
+        let mut constants = kernel.constants.clone();
+        let (params, mut tokens) = product_params(g, kernel.tiles(g), kernel.bk, (1, "split=none"), &mut constants)?;
         for (name, token) in inside(g, &kernel) {
-            own.push((name, 1.0));
-            t.push_str(token);
+            constants.push((name, 1.0));
+            tokens.push_str(token);
         }
-        planned.push((g, p, t, own));
+        planned.push(Planned { g, params, tokens, constants });
     }
     let mut dispatches = Vec::new();
     while !planned.is_empty() {
-        let constants = planned[0].3.clone();
-        let (same, rest): (Vec<_>, Vec<_>) = planned.into_iter().partition(|q| q.3 == constants);
+        let constants = planned[0].constants.clone();
+        let (same, rest): (Vec<_>, Vec<_>) = planned.into_iter().partition(|q| q.constants == constants);
         planned = rest;
         for batch in same.chunks(MAX_PRODUCTS) {
-            let workgroups = batch.iter().map(|(g, ..)| kernel.tiles(g)).map(|(m, n)| m * n * group_count).max().unwrap_or(0);
-            let tokens = &batch.iter().find(|(g, ..)| g.k == 0).unwrap_or(&batch[0]).2;
-            let products: Vec<Params> = batch.iter().map(|q| q.1).collect();
-            let flops = batch.iter().map(|(g, ..)| g.flops).sum();
+            let workgroups = batch.iter().map(|q| kernel.tiles(q.g)).map(|(m, n)| m * n * group_count).max().unwrap_or(0);
+            let tokens = &batch.iter().find(|q| q.g.k == 0).unwrap_or(&batch[0]).tokens;
+            let products: Vec<Params> = batch.iter().map(|q| q.params).collect();
+            let flops = batch.iter().map(|q| q.g.flops).sum();
             let path = format!("{} {tokens} phases={} {}", kernel.tile_token, batch.len(), kernel.shape_token);
-            dispatches.extend(record(device, &Gemm { flops, ..*batch[0].0 }, (kernel.family, kernel.entry), &constants, &products, workgroups, path)?);
+            dispatches.extend(record(device, &Gemm { flops, ..*batch[0].g }, (kernel.family, kernel.entry), &constants, &products, workgroups, path)?);
         }
     }
     Ok(dispatches)
