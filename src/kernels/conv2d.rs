@@ -364,15 +364,25 @@ fn flips(device: &Device, kernel: &str, geom: &Conv2dGeometry, opts: &GemmOption
     let back = flipped_geometry(geom);
     match opts.flip {
         Some(false) => Ok(None),
-        Some(true) if back.is_none() && !downsample(geom) => {
+        Some(true) if !flippable(geom) => {
             bail!(Config, "{kernel}: the flipped kernel cannot compute {geom:?}'s input gradient: it takes unit-stride, undilated, ungrouped convolutions padded by less than the kernel, and strided unpadded ungrouped 1x1 ones")
         }
         Some(true) => Ok(back),
-        None => {
-            let tensor_cores = opts.mixed && device.has_coop16() && gemm::Engine::of(device, opts, kernel)? == gemm::Engine::Tiled;
-            Ok(back.filter(|_| tensor_cores))
-        }
+        None => Ok(if flips_by_default(device, kernel, opts)? { back } else { None }),
     }
+}
+
+/// Where `opts.flip` is unset, whether the input gradients read the kernel flipped: mixed
+/// products on tensor cores.
+fn flips_by_default(device: &Device, kernel: &str, opts: &GemmOptions) -> Result<bool> {
+    Ok(opts.mixed && device.has_coop16() && gemm::Engine::of(device, opts, kernel)? == gemm::Engine::Tiled)
+}
+
+/// Whether `opts.flip = Some(true)` can compute `geom`'s input gradient: through
+/// [`flipped_geometry`], or as a downsample's one tapped phase reading w flipped (see
+/// `transposes`).
+pub fn flippable(geom: &Conv2dGeometry) -> bool {
+    flipped_geometry(geom).is_some() || downsample(geom)
 }
 
 /// Whether a strided input gradient's one tapped phase reads w transposed beforehand (a
@@ -386,7 +396,10 @@ fn transposes(device: &Device, kernel: &str, geom: &Conv2dGeometry, opts: &GemmO
     if !downsample(geom) || gemm::Engine::of(device, opts, kernel)? != gemm::Engine::Tiled {
         return Ok(false);
     }
-    Ok(opts.flip.unwrap_or(opts.mixed && device.has_coop16()))
+    match opts.flip {
+        Some(forced) => Ok(forced),
+        None => flips_by_default(device, kernel, opts),
+    }
 }
 
 /// A strided, unpadded, ungrouped 1x1 convolution: its input gradient's one tapped phase is

@@ -92,8 +92,7 @@ fn conv_case(g: &Conv2dGeometry, opts: &GemmOptions, seed: u64) -> [f64; 3] {
         assert_mixed(&format!("{case} backward_weights"), &read(&tdw), &backward_weights_ref(g, &x, &dy), &backward_weights_ref(g, &ax, &ady)),
     ];
     // Both input gradients where the flipped kernel can compute one (at stride 2, a 1x1's).
-    let downsample = (g.stride_h, g.stride_w) != (1, 1) && (g.kh, g.kw, g.pad_top, g.pad_left, g.groups) == (1, 1, 0, 0, 1);
-    let flips: &[Option<bool>] = if conv2d::flipped_geometry(g).is_some() || downsample { &[Some(true), Some(false)] } else { &[None] };
+    let flips: &[Option<bool>] = if conv2d::flippable(g) { &[Some(true), Some(false)] } else { &[None] };
     let (want, bound) = (backward_data_ref(g, &dy, &w), backward_data_ref(g, &ady, &aw));
     for &flip in flips {
         let opts = GemmOptions { flip, ..*opts };
