@@ -299,7 +299,16 @@ fn dy_rows4(i: u32, step: u32) -> array<act4, 4> {
 @compute @workgroup_size(WG)
 fn stats_partial4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let t = tile(wid, lid);
-    let chunk = wid.y;
+    stats_chunk4(t, wid.y, lid);
+    if (t.lane == 0u && t.col < (p.cols >> 2u)) {
+        write_partial4(wid.y, t.col, sh_a4[lid], sh_b4[lid]);
+    }
+}
+
+// The statistics of quad column t.col over chunk `chunk`, folded into lane 0's sh_n, sh_a4
+// and sh_b4 (the first pass of stats_partial4 and of batchnorm_merge.wgsl's stats_merged4).
+// Every invocation must call it: it holds barriers.
+fn stats_chunk4(t: Tile, chunk: u32, lid: u32) {
     let start = chunk * p.chunk_rows;
     let end = min(start + p.chunk_rows, p.rows);
     let quads = p.cols >> 2u;
@@ -307,7 +316,7 @@ fn stats_partial4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocati
     if (t.col < quads) {
         // Four rows' loads in flight, as in stats_partial, merged as one block; the next
         // four rows' loads are issued before this block's merge (the last block reloads its
-        // own rows), as in backward_partial4.
+        // own rows), as in grad_sums_chunk4.
         let step = t.lanes * quads;
         var r = start + t.lane;
         if (r + 3u * t.lanes < end) {
@@ -333,9 +342,6 @@ fn stats_partial4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocati
     sh_a4[lid] = s.mean;
     sh_b4[lid] = s.m2;
     fold_welford4(t, lid);
-    if (t.lane == 0u && t.col < quads && chunk < p.chunks) {
-        write_partial4(chunk, t.col, sh_a4[lid], sh_b4[lid]);
-    }
 }
 
 // The means of column col's partials are merged less the first chunk's, the same for every
@@ -628,7 +634,16 @@ fn backward_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
 @compute @workgroup_size(WG)
 fn backward_partial4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let t = tile(wid, lid);
-    let chunk = wid.y;
+    grad_sums_chunk4(t, wid.y, lid);
+    if (t.lane == 0u && t.col < (p.cols >> 2u)) {
+        write_partial4(wid.y, t.col, sh_a4[lid], sh_b4[lid]);
+    }
+}
+
+// backward_partial's two sums of quad column t.col over chunk `chunk`, folded into lane 0's
+// sh_a4 and sh_b4 (the first pass of backward_partial4 and of batchnorm_merge.wgsl's
+// backward_merged4). Every invocation must call it: it holds barriers.
+fn grad_sums_chunk4(t: Tile, chunk: u32, lid: u32) {
     let start = chunk * p.chunk_rows;
     let end = min(start + p.chunk_rows, p.rows);
     let quads = p.cols >> 2u;
@@ -682,9 +697,6 @@ fn backward_partial4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
     sh_a4[lid] = s_dy;
     sh_b4[lid] = s_dyx;
     fold_sums4(t, lid);
-    if (t.lane == 0u && t.col < quads && chunk < p.chunks) {
-        write_partial4(chunk, t.col, sh_a4[lid], sh_b4[lid]);
-    }
 }
 
 // Σ dy and Σ dy * (x - mean) over the chunks first, first + stride, ... of column col's partials.

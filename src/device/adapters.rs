@@ -15,7 +15,8 @@ pub const WANTED_FEATURES: wgpu::Features = wgpu::Features::TIMESTAMP_QUERY
     .union(wgpu::Features::SHADER_F16)
     .union(wgpu::Features::SUBGROUP)
     .union(wgpu::Features::SUBGROUP_BARRIER)
-    .union(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
+    .union(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+    .union(wgpu::Features::MEMORY_DECORATION_COHERENT);
 
 /// An adapter convoy can use, as listed by `convoy devices`.
 #[derive(Clone, Debug)]

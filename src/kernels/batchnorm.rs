@@ -17,7 +17,10 @@
 //! column reductions (`stats_partial4`, `backward_partial4`) read x, y and dy four channels
 //! a load (16 bytes, or 8 as f16) through their vec4 bindings; the scalar forms (tagged
 //! `scalar`) take the other channel counts, on f32 only. The reductions' quad passes keep
-//! the scalar ones' row chunks and partials, so one merge serves both.
+//! the scalar ones' row chunks and partials, so one merge pass serves both; where the device
+//! keeps storage coherent between workgroups, the quad passes merge instead in the last
+//! workgroup of each column tile to finish (`stats_merged4`, `backward_merged4`, tagged
+//! `merge=last`: see [`BatchNormConfig::merge_last`]).
 //!
 //! The joined forwards ([`forward_train_joined`], [`forward_infer_joined`]) add a residual
 //! block's shortcut to y before the ReLU, so the block's end is one pass over its output.
@@ -27,7 +30,7 @@ use bytemuck::{Pod, Zeroable};
 use super::gemm::Engine;
 use super::gemm_cpu::{threads, INVOCATIONS_PER_THREAD, WORKGROUP};
 use super::reduce::{launch, launch_with, scratch, Bind, Split};
-use super::{expect_activations, expect_channels, expect_dtype, grid_for, u32_of, width_token, Dispatch, Shader, Storage, BATCHNORM_ALL, BATCHNORM_CPU_ALL};
+use super::{expect_activations, expect_channels, expect_dtype, grid_for, u32_of, width_token, Dispatch, Shader, Storage, BATCHNORM_ALL, BATCHNORM_CPU_ALL, BATCHNORM_MERGE_ALL};
 use crate::{bail, DType, Device, Result, Tensor};
 
 /// The layer's hyper-parameters, with Keras' names and defaults.
@@ -43,11 +46,18 @@ pub struct BatchNormConfig {
     /// `Some` forces one, as tests do to run both. The CPU kernels take channel counts
     /// divisible by 4; others run the tiled ones whatever is asked.
     pub engine: Option<Engine>,
+    /// Whether the tiled kernels' quad first passes merge their partials themselves, in each
+    /// column tile's last workgroup (one dispatch, tagged `merge=last`), rather than leave
+    /// them to a merge pass: `None` wherever the device has
+    /// [`wgpu::Features::MEMORY_DECORATION_COHERENT`] and the channels make at most 256
+    /// column tiles; `Some` forces either, as tests do (`Some(true)` is an error where
+    /// `None` would not merge so).
+    pub merge_last: Option<bool>,
 }
 
 impl Default for BatchNormConfig {
     fn default() -> Self {
-        BatchNormConfig { momentum: 0.99, epsilon: 1e-3, relu: false, engine: None }
+        BatchNormConfig { momentum: 0.99, epsilon: 1e-3, relu: false, engine: None, merge_last: None }
     }
 }
 
@@ -90,7 +100,8 @@ impl Params {
 
 /// Training forward: batch statistics per channel into `saved` (`[mean; 1/sqrt(var + eps)]`),
 /// moving statistics updated in place, then `y = gamma * x_hat + beta` (ReLU'd if
-/// `cfg.relu`). Three dispatches: partial statistics, merge, normalise.
+/// `cfg.relu`). Three dispatches, partial statistics, merge and normalise, or two where the
+/// first pass merges (channels divisible by 4 on the tiled kernels).
 ///
 /// # Shapes
 /// x, y: `[..., C]`; gamma, beta, moving_mean, moving_var: `[C]`; saved: `[2, C]`.
@@ -193,22 +204,15 @@ fn train_from(kernel: &'static str, device: &Device, cfg: &BatchNormConfig, x: &
     let plan = Plan::new(device, cfg, split, storage, kernel)?;
     let params = Params::new(plan.split(), cfg);
     let t = Bind::Tensor;
-    let mut dispatches = Vec::new();
-    let (own, chunked);
-    let (merge_plan, partials) = match given {
+    let stores = [(13, t(saved)), (14, t(moving_mean)), (15, t(moving_var))];
+    let mut dispatches = match given {
         Some(given) => {
-            chunked = plan.with_chunks(kernel, given, x)?;
-            (&chunked, t(&given.tensor))
+            let chunked = plan.with_chunks(kernel, given, x)?;
+            let binds = [&[(9, t(&given.tensor))], &stores[..]].concat();
+            vec![chunked.merge(device, STATISTICS.merge, &Params::new(chunked.split(), cfg), &binds)?.tagged("stats=given")]
         }
-        None => {
-            own = scratch(device, "batchnorm statistics", 2 * plan.split().chunks as usize * split.cols as usize);
-            dispatches.push(plan.partial(device, ["stats_partial", "stats_partial4", "stats_partial_cpu"], &params, &[(1, t(x)), (12, Bind::Scratch(&own))])?);
-            (&plan, Bind::Scratch(&own))
-        }
+        None => plan.reduction(device, "batchnorm statistics", STATISTICS, &params, &[(1, t(x))], &stores)?,
     };
-    let merged = Params::new(merge_plan.split(), cfg);
-    let merge = merge_plan.merge(device, ["stats_finalize", "stats_finalize_cpu"], &merged, &[(9, partials), (13, t(saved)), (14, t(moving_mean)), (15, t(moving_var))])?;
-    dispatches.push(if given.is_some() { merge.tagged("stats=given") } else { merge });
     let normalize = [(1, t(x)), (4, t(gamma)), (5, t(beta)), (6, t(saved)), (16, t(y))];
     dispatches.push(match addend {
         None => plan.per_element(device, ["normalize_train", "normalize_train4", "normalize_train_cpu"], &params, &normalize)?,
@@ -318,24 +322,36 @@ pub fn backward(
     disjoint(K, &[("dx", dx), ("dgamma", dgamma), ("dbeta", dbeta)], &[("x", x), ("dy", dy), ("gamma", gamma), ("beta", beta), ("saved", saved)])?;
     let plan = Plan::new(device, cfg, split, storage, K)?;
     let params = Params::new(plan.split(), cfg);
-    let partials = scratch(device, "batchnorm gradient sums", 2 * plan.split().chunks as usize * split.cols as usize);
     let t = Bind::Tensor;
-    Ok(vec![
-        plan.partial(
-            device,
-            ["backward_partial", "backward_partial4", "backward_partial_cpu"],
-            &params,
-            &[(1, t(x)), (3, t(dy)), (4, t(gamma)), (5, t(beta)), (6, t(saved)), (12, Bind::Scratch(&partials))],
-        )?,
-        plan.merge(device, ["backward_merge", "backward_merge_cpu"], &params, &[(6, t(saved)), (9, Bind::Scratch(&partials)), (17, t(dgamma)), (18, t(dbeta))])?,
-        plan.per_element(
-            device,
-            ["backward_dx", "backward_dx4", "backward_dx_cpu"],
-            &params,
-            &[(1, t(x)), (3, t(dy)), (4, t(gamma)), (5, t(beta)), (6, t(saved)), (10, t(dgamma)), (11, t(dbeta)), (16, t(dx))],
-        )?,
-    ])
+    let read = [(1, t(x)), (3, t(dy)), (4, t(gamma)), (5, t(beta)), (6, t(saved))];
+    let mut dispatches = plan.reduction(device, "batchnorm gradient sums", GRADIENT_SUMS, &params, &read, &[(17, t(dgamma)), (18, t(dbeta))])?;
+    dispatches.push(plan.per_element(device, ["backward_dx", "backward_dx4", "backward_dx_cpu"], &params, &[&read[..], &[(10, t(dgamma)), (11, t(dbeta)), (16, t(dx))]].concat())?);
+    Ok(dispatches)
 }
+
+/// The entry points of one per-column reduction: its first pass (tiled scalar, tiled quad,
+/// CPU), its merge (tiled, CPU) and its quad first pass that merges (see
+/// [`Plan::reduction`]), and the bindings of the first pass's reads that the merge reads too.
+struct Reduction {
+    first: [&'static str; 3],
+    merge: [&'static str; 2],
+    merged: &'static str,
+    merge_reads: &'static [u32],
+}
+
+/// Column tiles a first pass that merges may have (`MAX_TILES` in
+/// shaders/batchnorm_merge.wgsl: its counters precede the partials in their buffer).
+const MAX_TILES: usize = 256;
+
+/// Chunks a merging lane loads at once (`MERGE_STEP` in shaders/batchnorm_merge.wgsl).
+const MERGE_STEP: u32 = 4;
+
+/// The training forward's batch statistics.
+const STATISTICS: Reduction = Reduction { first: ["stats_partial", "stats_partial4", "stats_partial_cpu"], merge: ["stats_finalize", "stats_finalize_cpu"], merged: "stats_merged4", merge_reads: &[] };
+
+/// The training backward's Σ dy and Σ dy·(x - mean), into dbeta and dgamma (which takes
+/// inv_std from saved).
+const GRADIENT_SUMS: Reduction = Reduction { first: ["backward_partial", "backward_partial4", "backward_partial_cpu"], merge: ["backward_merge", "backward_merge_cpu"], merged: "backward_merged4", merge_reads: &[6] };
 
 /// Backward of [`forward_infer`], for a layer that trains in inference mode (Keras 3 runs a
 /// BatchNormalization set `trainable = False` so, in training too): the moving statistics
@@ -382,6 +398,8 @@ struct Plan {
     layout: Layout,
     storage: Storage,
     kernel: &'static str,
+    /// [`BatchNormConfig::merge_last`].
+    merge_last: Option<bool>,
 }
 
 /// The GPU kernels' workgroup tiles, or the CPU kernels' invocations of four channels over a
@@ -398,7 +416,7 @@ impl Plan {
     fn new(device: &Device, cfg: &BatchNormConfig, split: Split, storage: Storage, kernel: &'static str) -> Result<Plan> {
         let engine = cfg.engine.unwrap_or_else(|| Engine::for_device(device));
         if engine == Engine::Tiled || !split.cols.is_multiple_of(4) {
-            return Ok(Plan { layout: Layout::Tiled(split), storage, kernel });
+            return Ok(Plan { layout: Layout::Tiled(split), storage, kernel, merge_last: cfg.merge_last });
         }
         let (rows, quads) = (split.rows as usize, split.cols as usize / 4);
         let want = (INVOCATIONS_PER_THREAD * threads() / quads).clamp(1, rows.div_ceil(MIN_CPU_CHUNK_ROWS).max(1));
@@ -409,7 +427,7 @@ impl Plan {
         if (quads * chunks).div_ceil(WORKGROUP) > max || (split.cols as usize).div_ceil(WORKGROUP) > max {
             bail!(Shape, "{kernel}: {} columns need more than {max} workgroups of {WORKGROUP}", split.cols);
         }
-        Ok(Plan { layout: Layout::Cpu(cpu), storage, kernel })
+        Ok(Plan { layout: Layout::Cpu(cpu), storage, kernel, merge_last: cfg.merge_last })
     }
 
     fn split(&self) -> &Split {
@@ -441,7 +459,7 @@ impl Plan {
             Layout::Tiled(_) => Layout::Tiled(chunked),
             Layout::Cpu(_) => Layout::Cpu(chunked),
         };
-        Ok(Plan { layout, storage: self.storage, kernel: self.kernel })
+        Ok(Plan { layout, storage: self.storage, kernel: self.kernel, merge_last: self.merge_last })
     }
 
     /// The tiled kernels' module for the activations' storage.
@@ -484,6 +502,59 @@ impl Plan {
         let quads = split.quads();
         let dispatch = launch(device, self.tiled(), entries[1], &params.for_quads(&quads), &vec4_binds(binds), quads.groups(device, entries[1])?);
         Ok(dispatch.named(entries[0], 0.0).tagged(partial_tokens(&quads, true)).tagged(store))
+    }
+
+    /// A per-column reduction over `reads`, its results stored through `stores`, the
+    /// bindings its merge writes (any it reads are among `reads`). Where [`Plan::merges_last`],
+    /// one dispatch of the quad first pass whose column tiles' last workgroups merge
+    /// (`shaders/batchnorm_merge.wgsl`; tagged `merge=last`, and `merge_loads=x4` where a lane
+    /// of the first tile merges four chunks a step), its tiles' counters and partials in one
+    /// zeroed scratch buffer. Otherwise the first pass writes partials (binding 12) for a merge
+    /// pass of their own (binding 9).
+    fn reduction(&self, device: &Device, label: &'static str, entries: Reduction, params: &Params, reads: &[(u32, Bind<'_>)], stores: &[(u32, Bind<'_>)]) -> Result<Vec<Dispatch>> {
+        let split = self.split();
+        let partials = 2 * split.chunks as usize * split.cols as usize;
+        if self.merges_last(device)? {
+            let quads = split.quads();
+            let sync = scratch(device, label, MAX_TILES + partials);
+            let binds = vec4_binds(&[reads, stores, &[(24, Bind::Scratch(&sync))]].concat());
+            let merge = launch(device, self.storage.pick(&BATCHNORM_MERGE_ALL), entries.merged, &params.for_quads(&quads), &binds, quads.groups(device, entries.merged)?);
+            let loads = if split.chunks > (MERGE_STEP - 1) * quads.lanes() { "x4" } else { "x1" };
+            let tokens = format!("{} merge=last merge_loads={loads} {}", partial_tokens(&quads, true), self.storage.token());
+            return Ok(vec![merge.named(entries.first[0], 0.0).tagged(tokens)]);
+        }
+        let own = scratch(device, label, partials);
+        let merge_reads: Vec<_> = reads.iter().copied().filter(|(i, _)| entries.merge_reads.contains(i)).collect();
+        Ok(vec![
+            self.partial(device, entries.first, params, &[reads, &[(12, Bind::Scratch(&own))]].concat())?,
+            self.merge(device, entries.merge, params, &[&merge_reads[..], &[(9, Bind::Scratch(&own))], stores].concat())?,
+        ])
+    }
+
+    /// Whether a reduction's quad first pass merges in its column tiles' last workgroups
+    /// (see [`BatchNormConfig::merge_last`]): the tiled kernels on channels divisible by 4, at
+    /// most [`MAX_TILES`] column tiles, and a device whose storage can be coherent between
+    /// workgroups (the last one reads what the others wrote).
+    fn merges_last(&self, device: &Device) -> Result<bool> {
+        let split = self.split();
+        let can = matches!(self.layout, Layout::Tiled(_))
+            && split.cols.is_multiple_of(4)
+            && split.tiles() as usize <= MAX_TILES
+            && device.features().contains(wgpu::Features::MEMORY_DECORATION_COHERENT);
+        match self.merge_last {
+            None => Ok(can),
+            Some(false) => Ok(false),
+            Some(true) if can => Ok(true),
+            Some(true) => bail!(
+                Config,
+                "{}: the first pass cannot merge in its last workgroups here ({} channels on the {} kernels, {} column tiles of at most {MAX_TILES}, coherent storage {}): leave merge_last unset",
+                self.kernel,
+                split.cols,
+                if matches!(self.layout, Layout::Tiled(_)) { "tiled" } else { "CPU" },
+                split.tiles(),
+                if device.features().contains(wgpu::Features::MEMORY_DECORATION_COHERENT) { "available" } else { "unavailable" }
+            ),
+        }
     }
 
     /// The merge of the partials per column.

@@ -206,6 +206,10 @@ storage_pair!(BATCHNORM_ALL, "batchnorm.wgsl", ["relu.wgsl", "affine.wgsl"], ["b
 // BatchNormalization's kernels for software adapters: batchnorm.wgsl's parameters,
 // bindings and merges with passes laid out for CPU threads (see [`batchnorm`]'s `Plan`).
 storage_pair!(BATCHNORM_CPU_ALL, "batchnorm_cpu.wgsl", ["relu.wgsl", "affine.wgsl"], ["batchnorm.wgsl", "batchnorm_cpu.wgsl"]);
+// BatchNormalization's quad first passes that merge their partials in each column tile's
+// last workgroup: batchnorm.wgsl with batchnorm_merge.wgsl's entry points, whose coherent
+// binding needs MEMORY_DECORATION_COHERENT of the device (see [`batchnorm`]).
+storage_pair!(BATCHNORM_MERGE_ALL, "batchnorm_merge.wgsl", ["relu.wgsl", "affine.wgsl"], ["batchnorm.wgsl", "batchnorm_merge.wgsl"]);
 storage_pair!(POOL_ALL, "pool.wgsl", ["relu.wgsl"], ["pool.wgsl"]);
 // The element-wise activations' vec4 entry points read and write either storage; softmax
 // and the channel maps run the f32 module alone (see [`activation`]).
@@ -243,7 +247,7 @@ pub const ALL_SHADERS: &[&Shader] = &[
     &GEMM_CPU_ALL[0], &GEMM_CPU_ALL[1], &GEMM_CPU_ALL[2], &GEMM_CPU_ALL[3],
     &GEMM_CPU_ALL[4], &GEMM_CPU_ALL[5], &GEMM_CPU_ALL[6], &GEMM_CPU_ALL[7],
     &ELEMENTWISE_ALL[0], &ELEMENTWISE_ALL[1], &BATCHNORM_ALL[0], &BATCHNORM_ALL[1],
-    &BATCHNORM_CPU_ALL[0], &BATCHNORM_CPU_ALL[1], &POOL_ALL[0], &POOL_ALL[1],
+    &BATCHNORM_CPU_ALL[0], &BATCHNORM_CPU_ALL[1], &BATCHNORM_MERGE_ALL[0], &BATCHNORM_MERGE_ALL[1], &POOL_ALL[0], &POOL_ALL[1],
     &ACTIVATION_ALL[0], &ACTIVATION_ALL[1],
     &REDUCE, &DEPTHWISE, &LOSS, &IMAGE, &OPTIMIZER, &LOSS_SCALE, &CONCAT, &LAYERNORM, &AUGMENT, &WINOGRAD, &FLIP, &CAST,
 ];

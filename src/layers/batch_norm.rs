@@ -49,7 +49,7 @@ impl BatchNormalization {
         self
     }
     fn cfg(&self) -> BatchNormConfig {
-        BatchNormConfig { momentum: self.momentum, epsilon: self.epsilon, relu: self.fused_relu, engine: None }
+        BatchNormConfig { momentum: self.momentum, epsilon: self.epsilon, relu: self.fused_relu, engine: None, merge_last: None }
     }
 }
 

@@ -219,7 +219,7 @@ fn train_forward_matches_f64() {
                     (true, Engine::Tiled) => "normalize_train4",
                     (true, Engine::Cpu) => "normalize_train_cpu",
                 };
-                assert_eq!(dispatches[2].label, label, "{shape:?} {engine:?}");
+                assert_eq!(dispatches.last().unwrap().label, label, "{shape:?} {engine:?}");
                 run(&dispatches);
                 let e = check_train(&format!("train {shape:?} relu={relu} {engine:?}"), &k, &cfg, &out);
                 println!("train forward {shape:?} relu={relu} {engine:?}: rel err {e:.2e}");
@@ -287,7 +287,8 @@ fn joined_forwards_match_f64() {
                 }
                 let dispatches = train.unwrap();
                 let label = if engine == Engine::Tiled { "normalize_train_joined4" } else { "normalize_train_joined_cpu" };
-                assert_eq!((dispatches[2].label, dispatches[2].kernel.trim_end_matches("_cpu")), (label, "normalize_train_joined"), "{name}");
+                let last = dispatches.last().unwrap();
+                assert_eq!((last.label, last.kernel.trim_end_matches("_cpu")), (label, "normalize_train_joined"), "{name}");
                 run(&dispatches);
                 let (mean, var) = stats(&k.x, k.c);
                 let inv: Vec<f64> = var.iter().map(|v| 1.0 / (v + cfg.epsilon as f64).sqrt()).collect();
@@ -407,13 +408,19 @@ fn partial_passes_match_f64_scalar_and_quad() {
     on_each_variant(|variant| {
         let mut r = rng(41);
         let cases = QUAD_SHAPES.iter().flat_map(|s| [(s, false), (s, true)]).chain(SCALAR_SHAPES.iter().map(|s| (s, false)));
-        for ((shape, f16), relu) in cases.flat_map(|c| [(c, false), (c, true)]) {
-            let name = format!("{variant} partial passes {shape:?} f16={f16} relu={relu}");
-            let cfg = BatchNormConfig { momentum: 0.6, relu, engine: Some(Engine::Tiled), ..Default::default() };
+        // The quad passes merging in their last workgroups (the device's choice here) and not.
+        let cases = cases.flat_map(|c| [(c, None), (c, Some(false))]);
+        for (((shape, f16), merge_last), relu) in cases.flat_map(|c| [(c, false), (c, true)]) {
+            let name = format!("{variant} partial passes {shape:?} f16={f16} relu={relu} merge_last={merge_last:?}");
+            let cfg = BatchNormConfig { momentum: 0.6, relu, engine: Some(Engine::Tiled), merge_last, ..Default::default() };
             let k = if f16 { case_f16(&mut r, shape, 0.0) } else { case(&mut r, shape, 0.0) };
             let (out, dispatches) = train(&k, &cfg);
-            let quads = k.c.is_multiple_of(4);
-            assert_eq!(dispatches[0].label, if quads { "stats_partial4" } else { "stats_partial" }, "{name}");
+            let first = match (k.c.is_multiple_of(4), merge_last) {
+                (false, _) => "stats_partial",
+                (true, None) => "stats_merged4",
+                (true, Some(_)) => "stats_partial4",
+            };
+            assert_eq!(dispatches[0].label, first, "{name}");
             run(&dispatches);
             let e = check_train(&name, &k, &cfg, &out);
             println!("train forward {name}: rel err {e:.2e}");
@@ -423,12 +430,18 @@ fn partial_passes_match_f64_scalar_and_quad() {
     });
     let taken = take_paths();
     let partial_tokens = ["chunks=single", "chunks=multi", "rows=x4", "rows=x1", "cols=one_tile", "cols=tiled"];
-    let mut expected = every(&["stats_partial4", "backward_partial4"], &partial_tokens);
-    expected.extend(every(&["stats_partial4", "backward_partial4"], &["vec4", "store=f32", "store=f16"]));
+    let quads = ["stats_partial4", "backward_partial4", "stats_merged4", "backward_merged4"];
+    let mut expected = every(&quads, &partial_tokens);
+    expected.extend(every(&quads, &["vec4", "store=f32", "store=f16"]));
+    expected.extend(every(&["stats_merged4", "backward_merged4"], &["merge=last", "merge_loads=x4", "merge_loads=x1"]));
     expected.extend(every(&["stats_partial", "backward_partial"], &partial_tokens));
     expected.extend(every(&["stats_partial", "backward_partial"], &["scalar", "store=f32"]));
+    expected.extend(every(&["stats_finalize", "backward_merge"], &["chunks=single", "chunks=multi"]));
     assert_paths_cover("batchnorm partial passes", &taken, &expected, &[]);
-    assert_paths_cover("batchnorm partial passes f16", &on_f16(taken), &every(&["stats_partial4", "backward_partial4"], &partial_tokens), &[]);
+    let mut expected = every(&quads, &partial_tokens);
+    expected.extend(every(&["stats_merged4", "backward_merged4"], &["merge_loads=x4", "merge_loads=x1"]));
+    expected.extend(every(&["stats_finalize", "backward_merge"], &["chunks=single", "chunks=multi"]));
+    assert_paths_cover("batchnorm partial passes f16", &on_f16(taken), &expected, &[]);
 }
 
 #[test]
@@ -594,8 +607,10 @@ fn f16_activations_match_f64() {
     let scalar: Vec<&String> = taken.iter().filter(|p| p.starts_with("stats_partial ") || p.starts_with("backward_partial ")).collect();
     assert!(scalar.is_empty(), "scalar first passes on f16: {scalar:#?}");
     let mut expected = Vec::new();
-    expected.extend(every(&["stats_partial4", "backward_partial4"], &["chunks=single", "chunks=multi", "rows=x4", "rows=x1", "cols=one_tile", "cols=tiled", "vec4"]));
-    expected.extend(every(&["stats_finalize", "backward_merge", "stats_partial_cpu", "stats_finalize_cpu", "backward_merge_cpu"], &["chunks=single", "chunks=multi"]));
+    // The tiled quad first passes merge their partials themselves here (merge=last; the
+    // merge passes on f16: partial_passes_match_f64_scalar_and_quad).
+    expected.extend(every(&["stats_merged4", "backward_merged4"], &["chunks=single", "chunks=multi", "rows=x4", "rows=x1", "cols=one_tile", "cols=tiled", "vec4", "merge=last"]));
+    expected.extend(every(&["stats_partial_cpu", "stats_finalize_cpu", "backward_merge_cpu"], &["chunks=single", "chunks=multi"]));
     expected.extend(every(&["normalize_train4", "backward_dx4", "normalize_infer4", "backward_infer_dx4"], &["vec4", "grid=1d"]));
     expected.extend(every(
         &["normalize_train_cpu", "backward_partial_cpu", "backward_dx_cpu", "normalize_infer_cpu", "backward_infer_dx_cpu"],
@@ -628,7 +643,7 @@ fn f16_many_rows_stay_stable() {
         println!("inference backward f16 70,000 x 4 relu {engine:?}: rel err {e:.2e}");
     }
     let taken = on_f16(take_paths());
-    for entry in ["stats_partial4", "normalize_train4", "backward_partial4", "backward_dx4", "backward_infer_dx4", "stats_partial_cpu", "normalize_train_cpu", "backward_partial_cpu", "backward_dx_cpu", "backward_infer_dx_cpu"] {
+    for entry in ["stats_merged4", "normalize_train4", "backward_merged4", "backward_dx4", "backward_infer_dx4", "stats_partial_cpu", "normalize_train_cpu", "backward_partial_cpu", "backward_dx_cpu", "backward_infer_dx_cpu"] {
         assert!(taken.iter().any(|p| p.split_whitespace().next() == Some(entry)), "{entry} never ran on f16: {taken:#?}");
     }
 }

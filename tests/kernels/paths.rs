@@ -194,8 +194,9 @@ fn dense_bias_gradient(r: &mut StdRng, batch: usize, units: usize, variant: &str
 }
 
 /// Every path of BatchNormalization's training forward and backward: one and several row
-/// chunks (and their merges), four-row and one-row loads, one column tile and several
-/// (above 64 channels), each for the scalar and the quad first passes, vec4 and scalar
+/// chunks (and their merges: merge passes, and the quad passes' last workgroups, one chunk a
+/// step and four), four-row and one-row loads, one column tile and
+/// several (above 64 channels), each for the scalar and the quad first passes, vec4 and scalar
 /// per-element passes, and a folded grid; and of the
 /// inference forward and backward (vec4 and scalar, each with and without the fused ReLU,
 /// folded); each shape on the tiled and the CPU kernels.
@@ -220,6 +221,11 @@ fn batchnorm_takes_every_path() {
             let cfg = BatchNormConfig { momentum: 0.6, relu, engine: Some(engine), ..Default::default() };
             let name = format!("{variant} seed {:#x} batchnorm {shape:?} relu={relu} {engine:?}", SEED + 1);
             batchnorm_case(&mut r, shape, &cfg, &name);
+            // The quad first passes merge in their last workgroups where the device lets them
+            // (here); their merge passes run too.
+            if engine == Engine::Tiled && shape[1].is_multiple_of(4) {
+                batchnorm_case(&mut r, shape, &BatchNormConfig { merge_last: Some(false), ..cfg }, &format!("{name} merge_last=false"));
+            }
             // Inference reads only the moving statistics: both ReLU settings on every width,
             // forward and (a frozen layer training) backward.
             for relu in [false, true] {
@@ -258,8 +264,11 @@ fn batchnorm_takes_every_path() {
     for entry in ["stats_partial", "backward_partial"] {
         expected.extend(want(entry, &["scalar", "chunks=single", "chunks=multi", "rows=x4", "rows=x1", "cols=one_tile", "cols=tiled"]));
     }
-    for entry in ["stats_partial4", "backward_partial4"] {
+    for entry in ["stats_partial4", "backward_partial4", "stats_merged4", "backward_merged4"] {
         expected.extend(want(entry, &["vec4", "chunks=single", "chunks=multi", "rows=x4", "rows=x1", "cols=one_tile", "cols=tiled", "prefetch"]));
+    }
+    for entry in ["stats_merged4", "backward_merged4"] {
+        expected.extend(want(entry, &["merge=last", "merge_loads=x4", "merge_loads=x1"]));
     }
     for entry in ["stats_finalize", "backward_merge"] {
         expected.extend(want(entry, &["chunks=single", "chunks=multi"]));
