@@ -27,7 +27,7 @@ struct Sync {
 
 @group(0) @binding(24) @coherent var<storage, read_write> sync: Sync;
 
-// Whether this workgroup is its column tile's last (see last_of_tile).
+// Whether this workgroup is its column tile's last (see publish_last).
 var<workgroup> sh_last: u32;
 
 // Chunk k's statistic `plane` (0 or 1) of quad column q, in partials' layout.
@@ -35,15 +35,20 @@ fn sync_index(plane: u32, k: u32, q: u32) -> u32 {
     return (plane * p.chunks + k) * (p.cols >> 2u) + q;
 }
 
-// Whether this workgroup is the last of column tile `tile` to have written its partials,
-// the one that then merges them; the last one leaves the tile's counter at zero. Every
-// invocation must call it (barriers); the result is uniform.
-fn last_of_tile(tile: u32, lid: u32) -> bool {
+// Writes this workgroup's partials (lane 0's sh_a4 and sh_b4, its chunk wid.y of column tile
+// wid.x) and says whether it is the tile's last to have, the one that then merges them; the
+// last one leaves the tile's counter at zero. Every invocation must call it (barriers); the
+// result is uniform.
+fn publish_last(t: Tile, wid: vec3<u32>, lid: u32) -> bool {
+    if (t.lane == 0u && t.col < (p.cols >> 2u)) {
+        sync.partials[sync_index(0u, wid.y, t.col)] = sh_a4[lid];
+        sync.partials[sync_index(1u, wid.y, t.col)] = sh_b4[lid];
+    }
     storageBarrier();
     if (lid == 0u) {
-        let last = atomicAdd(&sync.counters[tile], 1u) + 1u == p.chunks;
+        let last = atomicAdd(&sync.counters[wid.x], 1u) + 1u == p.chunks;
         if (last) {
-            atomicStore(&sync.counters[tile], 0u);
+            atomicStore(&sync.counters[wid.x], 0u);
         }
         sh_last = select(0u, 1u, last);
     }
@@ -75,11 +80,7 @@ fn stats_merged4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
     let t = tile(wid, lid);
     let quads = p.cols >> 2u;
     stats_chunk4(t, wid.y, lid);
-    if (t.lane == 0u && t.col < quads) {
-        sync.partials[sync_index(0u, wid.y, t.col)] = sh_a4[lid];
-        sync.partials[sync_index(1u, wid.y, t.col)] = sh_b4[lid];
-    }
-    if (!last_of_tile(wid.x, lid)) {
+    if (!publish_last(t, wid, lid)) {
         return;
     }
     var w = Welford4(0.0, vec4<f32>(0.0), vec4<f32>(0.0));
@@ -121,11 +122,7 @@ fn backward_merged4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
     let t = tile(wid, lid);
     let quads = p.cols >> 2u;
     grad_sums_chunk4(t, wid.y, lid);
-    if (t.lane == 0u && t.col < quads) {
-        sync.partials[sync_index(0u, wid.y, t.col)] = sh_a4[lid];
-        sync.partials[sync_index(1u, wid.y, t.col)] = sh_b4[lid];
-    }
-    if (!last_of_tile(wid.x, lid)) {
+    if (!publish_last(t, wid, lid)) {
         return;
     }
     var a = vec4<f32>(0.0);
