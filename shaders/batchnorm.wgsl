@@ -76,6 +76,17 @@ struct Params {
 // What the joined normalize passes add to y before the ReLU: a residual block's shortcut,
 // in the activations' storage (see forward_train_joined in src/kernels/batchnorm.rs).
 @group(0) @binding(23) var<storage, read> addend4: array<act4>;
+// The per-channel arrays seen four channels at a time, for the *4 entry points and the CPU
+// kernels (channels divisible by 4): one 16-byte load where there were four scalar ones,
+// which cost the per-element passes more than their quads of x (the H200's backward_dx4
+// ran at 62% of its memory floor).
+@group(0) @binding(25) var<storage, read> gamma_q: array<vec4<f32>>;
+@group(0) @binding(26) var<storage, read> beta_q: array<vec4<f32>>;
+@group(0) @binding(27) var<storage, read> saved_q: array<vec4<f32>>;
+@group(0) @binding(28) var<storage, read> moving_mean_q: array<vec4<f32>>;
+@group(0) @binding(29) var<storage, read> moving_var_q: array<vec4<f32>>;
+@group(0) @binding(30) var<storage, read> dgamma_q: array<vec4<f32>>;
+@group(0) @binding(31) var<storage, read> dbeta_q: array<vec4<f32>>;
 
 override WG: u32 = 256u;
 
@@ -425,14 +436,19 @@ fn normalize_infer(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroup
     write_y(i, c, moving_mean_in[c], inverseSqrt(moving_var_in[c] + p.epsilon));
 }
 
-// Channels c..c+3 of a per-channel array.
-fn gamma4(c: u32) -> vec4<f32> { return vec4<f32>(gamma[c], gamma[c + 1u], gamma[c + 2u], gamma[c + 3u]); }
-fn beta4(c: u32) -> vec4<f32> { return vec4<f32>(beta[c], beta[c + 1u], beta[c + 2u], beta[c + 3u]); }
-fn saved4(c: u32) -> vec4<f32> { return vec4<f32>(saved[c], saved[c + 1u], saved[c + 2u], saved[c + 3u]); }
+// Channels c..c+3 (c a multiple of 4) of a per-channel array, through its quad view; saved4
+// takes p.cols + c for the inverse standard deviations.
+fn gamma4(c: u32) -> vec4<f32> { return gamma_q[c >> 2u]; }
+fn beta4(c: u32) -> vec4<f32> { return beta_q[c >> 2u]; }
+fn saved4(c: u32) -> vec4<f32> { return saved_q[c >> 2u]; }
+fn moving_mean4(c: u32) -> vec4<f32> { return moving_mean_q[c >> 2u]; }
+fn moving_var4(c: u32) -> vec4<f32> { return moving_var_q[c >> 2u]; }
+fn dgamma4(c: u32) -> vec4<f32> { return dgamma_q[c >> 2u]; }
+fn dbeta4(c: u32) -> vec4<f32> { return dbeta_q[c >> 2u]; }
 
 // The vec4 per-element passes take one quad of channels over QUAD_ROWS consecutive rows an
 // invocation, consecutive invocations consecutive quads of a row, so that the channels'
-// factors (four scalar loads each) are loaded once for all of them: one quad a load, they
+// factors (then four scalar loads each) are loaded once for all of them: one quad a load, they
 // cost more than the quad itself under f16 (H100, resnet50 mixed: the normalize at 52% of
 // its memory floor). Keep in step with QUAD_ROWS in src/kernels/batchnorm.rs.
 const QUAD_ROWS: u32 = 4u;
@@ -518,9 +534,7 @@ fn normalize_train4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
 
 // The moving statistics' mean and inv_std * gamma of channels c..c+3.
 fn moving4(c: u32) -> array<vec4<f32>, 2> {
-    let mean = vec4<f32>(moving_mean_in[c], moving_mean_in[c + 1u], moving_mean_in[c + 2u], moving_mean_in[c + 3u]);
-    let var4 = vec4<f32>(moving_var_in[c], moving_var_in[c + 1u], moving_var_in[c + 2u], moving_var_in[c + 3u]);
-    return array<vec4<f32>, 2>(mean, inverseSqrt(var4 + vec4<f32>(p.epsilon)) * gamma4(c));
+    return array<vec4<f32>, 2>(moving_mean4(c), inverseSqrt(moving_var4(c) + vec4<f32>(p.epsilon)) * gamma4(c));
 }
 
 @compute @workgroup_size(WG)
@@ -754,15 +768,15 @@ fn backward_dx4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     let mean = saved4(c);
     let k = inv_std * gamma4(c);
     let b = beta4(c);
-    let dbeta4 = vec4<f32>(dbeta_in[c], dbeta_in[c + 1u], dbeta_in[c + 2u], dbeta_in[c + 3u]);
-    let dgamma4 = vec4<f32>(dgamma_in[c], dgamma_in[c + 1u], dgamma_in[c + 2u], dgamma_in[c + 3u]);
+    let db = dbeta4(c);
+    let dg = dgamma4(c);
     // Row by row, unlike write_y4: loading every row's x, dy and y first (as quads_x does)
     // took ResNet-50's 53 passes on the H200 from 2.99 to 3.36 ms (benches/results/2026-11-28f).
     for (var r = 0u; r < q.count; r++) {
         let i = q.first + r * q.stride;
         let xq = act_quad(x4[i]);
         let x_hat = (xq - mean) * inv_std;
-        out4[i] = act_pack(k * (grad_train4(i, xq, mean, k, b) - (dbeta4 + x_hat * dgamma4) / f32(p.rows)));
+        out4[i] = act_pack(k * (grad_train4(i, xq, mean, k, b) - (db + x_hat * dg) / f32(p.rows)));
     }
 }
 
@@ -785,8 +799,7 @@ fn backward_infer_dx4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgr
     let q = quads_of(linear_index(wid, nwg, lid));
     if (q.count == 0u) { return; }
     let c = q.c;
-    let var4 = vec4<f32>(moving_var_in[c], moving_var_in[c + 1u], moving_var_in[c + 2u], moving_var_in[c + 3u]);
-    let k = gamma4(c) * inverseSqrt(var4 + vec4<f32>(p.epsilon));
+    let k = gamma4(c) * inverseSqrt(moving_var4(c) + vec4<f32>(p.epsilon));
     for (var r = 0u; r < q.count; r++) {
         let i = q.first + r * q.stride;
         out4[i] = act_pack(grad_quad(i) * k);

@@ -228,14 +228,14 @@ fn backward_dx_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocat
     let mean = saved4(c);
     let k = inv_std * gamma4(c);
     let b = beta4(c);
-    let dbeta4 = vec4<f32>(dbeta_in[c], dbeta_in[c + 1u], dbeta_in[c + 2u], dbeta_in[c + 3u]);
-    let dgamma4 = vec4<f32>(dgamma_in[c], dgamma_in[c + 1u], dgamma_in[c + 2u], dgamma_in[c + 3u]);
+    let db = dbeta4(c);
+    let dg = dgamma4(c);
     let m = f32(p.rows);
     for (var r = s.start; r < s.end; r++) {
         let i = vec4_index(s, r);
         let xq = act_quad(x4[i]);
         let x_hat = (xq - mean) * inv_std;
-        out4[i] = act_pack(k * (grad_train_cpu(i, xq, mean, k, b) - (dbeta4 + x_hat * dgamma4) / m));
+        out4[i] = act_pack(k * (grad_train_cpu(i, xq, mean, k, b) - (db + x_hat * dg) / m));
     }
 }
 
@@ -244,8 +244,7 @@ fn backward_dx_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocat
 fn backward_infer_dx_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let s = span(wid, lid);
     let c = s.c;
-    let var4 = vec4<f32>(moving_var_in[c], moving_var_in[c + 1u], moving_var_in[c + 2u], moving_var_in[c + 3u]);
-    let k = gamma4(c) * inverseSqrt(var4 + vec4<f32>(p.epsilon));
+    let k = gamma4(c) * inverseSqrt(moving_var4(c) + vec4<f32>(p.epsilon));
     for (var r = s.start; r < s.end; r++) {
         let i = vec4_index(s, r);
         out4[i] = act_pack(grad4(i) * k);

@@ -151,8 +151,12 @@ fn backward_merged4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
     sh_b4[lid] = b;
     fold_sums4(t, lid);
     if (t.lane == 0u && t.col < quads) {
+        // store_gradients through the quad view of saved.
+        let c = 4u * t.col;
+        let inv_std = saved4(p.cols + c);
         for (var e = 0u; e < 4u; e++) {
-            store_gradients(4u * t.col + e, vec2<f32>(sh_a4[lid][e], sh_b4[lid][e]));
+            dbeta[c + e] = sh_a4[lid][e];
+            dgamma[c + e] = sh_b4[lid][e] * inv_std[e];
         }
     }
 }

@@ -618,11 +618,14 @@ const QUAD_ROWS: usize = 4;
 
 /// The binding of a tensor the quad and CPU passes read or write as vec4s: x, y, dy and
 /// the output (y or dx, `out` at 16) have vec4 twins at 19-22, the only ones an f16 binding
-/// may be stored through.
+/// may be stored through, and the per-channel arrays they read (gamma, beta, saved, the
+/// moving statistics, dgamma and dbeta, at 4-8, 10 and 11) at 25-31, one load a quad.
 fn vec4_binding(i: u32) -> u32 {
     match i {
         1..=3 => i + 18,
         16 => 22,
+        4..=8 => i + 21,
+        10 | 11 => i + 20,
         _ => i,
     }
 }
