@@ -1,6 +1,6 @@
 #!/bin/bash
-# Session 39, call 4: stats_merged4/backward_merged4 (batchnorm_merge.wgsl: coherent partials, atomic counters, 4-chunk merge steps);: BatchNorm quad first passes merging in each column tile's last workgroup (merge=last),
-# against h = d46f487. Models alternating, profile, GPU kernel suite, convoy check in both policies.
+# Session 39, call 5: the per-channel arrays of the quad and CPU BatchNorm passes read through vec4 views (bindings 25-31), against m = call 4's binary.
+# Models alternating, profile, GPU kernel suite, convoy check in both policies.
 cd "$(dirname "$0")/.."
 for f in .gl/*.deb; do dpkg -x $f / >/dev/null; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_RUNTIME_DIR=/tmp
@@ -11,7 +11,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader |
 S=$(date +%s)
 bench() { timeout 40 .gpu/$1 bench --model $2 --image-size $3 --batch-size $4 --classes $5 --devices 0 --steps $6 --no-scaling --precision mixed --json 2>$O/$7.err | tail -1 > $O/$7.json; python3 -c "import json; j=json.load(open('$O/$7.json')); print('$7', round(j['images_per_sec']), round(j['step_ms'],3))" | tee -a $O/verify.txt; }
 for r in 1 2; do
-  for v in convoy_h convoy; do
+  for v in convoy_m convoy; do
     bench $v resnet50 224 128 1000 12 r50_${v}_$r
     bench $v resnet18 224 256 1000 12 r18_${v}_$r
   done
