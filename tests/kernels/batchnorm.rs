@@ -556,6 +556,22 @@ fn bad_shapes_and_configs_are_refused() {
     assert!(e.contains("moving_var") && e.contains("[9]"), "message names the operand: {e}");
     assert!(batchnorm::backward_infer(&d, &cfg, &y, &x, &g, &mv, &x).is_err(), "dx may not alias dy");
     assert!(batchnorm::backward_infer(&d, &cfg, &z(&[2, 3, 3, 4]), &x, &g, &mv, &z(&[2, 3, 3, 8])).is_err(), "y must match dy");
+    // A merge in the first pass's last workgroups forced where it cannot run: the CPU kernels,
+    // channels off quads. The error names the setting and what stood in the way.
+    let forced = BatchNormConfig { merge_last: Some(true), ..cfg };
+    let cpu = BatchNormConfig { engine: Some(Engine::Cpu), ..forced };
+    let e = batchnorm::forward_train(&d, &cpu, &x, &g, &b, &mm, &mv, &saved, &y).unwrap_err().to_string();
+    assert!(e.contains("merge_last") && e.contains("CPU") && e.contains("8 channels"), "{e}");
+    let z6 = |s: &[usize]| d.zeros(s).unwrap();
+    let (x6, g6) = (z6(&[2, 3, 3, 6]), z6(&[6]));
+    let tiled = BatchNormConfig { engine: Some(Engine::Tiled), ..forced };
+    let e = batchnorm::backward(&d, &tiled, &x6, &z6(&[2, 3, 3, 6]), &g6, &z6(&[6]), &z6(&[2, 6]), &z6(&[2, 3, 3, 6]), &z6(&[6]), &z6(&[6])).unwrap_err().to_string();
+    assert!(e.contains("merge_last") && e.contains("6 channels"), "{e}");
+    // Where the device can, forcing it is the device's own choice.
+    if d.features().contains(wgpu::Features::MEMORY_DECORATION_COHERENT) {
+        let merged = batchnorm::forward_train(&d, &tiled, &x, &g, &b, &mm, &mv, &saved, &y).unwrap();
+        assert_eq!(merged[0].label, "stats_merged4");
+    }
 }
 
 // f16 activations need channels divisible by 4. Between them these reach every path both
