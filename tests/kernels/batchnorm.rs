@@ -417,7 +417,7 @@ fn partial_passes_match_f64_scalar_and_quad() {
             let (out, dispatches) = train(&k, &cfg);
             let first = match (k.c.is_multiple_of(4), merge_last) {
                 (false, _) => "stats_partial",
-                (true, None) => "stats_merged4",
+                (true, None) => default_quad_passes().0[0],
                 (true, Some(_)) => "stats_partial4",
             };
             assert_eq!(dispatches[0].label, first, "{name}");
@@ -430,16 +430,18 @@ fn partial_passes_match_f64_scalar_and_quad() {
     });
     let taken = take_paths();
     let partial_tokens = ["chunks=single", "chunks=multi", "rows=x4", "rows=x1", "cols=one_tile", "cols=tiled"];
-    let quads = ["stats_partial4", "backward_partial4", "stats_merged4", "backward_merged4"];
+    // The merged passes where the device runs them (merges_last).
+    let merged: &[&str] = if merges_last() { &["stats_merged4", "backward_merged4"] } else { &[] };
+    let quads = [&["stats_partial4", "backward_partial4"], merged].concat();
     let mut expected = every(&quads, &partial_tokens);
     expected.extend(every(&quads, &["vec4", "store=f32", "store=f16"]));
-    expected.extend(every(&["stats_merged4", "backward_merged4"], &["merge=last", "merge_loads=x4", "merge_loads=x1"]));
+    expected.extend(every(merged, &["merge=last", "merge_loads=x4", "merge_loads=x1"]));
     expected.extend(every(&["stats_partial", "backward_partial"], &partial_tokens));
     expected.extend(every(&["stats_partial", "backward_partial"], &["scalar", "store=f32"]));
     expected.extend(every(&["stats_finalize", "backward_merge"], &["chunks=single", "chunks=multi"]));
     assert_paths_cover("batchnorm partial passes", &taken, &expected, &[]);
     let mut expected = every(&quads, &partial_tokens);
-    expected.extend(every(&["stats_merged4", "backward_merged4"], &["merge_loads=x4", "merge_loads=x1"]));
+    expected.extend(every(merged, &["merge_loads=x4", "merge_loads=x1"]));
     expected.extend(every(&["stats_finalize", "backward_merge"], &["chunks=single", "chunks=multi"]));
     assert_paths_cover("batchnorm partial passes f16", &on_f16(taken), &expected, &[]);
 }
@@ -527,6 +529,19 @@ fn a_constant_batch_is_finite() {
             assert_close("constant batch: dbeta", &dbeta, &want_dbeta);
         }
     });
+}
+
+/// Whether the device's tiled quad first passes merge their partials themselves
+/// (`BatchNormConfig::merge_last` unset): where it keeps storage coherent between workgroups,
+/// not under `CONVOY_LIMITS=webgpu`. Where it does not, the merge passes run instead.
+pub fn merges_last() -> bool {
+    device().features().contains(wgpu::Features::MEMORY_DECORATION_COHERENT)
+}
+
+/// The device's quad first passes of the statistics and the gradient sums with `merge_last`
+/// unset (see [`merges_last`]), and the passes that merge after them (none, or the merge passes).
+pub fn default_quad_passes() -> (&'static [&'static str], &'static [&'static str]) {
+    if merges_last() { (&["stats_merged4", "backward_merged4"], &[]) } else { (&["stats_partial4", "backward_partial4"], &["stats_finalize", "backward_merge"]) }
 }
 
 #[test]
@@ -623,9 +638,12 @@ fn f16_activations_match_f64() {
     let scalar: Vec<&String> = taken.iter().filter(|p| p.starts_with("stats_partial ") || p.starts_with("backward_partial ")).collect();
     assert!(scalar.is_empty(), "scalar first passes on f16: {scalar:#?}");
     let mut expected = Vec::new();
-    // The tiled quad first passes merge their partials themselves here (merge=last; the
-    // merge passes on f16: partial_passes_match_f64_scalar_and_quad).
-    expected.extend(every(&["stats_merged4", "backward_merged4"], &["chunks=single", "chunks=multi", "rows=x4", "rows=x1", "cols=one_tile", "cols=tiled", "vec4", "merge=last"]));
+    // The tiled quad first passes, merging their partials themselves where the device lets
+    // them (merge=last; otherwise the merge passes run: both on f16 in
+    // partial_passes_match_f64_scalar_and_quad).
+    let (quads, merges) = default_quad_passes();
+    expected.extend(every(quads, &["chunks=single", "chunks=multi", "rows=x4", "rows=x1", "cols=one_tile", "cols=tiled", "vec4"]));
+    expected.extend(every(merges, &["chunks=single", "chunks=multi"]));
     expected.extend(every(&["stats_partial_cpu", "stats_finalize_cpu", "backward_merge_cpu"], &["chunks=single", "chunks=multi"]));
     expected.extend(every(&["normalize_train4", "backward_dx4", "normalize_infer4", "backward_infer_dx4"], &["vec4", "grid=1d"]));
     expected.extend(every(
@@ -659,7 +677,8 @@ fn f16_many_rows_stay_stable() {
         println!("inference backward f16 70,000 x 4 relu {engine:?}: rel err {e:.2e}");
     }
     let taken = on_f16(take_paths());
-    for entry in ["stats_merged4", "normalize_train4", "backward_merged4", "backward_dx4", "backward_infer_dx4", "stats_partial_cpu", "normalize_train_cpu", "backward_partial_cpu", "backward_dx_cpu", "backward_infer_dx_cpu"] {
+    let others = ["normalize_train4", "backward_dx4", "backward_infer_dx4", "stats_partial_cpu", "normalize_train_cpu", "backward_partial_cpu", "backward_dx_cpu", "backward_infer_dx_cpu"];
+    for &entry in default_quad_passes().0.iter().chain(&others) {
         assert!(taken.iter().any(|p| p.split_whitespace().next() == Some(entry)), "{entry} never ran on f16: {taken:#?}");
     }
 }
