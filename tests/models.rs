@@ -250,6 +250,34 @@ fn profile_times_every_kernel_of_a_step() {
 }
 
 #[test]
+fn a_weight_gradient_runs_beside_the_next_layers_first_backward_pass() {
+    // Conv2D's kernel gradient is recorded after its input gradient and put off past the
+    // next kernel (Graph::defer): the BatchNormalization's first backward pass, which the
+    // GPU may then run beside it. The stem's, with no input gradient, still runs.
+    let mut m = Sequential::new(&[8, 8, 3]);
+    m.add(Conv2D::new(8, 3).padding(Padding::Same).use_bias(false));
+    m.add(BatchNormalization::new());
+    m.add(ReLU::new());
+    m.add(Conv2D::new(12, 3).padding(Padding::Same).use_bias(false));
+    m.add(BatchNormalization::new());
+    m.add(ReLU::new());
+    m.add(GlobalAveragePooling2D::new());
+    m.add(Dense::new(10));
+    compile(&mut m, Optimizer::sgd(0.1));
+    let (train, _) = data(16, 4);
+    let mut images = vec![0u8; 4 * train.sample_bytes()];
+    let labels: Vec<u32> = images.chunks_mut(train.sample_bytes()).enumerate().map(|(i, x)| train.load(i, x).unwrap()).collect();
+    let p = m.profile(&images, &labels, 1).unwrap();
+    let first = |keep: &dyn Fn(&convoy::model::profile::KernelTime) -> bool| p.kernels.iter().position(|k| keep(k));
+    let order: Vec<String> = p.kernels.iter().map(|k| format!("{:?} {} {}", k.layer, k.family, k.entry)).collect();
+    let data = first(&|k| k.layer == Some(3) && k.family == "conv2d_backward_data").expect("the second convolution's input gradient");
+    let sums = first(&|k| k.layer == Some(1) && k.family.starts_with("batchnorm") && k.entry.contains("backward")).expect("the first BatchNorm's backward");
+    let weights = first(&|k| k.layer == Some(3) && k.family == "conv2d_backward_weights").expect("the second convolution's kernel gradient");
+    assert!(data < sums && weights == sums + 1, "input gradient, the BatchNorm's first pass, then the kernel gradient: {order:#?}");
+    assert!(first(&|k| k.layer == Some(0) && k.family == "conv2d_backward_weights").is_some_and(|i| i > weights), "{order:#?}");
+}
+
+#[test]
 fn convolutions_hand_their_statistics_to_the_batchnorm_after_them() {
     // Every BatchNormalization of resnet20 reads a convolution without a bias, at the top
     // (the stem) and inside the residual blocks; where the product ran unsplit, the

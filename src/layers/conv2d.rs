@@ -196,27 +196,36 @@ impl Layer for Conv2D {
             (Some(_), None) => bail!(Config, "Conv2D: the forward of a padded input kept no padded kernel"),
             (None, _) => w.params[0].clone(),
         };
+        // The kernel's (and bias's) gradient, recorded after the input gradient and put off
+        // past the next layer's first pass (Graph::defer): nothing before the optimizer reads
+        // it, and that pass (a BatchNormalization's gradient sums of dx) can run beside it.
+        let mut weights = Vec::new();
+        let mut reads = vec![x.clone(), dy.clone()];
         match padding {
             // The padded kernel's gradient, whose zero channels' rows are dropped.
             Some(Padded { taps, cin, channels }) => {
                 let wide = g.device.alloc(&[taps, channels * self.filters], crate::DType::F32)?;
                 let products = conv2d::backward_weights_with(g.device, &geom, x, dy, &wide.reshape(&geom.kernel_shape())?, &g.gemm())?;
-                g.extend(useful_flops(products, padding));
-                g.push(concat::slice_block(g.device, &wide, &w.grads[0].reshape(&[taps, cin * self.filters])?, 0)?);
+                weights.extend(useful_flops(products, padding));
+                weights.push(concat::slice_block(g.device, &wide, &w.grads[0].reshape(&[taps, cin * self.filters])?, 0)?);
+                reads.push(wide);
             }
-            None => g.extend(conv2d::backward_weights_with(g.device, &geom, x, dy, &w.grads[0], &g.gemm())?),
+            None => weights.extend(conv2d::backward_weights_with(g.device, &geom, x, dy, &w.grads[0], &g.gemm())?),
         }
         if self.use_bias {
-            g.extend(conv2d::backward_bias(g.device, dy, &w.grads[1])?);
+            weights.extend(conv2d::backward_bias(g.device, dy, &w.grads[1])?);
         }
-        if !need_dx {
-            return Ok(None);
-        }
-        // dx as x is stored where the product can write it: a grouped product stores its
-        // rows' slices element by element, so its dx is f32 and the caller casts it.
-        let dx = if self.groups == 1 { g.gradient(x)? } else { g.activation(&x.shape()[1..])? };
-        g.extend(conv2d::backward_data_with(g.device, &geom, dy, &kernel, &dx, &g.gemm())?);
-        Ok(Some(dx))
+        let dx = if need_dx {
+            // dx as x is stored where the product can write it: a grouped product stores its
+            // rows' slices element by element, so its dx is f32 and the caller casts it.
+            let dx = if self.groups == 1 { g.gradient(x)? } else { g.activation(&x.shape()[1..])? };
+            g.extend(conv2d::backward_data_with(g.device, &geom, dy, &kernel, &dx, &g.gemm())?);
+            Some(dx)
+        } else {
+            None
+        };
+        g.defer(weights, &reads.iter().collect::<Vec<_>>());
+        Ok(dx)
     }
 }
 

@@ -171,6 +171,14 @@ pub struct Graph<'d> {
     /// The statistics a layer computed of its output for the BatchNormalization after it:
     /// that output and its partials. Cleared by the recorder once the next layer is recorded.
     pub statistics: Option<(Tensor, crate::kernels::batchnorm::Partials)>,
+    /// Kernels put off by [`Graph::defer`] until the next one is pushed, and the tensors
+    /// they read, held (not read) to keep them leased until then.
+    deferred: Vec<Dispatch>,
+    deferred_reads: Vec<Tensor>,
+    /// Where in `dispatches` the kernels now deferred were put off.
+    deferred_at: usize,
+    /// Each deferred group recorded: where it was put off and where its kernels end.
+    deferred_ends: Vec<(usize, usize)>,
 }
 
 impl<'d> Graph<'d> {
@@ -189,6 +197,10 @@ impl<'d> Graph<'d> {
             mask_dx: false,
             want_statistics: false,
             statistics: None,
+            deferred: Vec::new(),
+            deferred_reads: Vec::new(),
+            deferred_at: 0,
+            deferred_ends: Vec::new(),
         }
     }
     /// Records a layer through `record` with [`Graph::want_statistics`] set to `feeds` (its
@@ -279,6 +291,48 @@ impl<'d> Graph<'d> {
     pub fn push(&mut self, mut d: Dispatch) {
         d.layer = Some(self.layer_index);
         self.dispatches.push(d);
+        self.flush_deferred();
+    }
+    /// Records `d` (tagged with the layer being recorded) after the next kernel pushed
+    /// instead of now: kernels whose result nothing recorded next reads, such as a weight
+    /// gradient, which the next layer's first pass may then run beside. The GPU overlaps two
+    /// dispatches where no barrier stands between them (wgpu puts one only where a buffer
+    /// one writes the other uses), and the first pass of a layer's backward (a
+    /// BatchNormalization's gradient sums) is a latency-bound read that leaves most of the
+    /// GPU idle. On the H200 in mixed precision, the convolutions' weight gradients so
+    /// deferred took resnet50 from 3,569 / 3,579 to 3,606 / 3,598 images/s and
+    /// resnet18_cifar from 30,280 / 30,187 to 30,446 / 30,434; deferred past two or three
+    /// kernels (the sums and the input gradient), less or nothing
+    /// (benches/results/2026-12-02f, calls 4 and 5).
+    ///
+    /// `reads` stay leased until `d` is recorded: a tensor dropped before would give its
+    /// buffer back to the pool, for a kernel recorded in between to overwrite. Whoever takes
+    /// [`Graph::dispatches`] calls [`Graph::flush_deferred`] first, and cuts them (as the
+    /// gradient buckets do) where [`Graph::settled_after`] says.
+    pub fn defer(&mut self, d: Vec<Dispatch>, reads: &[&Tensor]) {
+        if self.deferred.is_empty() {
+            self.deferred_at = self.dispatches.len();
+        }
+        for mut d in d {
+            d.layer = Some(self.layer_index);
+            self.deferred.push(d);
+        }
+        self.deferred_reads.extend(reads.iter().map(|&t| t.clone()));
+    }
+    /// Records the kernels [`Graph::defer`] put off, now.
+    pub fn flush_deferred(&mut self) {
+        if self.deferred.is_empty() {
+            return;
+        }
+        self.dispatches.append(&mut self.deferred);
+        self.deferred_reads.clear();
+        self.deferred_ends.push((self.deferred_at, self.dispatches.len()));
+    }
+    /// Where kernels recorded up to `at` in [`Graph::dispatches`] are all done: `at`, or
+    /// past the kernels deferred by then (so that everything a layer recorded before `at`
+    /// lies before it, its deferred kernels too).
+    pub fn settled_after(&self, at: usize) -> usize {
+        self.deferred_ends.iter().filter(|&&(put_off, _)| put_off <= at).map(|&(_, end)| end).fold(at, usize::max)
     }
     /// Records `layer`'s kernels with `record` under the policy the layer follows: the
     /// model's when it [supports mixed precision](Layer::supports_mixed_precision), f32

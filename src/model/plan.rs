@@ -347,6 +347,11 @@ impl Plan {
                 }
             }
         }
+        g.flush_deferred();
+        // The gradient buckets are cut at the marks (`Replica`): a layer's weight gradient,
+        // deferred past the next layer's first kernel (Graph::defer), must lie before the
+        // mark of the layer after it.
+        backward_marks.iter_mut().for_each(|(_, at)| *at = g.settled_after(*at));
         let bytes = 8 * batch as u64;
         Ok(Plan {
             batch,

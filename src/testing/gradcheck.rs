@@ -229,6 +229,7 @@ impl<'d> Rig<'d> {
             }
             let forward = g.dispatches.len();
             let dx = g.under_policy_of(layer, |g| layer.backward(g, &x, &saved, &dy, &w, true))?;
+            g.flush_deferred();
             let Some(dx) = dx else { bail!(Config, "gradcheck: {name}'s backward returned no input gradient although need_dx was set") };
             if dx.shape() != x.shape() {
                 bail!(Shape, "gradcheck: {name}'s input gradient is {:?}, its input {:?}", dx.shape(), x.shape());
