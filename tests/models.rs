@@ -268,7 +268,7 @@ fn a_weight_gradient_runs_beside_the_next_layers_first_backward_pass() {
     let mut images = vec![0u8; 4 * train.sample_bytes()];
     let labels: Vec<u32> = images.chunks_mut(train.sample_bytes()).enumerate().map(|(i, x)| train.load(i, x).unwrap()).collect();
     let p = m.profile(&images, &labels, 1).unwrap();
-    let first = |keep: &dyn Fn(&convoy::model::profile::KernelTime) -> bool| p.kernels.iter().position(|k| keep(k));
+    let first = |keep: &dyn Fn(&convoy::model::profile::KernelTime) -> bool| p.kernels.iter().position(keep);
     let order: Vec<String> = p.kernels.iter().map(|k| format!("{:?} {} {}", k.layer, k.family, k.entry)).collect();
     let data = first(&|k| k.layer == Some(3) && k.family == "conv2d_backward_data").expect("the second convolution's input gradient");
     let sums = first(&|k| k.layer == Some(1) && k.family.starts_with("batchnorm") && k.entry.contains("backward")).expect("the first BatchNorm's backward");

@@ -224,7 +224,7 @@ impl Layer for Conv2D {
         } else {
             None
         };
-        g.defer(weights, &reads.iter().collect::<Vec<_>>());
+        g.defer(weights, reads);
         Ok(dx)
     }
 }

@@ -309,7 +309,7 @@ impl<'d> Graph<'d> {
     /// buffer back to the pool, for a kernel recorded in between to overwrite. Whoever takes
     /// [`Graph::dispatches`] calls [`Graph::flush_deferred`] first, and cuts them (as the
     /// gradient buckets do) where [`Graph::settled_after`] says.
-    pub fn defer(&mut self, d: Vec<Dispatch>, reads: &[&Tensor]) {
+    pub fn defer(&mut self, d: Vec<Dispatch>, reads: Vec<Tensor>) {
         if self.deferred.is_empty() {
             self.deferred_at = self.dispatches.len();
         }
@@ -317,7 +317,7 @@ impl<'d> Graph<'d> {
             d.layer = Some(self.layer_index);
             self.deferred.push(d);
         }
-        self.deferred_reads.extend(reads.iter().map(|&t| t.clone()));
+        self.deferred_reads.extend(reads);
     }
     /// Records the kernels [`Graph::defer`] put off, now.
     pub fn flush_deferred(&mut self) {

@@ -430,8 +430,7 @@ fn partial_passes_match_f64_scalar_and_quad() {
     });
     let taken = take_paths();
     let partial_tokens = ["chunks=single", "chunks=multi", "rows=x4", "rows=x1", "cols=one_tile", "cols=tiled"];
-    // The merged passes where the device runs them (merges_last).
-    let merged: &[&str] = if merges_last() { &["stats_merged4", "backward_merged4"] } else { &[] };
+    let merged = merged_passes();
     let quads = [&["stats_partial4", "backward_partial4"], merged].concat();
     let mut expected = every(&quads, &partial_tokens);
     expected.extend(every(&quads, &["vec4", "store=f32", "store=f16"]));
@@ -541,7 +540,12 @@ pub fn merges_last() -> bool {
 /// The device's quad first passes of the statistics and the gradient sums with `merge_last`
 /// unset (see [`merges_last`]), and the passes that merge after them (none, or the merge passes).
 pub fn default_quad_passes() -> (&'static [&'static str], &'static [&'static str]) {
-    if merges_last() { (&["stats_merged4", "backward_merged4"], &[]) } else { (&["stats_partial4", "backward_partial4"], &["stats_finalize", "backward_merge"]) }
+    if merges_last() { (merged_passes(), &[]) } else { (&["stats_partial4", "backward_partial4"], &["stats_finalize", "backward_merge"]) }
+}
+
+/// The merged first passes where the device runs them ([`merges_last`]), else none.
+pub fn merged_passes() -> &'static [&'static str] {
+    if merges_last() { &["stats_merged4", "backward_merged4"] } else { &[] }
 }
 
 #[test]
@@ -583,7 +587,7 @@ fn bad_shapes_and_configs_are_refused() {
     let e = batchnorm::backward(&d, &tiled, &x6, &z6(&[2, 3, 3, 6]), &g6, &z6(&[6]), &z6(&[2, 6]), &z6(&[2, 3, 3, 6]), &z6(&[6]), &z6(&[6])).unwrap_err().to_string();
     assert!(e.contains("merge_last") && e.contains("6 channels"), "{e}");
     // Where the device can, forcing it is the device's own choice.
-    if d.features().contains(wgpu::Features::MEMORY_DECORATION_COHERENT) {
+    if merges_last() {
         let merged = batchnorm::forward_train(&d, &tiled, &x, &g, &b, &mm, &mv, &saved, &y).unwrap();
         assert_eq!(merged[0].label, "stats_merged4");
     }

@@ -265,7 +265,7 @@ fn batchnorm_takes_every_path() {
         expected.extend(want(entry, &["scalar", "chunks=single", "chunks=multi", "rows=x4", "rows=x1", "cols=one_tile", "cols=tiled"]));
     }
     // The merged passes where the device runs them (not under CONVOY_LIMITS=webgpu).
-    let merged: &[&'static str] = if crate::batchnorm::merges_last() { &["stats_merged4", "backward_merged4"] } else { &[] };
+    let merged = crate::batchnorm::merged_passes();
     for &entry in ["stats_partial4", "backward_partial4"].iter().chain(merged) {
         expected.extend(want(entry, &["vec4", "chunks=single", "chunks=multi", "rows=x4", "rows=x1", "cols=one_tile", "cols=tiled", "prefetch"]));
     }
