@@ -46,6 +46,34 @@ fn find_non_finite(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroup
     }
 }
 
+// find_non_finite over quads, for `data` of whole quads (the host picks it where n is a
+// multiple of 4): 16-byte loads, QUADS of them an invocation (strided by the grid's
+// invocations, so that each load of a subgroup reads whole lines), and one atomic at most.
+// One 4-byte load an invocation ran at a fifth of the memory's speed (ResNet-50's 25.5M
+// gradients, 0.108 ms on the H200).
+@group(0) @binding(3) var<storage, read> data4: array<vec4<f32>>;
+
+const QUADS: u32 = 4u;
+
+@compute @workgroup_size(WG)
+fn find_non_finite4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                    @builtin(local_invocation_index) lid: u32) {
+    let first = index(wid, nwg, lid);
+    let stride = nwg.x * nwg.y * WG;
+    let quads = p.n / 4u;
+    var bad = false;
+    for (var k = 0u; k < QUADS; k++) {
+        let q = first + k * stride;
+        if (q < quads) {
+            let exponent = bitcast<vec4<u32>>(data4[q]) & vec4<u32>(0x7f800000u);
+            bad = bad | any(exponent == vec4<u32>(0x7f800000u));
+        }
+    }
+    if (bad) {
+        atomicOr(&state[2], 1u);
+    }
+}
+
 // After the optimizer: a skipped step halves the scale and restarts the count; the
 // growth_steps-th finite step in a row doubles it. One invocation.
 @compute @workgroup_size(1)

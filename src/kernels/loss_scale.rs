@@ -4,7 +4,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{grid_for, u32_of, Dispatch, LOSS_SCALE, WG_CONST};
+use super::{grid, grid_for, u32_of, Dispatch, LOSS_SCALE, WG, WG_CONST};
 use crate::{bail, DType, Device, Result, Tensor};
 
 /// Words of the state tensor: scale (f32 bits), finite steps in a row, the step's
@@ -48,9 +48,18 @@ pub fn scale_gradient(device: &Device, grad: &Tensor, state: &Tensor) -> Result<
     launch(device, "scale_gradient", grad, state, 0)
 }
 
-/// Flags the step when any of `grads` is NaN or infinite.
+/// Flags the step when any of `grads` is NaN or infinite: four at a load where they are
+/// whole quads (`find_non_finite4`), else one.
 pub fn find_non_finite(device: &Device, grads: &Tensor, state: &Tensor) -> Result<Dispatch> {
-    launch(device, "find_non_finite", grads, state, 0)
+    const K: &str = "find_non_finite4";
+    if grads.is_empty() || !grads.len().is_multiple_of(4) || grads.dtype() != DType::F32 {
+        return Ok(launch(device, "find_non_finite", grads, state, 0)?.tagged("scalar"));
+    }
+    expect_state(K, state)?;
+    let p = Params { n: u32_of(K, "elements", grads.len())?, growth_steps: 0, _pad: [0; 2] };
+    // QUADS (shaders/loss_scale.wgsl) quads an invocation.
+    let groups = grid(device, (grads.len() / 4).div_ceil(4 * WG as usize) as u64)?;
+    Ok(Dispatch::with_params(device, &LOSS_SCALE, K, &[WG_CONST], &p, &[(2, state), (3, grads)], groups).tagged("vec4"))
 }
 
 /// After the optimizer: halves the scale on a flagged step, doubles it after `growth_steps`

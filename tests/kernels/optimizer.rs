@@ -245,21 +245,29 @@ fn loss_scaling_skips_flagged_steps_and_moves_the_scale() {
         let words = |t: &Tensor| d.read_u32(t).unwrap();
         let set = |w: [u32; 4]| d.write(&state, &w).unwrap();
 
-        // The search, over sizes on and off the workgroup.
-        for n in [1, 255, 1000] {
+        // The search, over sizes on and off the workgroup, by elements (n off quads) and by
+        // quads: within one invocation's first quad, its later ones (the grid's stride; 4,096
+        // is one workgroup whose last quads are each invocation's fourth), a second
+        // workgroup's (4,100: 1,025 quads, 1,024 a workgroup).
+        take_paths();
+        for n in [1, 255, 1000, 4096, 4100] {
             let data = d.zeros(&[n]).unwrap();
             let find = loss_scale::find_non_finite(&d, &data, &state).unwrap();
-            for bad in [None, Some(f32::NAN), Some(f32::INFINITY), Some(f32::NEG_INFINITY)] {
-                let mut v = vec![1e30f32; n];
-                if let Some(b) = bad {
-                    v[n - 1] = b;
+            for at in [0, n / 3, n / 2 + 1, n - 1].into_iter().filter(|&at| at < n) {
+                for bad in [None, Some(f32::NAN), Some(f32::INFINITY), Some(f32::NEG_INFINITY)] {
+                    let mut v = vec![1e30f32; n];
+                    if let Some(b) = bad {
+                        v[at] = b;
+                    }
+                    d.write(&data, &v).unwrap();
+                    set(loss_scale::initial_state(1024.0));
+                    run(std::slice::from_ref(&find));
+                    assert_eq!(words(&state)[2], bad.is_some() as u32, "n={n} at {at} {bad:?}");
                 }
-                d.write(&data, &v).unwrap();
-                set(loss_scale::initial_state(1024.0));
-                run(std::slice::from_ref(&find));
-                assert_eq!(words(&state)[2], bad.is_some() as u32, "n={n} {bad:?}");
             }
         }
+        let expected = [("find_non_finite", "scalar".to_string()), ("find_non_finite4", "vec4".to_string())];
+        assert_paths_cover("loss_scale", &take_paths(), &expected, &[]);
         // Scaling the loss gradient.
         let g = upload(&[0.5, -2.0, 3.0], &[3]);
         set(loss_scale::initial_state(1024.0));
