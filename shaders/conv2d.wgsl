@@ -131,6 +131,27 @@ override STATS: bool = false;
 @group(0) @binding(6) var<storage, read> a_norm: array<f32>;
 override A_NORM: bool = false;
 override A_NORM_RELU: bool = false;
+// JOIN: C is the input gradient of a residual block's first convolution, and its store
+// finishes the block's input gradient as the join's backward pass would (add_relu_backward in
+// shaders/elementwise.wgsl): C as stored, plus the shortcut's gradient `join_d`, through the
+// ReLU whose output `join_y` was the block's input. Rounding C to its storage first keeps
+// every value the separate pass's, bit for bit, without C written and read back in between.
+// Both tensors are stored as C; only whole quads of an ungrouped C without phase rows (the
+// host sees to it). Every entry point that stores C reads these bindings' declarations: the
+// host binds A (or the partials) again where JOIN is off.
+@group(0) @binding(7) var<storage, read> join_d: array<c_quad>;
+@group(0) @binding(8) var<storage, read> join_y: array<c_quad>;
+override JOIN: bool = false;
+
+// A quad of C as JOIN stores it: the product's value v, the join's quads d and y.
+fn join4(v: vec4<f32>, d: c_quad, y: c_quad) -> vec4<f32> {
+    return relu_grad4(c_stored4(v) + c_value4(d), c_value4(y));
+}
+
+// Quad q of C as JOIN stores it, from the product's value v.
+fn joined4(q: u32, v: vec4<f32>) -> vec4<f32> {
+    return join4(v, join_d[q], join_y[q]);
+}
 
 // The channel of A[m, k]: k (Rows), k's c (Im2col), m (Cols: x as [pixels, C], A its
 // transpose) or m's c (Im2colT); the k-contiguous kinds ignore m, the others k.
@@ -812,6 +833,9 @@ fn store(base: u32, m: u32, n: u32, v: vec4<f32>) {
     if (flag(2u)) {
         // N % 4 == 0: the four columns are one aligned vec4, all inside C
         let q = i / 4u;
+        if (JOIN) {
+            out = joined4(q, out);
+        }
         c_put4(q, out);
         return;
     }
@@ -1142,6 +1166,9 @@ fn reduce_splits(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
         var at = i0;
         if (PHASE_ROWS) {
             at = c_index(i0 / p.n, i0 % p.n);
+        }
+        if (JOIN) {
+            v = joined4(at / 4u, v);
         }
         c_put4(at / 4u, v);
         return;

@@ -87,6 +87,39 @@ fn store_b16(lid: u32, base: u32) {
     }
 }
 
+// The join's two tensors (see JOIN in conv2d.wgsl) at the two quads a lane stores in one
+// round of the epilogue below.
+struct JoinQuads {
+    d0: c_quad,
+    d1: c_quad,
+    y0: c_quad,
+    y1: c_quad,
+}
+
+// The quads lane `lane` stores in round `round` of a subgroup's region at (row0, col0):
+// block (round / (SG_N / 16), round % (SG_N / 16)), rows lane / 4 and 8 + lane / 4, four
+// columns at (lane % 4) * 4, as the epilogue walks them. Quads outside C stay zero.
+fn join_round(round: u32, row0: u32, col0: u32, lane: u32) -> JoinQuads {
+    var out = JoinQuads();
+    let across = SG_N / 16u;
+    for (var j = 0u; j < 2u; j++) {
+        let within = lane + j * 32u;
+        let m = row0 + (round / across) * 16u + within / 4u;
+        let n = col0 + (round % across) * 16u + (within % 4u) * 4u;
+        if (m < p.m && n < p.n) {
+            let q = c_index(m, n) / 4u;
+            if (j == 0u) {
+                out.d0 = join_d[q];
+                out.y0 = join_y[q];
+            } else {
+                out.d1 = join_d[q];
+                out.y1 = join_y[q];
+            }
+        }
+    }
+    return out;
+}
+
 @compute @workgroup_size(THREADS)
 fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32, @builtin(subgroup_id) sg: u32,
@@ -267,9 +300,20 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     let base = partial_base(split);
     let stage = sg * 256u;
     let across = SG_N / 16u;
-    for (var round = 0u; round < (SG_M / 16u) * across; round++) {
+    let rounds = (SG_M / 16u) * across;
+    // JOIN (an unsplit product: base 0): the join's quads of the next round are loaded while
+    // this one stores, where loading them in `store` left each round waiting on memory.
+    var join_next = JoinQuads();
+    if (JOIN) {
+        join_next = join_round(0u, m0 + rm, n0 + rn, lane);
+    }
+    for (var round = 0u; round < rounds; round++) {
         let bi = round / across;
         let bj = round % across;
+        let join_now = join_next;
+        if (JOIN && round + 1u < rounds) {
+            join_next = join_round(round + 1u, m0 + rm, n0 + rn, lane);
+        }
         switch bi * 4u + bj {
             case 0u: { coopStoreT(c00, &c_stage[stage], 16u); }
             case 1u: { coopStoreT(c01, &c_stage[stage], 16u); }
@@ -295,7 +339,15 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
             let n = n0 + rn + bj * 16u + (within % 4u) * 4u;
             if (m < p.m && n < p.n) {
                 let at = stage + within * 4u;
-                store(base, m, n, vec4<f32>(c_stage[at], c_stage[at + 1u], c_stage[at + 2u], c_stage[at + 3u]));
+                let v = vec4<f32>(c_stage[at], c_stage[at + 1u], c_stage[at + 2u], c_stage[at + 3u]);
+                if (JOIN) {
+                    let q = c_index(m, n) / 4u;
+                    let d = select(join_now.d1, join_now.d0, j == 0u);
+                    let y = select(join_now.y1, join_now.y0, j == 0u);
+                    c_put4(q, join4(v, d, y));
+                } else {
+                    store(base, m, n, v);
+                }
             }
         }
         subgroupBarrier();

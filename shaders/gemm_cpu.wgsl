@@ -473,7 +473,13 @@ fn gemm_cpu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
                 let out = acc[r * 2u + h] + add;
                 let i = base + c_index(m, n);
                 if (C_QUADS) {
-                    c_put4(i / 4u, out);
+                    // JOIN (see its bindings in conv2d.wgsl) only where C is whole quads; a
+                    // branch, since the stand-in bindings without it may be shorter than C.
+                    if (JOIN) {
+                        c_put4(i / 4u, joined4(i / 4u, out));
+                    } else {
+                        c_put4(i / 4u, out);
+                    }
                 } else {
                     for (var e = 0u; e < 4u; e++) {
                         if (n + e < p.n) {

@@ -23,3 +23,8 @@ fn c_stored(v: f32) -> f32 {
 fn c_stored4(v: vec4<f32>) -> vec4<f32> {
     return half4_value(half4_bits(v));
 }
+
+// A stored quad of C's storage (C itself, or what JOIN reads beside it) as f32.
+fn c_value4(w: c_quad) -> vec4<f32> {
+    return half4_value(w);
+}

@@ -245,6 +245,47 @@ pub struct InputNorm<'a> {
     pub relu: bool,
 }
 
+/// A residual block's join finished by its first convolution's input gradient: the product
+/// stores `relu_grad(dx + d, y)`, dx rounded to its storage first, where the join's backward
+/// pass (`elementwise::add_relu_backward`) would read dx, the shortcut's gradient `d` and
+/// the block's input `y` (the ReLU output that masks them) after it: the same values, with
+/// one pass over three tensors fewer. `JOIN` in shaders/conv2d.wgsl.
+#[derive(Clone, Copy, Debug)]
+pub struct Join<'a> {
+    /// The shortcut's gradient, stored as dx.
+    pub d: &'a Tensor,
+    /// The block's input, the output of the ReLU before it, stored as dx.
+    pub y: &'a Tensor,
+}
+
+impl Join<'_> {
+    /// Whether `c`'s product can store the join: both tensors of `c`'s storage and size in
+    /// buffers of their own (wgpu binds no buffer both written and read in one dispatch), C's
+    /// rows whole quads.
+    pub fn fits(&self, c: &Tensor) -> bool {
+        let alike = |t: &Tensor| t.dtype() == c.dtype() && t.len() == c.len() && !t.same_storage(c);
+        alike(self.d) && alike(self.y) && c.shape().last().is_some_and(|n| n.is_multiple_of(4))
+    }
+
+    /// Refuses a product `g` that cannot store the join, naming what it got.
+    pub(crate) fn check(&self, kernel: &str, g: &Gemm) -> Result<()> {
+        if !self.fits(g.c) || g.groups.is_some() || g.phase.is_some() || g.bias.is_some() || !g.n.is_multiple_of(4) {
+            bail!(
+                Config,
+                "{kernel}: a join stores whole quads of an ungrouped C without phases or bias, from tensors of C's storage and size ({:?} {:?}) in other buffers: got d {:?} {:?}, y {:?} {:?}, {} columns",
+                g.c.dtype(),
+                g.c.shape(),
+                self.d.dtype(),
+                self.d.shape(),
+                self.y.dtype(),
+                self.y.shape(),
+                g.n
+            );
+        }
+        Ok(())
+    }
+}
+
 /// [`forward_with`] of the input normalized as it is gathered (see [`InputNorm`]), on the
 /// implicit GEMM (not Winograd); grouped convolutions are refused. Its kernel's gradient is
 /// [`backward_weights_normalized`]'s.
@@ -327,6 +368,7 @@ fn forward_gemm<'a>(label: &'static str, geom: &'a Conv2dGeometry, x: &'a Tensor
         c: y,
         stats: None,
         a_norm: None,
+        join: None,
         flops,
     }
 }
@@ -411,10 +453,11 @@ fn downsample(geom: &Conv2dGeometry) -> bool {
 
 /// dx as the forward convolution `back` (see [`flipped_geometry`]) of dy by w flipped into
 /// the device's scratch (`shaders/flip.wgsl`): two dispatches, the flip a read of w.
-fn flipped(device: &Device, kernel: &'static str, geom: &Conv2dGeometry, back: &Conv2dGeometry, dy: &Tensor, w: &Tensor, dx: &Tensor, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
+#[allow(clippy::too_many_arguments)]
+fn flipped(device: &Device, kernel: &'static str, geom: &Conv2dGeometry, back: &Conv2dGeometry, dy: &Tensor, w: &Tensor, dx: &Tensor, join: Option<Join<'_>>, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
     let (wf, flip) = flip(device, kernel, geom, w)?;
     let wf = wf.reshape(&back.kernel_shape())?;
-    let product = gemm::launch(device, &forward_gemm(kernel, back, dy, &wf, dx, geom.flops() as f64), opts)?;
+    let product = gemm::launch(device, &Gemm { join, ..forward_gemm(kernel, back, dy, &wf, dx, geom.flops() as f64) }, opts)?;
     Ok(std::iter::once(flip).chain(product.into_iter().map(|d| d.tagged("flipped"))).collect())
 }
 
@@ -478,19 +521,40 @@ pub fn backward_data(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w: &Te
 
 /// [`backward_data`] with the tile and K split forced.
 pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w: &Tensor, dx: &Tensor, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
+    // Without a join every path takes the gradient.
+    Ok(backward_data_inner(device, geom, dy, w, dx, None, opts)?.unwrap_or_default())
+}
+
+/// [`backward_data_with`] with a residual join finished as dx is stored (see [`Join`]), or
+/// `None` (nothing recorded) where the input gradient's product cannot store it: a strided
+/// or grouped convolution's, Winograd's, or one whose tensors [`Join::fits`] refuses.
+pub fn backward_data_joined(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w: &Tensor, dx: &Tensor, join: Join<'_>, opts: &GemmOptions) -> Result<Option<Vec<Dispatch>>> {
+    if !join.fits(dx) || geom.groups != 1 {
+        return Ok(None);
+    }
+    backward_data_inner(device, geom, dy, w, dx, Some(join), opts)
+}
+
+fn backward_data_inner(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w: &Tensor, dx: &Tensor, join: Option<Join<'_>>, opts: &GemmOptions) -> Result<Option<Vec<Dispatch>>> {
     const K: &str = "conv2d_backward_data";
     expect_shape(K, "dy", dy, &geom.output_shape())?;
     expect_shape(K, "kernel", w, &geom.kernel_shape())?;
     expect_shape(K, "dx", dx, &geom.input_shape())?;
     if let Some(back) = flips(device, K, geom, opts)? {
-        return flipped(device, K, geom, &back, dy, w, dx, opts);
+        return flipped(device, K, geom, &back, dy, w, dx, join, opts).map(Some);
     }
     // The Winograd transforms read and write f32; an f16 gradient takes the implicit GEMM.
     let f32_storage = dy.dtype() == crate::DType::F32 && dx.dtype() == crate::DType::F32;
     if f32_storage && let Some(m) = winograd::choose(device, geom, Pass::BackwardData, opts)? {
-        return winograd::convolve(device, K, geom, Pass::BackwardData, m, dy, w, dx, opts);
+        if join.is_some() {
+            return Ok(None);
+        }
+        return winograd::convolve(device, K, geom, Pass::BackwardData, m, dy, w, dx, opts).map(Some);
     }
     if let Some(phases) = phase_products(geom) {
+        if join.is_some() {
+            return Ok(None);
+        }
         let work = |(sub, _, taps): &(Conv2dGeometry, Phase, usize)| (sub.out_pixels() * taps) as f64;
         let total: f64 = phases.iter().map(work).sum();
         let (c, f) = (geom.group_in_c(), geom.group_filters());
@@ -522,15 +586,16 @@ pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w
                 c: dx,
                 stats: None,
                 a_norm: None,
+                join: None,
                 // The forward's useful count, shared out by each phase's multiply-adds.
                 flops: if total > 0.0 { geom.flops() as f64 * work(product) / total } else { 0.0 },
             }
         });
         let dispatches = gemm::launch_phases(device, &products.collect::<Vec<_>>(), opts)?;
-        return Ok(match transposed {
+        return Ok(Some(match transposed {
             Some((_, flip)) => std::iter::once(flip).chain(dispatches.into_iter().map(|d| d.tagged("transposed"))).collect(),
             None => dispatches,
-        });
+        }));
     }
     let a_load = if geom.is_pointwise() { ALoad::Rows } else { ALoad::DyStuffed };
     let (c, f) = (geom.group_in_c(), geom.group_filters());
@@ -551,9 +616,10 @@ pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w
         c: dx,
         stats: None,
         a_norm: None,
+        join,
         flops: geom.flops() as f64,
     };
-    gemm::launch(device, &g, opts)
+    gemm::launch(device, &g, opts).map(Some)
 }
 
 /// The groups of an input gradient: dy's channels, w's blocks (k along the filters) and dx's
@@ -689,6 +755,7 @@ fn weights_gradient(device: &Device, geom: &Conv2dGeometry, x: &Tensor, a_norm: 
         c: dw,
         stats: None,
         a_norm,
+        join: None,
         flops: geom.flops() as f64,
     };
     gemm::launch(device, &g, opts)

@@ -64,6 +64,7 @@ fn product(
         c,
         stats: None,
         a_norm: None,
+        join: None,
         flops: 2.0 * m as f64 * n as f64 * k as f64,
     };
     gemm::launch(device, &g, opts)

@@ -569,6 +569,9 @@ pub(crate) struct Gemm<'a> {
     /// A forward convolution's input normalized as it is gathered (`A_NORM` in
     /// shaders/conv2d.wgsl; see [`super::conv2d::InputNorm`]).
     pub a_norm: Option<super::conv2d::InputNorm<'a>>,
+    /// A residual join finished in C's store (`JOIN` in shaders/conv2d.wgsl; see
+    /// [`super::conv2d::Join`]).
+    pub join: Option<super::conv2d::Join<'a>>,
     /// Useful floating-point operations, for the profile: `2 * m * n * k` for a plain
     /// product, the forward's count for each convolution pass (the stride > 1 input
     /// gradient's K holds taps that never meet an output, which are not useful work).
@@ -999,6 +1002,9 @@ fn check_operands(g: &Gemm) -> Result<()> {
     if g.groups.is_some() && g.bias.is_some() {
         bail!(Config, "{kernel}: a grouped product takes no bias (the convolution adds its own)");
     }
+    if let Some(join) = g.join {
+        join.check(kernel, g)?;
+    }
     if let Some(norm) = g.a_norm {
         let channels = g.conv.map(|geom| geom.in_c);
         if g.a_load == ALoad::DyStuffed || g.groups.is_some() || g.phase.is_some() || channels.is_none() {
@@ -1258,15 +1264,22 @@ pub(super) fn record(
             constants.push(("A_NORM_RELU", 1.0));
         }
     }
-    // A, B, the bias and the normalization (whose binding every GEMM entry point declares,
-    // taking A where there is none); `product_bindings` adds the product's target.
+    // A, B, the bias, the normalization (whose binding every GEMM entry point declares,
+    // taking A where there is none) and the join's two tensors (A where there are none);
+    // `product_bindings` adds the product's target.
+    let (join_d, join_y) = g.join.map_or((g.a, g.a), |j| (j.d, j.y));
     let operands = [
         (1, quad_binding(kernel, g.a)?),
         (2, quad_binding(kernel, g.b)?),
         (3, quad_binding(kernel, bias)?),
         (6, quad_binding(kernel, g.a_norm.map_or(g.a, |n| n.params))?),
+        (7, quad_binding(kernel, join_d)?),
+        (8, quad_binding(kernel, join_y)?),
     ];
     let path = if g.a_norm.is_some() { format!("{path} a_norm") } else { path };
+    // The join goes with whichever dispatch stores C: the product, or the sum of its splits.
+    let join_constant = g.join.map(|_| ("JOIN", 1.0));
+    let join_token = if g.join.is_some() { "join" } else { "" };
     let group_token = if g.groups.is_some() { "grouped" } else { "" };
     // Whichever dispatch writes c stores a phase product's rows at their dx pixels.
     let rows = g.phase.is_some();
@@ -1279,11 +1292,12 @@ pub(super) fn record(
         if rows {
             constants.push(("PHASE_ROWS", 1.0));
         }
+        constants.extend(join_constant);
         // Without STATS the statistics' binding takes C again, unwritten.
         let bindings = product_bindings(entry, &operands, quad_binding(kernel, g.c)?, quad_binding(kernel, g.stats.unwrap_or(g.c))?);
         let halves = Halves::of(g);
         let gemm = with_uniform(device, halves.variant(family), entry, &constants, &products, &bindings, groups).named(kernel, flops);
-        return Ok(vec![gemm.tagged(format!("{path} {bias_token} {}", halves.token()))]);
+        return Ok(vec![gemm.tagged(format!("{path} {bias_token} {join_token} {}", halves.token()))]);
     }
 
     if g.stats.is_some() {
@@ -1326,7 +1340,9 @@ pub(super) fn record(
     if g.groups.is_some() {
         rows_constants.push(("GROUPED", 1.0));
     }
-    let reduce = reduce_dispatch(device, kernel, &p, &rows_constants, partials, bias, g.c)?.named(kernel, 0.0).tagged(format!("{bias_token} {group_token}"));
+    rows_constants.extend(join_constant);
+    let join = g.join.map(|j| (j.d, j.y));
+    let reduce = reduce_dispatch(device, kernel, &p, &rows_constants, partials, bias, g.c, join)?.named(kernel, 0.0).tagged(format!("{bias_token} {group_token} {join_token}"));
     Ok(vec![gemm, reduce])
 }
 
@@ -1358,11 +1374,17 @@ fn reduce_dispatch(
     partials: wgpu::BufferBinding<'_>,
     bias: &Tensor,
     c: &Tensor,
+    join: Option<(&Tensor, &Tensor)>,
 ) -> Result<Dispatch> {
     let quads = (p.m as usize * p.n as usize * p.groups.max(1) as usize).div_ceil(4);
     let lanes = split_lanes(p.splits as usize);
     let groups = grid(device, quads.div_ceil(WG as usize / lanes) as u64)?;
-    let bindings = [(1, partials), (3, quad_binding(kernel, bias)?), (4, quad_binding(kernel, c)?)];
+    // The join's tensors, or the partials again where there is none (see `record`).
+    let (join_d, join_y) = match join {
+        Some((d, y)) => (quad_binding(kernel, d)?, quad_binding(kernel, y)?),
+        None => (partials.clone(), partials.clone()),
+    };
+    let bindings = [(1, partials), (3, quad_binding(kernel, bias)?), (4, quad_binding(kernel, c)?), (7, join_d), (8, join_y)];
     let quads = if p.flags & QUAD_C != 0 { "quad_c" } else { "scalar_c" };
     let mut constants = vec![WG_CONST, ("SPLIT_LANES", lanes as f64)];
     constants.extend_from_slice(rows);
@@ -1430,7 +1452,7 @@ pub(crate) fn column_sums(device: &Device, kernel: &str, a: &Tensor, rows: usize
     // The reduction sees the partials as [chunks, 1, cols]; `a` fills the unread bias slot.
     p.m = 1;
     p.flags = if cols.is_multiple_of(4) { QUAD_C } else { 0 };
-    let reduce = reduce_dispatch(device, kernel, &p, &[], partials, a, out)?;
+    let reduce = reduce_dispatch(device, kernel, &p, &[], partials, a, out, None)?;
     Ok(vec![sums, reduce])
 }
 

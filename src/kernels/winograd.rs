@@ -255,6 +255,7 @@ pub(crate) fn convolve(device: &Device, kernel: &'static str, geom: &Conv2dGeome
         c: &mm,
         stats: None,
         a_norm: None,
+        join: None,
         flops: geom.flops() as f64,
     };
     let product = GemmOptions { winograd: None, ..*opts };

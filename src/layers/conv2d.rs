@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::{Graph, Init, Layer, Pair, ParamSpec, Saved, Weights};
-use crate::kernels::conv2d::{self, Conv2dGeometry, Padding};
+use crate::kernels::conv2d::{self, Conv2dGeometry, Join, Padding};
 use crate::kernels::concat;
 use crate::{bail, Result, Tensor};
 
@@ -189,12 +189,52 @@ impl Layer for Conv2D {
         Ok(Saved { output: y, extra, inner: Vec::new() })
     }
     fn backward(&self, g: &mut Graph, x: &Tensor, saved: &Saved, dy: &Tensor, w: &Weights, need_dx: bool) -> Result<Option<Tensor>> {
+        let dx = if need_dx { Dx::Plain } else { Dx::None };
+        Ok(self.gradients(g, x, saved, dy, w, dx)?.flatten())
+    }
+    fn backward_joined(&self, g: &mut Graph, x: &Tensor, saved: &Saved, dy: &Tensor, w: &Weights, join: Join<'_>) -> Result<Option<Tensor>> {
+        Ok(self.gradients(g, x, saved, dy, w, Dx::Joined(join))?.flatten())
+    }
+}
+
+/// Which input gradient [`Conv2D::gradients`] records.
+enum Dx<'a> {
+    None,
+    Plain,
+    /// With a residual join finished in its store (see [`Layer::backward_joined`]).
+    Joined(Join<'a>),
+}
+
+impl Conv2D {
+    /// The backward: the kernel's (and bias's) gradient and the input gradient `dx` asks
+    /// for. `Ok(None)` where a joined input gradient cannot be taken, with nothing recorded;
+    /// else `Ok(Some(dx))`, dx `None` where none was asked for.
+    fn gradients(&self, g: &mut Graph, x: &Tensor, saved: &Saved, dy: &Tensor, w: &Weights, dx: Dx<'_>) -> Result<Option<Option<Tensor>>> {
         let geom = self.geometry(g.batch, &x.shape()[1..])?;
         let padding = self.padding_of(x, &w.params[0])?;
         let kernel = match (padding, saved.extra.first()) {
             (Some(_), Some(wide)) => wide.clone(),
             (Some(_), None) => bail!(Config, "Conv2D: the forward of a padded input kept no padded kernel"),
             (None, _) => w.params[0].clone(),
+        };
+        // The input gradient first: a join it cannot store leaves nothing recorded. dx as x
+        // is stored where the product can write it: a grouped product stores its rows'
+        // slices element by element, so its dx is f32 and the caller casts it.
+        let (dx, products) = match dx {
+            Dx::None => (None, Vec::new()),
+            Dx::Plain => {
+                let dx = if self.groups == 1 { g.gradient(x)? } else { g.activation(&x.shape()[1..])? };
+                let products = conv2d::backward_data_with(g.device, &geom, dy, &kernel, &dx, &g.gemm())?;
+                (Some(dx), products)
+            }
+            Dx::Joined(_) if self.groups != 1 || padding.is_some() => return Ok(None),
+            Dx::Joined(join) => {
+                let dx = g.gradient(x)?;
+                match conv2d::backward_data_joined(g.device, &geom, dy, &kernel, &dx, join, &g.gemm())? {
+                    Some(products) => (Some(dx), products),
+                    None => return Ok(None),
+                }
+            }
         };
         // The kernel's (and bias's) gradient, recorded after the input gradient and put off
         // past the next layer's first pass (Graph::defer): nothing before the optimizer reads
@@ -215,17 +255,9 @@ impl Layer for Conv2D {
         if self.use_bias {
             weights.extend(conv2d::backward_bias(g.device, dy, &w.grads[1])?);
         }
-        let dx = if need_dx {
-            // dx as x is stored where the product can write it: a grouped product stores its
-            // rows' slices element by element, so its dx is f32 and the caller casts it.
-            let dx = if self.groups == 1 { g.gradient(x)? } else { g.activation(&x.shape()[1..])? };
-            g.extend(conv2d::backward_data_with(g.device, &geom, dy, &kernel, &dx, &g.gemm())?);
-            Some(dx)
-        } else {
-            None
-        };
+        g.extend(products);
         g.defer(weights, reads);
-        Ok(dx)
+        Ok(Some(dx))
     }
 }
 

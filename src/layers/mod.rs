@@ -458,6 +458,15 @@ pub trait Layer: Send + Sync + std::fmt::Debug {
     fn forward_joined(&self, _g: &mut Graph, _x: &Tensor, _w: &Weights, _addend: &Tensor, _relu: bool, _out: &Tensor) -> Result<Option<Saved>> {
         Ok(None)
     }
+    /// As the first layer of a residual block's main chain, the backward that finishes the
+    /// block's input gradient itself: its own input gradient plus `join.d` (the shortcut's),
+    /// masked by `join.y` (the block's input, a ReLU's output), as the block's gradient sum
+    /// would (Conv2D: in the store of its input-gradient product, one pass over three tensors
+    /// saved). `Some(dx)` where the layer can; `None`, having recorded nothing, where it
+    /// cannot: the block runs the layer's backward and the sum apart.
+    fn backward_joined(&self, _g: &mut Graph, _x: &Tensor, _saved: &Saved, _dy: &Tensor, _w: &Weights, _join: crate::kernels::conv2d::Join<'_>) -> Result<Option<Tensor>> {
+        Ok(None)
+    }
     /// The names of the layer's parameters (`states`: its moving statistics), in the order
     /// of `params()` / `states()`, as they follow the layer's name in a checkpoint: the
     /// spec's name for a plain layer (`kernel`), the sub-layer's Keras name before it for a

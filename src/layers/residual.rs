@@ -7,6 +7,7 @@
 use serde_json::json;
 
 use super::{Graph, Layer, ParamSpec, Saved, Weights};
+use crate::kernels::conv2d::Join;
 use crate::kernels::elementwise;
 use crate::{bail, Result, Tensor};
 
@@ -199,6 +200,7 @@ impl Layer for Residual {
         };
         // The join's gradient reaches both paths unchanged; walk each chain backwards.
         let mut grads = [dy.clone(), dy];
+        let mut joined = None;
         let first_main = walk.iter().position(|w| w.4);
         let first_short = walk.iter().position(|w| !w.4);
         for (i, ((layer, shape, p, s, is_main), (input, rec))) in walk.iter().zip(&saved.inner).enumerate().rev() {
@@ -214,12 +216,26 @@ impl Layer for Residual {
             // Each gradient stored as the output it belongs to: the join's storage may differ
             // from a chain end's, and a layer that read a cast copy returns the copy's.
             let dy = g.cast_to(&grads[path], rec.output.dtype())?;
+            // The main chain's first layer may finish the block's input gradient in its own
+            // backward (Layer::backward_joined), the shortcut's gradient complete by then: the
+            // shortcut chain follows the main one in the walk, so its layers went first.
+            let joins = need_dx && mask_dx && Some(i) == first_main && first_short.is_none_or(|s| s > i) && input.dtype() == x.dtype();
+            if joins {
+                let d = g.cast_to(&grads[1], x.dtype())?;
+                if let Some(dx) = g.under_policy_of(*layer, |g| layer.backward_joined(g, input, rec, &dy, &sub, Join { d: &d, y: x }))? {
+                    joined = Some(dx);
+                    continue;
+                }
+            }
             if let Some(d) = g.under_policy_of(*layer, |g| layer.backward(g, input, rec, &dy, &sub, need))? {
                 grads[path] = d;
             }
         }
         if !need_dx {
             return Ok(None);
+        }
+        if joined.is_some() {
+            return Ok(joined);
         }
         let ends = [g.cast_to(&grads[0], x.dtype())?, g.cast_to(&grads[1], x.dtype())?];
         let dx = g.gradient(x)?;

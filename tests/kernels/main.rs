@@ -15,6 +15,7 @@ mod elementwise;
 mod reduce;
 mod image;
 mod input_norm;
+mod join;
 mod layernorm;
 mod loss;
 mod nan;
