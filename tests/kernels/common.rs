@@ -185,6 +185,16 @@ pub fn upload_f16(data: &[f32], shape: &[usize]) -> Tensor {
     device().upload_f16(shape, data).unwrap()
 }
 
+/// A tensor of `data` stored as f16 where `f16` (rounded), else as f32.
+pub fn stored(data: &[f32], shape: &[usize], f16: bool) -> Tensor {
+    if f16 { upload_f16(data, shape) } else { upload(data, shape) }
+}
+
+/// A tensor read back as [`stored`] stored it, widened to f32.
+pub fn read_as(t: &Tensor, f16: bool) -> Vec<f32> {
+    if f16 { read_f16(t) } else { read(t) }
+}
+
 /// An f16 tensor read back, widened to f32.
 pub fn read_f16(t: &Tensor) -> Vec<f32> {
     device().read_f16(t).unwrap()

@@ -8,7 +8,6 @@
 
 use convoy::kernels::conv2d::{self, Conv2dGeometry, InputNorm, Padding};
 use convoy::kernels::gemm::{Engine, GemmOptions};
-use convoy::Tensor;
 
 use crate::common::*;
 use crate::conv2d::{backward_weights_ref, forward_ref};
@@ -38,14 +37,6 @@ fn normalized(x: &[f32], c: usize, params: &[f32], relu: bool, f16: bool) -> Vec
             if f16 { to_half(y) } else { y }
         })
         .collect()
-}
-
-fn stored(data: &[f32], shape: &[usize], f16: bool) -> Tensor {
-    if f16 { upload_f16(data, shape) } else { upload(data, shape) }
-}
-
-fn read_as(t: &Tensor, f16: bool) -> Vec<f32> {
-    if f16 { read_f16(t) } else { read(t) }
 }
 
 #[test]

@@ -11,18 +11,9 @@
 use convoy::kernels::conv2d::{self, Conv2dGeometry, Join, Padding};
 use convoy::kernels::elementwise;
 use convoy::kernels::gemm::{Engine, GemmOptions};
-use convoy::Tensor;
 
 use crate::common::*;
 use crate::conv2d::backward_data_ref;
-
-fn stored(data: &[f32], shape: &[usize], f16: bool) -> Tensor {
-    if f16 { upload_f16(data, shape) } else { upload(data, shape) }
-}
-
-fn read_as(t: &Tensor, f16: bool) -> Vec<f32> {
-    if f16 { read_f16(t) } else { read(t) }
-}
 
 /// The join's mask input: a ReLU's output, so mostly positives and zeros, with a few
 /// negatives (which mask as zeros do) and one NaN (which the gradient carries).
