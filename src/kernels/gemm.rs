@@ -1341,8 +1341,7 @@ pub(super) fn record(
         rows_constants.push(("GROUPED", 1.0));
     }
     rows_constants.extend(join_constant);
-    let join = g.join.map(|j| (j.d, j.y));
-    let reduce = reduce_dispatch(device, kernel, &p, &rows_constants, partials, bias, g.c, join)?.named(kernel, 0.0).tagged(format!("{bias_token} {group_token} {join_token}"));
+    let reduce = reduce_dispatch(device, kernel, &p, &rows_constants, partials, bias, g.c, g.join)?.named(kernel, 0.0).tagged(format!("{bias_token} {group_token} {join_token}"));
     Ok(vec![gemm, reduce])
 }
 
@@ -1374,14 +1373,14 @@ fn reduce_dispatch(
     partials: wgpu::BufferBinding<'_>,
     bias: &Tensor,
     c: &Tensor,
-    join: Option<(&Tensor, &Tensor)>,
+    join: Option<super::conv2d::Join<'_>>,
 ) -> Result<Dispatch> {
     let quads = (p.m as usize * p.n as usize * p.groups.max(1) as usize).div_ceil(4);
     let lanes = split_lanes(p.splits as usize);
     let groups = grid(device, quads.div_ceil(WG as usize / lanes) as u64)?;
     // The join's tensors, or the partials again where there is none (see `record`).
     let (join_d, join_y) = match join {
-        Some((d, y)) => (quad_binding(kernel, d)?, quad_binding(kernel, y)?),
+        Some(j) => (quad_binding(kernel, j.d)?, quad_binding(kernel, j.y)?),
         None => (partials.clone(), partials.clone()),
     };
     let bindings = [(1, partials), (3, quad_binding(kernel, bias)?), (4, quad_binding(kernel, c)?), (7, join_d), (8, join_y)];

@@ -37,10 +37,14 @@ fn launch(device: &Device, entry: &'static str, data: &Tensor, state: &Tensor, g
         bail!(Shape, "{entry}: data is {:?}, expected F32", data.dtype());
     }
     let p = Params { n: u32_of(entry, "elements", data.len())?, growth_steps, _pad: [0; 2] };
-    // `update_scale` reads no data: its layout has no binding 1.
-    let (groups, tensors): ([u32; 3], &[(u32, &Tensor)]) =
-        if entry == "update_scale" { ([1, 1, 1], &[(2, state)]) } else { (grid_for(device, data.len())?, &[(1, data), (2, state)]) };
-    Ok(Dispatch::with_params(device, &LOSS_SCALE, entry, &[WG_CONST], &p, tensors, groups))
+    let (groups, tensors): ([u32; 3], Vec<(u32, &Tensor)>) = match entry {
+        // `update_scale` reads no data: its layout has no binding 1.
+        "update_scale" => ([1, 1, 1], vec![(2, state)]),
+        // Quads bound as vec4s, QUADS (shaders/loss_scale.wgsl) of them an invocation.
+        "find_non_finite4" => (grid(device, (data.len() / 4).div_ceil(4 * WG as usize) as u64)?, vec![(2, state), (3, data)]),
+        _ => (grid_for(device, data.len())?, vec![(1, data), (2, state)]),
+    };
+    Ok(Dispatch::with_params(device, &LOSS_SCALE, entry, &[WG_CONST], &p, &tensors, groups))
 }
 
 /// `grad *= scale`, in place: the loss gradient before the backward.
@@ -51,15 +55,9 @@ pub fn scale_gradient(device: &Device, grad: &Tensor, state: &Tensor) -> Result<
 /// Flags the step when any of `grads` is NaN or infinite: four at a load where they are
 /// whole quads (`find_non_finite4`), else one.
 pub fn find_non_finite(device: &Device, grads: &Tensor, state: &Tensor) -> Result<Dispatch> {
-    const K: &str = "find_non_finite4";
-    if grads.is_empty() || !grads.len().is_multiple_of(4) || grads.dtype() != DType::F32 {
-        return Ok(launch(device, "find_non_finite", grads, state, 0)?.tagged("scalar"));
-    }
-    expect_state(K, state)?;
-    let p = Params { n: u32_of(K, "elements", grads.len())?, growth_steps: 0, _pad: [0; 2] };
-    // QUADS (shaders/loss_scale.wgsl) quads an invocation.
-    let groups = grid(device, (grads.len() / 4).div_ceil(4 * WG as usize) as u64)?;
-    Ok(Dispatch::with_params(device, &LOSS_SCALE, K, &[WG_CONST], &p, &[(2, state), (3, grads)], groups).tagged("vec4"))
+    let quads = !grads.is_empty() && grads.len().is_multiple_of(4) && grads.dtype() == DType::F32;
+    let (entry, token) = if quads { ("find_non_finite4", "vec4") } else { ("find_non_finite", "scalar") };
+    Ok(launch(device, entry, grads, state, 0)?.tagged(token))
 }
 
 /// After the optimizer: halves the scale on a flagged step, doubles it after `growth_steps`

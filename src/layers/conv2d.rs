@@ -227,7 +227,9 @@ impl Conv2D {
                 let products = conv2d::backward_data_with(g.device, &geom, dy, &kernel, &dx, &g.gemm())?;
                 (Some(dx), products)
             }
-            Dx::Joined(_) if self.groups != 1 || padding.is_some() => return Ok(None),
+            // The padded stem's wide kernel is not the layer's; grouped products the kernel
+            // call refuses itself.
+            Dx::Joined(_) if padding.is_some() => return Ok(None),
             Dx::Joined(join) => {
                 let dx = g.gradient(x)?;
                 match conv2d::backward_data_joined(g.device, &geom, dy, &kernel, &dx, join, &g.gemm())? {
