@@ -36,9 +36,17 @@ fn a_joined_input_gradient_is_the_product_and_the_join_pass_bit_for_bit() {
             ("3x3", Conv2dGeometry::new(&[3, 6, 5, 12], 8, (3, 3), (1, 1), Padding::Same).unwrap()),
         ];
         let mut sets: Vec<(GemmOptions, String)> = vec![(on(Engine::Cpu), "cpu".into()), (GemmOptions { splits: Some(3), ..on(Engine::Cpu) }, "cpu split".into())];
-        for tile in tile_ends() {
-            sets.push((GemmOptions { tile: Some(tile), ..on(Engine::Tiled) }, format!("{tile:?}")));
-            sets.push((GemmOptions { tile: Some(tile), flip: Some(true), ..on(Engine::Tiled) }, format!("{tile:?} flipped")));
+        // Each tile, flipped and not, is a pipeline of its own beside each storage: on the
+        // software adapter, whose LLVM makes each one 0.3-0.6 s, one end unflipped and the
+        // other flipped take the same stores.
+        let software = devices()[0].is_software();
+        for (i, tile) in tile_ends().into_iter().enumerate() {
+            if !software || i == 0 {
+                sets.push((GemmOptions { tile: Some(tile), ..on(Engine::Tiled) }, format!("{tile:?}")));
+            }
+            if !software || i == 1 {
+                sets.push((GemmOptions { tile: Some(tile), flip: Some(true), ..on(Engine::Tiled) }, format!("{tile:?} flipped")));
+            }
         }
         sets.push((GemmOptions { splits: Some(4), ..on(Engine::Tiled) }, "tiled split".into()));
         // Mixed: the tensor cores where the device has them, unsplit and split.
