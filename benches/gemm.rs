@@ -1,5 +1,6 @@
 //! Throughput of single products: a square matmul, the convolutions of ResNet-18 at 224 px
-//! and ResNet-50's 1x1 ones (forward, input gradient, weight gradient), in float32 and mixed
+//! and ResNet-50's 1x1 ones (forward, input gradient, weight gradient, and the input gradient
+//! with a residual join in its store where a block's first convolution has one), in float32 and mixed
 //! precision, as useful TFLOP/s and the fraction of the chip's peak. The per-kernel view
 //! that `convoy bench --profile` gives inside a step, without the step: for trying one
 //! kernel's tiles and K splits.
@@ -19,7 +20,7 @@
 
 use std::time::Instant;
 
-use convoy::kernels::conv2d::{self, Conv2dGeometry, Padding};
+use convoy::kernels::conv2d::{self, Conv2dGeometry, Join, Padding};
 use convoy::kernels::dense;
 use convoy::kernels::gemm::{AStage, CoopTile, GemmOptions};
 use convoy::kernels::{Dispatch, Shader};
@@ -102,11 +103,12 @@ fn conv_cases(device: &Device, label: &str, x: [usize; 4], filters: usize, kerne
     let dx16 = if geom.input_shape()[3] % 4 == 0 { device.zeros_of(&geom.input_shape(), DType::F16)? } else { dx.clone() };
     let (g1, g2, g3) = (geom, geom, geom);
     let (x1, w1, y1, x16b, dy16, dy16b) = (xt.clone(), wt.clone(), yt.clone(), x16.clone(), y16.clone(), y16.clone());
-    let (y2, w2) = (yt.clone(), wt);
+    let (y2, w2) = (yt.clone(), wt.clone());
     let pick = |s: Store, f32: &Tensor, f16: &Tensor| if s == Store::F32 { f32.clone() } else { f16.clone() };
     let kept = std::cell::RefCell::new(None);
     let grads = |s: Store, f32: &Tensor, f16: &Tensor| if s == Store::F16 { f16.clone() } else { f32.clone() };
-    Ok(vec![
+    let (y3, dy3, w3) = (yt.clone(), y16.clone(), wt.clone());
+    let mut cases = vec![
         Case {
             name: forward,
             flops,
@@ -119,7 +121,20 @@ fn conv_cases(device: &Device, label: &str, x: [usize; 4], filters: usize, kerne
         },
         Case { name: input_grad, flops, record: Box::new(move |d, o, s| conv2d::backward_data_with(d, &g2, &grads(s, &y2, &dy16), &w2, &grads(s, &dx, &dx16), o)) },
         Case { name: weight_grad, flops, record: Box::new(move |d, o, s| conv2d::backward_weights_with(d, &g3, &pick(s, &xt, &x16b), &grads(s, &yt, &dy16b), &dw, o)) },
-    ])
+    ];
+    // The input gradient with a residual block's join in its store, as the first convolution
+    // of a block stores it (stride 1, whole quads of input channels).
+    if stride == 1 && geom.input_shape()[3] % 4 == 0 {
+        let ((d32, d16), (j32, j16)) = (operand_pair(device, &geom.input_shape(), fill)?, operand_pair(device, &geom.input_shape(), fill)?);
+        let (dx32, dx16j) = (zeros(device, &geom.input_shape())?, device.zeros_of(&geom.input_shape(), DType::F16)?);
+        let record = move |d: &Device, o: &GemmOptions, s: Store| {
+            let join = Join { d: &grads(s, &d32, &d16), y: &grads(s, &j32, &j16) };
+            conv2d::backward_data_joined(d, &geom, &grads(s, &y3, &dy3), &w3, &grads(s, &dx32, &dx16j), join, o)?
+                .ok_or_else(|| convoy::Error::Config(format!("{}: this product cannot store the join", o.coop_tile.map_or("auto".into(), |t| format!("{t:?}")))))
+        };
+        cases.push(Case { name: format!("{label} joined input grad"), flops, record: Box::new(record) });
+    }
+    Ok(cases)
 }
 
 /// `auto,1,4`: the engine's own split (`None`) and forced ones.
