@@ -173,6 +173,11 @@ impl CoopTile {
     ///   on more rows take 128 x 128 at K 16: ResNet-50's 256 -> 512 at batch 128 0.759 ms on
     ///   256 x 128, 0.542 in the sweep and 0.390 on the engine's own (benches/results/
     ///   2026-11-28i/call4 and call5; resnet50 3,381 / 3,377 -> 3,388 / 3,396 images/s).
+    ///   That phase is launched alone (`launch_phases`), its `m` a quarter of the rows: into
+    ///   more than 256 columns over a longer K (ResNet-50's 512 -> 1024 and 1024 -> 2048 at
+    ///   batch 128, 25,088 and 6,272 rows) it runs as a plain 1x1 product, on 128 x 128 at 64
+    ///   x 64, K 32, where the narrow tile took it (ms, narrow / 128 x 128 at K 32 / at K 16):
+    ///   0.321 / 0.231 / 0.234 and 0.284 / 0.229 / 0.236 (benches/results/2026-12-03/call2).
     ///
     /// Tiles of 128 invocations with 64-row regions ran most other products 1.5-3x slower.
     fn choose(tile: Tile, a: ALoad, (m, n, k): (usize, usize, usize), phased: bool, limit: usize) -> CoopTile {
@@ -202,7 +207,12 @@ impl CoopTile {
         // fewer barriers; on fewer rows neither tile's time matters).
         let (wide, most) = if n > 128 { (widest, TARGET_WORKGROUPS / 2) } else { (wide_tall, TARGET_WORKGROUPS) };
         let few = m >= 4096 && m.div_ceil(wide.bm) * n.div_ceil(wide.bn) <= most && k <= 2304;
+        // A 1x1 downsample's one tapped phase, a product of its own (`launch_phases`) over a
+        // quarter of the rows, into more than 256 columns: as a plain 1x1 product over more
+        // K than columns.
+        let downsample_phase = phased && a == ALoad::Rows && n > 256 && n.is_multiple_of(128) && k > n;
         let candidates = [
+            (downsample_phase, square32),
             (phased && (n <= 64 || m <= PHASES_NARROW_MAX_M || k < 512), narrow16),
             (phased && a == ALoad::Rows && n > 64 && n <= 256, square16),
             (phased && n <= 256, wide_tall),

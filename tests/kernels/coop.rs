@@ -134,6 +134,9 @@ fn mixed_products_match_f64_within_f16_bounds() {
                 // 512: 128 x 128 at K 16 on the tensor cores (the narrow tile below either).
                 Conv2dGeometry::new(&[1, 182, 182, 68], 512, (1, 1), (2, 2), Padding::Explicit(0, 0)).unwrap(),
                 Conv2dGeometry::new(&[5, 9, 9, 12], 32, (3, 3), (2, 2), Padding::Same).unwrap(),
+                // A 1x1 downsample into over 256 channels with a longer K: its tapped phase as a
+                // plain 1x1 product's (128 x 128 at 64 x 64 subgroups, K 32).
+                Conv2dGeometry::new(&[1, 6, 6, 384], 512, (1, 1), (2, 2), Padding::Explicit(0, 0)).unwrap(),
                 // Strided input gradients whose phases fill whole tiles (512 pixels a phase, K
                 // whole steps): the 3x3 one's image gathers without row tests, the 1x1 one's
                 // rows of dy and of w transposed fetched without edge tests.
@@ -187,6 +190,13 @@ fn mixed_products_match_f64_within_f16_bounds() {
             tokens[0] == entry && tokens.contains(&"phase") && tokens.contains(&t)
         });
         assert!(hit, "no {entry} phase product took {t}");
+    }
+    if coop {
+        let hit = taken.iter().any(|p| {
+            let tokens: Vec<&str> = p.split_whitespace().collect();
+            tokens[0] == "gemm_coop" && tokens.contains(&"phase") && tokens.contains(&"coop_tile=128x128/64x64/1/32")
+        });
+        assert!(hit, "no downsample's phase product took the 1x1 tile 128x128/64x64/1/32");
     }
 }
 
