@@ -453,18 +453,78 @@ fn downsample(geom: &Conv2dGeometry) -> bool {
 
 /// dx as the forward convolution `back` (see [`flipped_geometry`]) of dy by w flipped into
 /// the device's scratch (`shaders/flip.wgsl`): two dispatches, the flip a read of w.
+/// With `ready`, w's flip written beforehand ([`flip_kernel`]), the product alone.
 #[allow(clippy::too_many_arguments)]
-fn flipped(device: &Device, kernel: &'static str, geom: &Conv2dGeometry, back: &Conv2dGeometry, dy: &Tensor, w: &Tensor, dx: &Tensor, join: Option<Join<'_>>, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
-    let (wf, flip) = flip(device, kernel, geom, w)?;
+fn flipped(device: &Device, kernel: &'static str, geom: &Conv2dGeometry, back: &Conv2dGeometry, dy: &Tensor, w: &Tensor, ready: Option<&Tensor>, dx: &Tensor, join: Option<Join<'_>>, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
+    let (wf, flip) = flip_or_ready(device, kernel, geom, w, ready)?;
     let wf = wf.reshape(&back.kernel_shape())?;
     let product = gemm::launch(device, &Gemm { join, ..forward_gemm(kernel, back, dy, &wf, dx, geom.flops() as f64) }, opts)?;
-    Ok(std::iter::once(flip).chain(product.into_iter().map(|d| d.tagged("flipped"))).collect())
+    Ok(flip.into_iter().chain(product.into_iter().map(|d| d.tagged("flipped"))).collect())
 }
 
-/// w `[kh, kw, c, f]` flipped in both spatial axes with its channel axes swapped, `[kh, kw,
-/// f, c]` (a 1x1 kernel's transpose), into the device's scratch, and the dispatch that writes
-/// it (`shaders/flip.wgsl`).
-fn flip(device: &Device, kernel: &'static str, geom: &Conv2dGeometry, w: &Tensor) -> Result<(Tensor, Dispatch)> {
+/// `ready` where w's flip was written beforehand, else a flip into the device's scratch and
+/// the dispatch that writes it.
+fn flip_or_ready(device: &Device, kernel: &'static str, geom: &Conv2dGeometry, w: &Tensor, ready: Option<&Tensor>) -> Result<(Tensor, Option<Dispatch>)> {
+    match ready {
+        Some(flipped) => {
+            check_flipped(kernel, w, flipped)?;
+            Ok((flipped.clone(), None))
+        }
+        None => {
+            let wf = device.scratch(SCRATCH_FLIPPED, w.len())?;
+            let flip = flip_into(device, kernel, geom, w, &wf)?;
+            Ok((wf, Some(flip)))
+        }
+    }
+}
+
+/// Whether [`backward_data_with`] (and [`backward_data_joined`]) read `geom`'s kernel
+/// flipped under `opts` (a unit-stride input gradient as a forward convolution, or a
+/// downsample's transposed 1x1 kernel), flipping it into the device's scratch first: where
+/// they do, a caller can write the flip ahead with [`flip_kernel`] and hand it to
+/// [`backward_data_flipped`]. A model writes it in its forward beside the BatchNormalization's
+/// first pass that follows the convolution, where the GPU has room to spare: a flip before
+/// each input gradient, a short dispatch between two barriers, cost ResNet-50 0.28 ms a
+/// step (H200, mixed, 49 of them).
+pub fn reads_flipped(device: &Device, geom: &Conv2dGeometry, opts: &GemmOptions) -> Result<bool> {
+    const K: &str = "conv2d_backward_data";
+    Ok(flips(device, K, geom, opts)?.is_some() || transposes(device, K, geom, opts)?)
+}
+
+/// `w` `[kh, kw, c, f]` flipped as the input gradient reads it (see [`reads_flipped`]) into
+/// `flipped`, an F32 tensor of w's length: one dispatch.
+pub fn flip_kernel(device: &Device, geom: &Conv2dGeometry, w: &Tensor, flipped: &Tensor) -> Result<Dispatch> {
+    const K: &str = "conv2d_flip_kernel";
+    expect_shape(K, "kernel", w, &geom.kernel_shape())?;
+    check_flipped(K, w, flipped)?;
+    flip_into(device, K, geom, w, flipped)
+}
+
+/// A flipped kernel's tensor: F32 and w's length.
+fn check_flipped(kernel: &str, w: &Tensor, flipped: &Tensor) -> Result<()> {
+    if flipped.dtype() != crate::DType::F32 || flipped.len() != w.len() {
+        bail!(Shape, "{kernel}: the flipped kernel is {:?} {:?}, expected F32 of {} elements as the kernel {:?}", flipped.dtype(), flipped.shape(), w.len(), w.shape());
+    }
+    Ok(())
+}
+
+/// [`backward_data_with`], or with `join` [`backward_data_joined`], reading w's flip from
+/// `flipped` ([`flip_kernel`]) instead of flipping it first, where the path reads a flip
+/// ([`reads_flipped`]; elsewhere `flipped` is not read). `None` (nothing recorded) where a
+/// join cannot be stored, as [`backward_data_joined`] says.
+#[allow(clippy::too_many_arguments)]
+pub fn backward_data_flipped(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w: &Tensor, flipped: &Tensor, dx: &Tensor, join: Option<Join<'_>>, opts: &GemmOptions) -> Result<Option<Vec<Dispatch>>> {
+    if let Some(join) = join
+        && (!join.fits(dx) || geom.groups != 1)
+    {
+        return Ok(None);
+    }
+    backward_data_inner(device, geom, dy, w, Some(flipped), dx, join, opts)
+}
+
+/// The dispatch that writes w `[kh, kw, c, f]` flipped in both spatial axes with its channel
+/// axes swapped, `[kh, kw, f, c]` (a 1x1 kernel's transpose), into `wf` (`shaders/flip.wgsl`).
+fn flip_into(device: &Device, kernel: &'static str, geom: &Conv2dGeometry, w: &Tensor, wf: &Tensor) -> Result<Dispatch> {
     #[repr(C)]
     #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
     struct Params {
@@ -473,13 +533,11 @@ fn flip(device: &Device, kernel: &'static str, geom: &Conv2dGeometry, w: &Tensor
         f: u32,
         _pad: u32,
     }
-    let wf = device.scratch(SCRATCH_FLIPPED, w.len())?;
     let p = Params { taps: u32_of(kernel, "taps", geom.kh * geom.kw)?, c: u32_of(kernel, "channels", geom.in_c)?, f: u32_of(kernel, "filters", geom.filters)?, _pad: 0 };
     u32_of(kernel, "kernel elements", w.len())?;
     // 32 x 32 blocks of (c, f) a workgroup, one tap a layer of the grid (shaders/flip.wgsl).
     let grid = grid_3d(device, kernel, &format!("the flips of a {:?} kernel", w.shape()), [geom.in_c.div_ceil(32), geom.filters.div_ceil(32), geom.kh * geom.kw])?;
-    let dispatch = Dispatch::with_params(device, &FLIP, "flip_kernel", &[], &p, &[(1, w), (2, &wf)], grid).named(kernel, 0.0);
-    Ok((wf, dispatch))
+    Ok(Dispatch::with_params(device, &FLIP, "flip_kernel", &[], &p, &[(1, w), (2, wf)], grid).named(kernel, 0.0))
 }
 
 /// The bias's gradient: `db[f] = sum dy[n, oh, ow, f]` over every output pixel, summed in
@@ -522,7 +580,7 @@ pub fn backward_data(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w: &Te
 /// [`backward_data`] with the tile and K split forced.
 pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w: &Tensor, dx: &Tensor, opts: &GemmOptions) -> Result<Vec<Dispatch>> {
     // Without a join every path takes the gradient.
-    Ok(backward_data_inner(device, geom, dy, w, dx, None, opts)?.unwrap_or_default())
+    Ok(backward_data_inner(device, geom, dy, w, None, dx, None, opts)?.unwrap_or_default())
 }
 
 /// [`backward_data_with`] with a residual join finished as dx is stored (see [`Join`]), or
@@ -532,16 +590,18 @@ pub fn backward_data_joined(device: &Device, geom: &Conv2dGeometry, dy: &Tensor,
     if !join.fits(dx) || geom.groups != 1 {
         return Ok(None);
     }
-    backward_data_inner(device, geom, dy, w, dx, Some(join), opts)
+    backward_data_inner(device, geom, dy, w, None, dx, Some(join), opts)
 }
 
-fn backward_data_inner(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w: &Tensor, dx: &Tensor, join: Option<Join<'_>>, opts: &GemmOptions) -> Result<Option<Vec<Dispatch>>> {
+/// The input gradient's dispatches; `ready` is w's flip where a caller wrote it beforehand.
+#[allow(clippy::too_many_arguments)]
+fn backward_data_inner(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w: &Tensor, ready: Option<&Tensor>, dx: &Tensor, join: Option<Join<'_>>, opts: &GemmOptions) -> Result<Option<Vec<Dispatch>>> {
     const K: &str = "conv2d_backward_data";
     expect_shape(K, "dy", dy, &geom.output_shape())?;
     expect_shape(K, "kernel", w, &geom.kernel_shape())?;
     expect_shape(K, "dx", dx, &geom.input_shape())?;
     if let Some(back) = flips(device, K, geom, opts)? {
-        return flipped(device, K, geom, &back, dy, w, dx, join, opts).map(Some);
+        return flipped(device, K, geom, &back, dy, w, ready, dx, join, opts).map(Some);
     }
     // The Winograd transforms read and write f32; an f16 gradient takes the implicit GEMM.
     let f32_storage = dy.dtype() == crate::DType::F32 && dx.dtype() == crate::DType::F32;
@@ -559,7 +619,7 @@ fn backward_data_inner(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w: &
         let total: f64 = phases.iter().map(work).sum();
         let (c, f) = (geom.group_in_c(), geom.group_filters());
         // A downsample's w transposed beforehand, where `transposes` takes it.
-        let transposed = if transposes(device, K, geom, opts)? { Some(flip(device, K, geom, w)?) } else { None };
+        let transposed = if transposes(device, K, geom, opts)? { Some(flip_or_ready(device, K, geom, w, ready)?) } else { None };
         let (b, b_load) = match &transposed {
             Some((wt, _)) => (wt, BLoad::Rows),
             None => (w, BLoad::BlockedT(f)),
@@ -593,7 +653,7 @@ fn backward_data_inner(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w: &
         });
         let dispatches = gemm::launch_phases(device, &products.collect::<Vec<_>>(), opts)?;
         return Ok(Some(match transposed {
-            Some((_, flip)) => std::iter::once(flip).chain(dispatches.into_iter().map(|d| d.tagged("transposed"))).collect(),
+            Some((_, flip)) => flip.into_iter().chain(dispatches.into_iter().map(|d| d.tagged("transposed"))).collect(),
             None => dispatches,
         }));
     }

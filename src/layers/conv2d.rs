@@ -186,6 +186,16 @@ impl Layer for Conv2D {
         if let Some(partials) = partials {
             g.statistics = Some((y.clone(), partials));
         }
+        // The flip the input gradient reads, written now beside the next kernel (a
+        // BatchNormalization's first pass: see conv2d::reads_flipped) and kept for the
+        // backward, where it would have been a dispatch of its own before the product. The
+        // padded stem keeps its wide kernel there instead (and takes no input gradient).
+        let mut extra = extra;
+        if g.training && padding.is_none() && conv2d::reads_flipped(g.device, &geom, &g.gemm())? {
+            let flipped = g.device.alloc(&[w.params[0].len()], crate::DType::F32)?;
+            g.defer(vec![conv2d::flip_kernel(g.device, &geom, &w.params[0], &flipped)?], Vec::new());
+            extra.push(flipped);
+        }
         Ok(Saved { output: y, extra, inner: Vec::new() })
     }
     fn backward(&self, g: &mut Graph, x: &Tensor, saved: &Saved, dy: &Tensor, w: &Weights, need_dx: bool) -> Result<Option<Tensor>> {
@@ -212,10 +222,11 @@ impl Conv2D {
     fn gradients(&self, g: &mut Graph, x: &Tensor, saved: &Saved, dy: &Tensor, w: &Weights, dx: Dx<'_>) -> Result<Option<Option<Tensor>>> {
         let geom = self.geometry(g.batch, &x.shape()[1..])?;
         let padding = self.padding_of(x, &w.params[0])?;
-        let kernel = match (padding, saved.extra.first()) {
-            (Some(_), Some(wide)) => wide.clone(),
+        // The forward kept the padded stem's wide kernel, or the flip the input gradient reads.
+        let (kernel, flipped) = match (padding, saved.extra.first()) {
+            (Some(_), Some(wide)) => (wide.clone(), None),
             (Some(_), None) => bail!(Config, "Conv2D: the forward of a padded input kept no padded kernel"),
-            (None, _) => w.params[0].clone(),
+            (None, flipped) => (w.params[0].clone(), flipped),
         };
         // The input gradient first: a join it cannot store leaves nothing recorded. dx as x
         // is stored where the product can write it: a grouped product stores its rows'
@@ -224,7 +235,10 @@ impl Conv2D {
             Dx::None => (None, Vec::new()),
             Dx::Plain => {
                 let dx = if self.groups == 1 { g.gradient(x)? } else { g.activation(&x.shape()[1..])? };
-                let products = conv2d::backward_data_with(g.device, &geom, dy, &kernel, &dx, &g.gemm())?;
+                let products = match flipped {
+                    Some(flipped) => conv2d::backward_data_flipped(g.device, &geom, dy, &kernel, flipped, &dx, None, &g.gemm())?.unwrap_or_default(),
+                    None => conv2d::backward_data_with(g.device, &geom, dy, &kernel, &dx, &g.gemm())?,
+                };
                 (Some(dx), products)
             }
             // The padded stem's wide kernel is not the layer's; grouped products the kernel
@@ -232,7 +246,11 @@ impl Conv2D {
             Dx::Joined(_) if padding.is_some() => return Ok(None),
             Dx::Joined(join) => {
                 let dx = g.gradient(x)?;
-                match conv2d::backward_data_joined(g.device, &geom, dy, &kernel, &dx, join, &g.gemm())? {
+                let joined = match flipped {
+                    Some(flipped) => conv2d::backward_data_flipped(g.device, &geom, dy, &kernel, flipped, &dx, Some(join), &g.gemm())?,
+                    None => conv2d::backward_data_joined(g.device, &geom, dy, &kernel, &dx, join, &g.gemm())?,
+                };
+                match joined {
                     Some(products) => (Some(dx), products),
                     None => return Ok(None),
                 }

@@ -12,6 +12,7 @@ mod coop;
 mod dense;
 mod depthwise;
 mod elementwise;
+mod flip;
 mod reduce;
 mod image;
 mod input_norm;

@@ -1,0 +1,27 @@
+#!/bin/bash
+# Session 42, call 5: each convolution's kernel flip written in the forward beside the next kernel and kept for its
+# input gradient (convoy) against m = a4ab6ea (the call-4 build, its CONVOY_DROP hook unset), models alternating;
+# profile; GPU kernel suite; convoy check in both policies.
+cd "$(dirname "$0")/.."
+for f in .gl/*.deb; do dpkg -x $f / >/dev/null; done; ldconfig
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_RUNTIME_DIR=/tmp
+cd .gpu && for f in *.xz; do unxz -kf $f; chmod +x ${f%.xz}; done && cd ..
+O=${OUT:-/tmp/out}; mkdir -p $O
+cat .gpu/HEAD_BUILT > $O/verify.txt
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee -a $O/verify.txt
+S=$(date +%s)
+bench() { timeout 40 .gpu/$1 bench --model $2 --image-size $3 --batch-size $4 --classes $5 --devices 0 --steps $6 --no-scaling --precision mixed --json 2>$O/$7.err | tail -1 > $O/$7.json; python3 -c "import json; j=json.load(open('$O/$7.json')); print('$7', round(j['images_per_sec']), round(j['step_ms'],3))" | tee -a $O/verify.txt; }
+for r in 1 2 3; do
+  for v in convoy_m convoy; do
+    bench $v resnet50 224 128 1000 12 r50_${v}_$r
+    [ $r -lt 3 ] && bench $v resnet18 224 256 1000 12 r18_${v}_$r
+    [ $r -lt 3 ] && bench $v resnet18_cifar 32 256 10 40 cifar_${v}_$r
+  done
+done
+echo "models $(( $(date +%s) - S )) s" | tee -a $O/verify.txt
+timeout 30 .gpu/convoy bench --model resnet50 --image-size 224 --batch-size 128 --classes 1000 --devices 0 --steps 6 --no-scaling --precision mixed --profile --dispatches > $O/profile_r50.txt 2>&1; echo "profile rc=$? $(( $(date +%s) - S )) s" | tee -a $O/verify.txt
+CONVOY_TEST_DEVICE=0 timeout 200 .gpu/kernels > $O/kernels.txt 2>&1; echo "kernels rc=$? $(( $(date +%s) - S )) s" | tee -a $O/verify.txt; grep "test result\|FAILED\|panicked" $O/kernels.txt | head -8 | tee -a $O/verify.txt
+timeout 150 .gpu/convoy check --devices 0 --model all --batch-size 24 --precision mixed > $O/check_mixed.txt 2>&1; echo "check mixed rc=$? $(( $(date +%s) - S )) s" | tee -a $O/verify.txt; tail -1 $O/check_mixed.txt | tee -a $O/verify.txt
+timeout 150 .gpu/convoy check --devices 0 --model all --batch-size 24 > $O/check_f32.txt 2>&1; echo "check f32 rc=$? $(( $(date +%s) - S )) s" | tee -a $O/verify.txt; tail -1 $O/check_f32.txt | tee -a $O/verify.txt
+nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv | tee -a $O/verify.txt
+cd $O && find . -name "*.err" -size 0 -delete; cp verify.txt /tmp/verify.txt && tar czf /tmp/call.tgz . && find . -mindepth 1 -delete && mv /tmp/call.tgz . && mv /tmp/verify.txt .
