@@ -24,7 +24,7 @@
 use super::batchnorm::Partials;
 use super::gemm::{self, ALoad, BLoad, Gemm, GemmOptions, Groups, Phase};
 use super::winograd::{self, Pass};
-use super::{elementwise, expect_shape, grid_3d, u32_of, Dispatch, FLIP};
+use super::{elementwise, expect_shape, grid, grid_3d, u32_of, Dispatch, FLIP};
 use crate::{bail, Device, Result, Tensor};
 
 /// How the borders of the image are treated.
@@ -481,11 +481,11 @@ fn flip_or_ready(device: &Device, kernel: &'static str, geom: &Conv2dGeometry, w
 /// Whether [`backward_data_with`] (and [`backward_data_joined`]) read `geom`'s kernel
 /// flipped under `opts` (a unit-stride input gradient as a forward convolution, or a
 /// downsample's transposed 1x1 kernel), flipping it into the device's scratch first: where
-/// they do, a caller can write the flip ahead with [`flip_kernel`] and hand it to
-/// [`backward_data_flipped`]. A model writes it in its forward beside the BatchNormalization's
-/// first pass that follows the convolution, where the GPU has room to spare: a flip before
-/// each input gradient, a short dispatch between two barriers, cost ResNet-50 0.28 ms a
-/// step (H200, mixed, 49 of them).
+/// they do, a caller can write the flip ahead with [`flip_kernel`] (or with its other
+/// kernels' in one dispatch, [`flip_kernels`]) and hand it to [`backward_data_flipped`]. A
+/// model flips all its kernels so before its backward: a flip before each input gradient, a
+/// short dispatch behind a barrier of its own, cost ResNet-50 0.28 ms a step (H200, mixed,
+/// 49 of them).
 pub fn reads_flipped(device: &Device, geom: &Conv2dGeometry, opts: &GemmOptions) -> Result<bool> {
     const K: &str = "conv2d_backward_data";
     Ok(flips(device, K, geom, opts)?.is_some() || transposes(device, K, geom, opts)?)
@@ -498,6 +498,79 @@ pub fn flip_kernel(device: &Device, geom: &Conv2dGeometry, w: &Tensor, flipped: 
     expect_shape(K, "kernel", w, &geom.kernel_shape())?;
     check_flipped(K, w, flipped)?;
     flip_into(device, K, geom, w, flipped)
+}
+
+/// One kernel of [`flip_kernels`]: its convolution, the kernel, and where its flip goes (F32,
+/// the kernel's length).
+#[derive(Clone, Copy, Debug)]
+pub struct KernelFlip<'a> {
+    /// The convolution whose input gradient reads the flip.
+    pub geom: &'a Conv2dGeometry,
+    /// The kernel `[kh, kw, c, f]`.
+    pub w: &'a Tensor,
+    /// Where its flip goes.
+    pub flipped: &'a Tensor,
+}
+
+/// Kernels one [`flip_kernels`] dispatch flips at most (`MAX_FLIPS` in shaders/flip.wgsl).
+const MAX_FLIPS: usize = 64;
+
+/// [`flip_kernel`] of each of `flips`, in as few dispatches as their storage allows: one for
+/// up to 64 kernels that are views of one buffer (a model's flat parameters) whose flips are
+/// views of another, each buffer's range within a binding (`flip_kernels` in
+/// shaders/flip.wgsl). A model records it once at the start of its backward: a flip a
+/// dispatch, 49 in ResNet-50, cost its step 0.28 ms on the H200.
+pub fn flip_kernels(device: &Device, flips: &[KernelFlip<'_>]) -> Result<Vec<Dispatch>> {
+    const K: &str = "conv2d_flip_kernels";
+    #[repr(C)]
+    #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+    struct FlipTable {
+        count: [u32; 4],
+        at: [[u32; 4]; 2 * MAX_FLIPS],
+    }
+    for f in flips {
+        expect_shape(K, "kernel", f.w, &f.geom.kernel_shape())?;
+        check_flipped(K, f.w, f.flipped)?;
+    }
+    let limit = device.limits().max_storage_buffer_binding_size as u64;
+    // A byte range of one buffer: the one a group's kernels (or flips) span, and what it
+    // would span with one more.
+    let span = |range: Option<(u64, u64)>, t: &Tensor| range.map_or((t.offset(), t.offset() + t.bytes()), |(a, b)| (a.min(t.offset()), b.max(t.offset() + t.bytes())));
+    let mut dispatches = Vec::new();
+    let mut start = 0;
+    while start < flips.len() {
+        let (first, mut end) = (&flips[start], start);
+        let (mut src, mut dst) = (None, None);
+        while end < flips.len() && end - start < MAX_FLIPS {
+            let f = &flips[end];
+            let (s, d) = (span(src, f.w), span(dst, f.flipped));
+            if !f.w.same_storage(first.w) || !f.flipped.same_storage(first.flipped) || s.1 - s.0 > limit || d.1 - d.0 > limit {
+                break;
+            }
+            (src, dst, end) = (Some(s), Some(d), end + 1);
+        }
+        let (Some((src_at, src_end)), Some((dst_at, dst_end))) = (src, dst) else {
+            bail!(Shape, "{K}: a kernel of {} bytes or its flip exceeds a binding's {limit}", first.w.bytes());
+        };
+        let mut table = FlipTable { count: [(end - start) as u32, 0, 0, 0], at: [[0; 4]; 2 * MAX_FLIPS] };
+        let mut workgroups = 0u64;
+        for (i, f) in flips[start..end].iter().enumerate() {
+            let g = f.geom;
+            let (blocks_c, blocks_f) = (g.in_c.div_ceil(32), g.filters.div_ceil(32));
+            let at = |t: &Tensor, base: u64| u32_of(K, "a kernel's place in its buffer", ((t.offset() - base) / 4) as usize);
+            table.at[2 * i] = [at(f.w, src_at)?, at(f.flipped, dst_at)?, u32_of(K, "taps", g.kh * g.kw)?, u32_of(K, "workgroups", workgroups as usize)?];
+            table.at[2 * i + 1] = [u32_of(K, "channels", g.in_c)?, u32_of(K, "filters", g.filters)?, blocks_c as u32, blocks_f as u32];
+            workgroups += (blocks_c * blocks_f * g.kh * g.kw) as u64;
+        }
+        let uniform = device.uniform(&table);
+        fn binding(t: &Tensor, (at, end): (u64, u64)) -> wgpu::BufferBinding<'_> {
+            wgpu::BufferBinding { buffer: t.buffer(), offset: at, size: std::num::NonZeroU64::new(end - at) }
+        }
+        let bindings = [(1, binding(first.w, (src_at, src_end))), (2, binding(first.flipped, (dst_at, dst_end))), (4, uniform.as_entire_buffer_binding())];
+        dispatches.push(Dispatch::new(device, &FLIP, "flip_kernels", &[], &bindings, grid(device, workgroups)?).named(K, 0.0).tagged(format!("kernels={}", end - start)));
+        start = end;
+    }
+    Ok(dispatches)
 }
 
 /// A flipped kernel's tensor: F32 and w's length.

@@ -1557,7 +1557,12 @@ mod tests {
         let pointwise_phases = |m, n, k| CoopTile::choose(Tile::M128N64, ALoad::Rows, (m, n, k), true, h100);
         assert_eq!(pointwise_phases(401_408, 256, 512), square16);
         assert_eq!(pointwise_phases(802_816, 64, 256), narrow16);
-        assert_eq!(pointwise_phases(25_088, 1_024, 2_048), narrow16);
+        // Over 256 columns on a longer K (the one tapped phase, alone): the plain 1x1
+        // product's 128 x 128 at 64 x 64, K 32; on a K up to the columns, the narrow tile.
+        let square32 = CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 };
+        assert_eq!(pointwise_phases(25_088, 1_024, 2_048), square32);
+        assert_eq!(pointwise_phases(6_272, 512, 1_024), square32);
+        assert_eq!(pointwise_phases(25_088, 1_024, 1_024), narrow16);
         // 36 KB: the 38 KB tiles (the wide ones, M128N64's own) do not fit; 128 x 128 (20 KB),
         // the tall tile (23 KB) and the 64 x 64 one (10 KB) do.
         assert_eq!(shape(ALoad::Im2col, 200_704, 256, 36 << 10), (128, 128, 64, 32, 256));

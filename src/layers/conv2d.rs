@@ -186,15 +186,11 @@ impl Layer for Conv2D {
         if let Some(partials) = partials {
             g.statistics = Some((y.clone(), partials));
         }
-        // The flip the input gradient reads, written now beside the next kernel (a
-        // BatchNormalization's first pass: see conv2d::reads_flipped) and kept for the
-        // backward, where it would have been a dispatch of its own before the product. The
-        // padded stem keeps its wide kernel there instead (and takes no input gradient).
-        let mut extra = extra;
+        // The flip the input gradient reads, written with the other layers' in one dispatch
+        // before the backward (Graph::flip_ahead). The padded stem's input gradient would
+        // read its wide kernel (and none is taken).
         if g.training && padding.is_none() && conv2d::reads_flipped(g.device, &geom, &g.gemm())? {
-            let flipped = g.device.alloc(&[w.params[0].len()], crate::DType::F32)?;
-            g.defer(vec![conv2d::flip_kernel(g.device, &geom, &w.params[0], &flipped)?], Vec::new());
-            extra.push(flipped);
+            g.flip_ahead(&geom, &w.params[0]);
         }
         Ok(Saved { output: y, extra, inner: Vec::new() })
     }
@@ -222,11 +218,12 @@ impl Conv2D {
     fn gradients(&self, g: &mut Graph, x: &Tensor, saved: &Saved, dy: &Tensor, w: &Weights, dx: Dx<'_>) -> Result<Option<Option<Tensor>>> {
         let geom = self.geometry(g.batch, &x.shape()[1..])?;
         let padding = self.padding_of(x, &w.params[0])?;
-        // The forward kept the padded stem's wide kernel, or the flip the input gradient reads.
+        // The forward kept the padded stem's wide kernel, or asked for the flip the input
+        // gradient reads (Graph::flip_ahead).
         let (kernel, flipped) = match (padding, saved.extra.first()) {
             (Some(_), Some(wide)) => (wide.clone(), None),
             (Some(_), None) => bail!(Config, "Conv2D: the forward of a padded input kept no padded kernel"),
-            (None, flipped) => (w.params[0].clone(), flipped),
+            (None, _) => (w.params[0].clone(), g.flipped(&w.params[0])),
         };
         // The input gradient first: a join it cannot store leaves nothing recorded. dx as x
         // is stored where the product can write it: a grouped product stores its rows'
@@ -236,7 +233,7 @@ impl Conv2D {
             Dx::Plain => {
                 let dx = if self.groups == 1 { g.gradient(x)? } else { g.activation(&x.shape()[1..])? };
                 let products = match flipped {
-                    Some(flipped) => conv2d::backward_data_flipped(g.device, &geom, dy, &kernel, flipped, &dx, None, &g.gemm())?.unwrap_or_default(),
+                    Some(flipped) => conv2d::backward_data_flipped(g.device, &geom, dy, &kernel, &flipped, &dx, None, &g.gemm())?.unwrap_or_default(),
                     None => conv2d::backward_data_with(g.device, &geom, dy, &kernel, &dx, &g.gemm())?,
                 };
                 (Some(dx), products)
@@ -247,7 +244,7 @@ impl Conv2D {
             Dx::Joined(join) => {
                 let dx = g.gradient(x)?;
                 let joined = match flipped {
-                    Some(flipped) => conv2d::backward_data_flipped(g.device, &geom, dy, &kernel, flipped, &dx, Some(join), &g.gemm())?,
+                    Some(flipped) => conv2d::backward_data_flipped(g.device, &geom, dy, &kernel, &flipped, &dx, Some(join), &g.gemm())?,
                     None => conv2d::backward_data_joined(g.device, &geom, dy, &kernel, &dx, join, &g.gemm())?,
                 };
                 match joined {

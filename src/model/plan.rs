@@ -282,6 +282,8 @@ impl Plan {
             g.push(loss_scale::scale_gradient(device, &dlogits, state)?);
         }
         if training {
+            // The kernel flips the input gradients read, all in one dispatch.
+            g.record_flips()?;
             // The gradient of each node, summed over its readers as they are recorded (last
             // layer first); a fused ReLU hands its gradient to the layer that applied it.
             // Each gradient is stored as its node's activation (`Graph::gradient`): a

@@ -85,3 +85,53 @@ fn a_flipped_kernel_of_another_length_or_storage_is_refused() {
         assert!(err.contains("flipped kernel"), "{name}: {err}");
     }
 }
+
+/// Many kernels flipped in one dispatch (`conv2d::flip_kernels`, as a model records them
+/// before its backward): views of one flat tensor into views of another, each flip the same
+/// bits as `flip_kernel`'s; more kernels than one dispatch holds, and kernels of another
+/// buffer, take dispatches of their own.
+#[test]
+fn kernels_flipped_together_are_each_kernel_flipped() {
+    let mut rng = rng(43);
+    // Kernels of several shapes and block counts (edges of 32 both ways, 1x1, 3x3, 7x7).
+    let mut geoms = vec![
+        Conv2dGeometry::new(&[1, 8, 8, 40], 36, (3, 3), (1, 1), Padding::Same).unwrap(),
+        Conv2dGeometry::new(&[1, 8, 8, 8], 70, (1, 1), (1, 1), Padding::Valid).unwrap(),
+        Conv2dGeometry::new(&[1, 9, 9, 5], 33, (7, 7), (1, 1), Padding::Same).unwrap(),
+        Conv2dGeometry::new(&[1, 8, 8, 64], 16, (1, 1), (2, 2), Padding::Valid).unwrap(),
+    ];
+    // Past one dispatch's 64 kernels.
+    geoms.extend((0..64).map(|i| Conv2dGeometry::new(&[1, 4, 4, 4 + i % 3], 8 + i % 5, (1 + 2 * (i % 2), 1 + 2 * (i % 2)), (1, 1), Padding::Same).unwrap()));
+    let slot = |len: usize| len.div_ceil(64) * 64;
+    let lens: Vec<usize> = geoms.iter().map(|g| g.kernel_shape().iter().product()).collect();
+    let total: usize = lens.iter().map(|&l| slot(l)).sum();
+    let params = upload(&random(&mut rng, total), &[total]);
+    let arena = upload(&vec![f32::NAN; total], &[total]);
+    let (mut ws, mut flips, mut at) = (Vec::new(), Vec::new(), 0);
+    for (g, &len) in geoms.iter().zip(&lens) {
+        ws.push(params.view(at, &g.kernel_shape()).unwrap());
+        flips.push(arena.view(at, &[len]).unwrap());
+        at += slot(len);
+    }
+    // One kernel in a buffer of its own.
+    let lone = upload(&random(&mut rng, lens[0]), &geoms[0].kernel_shape());
+    let lone_flip = upload(&vec![f32::NAN; lens[0]], &[lens[0]]);
+    let mut entries: Vec<conv2d::KernelFlip> = geoms.iter().zip(ws.iter().zip(&flips)).map(|(geom, (w, flipped))| conv2d::KernelFlip { geom, w, flipped }).collect();
+    entries.insert(2, conv2d::KernelFlip { geom: &geoms[0], w: &lone, flipped: &lone_flip });
+    let dispatches = conv2d::flip_kernels(&device(), &entries).unwrap();
+    // The first two, the lone one, the next 64, the last one.
+    let counts: Vec<&str> = dispatches.iter().map(|d| d.path.split_whitespace().find(|t| t.starts_with("kernels=")).unwrap()).collect();
+    assert_eq!(counts, ["kernels=2", "kernels=1", "kernels=64", "kernels=2"], "dispatches: {counts:?}");
+    run(&dispatches);
+    for (i, e) in entries.iter().enumerate() {
+        let one = upload(&vec![f32::NAN; e.w.len()], &[e.w.len()]);
+        run(&[conv2d::flip_kernel(&device(), e.geom, e.w, &one).unwrap()]);
+        let (want, got) = (read(&one), read(e.flipped));
+        for (j, (a, b)) in want.iter().zip(&got).enumerate() {
+            assert!(a.to_bits() == b.to_bits(), "kernel {i} {:?}: element {j} is {b} flipped together, {a} alone", e.w.shape());
+        }
+    }
+    // The slack between flips is left alone.
+    let arena_now = read(&arena);
+    assert!(arena_now[lens[0]..slot(lens[0])].iter().all(|v| v.is_nan()), "a flip wrote past its kernel");
+}
