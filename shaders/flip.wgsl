@@ -26,29 +26,33 @@ const ROWS: u32 = 8u;
 
 var<workgroup> block: array<array<f32, 33>, 32>;
 
-@compute @workgroup_size(32, 8)
-fn flip_kernel(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    let c0 = wid.x * T;
-    let f0 = wid.y * T;
-    let tap = wid.z;
+// The 32 x 32 block (c0, f0) of tap `tap` of the kernel [taps, c, f] at element `src` of w,
+// flipped into its place in the flip at element `dst` of flipped. Every invocation of the
+// workgroup must call it (a barrier).
+fn flip_block(src: u32, dst: u32, taps: u32, c_dim: u32, f_dim: u32, tap: u32, c0: u32, f0: u32, lid: vec3<u32>) {
     // The tap (kh - 1 - i', kw - 1 - j') of a tap (i', j') is taps - 1 - tap in row-major
     // order.
-    let src = (p.taps - 1u - tap) * p.c;
+    let source_tap = (taps - 1u - tap) * c_dim;
     for (var r = lid.y; r < T; r += ROWS) {
         let c = c0 + r;
         let f = f0 + lid.x;
-        if (c < p.c && f < p.f) {
-            block[r][lid.x] = w[(src + c) * p.f + f];
+        if (c < c_dim && f < f_dim) {
+            block[r][lid.x] = w[src + (source_tap + c) * f_dim + f];
         }
     }
     workgroupBarrier();
     for (var r = lid.y; r < T; r += ROWS) {
         let f = f0 + r;
         let c = c0 + lid.x;
-        if (c < p.c && f < p.f) {
-            flipped[(tap * p.f + f) * p.c + c] = block[lid.x][r];
+        if (c < c_dim && f < f_dim) {
+            flipped[dst + (tap * f_dim + f) * c_dim + c] = block[lid.x][r];
         }
     }
+}
+
+@compute @workgroup_size(32, 8)
+fn flip_kernel(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    flip_block(0u, 0u, p.taps, p.c, p.f, wid.z, wid.x * T, wid.y * T, lid);
 }
 
 // Many kernels' flips in one dispatch (src/kernels/conv2d.rs, `flip_kernels`): a model's
@@ -93,22 +97,5 @@ fn flip_kernels(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
         return; // uniform: the table is
     }
     let tap = local / per_tap;
-    let c0 = (local % dims.z) * T;
-    let f0 = ((local % per_tap) / dims.z) * T;
-    let source_tap = (taps - 1u - tap) * c_dim;
-    for (var r = lid.y; r < T; r += ROWS) {
-        let c = c0 + r;
-        let f = f0 + lid.x;
-        if (c < c_dim && f < f_dim) {
-            block[r][lid.x] = w[src + (source_tap + c) * f_dim + f];
-        }
-    }
-    workgroupBarrier();
-    for (var r = lid.y; r < T; r += ROWS) {
-        let f = f0 + r;
-        let c = c0 + lid.x;
-        if (c < c_dim && f < f_dim) {
-            flipped[dst + (tap * f_dim + f) * c_dim + c] = block[lid.x][r];
-        }
-    }
+    flip_block(src, dst, taps, c_dim, f_dim, tap, (local % dims.z) * T, ((local % per_tap) / dims.z) * T, lid);
 }
