@@ -532,7 +532,7 @@ pub fn flip_kernels(device: &Device, flips: &[KernelFlip<'_>]) -> Result<Vec<Dis
         expect_shape(K, "kernel", f.w, &f.geom.kernel_shape())?;
         check_flipped(K, f.w, f.flipped)?;
     }
-    let limit = device.limits().max_storage_buffer_binding_size as u64;
+    let limit = device.limits().max_storage_buffer_binding_size;
     // A byte range of one buffer: the one a group's kernels (or flips) span, and what it
     // would span with one more.
     let span = |range: Option<(u64, u64)>, t: &Tensor| range.map_or((t.offset(), t.offset() + t.bytes()), |(a, b)| (a.min(t.offset()), b.max(t.offset() + t.bytes())));
