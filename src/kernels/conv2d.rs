@@ -582,17 +582,17 @@ fn check_flipped(kernel: &str, w: &Tensor, flipped: &Tensor) -> Result<()> {
 }
 
 /// [`backward_data_with`], or with `join` [`backward_data_joined`], reading w's flip from
-/// `flipped` ([`flip_kernel`]) instead of flipping it first, where the path reads a flip
-/// ([`reads_flipped`]; elsewhere `flipped` is not read). `None` (nothing recorded) where a
-/// join cannot be stored, as [`backward_data_joined`] says.
+/// `flipped` ([`flip_kernel`]) instead of flipping it first where one is given and the path
+/// reads a flip ([`reads_flipped`]; elsewhere `flipped` is not read). `None` (nothing
+/// recorded) where a join cannot be stored, as [`backward_data_joined`] says.
 #[allow(clippy::too_many_arguments)]
-pub fn backward_data_flipped(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w: &Tensor, flipped: &Tensor, dx: &Tensor, join: Option<Join<'_>>, opts: &GemmOptions) -> Result<Option<Vec<Dispatch>>> {
+pub fn backward_data_flipped(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w: &Tensor, flipped: Option<&Tensor>, dx: &Tensor, join: Option<Join<'_>>, opts: &GemmOptions) -> Result<Option<Vec<Dispatch>>> {
     if let Some(join) = join
         && (!join.fits(dx) || geom.groups != 1)
     {
         return Ok(None);
     }
-    backward_data_inner(device, geom, dy, w, Some(flipped), dx, join, opts)
+    backward_data_inner(device, geom, dy, w, flipped, dx, join, opts)
 }
 
 /// The dispatch that writes w `[kh, kw, c, f]` flipped in both spatial axes with its channel
@@ -660,10 +660,7 @@ pub fn backward_data_with(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w
 /// `None` (nothing recorded) where the input gradient's product cannot store it: a strided
 /// or grouped convolution's, Winograd's, or one whose tensors [`Join::fits`] refuses.
 pub fn backward_data_joined(device: &Device, geom: &Conv2dGeometry, dy: &Tensor, w: &Tensor, dx: &Tensor, join: Join<'_>, opts: &GemmOptions) -> Result<Option<Vec<Dispatch>>> {
-    if !join.fits(dx) || geom.groups != 1 {
-        return Ok(None);
-    }
-    backward_data_inner(device, geom, dy, w, None, dx, Some(join), opts)
+    backward_data_flipped(device, geom, dy, w, None, dx, Some(join), opts)
 }
 
 /// The input gradient's dispatches; `ready` is w's flip where a caller wrote it beforehand.

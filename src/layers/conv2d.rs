@@ -232,10 +232,8 @@ impl Conv2D {
             Dx::None => (None, Vec::new()),
             Dx::Plain => {
                 let dx = if self.groups == 1 { g.gradient(x)? } else { g.activation(&x.shape()[1..])? };
-                let products = match flipped {
-                    Some(flipped) => conv2d::backward_data_flipped(g.device, &geom, dy, &kernel, &flipped, &dx, None, &g.gemm())?.unwrap_or_default(),
-                    None => conv2d::backward_data_with(g.device, &geom, dy, &kernel, &dx, &g.gemm())?,
-                };
+                // Without a join every path takes the gradient.
+                let products = conv2d::backward_data_flipped(g.device, &geom, dy, &kernel, flipped.as_ref(), &dx, None, &g.gemm())?.unwrap_or_default();
                 (Some(dx), products)
             }
             // The padded stem's wide kernel is not the layer's; grouped products the kernel
@@ -243,11 +241,7 @@ impl Conv2D {
             Dx::Joined(_) if padding.is_some() => return Ok(None),
             Dx::Joined(join) => {
                 let dx = g.gradient(x)?;
-                let joined = match flipped {
-                    Some(flipped) => conv2d::backward_data_flipped(g.device, &geom, dy, &kernel, &flipped, &dx, Some(join), &g.gemm())?,
-                    None => conv2d::backward_data_joined(g.device, &geom, dy, &kernel, &dx, join, &g.gemm())?,
-                };
-                match joined {
+                match conv2d::backward_data_flipped(g.device, &geom, dy, &kernel, flipped.as_ref(), &dx, Some(join), &g.gemm())? {
                     Some(products) => (Some(dx), products),
                     None => return Ok(None),
                 }

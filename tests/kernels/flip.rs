@@ -49,7 +49,7 @@ fn a_kernel_flipped_ahead_gives_the_input_gradient_bit_for_bit() {
                             Some(j) => conv2d::backward_data_joined(&device(), geom, &dy, &w, &first, j, opts).unwrap().expect("joined"),
                             None => conv2d::backward_data_with(&device(), geom, &dy, &w, &first, opts).unwrap(),
                         };
-                        let given = conv2d::backward_data_flipped(&device(), geom, &dy, &w, &flipped, &ahead, join, opts).unwrap().expect("recorded");
+                        let given = conv2d::backward_data_flipped(&device(), geom, &dy, &w, Some(&flipped), &ahead, join, opts).unwrap().expect("recorded");
                         assert_eq!(own.iter().filter(|d| d.label == "flip_kernel").count(), 1, "{case} join={joined}: the product did not flip its kernel");
                         assert!(given.iter().all(|d| d.label != "flip_kernel"), "{case} join={joined}: a kernel flipped ahead was flipped again");
                         run(&own);
@@ -81,7 +81,7 @@ fn a_flipped_kernel_of_another_length_or_storage_is_refused() {
     for (name, bad) in [("shorter", &short), ("f16", &half)] {
         let err = conv2d::flip_kernel(&device(), &geom, &w, bad).unwrap_err().to_string();
         assert!(err.contains("flipped kernel"), "{name}: {err}");
-        let err = conv2d::backward_data_flipped(&device(), &geom, &dy, &w, bad, &dx, None, &opts).unwrap_err().to_string();
+        let err = conv2d::backward_data_flipped(&device(), &geom, &dy, &w, Some(bad), &dx, None, &opts).unwrap_err().to_string();
         assert!(err.contains("flipped kernel"), "{name}: {err}");
     }
 }
