@@ -260,18 +260,27 @@ fn max_pool_forward4c(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgr
     let lanes = run_lanes();
     let win = window_of(4u * first);
     let base = in_index(win.b, 0u, 0u, win.c) / 4u;
+    // Each quad's running maximum with each winner's place in the window (255: none yet),
+    // the window walked once for all of them, as max_pool_backward4c walks its windows: each
+    // window element's QUADS loads go out together, where a quad's own walk waited on each
+    // load in turn. Each quad still takes its elements in row-major window order.
+    var m: array<Max4, MAX_QUADS>;
     for (var q = 0u; q < QUADS; q++) {
-        // The running maximum with each winner's place in the window (255: none yet).
-        var m = Max4(vec4<f32>(0.0), vec4<u32>(255u));
-        for (var h = win.h_lo; h < win.h_hi; h++) {
-            let row = in_window(h, win.oh, p.stride_h, p.pad_top) * p.pool_w;
-            for (var w = win.w_lo; w < win.w_hi; w++) {
-                let v = act_quad(x4[base + (h * p.in_w + w) * (p.channels / 4u) + q * lanes]);
-                m = max4_step(m, v, row + in_window(w, win.ow, p.stride_w, p.pad_left), 255u);
+        m[q] = Max4(vec4<f32>(0.0), vec4<u32>(255u));
+    }
+    for (var h = win.h_lo; h < win.h_hi; h++) {
+        let row = in_window(h, win.oh, p.stride_h, p.pad_top) * p.pool_w;
+        for (var w = win.w_lo; w < win.w_hi; w++) {
+            let at = base + (h * p.in_w + w) * (p.channels / 4u);
+            let here = row + in_window(w, win.ow, p.stride_w, p.pad_left);
+            for (var q = 0u; q < QUADS; q++) {
+                m[q] = max4_step(m[q], act_quad(x4[at + q * lanes]), here, 255u);
             }
         }
-        y4[first + q * lanes] = act_pack(m.best);
-        arg_out[first + q * lanes] = m.arg.x | (m.arg.y << 8u) | (m.arg.z << 16u) | (m.arg.w << 24u);
+    }
+    for (var q = 0u; q < QUADS; q++) {
+        y4[first + q * lanes] = act_pack(m[q].best);
+        arg_out[first + q * lanes] = m[q].arg.x | (m[q].arg.y << 8u) | (m[q].arg.z << 16u) | (m[q].arg.w << 24u);
     }
 }
 
