@@ -262,7 +262,7 @@ impl<'d> Graph<'d> {
     /// The statistics of `x` that the layer writing it computed ([`Graph::statistics`]), taken.
     pub fn take_statistics(&mut self, x: &Tensor) -> Option<crate::kernels::batchnorm::Partials> {
         match self.statistics.take() {
-            Some((of, partials)) if of.same_storage(x) && of.offset() == x.offset() && of.shape() == x.shape() => Some(partials),
+            Some((of, partials)) if same_view(&of, x) => Some(partials),
             other => {
                 self.statistics = other;
                 None
@@ -549,7 +549,7 @@ pub trait Layer: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// Whether two tensors are the same view: one buffer, one offset, one length.
+/// Whether two tensors are the same view: one buffer, one offset, one shape.
 fn same_view(a: &Tensor, b: &Tensor) -> bool {
-    a.same_storage(b) && a.offset() == b.offset() && a.len() == b.len()
+    a.same_storage(b) && a.offset() == b.offset() && a.shape() == b.shape()
 }
