@@ -29,6 +29,12 @@
 // Floats of unused workgroup memory after c_stage: see CoopTile::stage_pad in
 // src/kernels/gemm.rs (declared up here, with the other overrides an array's size reads).
 override STAGE_PAD: u32 = 0u;
+// PERSIST: a grid smaller than the product's tiles, whose workgroups walk the tiles a grid
+// apart, each fetching its next tile's first K step into registers before this tile's
+// epilogue so that those loads are in flight while it stores (the host sets it on a plain
+// product only: one product, no groups, no K split, no phase rows; see PERSIST_WORKGROUPS
+// in src/kernels/gemm.rs).
+override PERSIST: bool = false;
 // Rows and columns of the tile one subgroup owns: 32 or 64 each (2 or 4 accumulators).
 override SG_M: u32 = 32u;
 override SG_N: u32 = 32u;
@@ -128,10 +134,11 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     let tile = wid.x + wid.y * nwg.x;
     // tile_count() of the product, read from the uniform (see tile_count).
     let q = products[select(0u, wid.z, PHASE_TAPS)];
-    if (tile >= q.tiles_m * q.tiles_n * q.splits * select(1u, q.groups, GROUPED)) {
+    let count = q.tiles_m * q.tiles_n * q.splits * select(1u, q.groups, GROUPED);
+    if (tile >= count) {
         return; // uniform: the whole workgroup leaves
     }
-    let o = origin(tile);
+    var o = origin(tile);
     // Nothing to sum (a phase of a strided input gradient that meets no tap: three of a 1x1
     // stride-2 downsample's four): zeros, plus any bias, straight to C, without the
     // operand tiles or the accumulators' rounds through workgroup memory. Tested on `q`, the
@@ -150,11 +157,8 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
         }
         return;
     }
-    let m0 = o.m0;
-    let n0 = o.n0;
-    let split = o.split;
-    let k_end = o.k_end;
     let fast = conv_fast();
+    let walk = select(count, nwg.x * nwg.y, PERSIST);
     fetch_first(o, lid);
     store_a16(lid, 0u);
     store_b16(lid, 0u);
@@ -181,175 +185,214 @@ fn gemm_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     var c23 = coop_mat16x16<f32, C>();
     var c32 = coop_mat16x16<f32, C>();
     var c33 = coop_mat16x16<f32, C>();
-    var buf = 0u;
-    for (var k0 = o.k_begin; k0 < k_end; k0 += BK) {
-        let more = k0 + BK < k_end;
-        if (more) {
-            if (fast) {
-                fetch_a_conv(k0 + BK, lid);
-            } else {
-                fetch_a(m0, k0 + BK, lid);
-            }
-            fetch_b(n0, k0 + BK, lid);
+    // One pass without PERSIST. Each pass starts with its first K step stored in buffer 0 and
+    // `o` its tile's origin.
+    for (var at_tile = tile; at_tile < count; at_tile += walk) {
+        let m0 = o.m0;
+        let n0 = o.n0;
+        let split = o.split;
+        let k_end = o.k_end;
+        if (at_tile != tile) {
+            c00 = coop_mat16x16<f32, C>();
+            c01 = coop_mat16x16<f32, C>();
+            c10 = coop_mat16x16<f32, C>();
+            c11 = coop_mat16x16<f32, C>();
+            c20 = coop_mat16x16<f32, C>();
+            c21 = coop_mat16x16<f32, C>();
+            c30 = coop_mat16x16<f32, C>();
+            c31 = coop_mat16x16<f32, C>();
+            c02 = coop_mat16x16<f32, C>();
+            c03 = coop_mat16x16<f32, C>();
+            c12 = coop_mat16x16<f32, C>();
+            c13 = coop_mat16x16<f32, C>();
+            c22 = coop_mat16x16<f32, C>();
+            c23 = coop_mat16x16<f32, C>();
+            c32 = coop_mat16x16<f32, C>();
+            c33 = coop_mat16x16<f32, C>();
         }
-        for (var kk = 0u; kk < BK; kk += 16u) {
-            // Indices bound to lets first: naga 30's SPIR-V writer fails on an index written
-            // inside the load's pointer argument (../shared/gpu-facts.md).
-            var a0: coop_mat16x16<f16, A>;
-            var a1: coop_mat16x16<f16, A>;
-            var a2: coop_mat16x16<f16, A>;
-            var a3: coop_mat16x16<f16, A>;
-            // The kinds spelt out, with a non-short-circuit `|`: naga's uniformity analysis
-            // takes a function's result and a `||` (lowered to a branch) as non-uniform, and
-            // cooperative loads need uniform control flow.
-            if ((A_KIND == A_COLS) | (A_KIND == A_IM2COL_T)) {
-                let ia0 = (buf * A16 + kk * AS + rm) / 4u;
-                let ia1 = ia0 + 4u;
-                a0 = coopLoad<coop_mat16x16<f16, A>>(&a16[ia0], AS / 4u);
-                a1 = coopLoad<coop_mat16x16<f16, A>>(&a16[ia1], AS / 4u);
+        var buf = 0u;
+        for (var k0 = o.k_begin; k0 < k_end; k0 += BK) {
+            let more = k0 + BK < k_end;
+            if (more) {
+                if (fast) {
+                    fetch_a_conv(k0 + BK, lid);
+                } else {
+                    fetch_a(m0, k0 + BK, lid);
+                }
+                fetch_b(n0, k0 + BK, lid);
+            }
+            for (var kk = 0u; kk < BK; kk += 16u) {
+                // Indices bound to lets first: naga 30's SPIR-V writer fails on an index written
+                // inside the load's pointer argument (../shared/gpu-facts.md).
+                var a0: coop_mat16x16<f16, A>;
+                var a1: coop_mat16x16<f16, A>;
+                var a2: coop_mat16x16<f16, A>;
+                var a3: coop_mat16x16<f16, A>;
+                // The kinds spelt out, with a non-short-circuit `|`: naga's uniformity analysis
+                // takes a function's result and a `||` (lowered to a branch) as non-uniform, and
+                // cooperative loads need uniform control flow.
+                if ((A_KIND == A_COLS) | (A_KIND == A_IM2COL_T)) {
+                    let ia0 = (buf * A16 + kk * AS + rm) / 4u;
+                    let ia1 = ia0 + 4u;
+                    a0 = coopLoad<coop_mat16x16<f16, A>>(&a16[ia0], AS / 4u);
+                    a1 = coopLoad<coop_mat16x16<f16, A>>(&a16[ia1], AS / 4u);
+                    if (tall) {
+                        let ia2 = ia0 + 8u;
+                        let ia3 = ia0 + 12u;
+                        a2 = coopLoad<coop_mat16x16<f16, A>>(&a16[ia2], AS / 4u);
+                        a3 = coopLoad<coop_mat16x16<f16, A>>(&a16[ia3], AS / 4u);
+                    }
+                } else {
+                    let ia0 = (buf * A16 + rm * AKS + kk) / 4u;
+                    let ia1 = ia0 + 4u * AKS;
+                    a0 = coopLoadT<coop_mat16x16<f16, A>>(&a16[ia0], AKS / 4u);
+                    a1 = coopLoadT<coop_mat16x16<f16, A>>(&a16[ia1], AKS / 4u);
+                    if (tall) {
+                        let ia2 = ia0 + 8u * AKS;
+                        let ia3 = ia0 + 12u * AKS;
+                        a2 = coopLoadT<coop_mat16x16<f16, A>>(&a16[ia2], AKS / 4u);
+                        a3 = coopLoadT<coop_mat16x16<f16, A>>(&a16[ia3], AKS / 4u);
+                    }
+                }
+                var b0: coop_mat16x16<f16, B>;
+                var b1: coop_mat16x16<f16, B>;
+                var b2: coop_mat16x16<f16, B>;
+                var b3: coop_mat16x16<f16, B>;
+                if (B_KIND == B_ROWS) {
+                    let ib0 = (buf * B16 + kk * BS + rn) / 4u;
+                    let ib1 = ib0 + 4u;
+                    b0 = coopLoadT<coop_mat16x16<f16, B>>(&b16[ib0], BS / 4u);
+                    b1 = coopLoadT<coop_mat16x16<f16, B>>(&b16[ib1], BS / 4u);
+                    if (wide) {
+                        let ib2 = ib0 + 8u;
+                        let ib3 = ib0 + 12u;
+                        b2 = coopLoadT<coop_mat16x16<f16, B>>(&b16[ib2], BS / 4u);
+                        b3 = coopLoadT<coop_mat16x16<f16, B>>(&b16[ib3], BS / 4u);
+                    }
+                } else {
+                    let ib0 = (buf * B16 + rn * BKS + kk) / 4u;
+                    let ib1 = ib0 + 4u * BKS;
+                    b0 = coopLoad<coop_mat16x16<f16, B>>(&b16[ib0], BKS / 4u);
+                    b1 = coopLoad<coop_mat16x16<f16, B>>(&b16[ib1], BKS / 4u);
+                    if (wide) {
+                        let ib2 = ib0 + 8u * BKS;
+                        let ib3 = ib0 + 12u * BKS;
+                        b2 = coopLoad<coop_mat16x16<f16, B>>(&b16[ib2], BKS / 4u);
+                        b3 = coopLoad<coop_mat16x16<f16, B>>(&b16[ib3], BKS / 4u);
+                    }
+                }
+                c00 = coopMultiplyAdd(a0, b0, c00);
+                c01 = coopMultiplyAdd(a0, b1, c01);
+                c10 = coopMultiplyAdd(a1, b0, c10);
+                c11 = coopMultiplyAdd(a1, b1, c11);
                 if (tall) {
-                    let ia2 = ia0 + 8u;
-                    let ia3 = ia0 + 12u;
-                    a2 = coopLoad<coop_mat16x16<f16, A>>(&a16[ia2], AS / 4u);
-                    a3 = coopLoad<coop_mat16x16<f16, A>>(&a16[ia3], AS / 4u);
+                    c20 = coopMultiplyAdd(a2, b0, c20);
+                    c21 = coopMultiplyAdd(a2, b1, c21);
+                    c30 = coopMultiplyAdd(a3, b0, c30);
+                    c31 = coopMultiplyAdd(a3, b1, c31);
                 }
-            } else {
-                let ia0 = (buf * A16 + rm * AKS + kk) / 4u;
-                let ia1 = ia0 + 4u * AKS;
-                a0 = coopLoadT<coop_mat16x16<f16, A>>(&a16[ia0], AKS / 4u);
-                a1 = coopLoadT<coop_mat16x16<f16, A>>(&a16[ia1], AKS / 4u);
-                if (tall) {
-                    let ia2 = ia0 + 8u * AKS;
-                    let ia3 = ia0 + 12u * AKS;
-                    a2 = coopLoadT<coop_mat16x16<f16, A>>(&a16[ia2], AKS / 4u);
-                    a3 = coopLoadT<coop_mat16x16<f16, A>>(&a16[ia3], AKS / 4u);
-                }
-            }
-            var b0: coop_mat16x16<f16, B>;
-            var b1: coop_mat16x16<f16, B>;
-            var b2: coop_mat16x16<f16, B>;
-            var b3: coop_mat16x16<f16, B>;
-            if (B_KIND == B_ROWS) {
-                let ib0 = (buf * B16 + kk * BS + rn) / 4u;
-                let ib1 = ib0 + 4u;
-                b0 = coopLoadT<coop_mat16x16<f16, B>>(&b16[ib0], BS / 4u);
-                b1 = coopLoadT<coop_mat16x16<f16, B>>(&b16[ib1], BS / 4u);
                 if (wide) {
-                    let ib2 = ib0 + 8u;
-                    let ib3 = ib0 + 12u;
-                    b2 = coopLoadT<coop_mat16x16<f16, B>>(&b16[ib2], BS / 4u);
-                    b3 = coopLoadT<coop_mat16x16<f16, B>>(&b16[ib3], BS / 4u);
+                    c02 = coopMultiplyAdd(a0, b2, c02);
+                    c03 = coopMultiplyAdd(a0, b3, c03);
+                    c12 = coopMultiplyAdd(a1, b2, c12);
+                    c13 = coopMultiplyAdd(a1, b3, c13);
                 }
-            } else {
-                let ib0 = (buf * B16 + rn * BKS + kk) / 4u;
-                let ib1 = ib0 + 4u * BKS;
-                b0 = coopLoad<coop_mat16x16<f16, B>>(&b16[ib0], BKS / 4u);
-                b1 = coopLoad<coop_mat16x16<f16, B>>(&b16[ib1], BKS / 4u);
-                if (wide) {
-                    let ib2 = ib0 + 8u * BKS;
-                    let ib3 = ib0 + 12u * BKS;
-                    b2 = coopLoad<coop_mat16x16<f16, B>>(&b16[ib2], BKS / 4u);
-                    b3 = coopLoad<coop_mat16x16<f16, B>>(&b16[ib3], BKS / 4u);
+                if (tall & wide) {
+                    c22 = coopMultiplyAdd(a2, b2, c22);
+                    c23 = coopMultiplyAdd(a2, b3, c23);
+                    c32 = coopMultiplyAdd(a3, b2, c32);
+                    c33 = coopMultiplyAdd(a3, b3, c33);
                 }
             }
-            c00 = coopMultiplyAdd(a0, b0, c00);
-            c01 = coopMultiplyAdd(a0, b1, c01);
-            c10 = coopMultiplyAdd(a1, b0, c10);
-            c11 = coopMultiplyAdd(a1, b1, c11);
-            if (tall) {
-                c20 = coopMultiplyAdd(a2, b0, c20);
-                c21 = coopMultiplyAdd(a2, b1, c21);
-                c30 = coopMultiplyAdd(a3, b0, c30);
-                c31 = coopMultiplyAdd(a3, b1, c31);
+            // One buffer: every subgroup has read it before the next step's quads go in.
+            if (BUFS == 1u) {
+                workgroupBarrier();
             }
-            if (wide) {
-                c02 = coopMultiplyAdd(a0, b2, c02);
-                c03 = coopMultiplyAdd(a0, b3, c03);
-                c12 = coopMultiplyAdd(a1, b2, c12);
-                c13 = coopMultiplyAdd(a1, b3, c13);
+            let next = select(0u, 1u - buf, BUFS == 2u);
+            if (more) {
+                store_a16(lid, next * A16);
+                store_b16(lid, next * B16);
             }
-            if (tall & wide) {
-                c22 = coopMultiplyAdd(a2, b2, c22);
-                c23 = coopMultiplyAdd(a2, b3, c23);
-                c32 = coopMultiplyAdd(a3, b2, c32);
-                c33 = coopMultiplyAdd(a3, b3, c33);
-            }
-        }
-        // One buffer: every subgroup has read it before the next step's quads go in.
-        if (BUFS == 1u) {
             workgroupBarrier();
+            buf = next;
         }
-        let next = select(0u, 1u - buf, BUFS == 2u);
-        if (more) {
-            store_a16(lid, next * A16);
-            store_b16(lid, next * B16);
+
+        // One round per accumulator (SG_M / 16 x SG_N / 16 of them): each subgroup puts its
+        // 16x16 block row-major at c_stage[sg * 256] and its own 32 invocations take it out, two
+        // quads each, through `store`. No other subgroup touches that block, so a subgroup
+        // barrier orders its writes and reads: subgroups leave their rounds at their own pace,
+        // where workgroup barriers held every round to the slowest (two a round). naga writes
+        // subgroupBarrier as OpControlBarrier at subgroup scope with SubgroupMemory semantics,
+        // not WorkgroupMemory: the order of these workgroup-memory accesses rests on the
+        // barrier's execution sync, which NVIDIA's warp sync gives (PTX bar.warp.sync orders
+        // memory among the threads it syncs); the GPU kernel tests check every tile through it.
+        // The next tile's first K step, in flight while this one stores: the K loop's last
+        // barrier has every subgroup done with the operand buffers, and its registers are free.
+        let ahead = at_tile + walk;
+        if (ahead < count) {
+            o = origin(ahead);
+            fetch_first(o, lid);
+        }
+        let base = partial_base(split);
+        let stage = sg * 256u;
+        let across = SG_N / 16u;
+        let rounds = (SG_M / 16u) * across;
+        // JOIN (an unsplit product: base 0): the join's quads of the next round are loaded while
+        // this one stores, where loading them in `store` left each round waiting on memory.
+        var join_next = JoinQuads();
+        if (JOIN) {
+            join_next = join_round(0u, m0 + rm, n0 + rn, lane);
+        }
+        for (var round = 0u; round < rounds; round++) {
+            let bi = round / across;
+            let bj = round % across;
+            let join_now = join_next;
+            if (JOIN && round + 1u < rounds) {
+                join_next = join_round(round + 1u, m0 + rm, n0 + rn, lane);
+            }
+            switch bi * 4u + bj {
+                case 0u: { coopStoreT(c00, &c_stage[stage], 16u); }
+                case 1u: { coopStoreT(c01, &c_stage[stage], 16u); }
+                case 2u: { coopStoreT(c02, &c_stage[stage], 16u); }
+                case 3u: { coopStoreT(c03, &c_stage[stage], 16u); }
+                case 4u: { coopStoreT(c10, &c_stage[stage], 16u); }
+                case 5u: { coopStoreT(c11, &c_stage[stage], 16u); }
+                case 6u: { coopStoreT(c12, &c_stage[stage], 16u); }
+                case 7u: { coopStoreT(c13, &c_stage[stage], 16u); }
+                case 8u: { coopStoreT(c20, &c_stage[stage], 16u); }
+                case 9u: { coopStoreT(c21, &c_stage[stage], 16u); }
+                case 10u: { coopStoreT(c22, &c_stage[stage], 16u); }
+                case 11u: { coopStoreT(c23, &c_stage[stage], 16u); }
+                case 12u: { coopStoreT(c30, &c_stage[stage], 16u); }
+                case 13u: { coopStoreT(c31, &c_stage[stage], 16u); }
+                case 14u: { coopStoreT(c32, &c_stage[stage], 16u); }
+                default: { coopStoreT(c33, &c_stage[stage], 16u); }
+            }
+            subgroupBarrier();
+            for (var j = 0u; j < 2u; j++) {
+                let within = lane + j * 32u;
+                let m = m0 + rm + bi * 16u + within / 4u;
+                let n = n0 + rn + bj * 16u + (within % 4u) * 4u;
+                if (m < p.m && n < p.n) {
+                    let at = stage + within * 4u;
+                    let v = vec4<f32>(c_stage[at], c_stage[at + 1u], c_stage[at + 2u], c_stage[at + 3u]);
+                    if (JOIN) {
+                        let q = c_index(m, n) / 4u;
+                        let d = select(join_now.d1, join_now.d0, j == 0u);
+                        let y = select(join_now.y1, join_now.y0, j == 0u);
+                        c_put4(q, join4(v, d, y));
+                    } else {
+                        store(base, m, n, v);
+                    }
+                }
+            }
+            subgroupBarrier();
+        }
+        // The next tile's first K step in buffer 0 before any subgroup reads it there.
+        if (ahead < count) {
+            store_a16(lid, 0u);
+            store_b16(lid, 0u);
         }
         workgroupBarrier();
-        buf = next;
-    }
-
-    // One round per accumulator (SG_M / 16 x SG_N / 16 of them): each subgroup puts its
-    // 16x16 block row-major at c_stage[sg * 256] and its own 32 invocations take it out, two
-    // quads each, through `store`. No other subgroup touches that block, so a subgroup
-    // barrier orders its writes and reads: subgroups leave their rounds at their own pace,
-    // where workgroup barriers held every round to the slowest (two a round). naga writes
-    // subgroupBarrier as OpControlBarrier at subgroup scope with SubgroupMemory semantics,
-    // not WorkgroupMemory: the order of these workgroup-memory accesses rests on the
-    // barrier's execution sync, which NVIDIA's warp sync gives (PTX bar.warp.sync orders
-    // memory among the threads it syncs); the GPU kernel tests check every tile through it.
-    let base = partial_base(split);
-    let stage = sg * 256u;
-    let across = SG_N / 16u;
-    let rounds = (SG_M / 16u) * across;
-    // JOIN (an unsplit product: base 0): the join's quads of the next round are loaded while
-    // this one stores, where loading them in `store` left each round waiting on memory.
-    var join_next = JoinQuads();
-    if (JOIN) {
-        join_next = join_round(0u, m0 + rm, n0 + rn, lane);
-    }
-    for (var round = 0u; round < rounds; round++) {
-        let bi = round / across;
-        let bj = round % across;
-        let join_now = join_next;
-        if (JOIN && round + 1u < rounds) {
-            join_next = join_round(round + 1u, m0 + rm, n0 + rn, lane);
-        }
-        switch bi * 4u + bj {
-            case 0u: { coopStoreT(c00, &c_stage[stage], 16u); }
-            case 1u: { coopStoreT(c01, &c_stage[stage], 16u); }
-            case 2u: { coopStoreT(c02, &c_stage[stage], 16u); }
-            case 3u: { coopStoreT(c03, &c_stage[stage], 16u); }
-            case 4u: { coopStoreT(c10, &c_stage[stage], 16u); }
-            case 5u: { coopStoreT(c11, &c_stage[stage], 16u); }
-            case 6u: { coopStoreT(c12, &c_stage[stage], 16u); }
-            case 7u: { coopStoreT(c13, &c_stage[stage], 16u); }
-            case 8u: { coopStoreT(c20, &c_stage[stage], 16u); }
-            case 9u: { coopStoreT(c21, &c_stage[stage], 16u); }
-            case 10u: { coopStoreT(c22, &c_stage[stage], 16u); }
-            case 11u: { coopStoreT(c23, &c_stage[stage], 16u); }
-            case 12u: { coopStoreT(c30, &c_stage[stage], 16u); }
-            case 13u: { coopStoreT(c31, &c_stage[stage], 16u); }
-            case 14u: { coopStoreT(c32, &c_stage[stage], 16u); }
-            default: { coopStoreT(c33, &c_stage[stage], 16u); }
-        }
-        subgroupBarrier();
-        for (var j = 0u; j < 2u; j++) {
-            let within = lane + j * 32u;
-            let m = m0 + rm + bi * 16u + within / 4u;
-            let n = n0 + rn + bj * 16u + (within % 4u) * 4u;
-            if (m < p.m && n < p.n) {
-                let at = stage + within * 4u;
-                let v = vec4<f32>(c_stage[at], c_stage[at + 1u], c_stage[at + 2u], c_stage[at + 3u]);
-                if (JOIN) {
-                    let q = c_index(m, n) / 4u;
-                    let d = select(join_now.d1, join_now.d0, j == 0u);
-                    let y = select(join_now.y1, join_now.y0, j == 0u);
-                    c_put4(q, join4(v, d, y));
-                } else {
-                    store(base, m, n, v);
-                }
-            }
-        }
-        subgroupBarrier();
     }
 }

@@ -23,7 +23,9 @@ use naga::valid::{Capabilities, ValidationFlags, Validator};
 /// `CONVOY_PIPELINE_LOG`): no adapter here offers cooperative matrices, so CI reads them.
 /// Recorded in sessions 17 and 18 (the forced tensor-core tiles' variants too), joined with
 /// those session 16 derived by hand for shapes the sweep does not reach (each M128N64
-/// variant's widest and tall twins, which models' products pick).
+/// variant's widest and tall twins, which models' products pick), and in session 44 on an
+/// H200 (results 2026-12-03 call 12), with each of those plain variants also taken with
+/// PERSIST (the walk a product of many tiles takes).
 const COOP_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/coop_pipelines.jsonl");
 
 /// The fixture's variants and those of the pipeline logs under `CONVOY_PIPELINE_LOG`, and

@@ -34,6 +34,15 @@ const COOP_TALL_MIN_M: usize = 2048;
 /// Rows of M from which the tensor-core kernel takes its 256 x 128 tile for outputs of 65-128
 /// columns (the 128-channel weight gradient's 1,152 rows gained from it).
 const COOP_WIDE_TALL_MIN_M: usize = 1024;
+
+/// Workgroups a plain tensor-core product of more tiles walks them on (`PERSIST` in
+/// shaders/conv2d_coop.wgsl): about four per compute unit of a large GPU (an H200's 132),
+/// where each one's next first K step is fetched while it stores a tile. On an H200,
+/// resnet50 mixed gained 1% (both rounds) and resnet18_cifar 0.25%; single products ran
+/// from 3% slower to 7% faster (the joined input gradient); 264, 528 and 1,056 workgroups
+/// were alike (results 2026-12-03, call 11).
+const PERSIST_WORKGROUPS: usize = 528;
+
 /// Rows (all phases together) up to which a strided input gradient's phase products run on
 /// 128 x 64 whatever their columns (see [`CoopTile::choose`]): resnet18_cifar's 256 -> 512
 /// at batch 256 (16,384), not resnet18 @224's (50,176).
@@ -1297,6 +1306,14 @@ pub(super) fn record(
         bail!(Config, "{kernel}: {} products in one dispatch, at most {MAX_PRODUCTS} and none with K split", products.len());
     }
     if p.splits() == 1 {
+        // A plain tensor-core product of more tiles than PERSIST_WORKGROUPS walks them on that
+        // many workgroups (see PERSIST in shaders/conv2d_coop.wgsl).
+        let persist = entry == COOP_ENTRY && products.len() == 1 && !rows && group_count == 1 && p.k > 0 && workgroups > PERSIST_WORKGROUPS;
+        if persist {
+            constants.push(("PERSIST", 1.0));
+            groups = grid(device, PERSIST_WORKGROUPS as u64)?;
+        }
+        let path = if persist { format!("{path} persist") } else { path };
         let bias_flag = if g.bias.is_some() { BIAS } else { 0 };
         let products: Vec<Params> = products.iter().map(|q| Params { flags: q.flags | bias_flag, ..*q }).collect();
         if rows {

@@ -200,6 +200,65 @@ fn mixed_products_match_f64_within_f16_bounds() {
     }
 }
 
+/// Products of more tiles than the tensor-core kernel's walking grid (`persist`: each
+/// workgroup walks its tiles a grid apart, fetching the next tile's first K step while it
+/// stores this one) at the shapes that walk in ResNet-50: a short-K matmul plain and
+/// transposed, whose last pass leaves part of the grid idle, and a 3x3 convolution's forward
+/// (its image gathered, two K steps) and flipped input gradient (16 columns, K 576). The
+/// references run once, four at a time, for both shader variants. The coverage assertions
+/// fail when a product did not walk.
+#[test]
+fn persistent_walks_match_f64_within_f16_bounds() {
+    if !device().has_coop16() {
+        println!("no tensor cores: only the tensor-core kernel walks its tiles");
+        return;
+    }
+    let mut r = rng(120);
+    let mkn = (9000, 64, 1030);
+    let (m, k, n) = mkn;
+    let (a, b) = (random(&mut r, m * k), random(&mut r, k * n));
+    let g = Conv2dGeometry::new(&[64, 48, 48, 16], 64, (3, 3), (1, 1), Padding::Same).unwrap();
+    let (xs, ws, ys) = (g.input_shape(), g.kernel_shape(), g.output_shape());
+    let (x, w, dy) = (random(&mut r, xs.iter().product()), random(&mut r, ws.iter().product()), random(&mut r, ys.iter().product()));
+    let (ax, aw, ady) = (abs(&x), abs(&w), abs(&dy));
+    let (aa, ab) = (abs(&a), abs(&b));
+    let transposes = [(false, false), (true, true)];
+    // Each reference and its bound, computed on their own threads.
+    let (matmuls, forward, backward) = std::thread::scope(|s| {
+        let matmuls: Vec<_> = transposes
+            .iter()
+            .map(|&(ta, tb)| {
+                let (a, b, aa, ab) = (&a, &b, &aa, &ab);
+                (s.spawn(move || matmul_ref(a, b, mkn, ta, tb)), s.spawn(move || matmul_ref(aa, ab, mkn, ta, tb)))
+            })
+            .collect();
+        let forward = (s.spawn(|| forward_ref(&g, &x, &w)), s.spawn(|| forward_ref(&g, &ax, &aw)));
+        let backward = (s.spawn(|| backward_data_ref(&g, &dy, &w)), s.spawn(|| backward_data_ref(&g, &ady, &aw)));
+        let both = |(v, b): (std::thread::ScopedJoinHandle<Vec<f64>>, std::thread::ScopedJoinHandle<Vec<f64>>)| (v.join().unwrap(), b.join().unwrap());
+        (matmuls.into_iter().map(both).collect::<Vec<_>>(), both(forward), both(backward))
+    });
+    take_paths();
+    on_sweep_variants(|variant| {
+        let d = device();
+        for (&(ta, tb), (want, bound)) in transposes.iter().zip(&matmuls) {
+            let (sa, sb) = shapes(m, k, n, ta, tb);
+            let (ta_, tb_, tc) = (upload(&a, &sa), upload(&b, &sb), upload(&vec![0.0; m * n], &[m, n]));
+            run(&dense::matmul_with(&d, &ta_, &tb_, &tc, ta, tb, &MIXED).unwrap());
+            assert_mixed(&format!("walked matmul {mkn:?} ta={ta} tb={tb} ({variant})"), &read(&tc), want, bound);
+        }
+        let (tx, tw, tdy) = (upload(&x, &xs), upload(&w, &ws), upload(&dy, &ys));
+        let (ty, tdx) = (upload(&vec![0.0; dy.len()], &ys), upload(&vec![0.0; x.len()], &xs));
+        run(&conv2d::forward_with(&d, &g, &tx, &tw, &ty, &MIXED).unwrap());
+        run(&conv2d::backward_data_with(&d, &g, &tdy, &tw, &tdx, &GemmOptions { flip: Some(true), ..MIXED }).unwrap());
+        assert_mixed(&format!("walked conv {g:?} forward ({variant})"), &read(&ty), &forward.0, &forward.1);
+        assert_mixed(&format!("walked conv {g:?} backward_data ({variant})"), &read(&tdx), &backward.0, &backward.1);
+    });
+    let taken = take_paths();
+    for tokens in [["persist", "a=Rows"], ["persist", "a=Cols"], ["persist", "a=Im2col"], ["persist", "flipped"]] {
+        assert!(coop_path_with(&taken, &tokens), "no tensor-core product walked with {tokens:?}; taken: {taken:?}");
+    }
+}
+
 /// Tensor-core tiles the kernel can run besides the engine's own: 128-invocation tiles whose
 /// subgroups own 64 rows (the narrow products' candidates), a single subgroup, and 16-deep K
 /// steps. Each must give every product the same numbers within the f16 bounds.
