@@ -38,9 +38,9 @@ const COOP_WIDE_TALL_MIN_M: usize = 1024;
 /// Workgroups a plain tensor-core product of more tiles walks them on (`PERSIST` in
 /// shaders/conv2d_coop.wgsl): about four per compute unit of a large GPU (an H200's 132),
 /// where each one's next first K step is fetched while it stores a tile. On an H200,
-/// resnet50 mixed gained 1% (both rounds) and resnet18_cifar 0.25%; single products ran
-/// from 3% slower to 7% faster (the joined input gradient); 264, 528 and 1,056 workgroups
-/// were alike (results 2026-12-03, call 11).
+/// resnet50 mixed gained 1% in call 11's two rounds and nothing in call 12's three
+/// (results 2026-12-03); single products ran from 3% slower to 7% faster (the joined input
+/// gradient); 264, 528 and 1,056 workgroups were alike (call 11).
 const PERSIST_WORKGROUPS: usize = 528;
 
 /// Rows (all phases together) up to which a strided input gradient's phase products run on
