@@ -214,7 +214,7 @@ fn persistent_walks_match_f64_within_f16_bounds() {
         return;
     }
     let mut r = rng(120);
-    let mkn = (9000, 64, 1030);
+    let mkn = (18000, 64, 1030);
     let (m, k, n) = mkn;
     let (a, b) = (random(&mut r, m * k), random(&mut r, k * n));
     let g = Conv2dGeometry::new(&[64, 48, 48, 16], 64, (3, 3), (1, 1), Padding::Same).unwrap();
