@@ -31,9 +31,9 @@
 override STAGE_PAD: u32 = 0u;
 // PERSIST: a grid smaller than the product's tiles, whose workgroups walk the tiles a grid
 // apart, each fetching its next tile's first K step into registers before this tile's
-// epilogue so that those loads are in flight while it stores (the host sets it on a plain
-// product only: one product, no groups, no K split, no phase rows; see PERSIST_WORKGROUPS
-// in src/kernels/gemm.rs).
+// epilogue so that those loads are in flight while it stores (the host sets it where
+// GemmOptions::persist asks, on a plain product only: one product, no groups, no K split, no
+// phase rows; see PERSIST_WORKGROUPS in src/kernels/gemm.rs).
 override PERSIST: bool = false;
 // Rows and columns of the tile one subgroup owns: 32 or 64 each (2 or 4 accumulators).
 override SG_M: u32 = 32u;

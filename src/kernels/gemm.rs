@@ -35,12 +35,11 @@ const COOP_TALL_MIN_M: usize = 2048;
 /// columns (the 128-channel weight gradient's 1,152 rows gained from it).
 const COOP_WIDE_TALL_MIN_M: usize = 1024;
 
-/// Workgroups a plain tensor-core product of more tiles walks them on (`PERSIST` in
-/// shaders/conv2d_coop.wgsl): about four per compute unit of a large GPU (an H200's 132),
-/// where each one's next first K step is fetched while it stores a tile. On an H200,
-/// resnet50 mixed gained 1% in call 11's two rounds and nothing in call 12's three
-/// (results 2026-12-03); single products ran from 3% slower to 7% faster (the joined input
-/// gradient); 264, 528 and 1,056 workgroups were alike (call 11).
+/// Workgroups a plain tensor-core product of more tiles walks them on where
+/// [`GemmOptions::persist`] asks (`PERSIST` in shaders/conv2d_coop.wgsl): about four per
+/// compute unit of a large GPU (an H200's 132), where each one's next first K step is
+/// fetched while it stores a tile. 264, 528 and 1,056 workgroups were alike (results
+/// 2026-12-03, calls 11 and 16).
 const PERSIST_WORKGROUPS: usize = 528;
 
 /// Rows (all phases together) up to which a strided input gradient's phase products run on
@@ -436,6 +435,13 @@ pub struct GemmOptions {
     /// The kernel that computes the product instead of the device's own (see [`Engine`]), so
     /// tests reach both kernels on any adapter.
     pub engine: Option<Engine>,
+    /// A plain tensor-core product (one product, no groups, no K split, no phase rows) of more
+    /// tiles than `PERSIST_WORKGROUPS` walks them on that many workgroups, each fetching its
+    /// next tile's first K step while it stores this one; other products ignore it. Not the
+    /// engine's choice: on an H200 ResNet-50 mixed ran 2.7% faster with no product walking
+    /// (results 2026-12-03 call 16, 3,545 -> 3,643 images/s), where single short-K products
+    /// ran up to 7% faster walking (call 11).
+    pub persist: bool,
 }
 
 /// How the tensor-core kernel carries an f16 A from memory into its workgroup tiles.
@@ -871,6 +877,9 @@ pub(crate) fn launch_statistics(device: &Device, g: &Gemm, opts: &GemmOptions, s
         tokens.push_str(token);
     }
     let workgroups = tiles_m * tiles_n * p.splits() * group_count;
+    if opts.persist && kernel.entry == COOP_ENTRY && group_count == 1 && g.phase.is_none() && p.splits() == 1 && p.k > 0 && workgroups > PERSIST_WORKGROUPS {
+        constants.push(("PERSIST", 1.0));
+    }
     let path = format!("{} {tokens} {}", kernel.tile_token, kernel.shape_token);
     let stats = stats && p.splits() == 1 && declares_stats(kernel.entry);
     record_statistics(device, g, stats, (kernel.bm, tiles_m), (kernel.family, kernel.entry), constants, p, workgroups, path)
@@ -1306,11 +1315,9 @@ pub(super) fn record(
         bail!(Config, "{kernel}: {} products in one dispatch, at most {MAX_PRODUCTS} and none with K split", products.len());
     }
     if p.splits() == 1 {
-        // A plain tensor-core product of more tiles than PERSIST_WORKGROUPS walks them on that
-        // many workgroups (see PERSIST in shaders/conv2d_coop.wgsl).
-        let persist = entry == COOP_ENTRY && products.len() == 1 && !rows && group_count == 1 && p.k > 0 && workgroups > PERSIST_WORKGROUPS;
+        // A walking product (launch_statistics asked for it) runs on PERSIST_WORKGROUPS.
+        let persist = constants.iter().any(|&(name, _)| name == "PERSIST");
         if persist {
-            constants.push(("PERSIST", 1.0));
             groups = grid(device, PERSIST_WORKGROUPS as u64)?;
         }
         let path = if persist { format!("{path} persist") } else { path };

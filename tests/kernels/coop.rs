@@ -22,7 +22,7 @@ use crate::dense::{matmul_ref, shapes};
 const F16_U: f64 = 1.0 / 2048.0;
 const MIXED_TOL: f64 = 1e-3;
 
-const MIXED: GemmOptions = GemmOptions { tile: None, splits: None, mixed: true, winograd: None, flip: None, coop_tile: None, a_stage: None, engine: None };
+const MIXED: GemmOptions = GemmOptions { tile: None, splits: None, mixed: true, winograd: None, flip: None, coop_tile: None, a_stage: None, engine: None, persist: false };
 
 /// The options an f16-storage sweep runs under: both engines, and where the device has
 /// tensor cores the tiled one with an f16 A staged each way by force (`GemmOptions::a_stage`;
@@ -200,9 +200,9 @@ fn mixed_products_match_f64_within_f16_bounds() {
     }
 }
 
-/// Products of more tiles than the tensor-core kernel's walking grid (`persist`: each
-/// workgroup walks its tiles a grid apart, fetching the next tile's first K step while it
-/// stores this one) at the shapes that walk in ResNet-50: a short-K matmul plain and
+/// Products of more tiles than the tensor-core kernel's walking grid, asked to walk
+/// (`GemmOptions::persist`: each workgroup walks its tiles a grid apart, fetching the next
+/// tile's first K step while it stores this one), at ResNet-50's shapes: a short-K matmul plain and
 /// transposed, whose last pass leaves part of the grid idle, and a 3x3 convolution's forward
 /// (its image gathered, two K steps) and flipped input gradient (16 columns, K 576). The
 /// references run once, four at a time, for both shader variants. The coverage assertions
@@ -237,19 +237,20 @@ fn persistent_walks_match_f64_within_f16_bounds() {
         let both = |(v, b): (std::thread::ScopedJoinHandle<Vec<f64>>, std::thread::ScopedJoinHandle<Vec<f64>>)| (v.join().unwrap(), b.join().unwrap());
         (matmuls.into_iter().map(both).collect::<Vec<_>>(), both(forward), both(backward))
     });
+    let walking = GemmOptions { persist: true, ..MIXED };
     take_paths();
     on_sweep_variants(|variant| {
         let d = device();
         for (&(ta, tb), (want, bound)) in transposes.iter().zip(&matmuls) {
             let (sa, sb) = shapes(m, k, n, ta, tb);
             let (ta_, tb_, tc) = (upload(&a, &sa), upload(&b, &sb), upload(&vec![0.0; m * n], &[m, n]));
-            run(&dense::matmul_with(&d, &ta_, &tb_, &tc, ta, tb, &MIXED).unwrap());
+            run(&dense::matmul_with(&d, &ta_, &tb_, &tc, ta, tb, &walking).unwrap());
             assert_mixed(&format!("walked matmul {mkn:?} ta={ta} tb={tb} ({variant})"), &read(&tc), want, bound);
         }
         let (tx, tw, tdy) = (upload(&x, &xs), upload(&w, &ws), upload(&dy, &ys));
         let (ty, tdx) = (upload(&vec![0.0; dy.len()], &ys), upload(&vec![0.0; x.len()], &xs));
-        run(&conv2d::forward_with(&d, &g, &tx, &tw, &ty, &MIXED).unwrap());
-        run(&conv2d::backward_data_with(&d, &g, &tdy, &tw, &tdx, &GemmOptions { flip: Some(true), ..MIXED }).unwrap());
+        run(&conv2d::forward_with(&d, &g, &tx, &tw, &ty, &walking).unwrap());
+        run(&conv2d::backward_data_with(&d, &g, &tdy, &tw, &tdx, &GemmOptions { flip: Some(true), ..walking }).unwrap());
         assert_mixed(&format!("walked conv {g:?} forward ({variant})"), &read(&ty), &forward.0, &forward.1);
         assert_mixed(&format!("walked conv {g:?} backward_data ({variant})"), &read(&tdx), &backward.0, &backward.1);
     });
