@@ -7,7 +7,7 @@
 //!
 //! `cargo bench --bench gemm [-- FILTER] [--splits auto,1,4] [--flip on,off,auto]
 //! [--coop auto,256x64/64x64/1/16] [--store f32,a16,a16c16,f16] [--stage auto,words,halves]
-//! [--reps N] [--side S] [--batch B] [--stats] [--fill] [--probe] [--probe-wgrad]`; FILTER keeps the cases whose name contains it; `--side`
+//! [--persist off,on] [--reps N] [--side S] [--batch B] [--stats] [--fill] [--probe] [--probe-wgrad]`; FILTER keeps the cases whose name contains it; `--side`
 //! sets the 64-channel stage's image side (56, ResNet-18 at 224 px; 32 gives resnet18_cifar's
 //! shapes, each later stage at half the side before), `--batch` the images (256; `convoy
 //! bench` runs ResNet-50 at 128); the device is `CONVOY_BENCH_DEVICES` (default: the first adapter). Forward
@@ -331,6 +331,19 @@ fn main() -> Result<()> {
         Some(list) => list.split(',').map(|t| coop_tile(t.trim()).ok_or_else(|| convoy::Error::Config(format!("--coop {t}: expected BMxBN/SGMxSGN/BUFS/BK or auto")))).collect::<Result<_>>()?,
         None => vec![None],
     };
+    // `--persist off,on`: mixed products with the tensor-core kernel's tile walk asked for or
+    // not (`GemmOptions::persist`; the engine's own choice is off).
+    let persists: Vec<bool> = match value("--persist") {
+        Some(list) => list
+            .split(',')
+            .map(|t| match t.trim() {
+                "off" => Ok(false),
+                "on" => Ok(true),
+                other => Err(convoy::Error::Config(format!("--persist {other}: expected off or on"))),
+            })
+            .collect::<Result<_>>()?,
+        None => vec![false],
+    };
     // `--stage auto,words,halves`: mixed products reading an f16 A with it staged as two
     // words or as f16 (`GemmOptions::a_stage`), beside the engine's choice.
     let stages: Vec<Option<AStage>> = match value("--stage") {
@@ -421,13 +434,15 @@ fn main() -> Result<()> {
             // gradient reads and writes gradients alone (`grad_stores`).
             let store_sweep = if case.name.contains("forward") || case.name.contains("weight grad") { &stores[..] } else if case.name.starts_with("matmul") { &[Store::F32] } else { &grad_stores[..] };
             let stage_sweep = if mixed { &stages[..] } else { &[None] };
+            let persist_sweep = if mixed { &persists[..] } else { &[false] };
             let variants: Vec<_> = variants
                 .flat_map(|v| coop_sweep.iter().map(move |c| (v, c)))
                 .flat_map(|v| store_sweep.iter().map(move |s| (v, *s)))
                 .flat_map(|v| stage_sweep.iter().map(move |a| (v, *a)))
+                .flat_map(|v| persist_sweep.iter().map(move |w| (v, *w)))
                 .collect();
-            for ((((&split, &flip), &coop), store), stage) in variants {
-                let opts = GemmOptions { mixed, splits: split, flip, coop_tile: coop, a_stage: stage, ..Default::default() };
+            for (((((&split, &flip), &coop), store), stage), persist) in variants {
+                let opts = GemmOptions { mixed, splits: split, flip, coop_tile: coop, a_stage: stage, persist, ..Default::default() };
                 let dispatches = match (case.record)(&device, &opts, store) {
                     // A flip forced where it cannot compute the product, a tile the kernel
                     // cannot run.
@@ -460,6 +475,7 @@ fn main() -> Result<()> {
                 };
                 let split = if stores.len() > 1 { format!("{split} {store:?}") } else { split };
                 let split = if stages.len() > 1 { format!("{split} {}", stage.map_or("auto".to_string(), |s| format!("{s:?}"))) } else { split };
+                let split = if mixed && persists.len() > 1 { format!("{split} {}", if persist { "walk" } else { "nowalk" }) } else { split };
                 let paths: Vec<&str> = dispatches.iter().map(|d| d.path.as_str()).collect();
                 println!("{:<28} {precision:>9} {split:>17} {ms:>9.3} {tflops:>9.2} {of_peak:>6.1}  {}", case.name, paths.join(" | "));
             }
