@@ -258,6 +258,13 @@ fn persistent_walks_match_f64_within_f16_bounds() {
     for tokens in [["persist", "a=Rows"], ["persist", "a=Cols"], ["persist", "a=Im2col"], ["persist", "flipped"]] {
         assert!(coop_path_with(&taken, &tokens), "no tensor-core product walked with {tokens:?}; taken: {taken:?}");
     }
+    // Unasked, the same product does not walk: the engine's own choice (the step ran faster so).
+    let d = device();
+    let (sa, sb) = shapes(m, k, n, false, false);
+    let (ta_, tb_, tc) = (upload(&a, &sa), upload(&b, &sb), upload(&vec![0.0; m * n], &[m, n]));
+    run(&dense::matmul_with(&d, &ta_, &tb_, &tc, false, false, &MIXED).unwrap());
+    let unasked = take_paths();
+    assert!(coop_path_with(&unasked, &["a=Rows"]) && !coop_path_with(&unasked, &["persist"]), "the engine's own choice walked or left the tensor cores: {unasked:?}");
 }
 
 /// Tensor-core tiles the kernel can run besides the engine's own: 128-invocation tiles whose
