@@ -263,6 +263,24 @@ fn probe_wgrad(device: &Device, batch: usize, side: usize, reps: usize) -> Resul
     Ok(())
 }
 
+/// The comma-separated choices given to `flag` (`given`, its value), each one of `names`, or
+/// `default` alone without the flag; an unknown one is an error naming the choices.
+fn named_list<T: Copy>(given: Option<String>, flag: &str, names: &[(&str, T)], default: T) -> Result<Vec<T>> {
+    let Some(list) = given else { return Ok(vec![default]) };
+    let keys: Vec<&str> = names.iter().map(|&(name, _)| name).collect();
+    let expected = match keys.split_last() {
+        Some((last, [])) => last.to_string(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    };
+    list.split(',')
+        .map(|t| {
+            let t = t.trim();
+            names.iter().find(|&&(name, _)| name == t).map(|&(_, v)| v).ok_or_else(|| convoy::Error::Config(format!("{flag} {t}: expected {expected}")))
+        })
+        .collect()
+}
+
 /// `BMxBN/SGMxSGN/BUFS/BK` (e.g. `256x64/64x64/1/16`), or `auto` for the engine's choice.
 fn coop_tile(arg: &str) -> Option<Option<CoopTile>> {
     if arg == "auto" {
@@ -333,48 +351,15 @@ fn main() -> Result<()> {
     };
     // `--persist off,on`: mixed products with the tensor-core kernel's tile walk asked for or
     // not (`GemmOptions::persist`; the engine's own choice is off).
-    let persists: Vec<bool> = match value("--persist") {
-        Some(list) => list
-            .split(',')
-            .map(|t| match t.trim() {
-                "off" => Ok(false),
-                "on" => Ok(true),
-                other => Err(convoy::Error::Config(format!("--persist {other}: expected off or on"))),
-            })
-            .collect::<Result<_>>()?,
-        None => vec![false],
-    };
+    let persists = named_list(value("--persist"), "--persist", &[("off", false), ("on", true)], false)?;
     // `--stage auto,words,halves`: mixed products reading an f16 A with it staged as two
     // words or as f16 (`GemmOptions::a_stage`), beside the engine's choice.
-    let stages: Vec<Option<AStage>> = match value("--stage") {
-        Some(list) => list
-            .split(',')
-            .map(|t| match t.trim() {
-                "auto" => Ok(None),
-                "words" => Ok(Some(AStage::Words)),
-                "halves" => Ok(Some(AStage::Halves)),
-                other => Err(convoy::Error::Config(format!("--stage {other}: expected auto, words or halves"))),
-            })
-            .collect::<Result<_>>()?,
-        None => vec![None],
-    };
+    let stages = named_list(value("--stage"), "--stage", &[("auto", None), ("words", Some(AStage::Words)), ("halves", Some(AStage::Halves))], None)?;
     let selection = std::env::var("CONVOY_BENCH_DEVICES").unwrap_or_else(|_| "0".into());
     let device = convoy::device::open(&selection)?.remove(0);
     let software = device.is_software();
     // `--store f32,a16,a16c16`: convolutions on f32 or f16 activations (see `Store`).
-    let stores: Vec<Store> = match value("--store") {
-        Some(list) => list
-            .split(',')
-            .map(|t| match t.trim() {
-                "f32" => Ok(Store::F32),
-                "a16" => Ok(Store::A16),
-                "a16c16" => Ok(Store::A16C16),
-                "f16" => Ok(Store::F16),
-                other => Err(convoy::Error::Config(format!("--store {other}: expected f32, a16, a16c16 or f16"))),
-            })
-            .collect::<Result<_>>()?,
-        None => vec![Store::F32],
-    };
+    let stores = named_list(value("--store"), "--store", &[("f32", Store::F32), ("a16", Store::A16), ("a16c16", Store::A16C16), ("f16", Store::F16)], Store::F32)?;
     // The input gradients' storages: f16 under `f16`, f32 under the others.
     let grad_stores: Vec<Store> = [Store::F32, Store::F16].into_iter().filter(|&g| stores.iter().any(|&s| (s == Store::F16) == (g == Store::F16))).collect();
     let reps: usize = value("--reps").and_then(|r| r.parse().ok()).unwrap_or(if software { 1 } else { 20 });
