@@ -7,11 +7,13 @@
 //!
 //! `cargo bench --bench gemm [-- FILTER] [--splits auto,1,4] [--flip on,off,auto]
 //! [--coop auto,256x64/64x64/1/16] [--store f32,a16,a16c16,f16] [--stage auto,words,halves]
-//! [--persist off,on] [--reps N] [--side S] [--batch B] [--stats] [--fill] [--probe] [--probe-wgrad]`; FILTER keeps the cases whose name contains it; `--side`
+//! [--persist off,on] [--precision float32,mixed] [--reps N] [--warm MS] [--side S] [--batch B] [--stats] [--fill] [--probe] [--probe-wgrad]`; FILTER keeps the cases whose name contains it; `--side`
 //! sets the 64-channel stage's image side (56, ResNet-18 at 224 px; 32 gives resnet18_cifar's
 //! shapes, each later stage at half the side before), `--batch` the images (256; `convoy
 //! bench` runs ResNet-50 at 128); the device is `CONVOY_BENCH_DEVICES` (default: the first adapter). Forward
 //! and input-gradient products take only `auto` and `1` of `--splits` (their K is short).
+//! `--precision` keeps one policy's runs (both unless given); `--warm` runs each variant this
+//! long before it is timed (30 ms).
 //! `--fill` gives the products' operands values instead of zeros. On a software adapter the
 //! shapes shrink to a smoke run. `--probe` times plain f16 products
 //! by the probe kernel instead (`benches/coop_shared.wgsl`): what cooperative matrices give here.
@@ -352,6 +354,12 @@ fn main() -> Result<()> {
     // `--persist off,on`: mixed products with the tensor-core kernel's tile walk asked for or
     // not (`GemmOptions::persist`; the engine's own choice is off).
     let persists = named_list(value("--persist"), "--persist", &[("off", false), ("on", true)], false)?;
+    // `--precision mixed`: the mixed runs alone, where a tile sweep learns nothing from the
+    // float32 ones (both policies unless given).
+    let policies = match value("--precision") {
+        None => vec![false, true],
+        given => named_list(given, "--precision", &[("float32", false), ("mixed", true)], true)?,
+    };
     // `--stage auto,words,halves`: mixed products reading an f16 A with it staged as two
     // words or as f16 (`GemmOptions::a_stage`), beside the engine's choice.
     let stages = named_list(value("--stage"), "--stage", &[("auto", None), ("words", Some(AStage::Words)), ("halves", Some(AStage::Halves))], None)?;
@@ -362,6 +370,10 @@ fn main() -> Result<()> {
     let stores = named_list(value("--store"), "--store", &[("f32", Store::F32), ("a16", Store::A16), ("a16c16", Store::A16C16), ("f16", Store::F16)], Store::F32)?;
     // The input gradients' storages: f16 under `f16`, f32 under the others.
     let grad_stores: Vec<Store> = [Store::F32, Store::F16].into_iter().filter(|&g| stores.iter().any(|&s| (s == Store::F16) == (g == Store::F16))).collect();
+    let warm_s: f64 = match value("--warm") {
+        Some(w) => w.parse::<f64>().ok().filter(|w| w.is_finite() && *w >= 0.0).ok_or_else(|| convoy::Error::Config(format!("--warm {w}: expected milliseconds, 0 or more")))? / 1e3,
+        None => 0.03,
+    };
     let reps: usize = value("--reps").and_then(|r| r.parse().ok()).unwrap_or(if software { 1 } else { 20 });
     let side_arg: Option<usize> = value("--side").map(|s| s.parse().map_err(|_| convoy::Error::Config(format!("--side {s}: expected a whole number of pixels, 8 or more")))).transpose()?;
     let batch_arg: Option<usize> = value("--batch").map(|s| s.parse().ok().filter(|&b| b > 0).ok_or_else(|| convoy::Error::Config(format!("--batch {s}: expected a whole number of images, 1 or more")))).transpose()?;
@@ -408,7 +420,7 @@ fn main() -> Result<()> {
     // of a short K multiplies the partial sums past what a binding holds.
     let short_k_splits: Vec<Option<usize>> = splits.iter().copied().filter(|s| s.is_none_or(|v| v == 1)).collect();
     for case in cases.iter().filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str()))) {
-        for mixed in [false, true] {
+        for &mixed in &policies {
             let precision = if mixed { "mixed" } else { "float32" };
             let long_k = case.name.contains("weight grad") || case.name.starts_with("matmul");
             let sweep = if long_k { &splits[..] } else { &short_k_splits[..] };
@@ -439,9 +451,11 @@ fn main() -> Result<()> {
                 };
                 // Each variant's pipelines are built before it runs, the GPU idle meanwhile:
                 // a single warm-up run left some first variants timed at a third of their
-                // speed (H100, benches/results/2026-11-27g/call1). 30 ms of it first.
+                // speed (H100, benches/results/2026-11-27g/call1). 30 ms of it first, or `--warm`:
+                // a long sweep's later variants ran up to 3x slower than the same pipeline timed
+                // first (H200, benches/results/2026-12-03/call19).
                 let warm = Instant::now();
-                while warm.elapsed().as_secs_f64() < 0.03 {
+                while warm.elapsed().as_secs_f64() < warm_s {
                     device.run(&dispatches);
                     device.sync()?;
                 }
