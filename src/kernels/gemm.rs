@@ -132,10 +132,14 @@ impl CoopTile {
     ///   128 channels 1.159 -> 0.569, 256 0.693 -> 0.573, 512 0.827 -> 0.586; 1x1 1024 -> 256
     ///   0.313 -> 0.243, 64 -> 256 0.996 -> 0.443, 256 -> 64 0.468 -> 0.379 (2026-11-27f/call11);
     ///   1x1 512 -> 2048 kept the widest tile (0.231, 0.264 on 128 x 128).
-    /// - 3x3 weight gradients into 256 columns or more on the widest tile staging K 16 (A and B
-    ///   staged as f16, `-- "weight grad" --store f16 --coop ...`, TFLOP/s): 3x3 256 channels
-    ///   93.1 -> 118.7, 512 90.8 -> 100.7; the 1x1 ones (A = Cols) lose there (1024 -> 256
-    ///   143 -> 102) and 3x3 128 too (92.8 -> 65.1 on 128 columns) (2026-11-27h/call4).
+    /// - 3x3 weight gradients into 256 columns or more on the widest tile (A and B staged as
+    ///   f16, `-- "weight grad" --store f16 --coop ...`, TFLOP/s): 3x3 256 channels 93.1 ->
+    ///   118.7, 512 90.8 -> 100.7; the 1x1 ones (A = Cols) lose there (1024 -> 256 143 -> 102)
+    ///   and 3x3 128 too (92.8 -> 65.1 on 128 columns) (2026-11-27h/call4). Staging K 32 a
+    ///   step rather than 16 (H200, batch 128, `--warm 200`, ms): 3x3 256 0.252 -> 0.233, 512
+    ///   0.290 -> 0.270, the stride-2 ones 256 -> 256 0.255 -> 0.231 and 512 -> 512 0.299 ->
+    ///   0.276; resnet50 3,691 -> 3,714 images/s, resnet18 9,844 -> 9,976
+    ///   (benches/results/2026-12-03/call20).
     ///
     /// - 1x1 forwards and input gradients (A = Rows) into 129-256 columns on 256 x 64, K 16,
     ///   into more columns on 128 x 128, K 16, unless K is 2,048 or more (`cargo bench --bench
@@ -196,9 +200,8 @@ impl CoopTile {
         let tall16 = CoopTile { bm: 256, bn: 64, sg_m: 32, sg_n: 64, bufs: 1, bk: 16 };
         let square16 = CoopTile::SQUARE16;
         let small16 = CoopTile { bm: 64, bn: 64, sg_m: 32, sg_n: 32, bufs: 1, bk: 16 };
-        let widest16 = CoopTile { bm: 128, bn: 256, sg_m: 64, sg_n: 64, bufs: 1, bk: 16 };
         let narrow16 = CoopTile { bm: 128, bn: 64, sg_m: 32, sg_n: 32, bufs: 1, bk: 16 };
-        let widest = CoopTile { bk: 32, ..widest16 };
+        let widest = CoopTile { bm: 128, bn: 256, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 };
         let wide_tall = CoopTile { bm: 256, bn: 128, ..widest };
         let square32 = CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 };
         // A 1x1 forward or input gradient over many rows into whole 128-column tiles.
@@ -225,7 +228,7 @@ impl CoopTile {
             (phased && a == ALoad::Rows && n > 64 && n <= 256, square16),
             (phased && n <= 256, wide_tall),
             (weight_grad && (m <= 64 || n <= 64), small16),
-            (a == ALoad::Im2colT && n >= 256, widest16),
+            (a == ALoad::Im2colT && n >= 256, widest),
             (weight_grad && n <= 1024, square16),
             (whole_columns && k >= 512 && k > n, square32),
             (whole_columns && k < n, square16),
@@ -1553,12 +1556,12 @@ mod tests {
         assert_eq!(tall(ALoad::Im2col, 4_000, 256, 2_304).bn, 256);
         assert_eq!(tall(ALoad::Im2col, 25_088, 256, 2_304).bn, 256);
         assert_eq!(tall(ALoad::Im2col, 200_704, 128, 1_152), CoopTile { bm: 256, bn: 128, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 });
-        // A 3x3 weight gradient into 256 columns or more: the widest tile at K 16; a 1x1 one
+        // A 3x3 weight gradient into 256 columns or more: the widest tile at K 32; a 1x1 one
         // (A = Cols) keeps 128 x 128.
-        let widest16 = CoopTile { bm: 128, bn: 256, sg_m: 64, sg_n: 64, bufs: 1, bk: 16 };
+        let widest = CoopTile { bm: 128, bn: 256, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 };
         let narrow16 = CoopTile { bm: 128, bn: 64, sg_m: 32, sg_n: 32, bufs: 1, bk: 16 };
-        assert_eq!(tall(ALoad::Im2colT, 4_096, 256, 64), widest16);
-        assert_eq!(tall(ALoad::Im2colT, 2_304, 256, 50_176), widest16);
+        assert_eq!(tall(ALoad::Im2colT, 4_096, 256, 64), widest);
+        assert_eq!(tall(ALoad::Im2colT, 2_304, 256, 50_176), widest);
         assert_eq!(tall(ALoad::Cols, 1_024, 256, 50_176).bn, 128);
         // A weight gradient into 33-64 columns stages K 16 too.
         assert_eq!(tall(ALoad::Im2colT, 576, 64, 802_816), CoopTile { bm: 64, bn: 64, sg_m: 32, sg_n: 32, bufs: 1, bk: 16 });

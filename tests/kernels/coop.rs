@@ -238,14 +238,18 @@ fn persistent_walks_match_f64_within_f16_bounds() {
         (matmuls.into_iter().map(both).collect::<Vec<_>>(), both(forward), both(backward))
     });
     let walking = GemmOptions { persist: true, ..MIXED };
+    // The matmul run with `opts`: its output.
+    let matmul = |ta: bool, tb: bool, opts: &GemmOptions| {
+        let (sa, sb) = shapes(m, k, n, ta, tb);
+        let (ta_, tb_, tc) = (upload(&a, &sa), upload(&b, &sb), upload(&vec![0.0; m * n], &[m, n]));
+        run(&dense::matmul_with(&device(), &ta_, &tb_, &tc, ta, tb, opts).unwrap());
+        tc
+    };
     take_paths();
     on_sweep_variants(|variant| {
         let d = device();
         for (&(ta, tb), (want, bound)) in transposes.iter().zip(&matmuls) {
-            let (sa, sb) = shapes(m, k, n, ta, tb);
-            let (ta_, tb_, tc) = (upload(&a, &sa), upload(&b, &sb), upload(&vec![0.0; m * n], &[m, n]));
-            run(&dense::matmul_with(&d, &ta_, &tb_, &tc, ta, tb, &walking).unwrap());
-            assert_mixed(&format!("walked matmul {mkn:?} ta={ta} tb={tb} ({variant})"), &read(&tc), want, bound);
+            assert_mixed(&format!("walked matmul {mkn:?} ta={ta} tb={tb} ({variant})"), &read(&matmul(ta, tb, &walking)), want, bound);
         }
         let (tx, tw, tdy) = (upload(&x, &xs), upload(&w, &ws), upload(&dy, &ys));
         let (ty, tdx) = (upload(&vec![0.0; dy.len()], &ys), upload(&vec![0.0; x.len()], &xs));
@@ -259,10 +263,7 @@ fn persistent_walks_match_f64_within_f16_bounds() {
         assert!(coop_path_with(&taken, &tokens), "no tensor-core product walked with {tokens:?}; taken: {taken:?}");
     }
     // Unasked, the same product does not walk: the engine's own choice (the step ran faster so).
-    let d = device();
-    let (sa, sb) = shapes(m, k, n, false, false);
-    let (ta_, tb_, tc) = (upload(&a, &sa), upload(&b, &sb), upload(&vec![0.0; m * n], &[m, n]));
-    run(&dense::matmul_with(&d, &ta_, &tb_, &tc, false, false, &MIXED).unwrap());
+    matmul(false, false, &MIXED);
     let unasked = take_paths();
     assert!(coop_path_with(&unasked, &["a=Rows"]) && !coop_path_with(&unasked, &["persist"]), "the engine's own choice walked or left the tensor cores: {unasked:?}");
 }
@@ -496,7 +497,7 @@ fn f16_gradients_feed_the_backward_products() {
                 (Conv2dGeometry::new(&[4, 8, 8, 16], 32, (3, 3), (2, 2), Padding::Same).unwrap(), GemmOptions { splits: Some(2), ..mixed }),
                 (Conv2dGeometry::new(&[4, 8, 8, 16], 32, (3, 3), (2, 2), Padding::Same).unwrap(), GemmOptions { mixed: false, ..mixed }),
                 (Conv2dGeometry::new(&[4, 8, 8, 16], 32, (3, 3), (1, 1), Padding::Same).unwrap(), GemmOptions { mixed: false, ..mixed }),
-                // A 3x3 weight gradient into 256 columns: the widest tile staging K 16.
+                // A 3x3 weight gradient into 256 columns: the widest tile staging K 32.
                 (Conv2dGeometry::new(&[4, 8, 8, 32], 256, (3, 3), (1, 1), Padding::Same).unwrap(), mixed),
             ];
             for (i, (g, opts)) in convs.iter().enumerate() {
@@ -547,7 +548,7 @@ fn f16_gradients_feed_the_backward_products() {
     }
     if coop {
         // A staged as f16 into 64 columns or more, as two words into fewer (32 filters).
-        for t in ["coop_tile=128x256/64x64/1/16", "a_halves", "a_words"] {
+        for t in ["coop_tile=128x256/64x64/1/32", "a_halves", "a_words"] {
             expected.push(("gemm_coop", t.to_string()));
         }
     }
