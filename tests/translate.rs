@@ -25,7 +25,9 @@ use naga::valid::{Capabilities, ValidationFlags, Validator};
 /// those session 16 derived by hand for shapes the sweep does not reach (each M128N64
 /// variant's widest and tall twins, which models' products pick), and in session 44 on an
 /// H200 (results 2026-12-03 call 12), with each of those plain variants also taken with
-/// PERSIST (the walk a product of many tiles takes).
+/// PERSIST (the walk a product of many tiles takes), and in session 46 the tensor-core tests'
+/// variants on an H200 (results 2026-12-03 call 21: the f16 stagings' shader variants and
+/// the weight gradients' 128 x 256 tile at K 32).
 const COOP_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/coop_pipelines.jsonl");
 
 /// The fixture's variants and those of the pipeline logs under `CONVOY_PIPELINE_LOG`, and
