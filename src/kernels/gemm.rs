@@ -880,10 +880,16 @@ pub(crate) fn launch_statistics(device: &Device, g: &Gemm, opts: &GemmOptions, s
         tokens.push_str(token);
     }
     let workgroups = tiles_m * tiles_n * p.splits() * group_count;
-    if opts.persist && kernel.entry == COOP_ENTRY && group_count == 1 && g.phase.is_none() && p.splits() == 1 && p.k > 0 && workgroups > PERSIST_WORKGROUPS {
-        constants.push(("PERSIST", 1.0));
-    }
+    let walks = opts.persist && kernel.entry == COOP_ENTRY && group_count == 1 && g.phase.is_none() && p.splits() == 1 && p.k > 0 && workgroups > PERSIST_WORKGROUPS;
     let path = format!("{} {tokens} {}", kernel.tile_token, kernel.shape_token);
+    // A walking product runs on PERSIST_WORKGROUPS, each walking its tiles a grid apart.
+    let (workgroups, path) = match walks {
+        true => {
+            constants.push(("PERSIST", 1.0));
+            (PERSIST_WORKGROUPS, format!("{path} persist"))
+        }
+        false => (workgroups, path),
+    };
     let stats = stats && p.splits() == 1 && declares_stats(kernel.entry);
     record_statistics(device, g, stats, (kernel.bm, tiles_m), (kernel.family, kernel.entry), constants, p, workgroups, path)
 }
@@ -1318,12 +1324,6 @@ pub(super) fn record(
         bail!(Config, "{kernel}: {} products in one dispatch, at most {MAX_PRODUCTS} and none with K split", products.len());
     }
     if p.splits() == 1 {
-        // A walking product (launch_statistics asked for it) runs on PERSIST_WORKGROUPS.
-        let persist = constants.iter().any(|&(name, _)| name == "PERSIST");
-        if persist {
-            groups = grid(device, PERSIST_WORKGROUPS as u64)?;
-        }
-        let path = if persist { format!("{path} persist") } else { path };
         let bias_flag = if g.bias.is_some() { BIAS } else { 0 };
         let products: Vec<Params> = products.iter().map(|q| Params { flags: q.flags | bias_flag, ..*q }).collect();
         if rows {
