@@ -204,6 +204,13 @@ impl CoopTile {
         let widest = CoopTile { bm: 128, bn: 256, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 };
         let wide_tall = CoopTile { bm: 256, bn: 128, ..widest };
         let square32 = CoopTile { bm: 128, bn: 128, sg_m: 64, sg_n: 64, bufs: 1, bk: 32 };
+        let narrow_tall = CoopTile { bm: 128, bn: 64, sg_m: 64, sg_n: 32, bufs: 1, bk: 16 };
+        // A 3x3 forward or flipped input gradient into 64 columns over many rows (K 576:
+        // ResNet stage 1's): 128 x 64 on 128 invocations, 4 accumulators each, where the tall
+        // tile's 256 x 64 had 256. H200 (benches/results/2026-12-03 call 22, alternating):
+        // resnet50 3,695 -> 3,708 images/s, resnet18 @224 9,963 -> 10,106. The stem's
+        // 7x7 gather (K 196) ran alike on either, and a 1x1 one (A = Rows) slower.
+        let gather64 = a == ALoad::Im2col && !phased && n == 64 && k >= 512 && m >= COOP_TALL_MIN_M;
         // A 1x1 forward or input gradient over many rows into whole 128-column tiles.
         let whole_columns = a == ALoad::Rows && !phased && n.is_multiple_of(128) && m >= COOP_TALL_MIN_M;
         // A weight gradient (A the activations transposed, K the batch's pixels).
@@ -227,6 +234,7 @@ impl CoopTile {
             (phased && (n <= 64 || m <= PHASES_NARROW_MAX_M || k < 512), narrow16),
             (phased && a == ALoad::Rows && n > 64 && n <= 256, square16),
             (phased && n <= 256, wide_tall),
+            (gather64, narrow_tall),
             (weight_grad && (m <= 64 || n <= 64), small16),
             (a == ALoad::Im2colT && n >= 256, widest),
             (weight_grad && n <= 1024, square16),
@@ -1526,7 +1534,7 @@ mod tests {
         assert_eq!(shape(ALoad::Cols, 64, 256, h100), (64, 64, 32, 32, 128));
         assert_eq!(shape(ALoad::Rows, 1_000, 128, h100), (128, 128, 64, 32, 256));
         assert_eq!(shape(ALoad::Im2colT, 576, 64, h100), (64, 64, 32, 32, 128));
-        assert_eq!(shape(ALoad::Im2col, 802_816, 64, h100), (256, 64, 32, 64, 256));
+        assert_eq!(shape(ALoad::Im2col, 802_816, 64, h100), (128, 64, 64, 32, 128));
         // K 16 a step on the tall tile, which a short K takes over more columns too.
         let tall = |a, m, n, k| CoopTile::choose(Tile::M128N64, a, (m, n, k), false, h100);
         assert_eq!(tall(ALoad::Im2col, 802_816, 64, 576).bk, 16);
@@ -1591,9 +1599,12 @@ mod tests {
         assert_eq!(pointwise_phases(6_272, 512, 1_024), square32);
         assert_eq!(pointwise_phases(25_088, 1_024, 1_024), narrow16);
         // 36 KB: the 38 KB tiles (the wide ones, M128N64's own) do not fit; 128 x 128 (20 KB),
-        // the tall tile (23 KB) and the 64 x 64 one (10 KB) do.
+        // the tall tile (23 KB), 128 x 64 at 64 x 32 (13 KB) and the 64 x 64 one (10 KB) do.
         assert_eq!(shape(ALoad::Im2col, 200_704, 256, 36 << 10), (128, 128, 64, 32, 256));
-        assert_eq!(shape(ALoad::Im2col, 802_816, 64, 36 << 10), (256, 64, 32, 64, 256));
+        assert_eq!(shape(ALoad::Im2col, 802_816, 64, 36 << 10), (128, 64, 64, 32, 128));
+        // The tall tile takes a 7x7 stem's gather (K 196), the 3x3 ones' few rows keep M128N64's.
+        assert_eq!(tall(ALoad::Im2col, 1_605_632, 64, 196), CoopTile { bm: 256, bn: 64, sg_m: 32, sg_n: 64, bufs: 1, bk: 16 });
+        assert_eq!(tall(ALoad::Im2col, 2_000, 64, 576), CoopTile::of(Tile::M128N64));
         assert_eq!(shape(ALoad::Im2colT, 576, 64, 36 << 10), (64, 64, 32, 32, 128));
     }
 
