@@ -27,7 +27,9 @@ use naga::valid::{Capabilities, ValidationFlags, Validator};
 /// H200 (results 2026-12-03 call 12), with each of those plain variants also taken with
 /// PERSIST (the walk a product of many tiles takes), and in session 46 the tensor-core tests'
 /// variants on an H200 (results 2026-12-03 call 21: the f16 stagings' shader variants and
-/// the weight gradients' 128 x 256 tile at K 32).
+/// the weight gradients' 128 x 256 tile at K 32), and in session 47 the full GPU suite's and
+/// the tensor-core tests' on the H200 (results 2026-12-03 calls 23-24: the 3x3 gathers into
+/// 64 columns on 128 x 64 at 64 x 32).
 const COOP_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/coop_pipelines.jsonl");
 
 /// The fixture's variants and those of the pipeline logs under `CONVOY_PIPELINE_LOG`, and
