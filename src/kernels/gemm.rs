@@ -1535,7 +1535,8 @@ mod tests {
         assert_eq!(shape(ALoad::Rows, 1_000, 128, h100), (128, 128, 64, 32, 256));
         assert_eq!(shape(ALoad::Im2colT, 576, 64, h100), (64, 64, 32, 32, 128));
         assert_eq!(shape(ALoad::Im2col, 802_816, 64, h100), (128, 64, 64, 32, 128));
-        // K 16 a step on the tall tile, which a short K takes over more columns too.
+        // K 16 a step on the tall tiles (128 x 64 at 64 x 32 for the 3x3 gathers into 64
+        // columns), which a short K takes over more columns too.
         let tall = |a, m, n, k| CoopTile::choose(Tile::M128N64, a, (m, n, k), false, h100);
         assert_eq!(tall(ALoad::Im2col, 802_816, 64, 576).bk, 16);
         assert_eq!(tall(ALoad::Rows, 401_408, 64, 256), CoopTile { bm: 256, bn: 64, sg_m: 32, sg_n: 64, bufs: 1, bk: 16 });
