@@ -73,7 +73,7 @@ def listed(fn, *args, kind):
 
 
 CoopProperties.STYPE = 1000506001
-FlexibleProperties.STYPE = 1000593002
+FlexibleProperties.STYPE = 1000593001
 
 
 def main(argv):
