@@ -1,0 +1,460 @@
+//! Whether NVIDIA's VK_NV_cooperative_matrix2 would lift the tensor-core products past what
+//! WGSL's cooperative matrices reach: a plain f16 matrix product (f32 accumulation) on
+//! workgroup-scope matrices, written as SPIR-V here and run through wgpu's passthrough
+//! shaders on a device opened with the extension. The driver stages those matrices through
+//! shared memory itself; WGSL (VK_KHR_cooperative_matrix, subgroup scope, 16x16x16) reached
+//! 223 TFLOP/s on 4096^3 on an H200 (`cargo bench --bench gemm -- --probe`, BENCHMARKS.md
+//! session 45), cuDNN's convolutions about 400 on ResNet's shapes (session 48).
+//!
+//! `cargo bench --bench coop2_probe [-- --size N] [--reps R] [--spv FILE]`: prints the extension's flexible
+//! dimensions, then for each workgroup tile the driver accepts (M, N, K a step) the product's
+//! time and TFLOP/s, each checked against an f64 product on sampled entries (the operands are
+//! small multiples of 1/4, so every sum is exact in f32). On an adapter without the
+//! extension it says so and exits with status 0: nothing to measure. `--spv FILE` writes
+//! the 128 x 128 x 32 module (256 invocations) for spirv-dis and spirv-val and runs nothing. A probe, not an engine
+//! path: nothing in the library uses it.
+//!
+//! Every `unsafe` block is either a Vulkan query through ash on the adapter wgpu opened, the
+//! device creation with one more extension and its feature struct (both outliving the call),
+//! or the passthrough module, whose SPIR-V this file writes and whose layout it states.
+
+use std::borrow::Cow;
+use std::ffi::{c_void, CStr};
+
+use ash::vk;
+use spirv::{Capability, Op};
+use wgpu::hal::api::Vulkan;
+
+const EXTENSION: &CStr = c"VK_NV_cooperative_matrix2";
+
+/// `VkPhysicalDeviceCooperativeMatrix2FeaturesNV` (not in ash 0.38).
+#[repr(C)]
+struct Coop2Features {
+    s_type: i32,
+    p_next: *const c_void,
+    workgroup_scope: u32,
+    flexible_dimensions: u32,
+    reductions: u32,
+    conversions: u32,
+    per_element_operations: u32,
+    tensor_addressing: u32,
+    block_loads: u32,
+}
+const FEATURES_S_TYPE: i32 = 1_000_593_000;
+
+/// `VkCooperativeMatrixFlexibleDimensionsPropertiesNV`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Flexible {
+    s_type: i32,
+    p_next: *mut c_void,
+    m_granularity: u32,
+    n_granularity: u32,
+    k_granularity: u32,
+    a_type: i32,
+    b_type: i32,
+    c_type: i32,
+    result_type: i32,
+    saturating: u32,
+    scope: i32,
+    workgroup_invocations: u32,
+}
+const FLEXIBLE_S_TYPE: i32 = 1_000_593_001;
+type FlexibleFn = unsafe extern "system" fn(vk::PhysicalDevice, *mut u32, *mut Flexible) -> vk::Result;
+
+/// `VkComponentTypeKHR` 0 and 1.
+const F16: i32 = 0;
+const F32: i32 = 1;
+/// `VkScopeKHR`'s workgroup.
+const WORKGROUP: i32 = 2;
+
+fn fail(msg: String) -> ! {
+    eprintln!("coop2_probe: {msg}");
+    std::process::exit(2)
+}
+
+/// SPIR-V words, one instruction at a time, with ids handed out in order.
+struct Spirv {
+    words: Vec<u32>,
+    next_id: u32,
+}
+
+impl Spirv {
+    fn id(&mut self) -> u32 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn op(&mut self, op: Op, operands: &[u32]) {
+        self.words.push(((operands.len() as u32 + 1) << 16) | op as u32);
+        self.words.extend_from_slice(operands);
+    }
+
+    /// A literal string's words: UTF-8, nul-terminated, padded to whole words.
+    fn string(s: &str) -> Vec<u32> {
+        let mut bytes = s.as_bytes().to_vec();
+        bytes.push(0);
+        bytes.resize(bytes.len().div_ceil(4) * 4, 0);
+        bytes.chunks(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    }
+}
+
+/// The product C (f32, M x N, row-major) = A (f16, M x K) B (f16, K x N), one workgroup per
+/// `tm` x `tn` tile of C, K `tk` a step, on workgroup-scope matrices loaded straight from
+/// the storage buffers; `threads` is the workgroup size the driver asks for.
+fn gemm_module(n: u32, k: u32, (tm, tn, tk): (u32, u32, u32), threads: u32) -> Vec<u32> {
+    let mut s = Spirv { words: Vec::new(), next_id: 0 };
+    let ids: Vec<u32> = (0..64).map(|_| s.id()).collect();
+    let [void, fn_void, u32_t, f16_t, f32_t, bool_t, v3u, p_in_v3u] = ids[0..8].try_into().unwrap();
+    let [rt_f16, st_f16, p_sb_st_f16, p_sb_f16, rt_f32, st_f32, p_sb_st_f32, p_sb_f32] = ids[8..16].try_into().unwrap();
+    let [buf_a, buf_b, buf_c, wg_id, c0, c_scope, c_tm, c_tn] = ids[16..24].try_into().unwrap();
+    let [c_tk, c_k, c_n, c_use_a, c_use_b, c_use_c, c_row_major, f_zero] = ids[24..32].try_into().unwrap();
+    let [mat_a, mat_b, mat_c, p_fn_c, p_fn_u32, zero_c, main, entry] = ids[32..40].try_into().unwrap();
+    let [acc, k_var, id3, wx, wy, m0, n0, a_row] = ids[40..48].try_into().unwrap();
+    let [header, cond, body, cont, merge, k_now, more, a_off] = ids[48..56].try_into().unwrap();
+    let [p_a, a, k_n, b_off, p_b, b, acc_now, product] = ids[56..64].try_into().unwrap();
+    let [k_next, result, m0_n, c_off, p_c] = [s.id(), s.id(), s.id(), s.id(), s.id()];
+
+    for cap in [Capability::Shader, Capability::Float16, Capability::StorageBuffer16BitAccess, Capability::CooperativeMatrixKHR] {
+        s.op(Op::Capability, &[cap as u32]);
+    }
+    for ext in ["SPV_KHR_cooperative_matrix", "SPV_NV_cooperative_matrix2"] {
+        s.op(Op::Extension, &Spirv::string(ext));
+    }
+    s.op(Op::MemoryModel, &[spirv::AddressingModel::Logical as u32, spirv::MemoryModel::GLSL450 as u32]);
+    let mut entry_point = vec![spirv::ExecutionModel::GLCompute as u32, main];
+    entry_point.extend(Spirv::string("main"));
+    entry_point.extend([wg_id, buf_a, buf_b, buf_c]);
+    s.op(Op::EntryPoint, &entry_point);
+    s.op(Op::ExecutionMode, &[main, spirv::ExecutionMode::LocalSize as u32, threads, 1, 1]);
+
+    use spirv::Decoration as D;
+    s.op(Op::Decorate, &[rt_f16, D::ArrayStride as u32, 2]);
+    s.op(Op::Decorate, &[rt_f32, D::ArrayStride as u32, 4]);
+    for st in [st_f16, st_f32] {
+        s.op(Op::Decorate, &[st, D::Block as u32]);
+        s.op(Op::MemberDecorate, &[st, 0, D::Offset as u32, 0]);
+    }
+    for (binding, buf) in [buf_a, buf_b, buf_c].into_iter().enumerate() {
+        s.op(Op::Decorate, &[buf, D::DescriptorSet as u32, 0]);
+        s.op(Op::Decorate, &[buf, D::Binding as u32, binding as u32]);
+    }
+    s.op(Op::Decorate, &[wg_id, D::BuiltIn as u32, spirv::BuiltIn::WorkgroupId as u32]);
+
+    use spirv::StorageClass as Sc;
+    s.op(Op::TypeVoid, &[void]);
+    s.op(Op::TypeFunction, &[fn_void, void]);
+    s.op(Op::TypeInt, &[u32_t, 32, 0]);
+    s.op(Op::TypeFloat, &[f16_t, 16]);
+    s.op(Op::TypeFloat, &[f32_t, 32]);
+    s.op(Op::TypeBool, &[bool_t]);
+    s.op(Op::TypeVector, &[v3u, u32_t, 3]);
+    s.op(Op::TypePointer, &[p_in_v3u, Sc::Input as u32, v3u]);
+    s.op(Op::TypeRuntimeArray, &[rt_f16, f16_t]);
+    s.op(Op::TypeStruct, &[st_f16, rt_f16]);
+    s.op(Op::TypePointer, &[p_sb_st_f16, Sc::StorageBuffer as u32, st_f16]);
+    s.op(Op::TypePointer, &[p_sb_f16, Sc::StorageBuffer as u32, f16_t]);
+    s.op(Op::TypeRuntimeArray, &[rt_f32, f32_t]);
+    s.op(Op::TypeStruct, &[st_f32, rt_f32]);
+    s.op(Op::TypePointer, &[p_sb_st_f32, Sc::StorageBuffer as u32, st_f32]);
+    s.op(Op::TypePointer, &[p_sb_f32, Sc::StorageBuffer as u32, f32_t]);
+    for (id, value) in [(c0, 0), (c_scope, spirv::Scope::Workgroup as u32), (c_tm, tm), (c_tn, tn), (c_tk, tk), (c_k, k), (c_n, n)] {
+        s.op(Op::Constant, &[u32_t, id, value]);
+    }
+    use spirv::CooperativeMatrixUse as U;
+    for (id, value) in [(c_use_a, U::MatrixAKHR as u32), (c_use_b, U::MatrixBKHR as u32), (c_use_c, U::MatrixAccumulatorKHR as u32)] {
+        s.op(Op::Constant, &[u32_t, id, value]);
+    }
+    s.op(Op::Constant, &[u32_t, c_row_major, spirv::CooperativeMatrixLayout::RowMajorKHR as u32]);
+    s.op(Op::Constant, &[f32_t, f_zero, 0]);
+    s.op(Op::TypeCooperativeMatrixKHR, &[mat_a, f16_t, c_scope, c_tm, c_tk, c_use_a]);
+    s.op(Op::TypeCooperativeMatrixKHR, &[mat_b, f16_t, c_scope, c_tk, c_tn, c_use_b]);
+    s.op(Op::TypeCooperativeMatrixKHR, &[mat_c, f32_t, c_scope, c_tm, c_tn, c_use_c]);
+    s.op(Op::TypePointer, &[p_fn_c, Sc::Function as u32, mat_c]);
+    s.op(Op::TypePointer, &[p_fn_u32, Sc::Function as u32, u32_t]);
+    s.op(Op::ConstantComposite, &[mat_c, zero_c, f_zero]);
+    s.op(Op::Variable, &[p_sb_st_f16, buf_a, Sc::StorageBuffer as u32]);
+    s.op(Op::Variable, &[p_sb_st_f16, buf_b, Sc::StorageBuffer as u32]);
+    s.op(Op::Variable, &[p_sb_st_f32, buf_c, Sc::StorageBuffer as u32]);
+    s.op(Op::Variable, &[p_in_v3u, wg_id, Sc::Input as u32]);
+
+    s.op(Op::Function, &[void, main, 0, fn_void]);
+    s.op(Op::Label, &[entry]);
+    s.op(Op::Variable, &[p_fn_c, acc, Sc::Function as u32, zero_c]);
+    s.op(Op::Variable, &[p_fn_u32, k_var, Sc::Function as u32, c0]);
+    s.op(Op::Load, &[v3u, id3, wg_id]);
+    s.op(Op::CompositeExtract, &[u32_t, wx, id3, 0]);
+    s.op(Op::CompositeExtract, &[u32_t, wy, id3, 1]);
+    s.op(Op::IMul, &[u32_t, m0, wy, c_tm]);
+    s.op(Op::IMul, &[u32_t, n0, wx, c_tn]);
+    s.op(Op::IMul, &[u32_t, a_row, m0, c_k]);
+    s.op(Op::Branch, &[header]);
+    s.op(Op::Label, &[header]);
+    s.op(Op::LoopMerge, &[merge, cont, 0]);
+    s.op(Op::Branch, &[cond]);
+    s.op(Op::Label, &[cond]);
+    s.op(Op::Load, &[u32_t, k_now, k_var]);
+    s.op(Op::ULessThan, &[bool_t, more, k_now, c_k]);
+    s.op(Op::BranchConditional, &[more, body, merge]);
+    s.op(Op::Label, &[body]);
+    s.op(Op::IAdd, &[u32_t, a_off, a_row, k_now]);
+    s.op(Op::AccessChain, &[p_sb_f16, p_a, buf_a, c0, a_off]);
+    s.op(Op::CooperativeMatrixLoadKHR, &[mat_a, a, p_a, c_row_major, c_k]);
+    s.op(Op::IMul, &[u32_t, k_n, k_now, c_n]);
+    s.op(Op::IAdd, &[u32_t, b_off, k_n, n0]);
+    s.op(Op::AccessChain, &[p_sb_f16, p_b, buf_b, c0, b_off]);
+    s.op(Op::CooperativeMatrixLoadKHR, &[mat_b, b, p_b, c_row_major, c_n]);
+    s.op(Op::Load, &[mat_c, acc_now, acc]);
+    s.op(Op::CooperativeMatrixMulAddKHR, &[mat_c, product, a, b, acc_now]);
+    s.op(Op::Store, &[acc, product]);
+    s.op(Op::Branch, &[cont]);
+    s.op(Op::Label, &[cont]);
+    s.op(Op::IAdd, &[u32_t, k_next, k_now, c_tk]);
+    s.op(Op::Store, &[k_var, k_next]);
+    s.op(Op::Branch, &[header]);
+    s.op(Op::Label, &[merge]);
+    s.op(Op::Load, &[mat_c, result, acc]);
+    s.op(Op::IMul, &[u32_t, m0_n, m0, c_n]);
+    s.op(Op::IAdd, &[u32_t, c_off, m0_n, n0]);
+    s.op(Op::AccessChain, &[p_sb_f32, p_c, buf_c, c0, c_off]);
+    s.op(Op::CooperativeMatrixStoreKHR, &[p_c, result, c_row_major, c_n]);
+    s.op(Op::Return, &[]);
+    s.op(Op::FunctionEnd, &[]);
+
+    let mut words = vec![spirv::MAGIC_NUMBER, 0x0001_0600, 0, s.next_id + 1, 0];
+    words.extend(s.words);
+    words
+}
+
+/// f16 bits of q / 4 for a small integer q (exact).
+fn quarter_f16(q: i32) -> u16 {
+    half_bits(q as f32 / 4.0)
+}
+
+/// f16 bits of an f32 that f16 holds exactly (normal numbers and zero only).
+fn half_bits(x: f32) -> u16 {
+    if x == 0.0 {
+        return 0;
+    }
+    let b = x.to_bits();
+    let sign = ((b >> 16) & 0x8000) as u16;
+    let exp = ((b >> 23) & 0xff) as i32 - 127 + 15;
+    let mant = ((b >> 13) & 0x3ff) as u16;
+    sign | ((exp as u16) << 10) | mant
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).map(|v| v.parse::<u32>().unwrap_or_else(|_| fail(format!("{flag} {v}: expected a whole number"))));
+    let size = value("--size").unwrap_or(4096);
+    let reps = value("--reps").unwrap_or(20);
+    // `--spv FILE`: the 128 x 128 x 32 module for 256 invocations written out (for spirv-dis and
+    // spirv-val), nothing run.
+    if let Some(path) = args.iter().position(|a| a == "--spv").and_then(|i| args.get(i + 1)) {
+        let words = gemm_module(size, size, (128, 128, 32), 256);
+        std::fs::write(path, bytemuck::cast_slice::<u32, u8>(&words)).unwrap_or_else(|e| fail(format!("{path}: {e}")));
+        return;
+    }
+
+    let mut instance_desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    instance_desc.backends = wgpu::Backends::VULKAN;
+    let instance = wgpu::Instance::new(instance_desc);
+    let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions { power_preference: wgpu::PowerPreference::HighPerformance, ..Default::default() }))
+        .unwrap_or_else(|e| fail(format!("no Vulkan adapter: {e}")));
+    println!("adapter: {}", adapter.get_info().name);
+    let wanted = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16 | wgpu::Features::PASSTHROUGH_SHADERS;
+    if !adapter.features().contains(wanted) {
+        println!("the adapter lacks {:?}: nothing to measure", wanted - adapter.features());
+        return;
+    }
+    // SAFETY: the hal adapter is only read (queries) and used to open the device below, while
+    // `adapter` lives.
+    let hal = unsafe { adapter.as_hal::<Vulkan>() }.unwrap_or_else(|| fail("not a Vulkan adapter".into()));
+    let shared = hal.shared_instance();
+    let physical = hal.raw_physical_device();
+    // SAFETY: a query on the adapter's physical device.
+    let extensions = unsafe { shared.raw_instance().enumerate_device_extension_properties(physical) }.unwrap_or_else(|e| fail(format!("extensions: {e}")));
+    if !extensions.iter().any(|e| e.extension_name_as_c_str() == Ok(EXTENSION)) {
+        println!("the driver has no {}: nothing to measure", EXTENSION.to_string_lossy());
+        return;
+    }
+    // SAFETY: the entry point is the extension's, which the driver lists; the count and then
+    // the array it fills are the Vulkan enumeration idiom.
+    let flexible: Vec<Flexible> = unsafe {
+        let f = shared
+            .entry()
+            .get_instance_proc_addr(shared.raw_instance().handle(), c"vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV".as_ptr())
+            .unwrap_or_else(|| fail("no vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV".into()));
+        let f: FlexibleFn = std::mem::transmute(f);
+        let mut count = 0u32;
+        let counted = f(physical, &mut count, std::ptr::null_mut());
+        if counted != vk::Result::SUCCESS {
+            fail(format!("counting the flexible dimensions: {counted:?}"));
+        }
+        let blank = Flexible { s_type: FLEXIBLE_S_TYPE, p_next: std::ptr::null_mut(), m_granularity: 0, n_granularity: 0, k_granularity: 0, a_type: 0, b_type: 0, c_type: 0, result_type: 0, saturating: 0, scope: 0, workgroup_invocations: 0 };
+        let mut list = vec![blank; count as usize];
+        let listed = f(physical, &mut count, list.as_mut_ptr());
+        if listed != vk::Result::SUCCESS && listed != vk::Result::INCOMPLETE {
+            fail(format!("listing the flexible dimensions: {listed:?}"));
+        }
+        list.truncate(count as usize);
+        list
+    };
+    for f in &flexible {
+        println!(
+            "flexible: granularity {}x{}x{} A {} B {} C {} result {} scope {} invocations {}",
+            f.m_granularity, f.n_granularity, f.k_granularity, f.a_type, f.b_type, f.c_type, f.result_type, f.scope, f.workgroup_invocations
+        );
+    }
+    let Some(config) = flexible.iter().find(|f| f.scope == WORKGROUP && f.a_type == F16 && f.b_type == F16 && f.c_type == F32 && f.result_type == F32).copied() else {
+        println!("no workgroup-scope f16 x f16 + f32 configuration: nothing to measure");
+        return;
+    };
+
+    let limits = adapter.limits();
+    // Leaked: the device keeps the create info's chain only for the call, and this probe
+    // creates one device.
+    let features2: &'static mut Coop2Features = Box::leak(Box::new(Coop2Features {
+        s_type: FEATURES_S_TYPE,
+        p_next: std::ptr::null(),
+        workgroup_scope: 1,
+        flexible_dimensions: 1,
+        reductions: 0,
+        conversions: 0,
+        per_element_operations: 0,
+        tensor_addressing: 0,
+        block_loads: 0,
+    }));
+    // One extension the driver lists and its feature struct, chained in front of what
+    // wgpu-hal put there; nothing removed.
+    let callback: Box<wgpu::hal::vulkan::CreateDeviceCallback> = Box::new(move |args| {
+        args.extensions.push(EXTENSION);
+        features2.p_next = args.create_info.p_next;
+        args.create_info.p_next = (&*features2 as *const Coop2Features).cast();
+    });
+    // SAFETY: the callback only adds (above); the features are the adapter's.
+    let open = unsafe { hal.open_with_callback(wanted, &limits, &wgpu::MemoryHints::Performance, Some(callback)) }
+    .unwrap_or_else(|e| fail(format!("opening the device with {}: {e}", EXTENSION.to_string_lossy())));
+    drop(hal);
+    let desc = wgpu::DeviceDescriptor {
+        label: Some("coop2_probe"),
+        required_features: wanted,
+        required_limits: limits,
+        // SAFETY: only this probe's passthrough module uses the device's cooperative matrices.
+        experimental_features: unsafe { wgpu::ExperimentalFeatures::enabled() },
+        memory_hints: wgpu::MemoryHints::Performance,
+        trace: wgpu::Trace::Off,
+    };
+    // SAFETY: `open` came from this adapter's hal adapter with the features asked for here.
+    let (device, queue) = unsafe { adapter.create_device_from_hal(open, &desc) }.unwrap_or_else(|e| fail(format!("device: {e}")));
+
+    let (m, n, k) = (size, size, size);
+    let a_q: Vec<i32> = (0..m * k).map(|i| ((i.wrapping_mul(2_654_435_761) >> 13) % 9) as i32 - 4).collect();
+    let b_q: Vec<i32> = (0..k * n).map(|i| ((i.wrapping_mul(2_246_822_519) >> 11) % 9) as i32 - 4).collect();
+    let a16: Vec<u16> = a_q.iter().map(|&q| quarter_f16(q)).collect();
+    let b16: Vec<u16> = b_q.iter().map(|&q| quarter_f16(q)).collect();
+    use wgpu::util::DeviceExt;
+    let storage = wgpu::BufferUsages::STORAGE;
+    let buf_a = device.create_buffer_init(&wgpu::util::BufferInitDescriptor { label: Some("a"), contents: bytemuck::cast_slice(&a16), usage: storage });
+    let buf_b = device.create_buffer_init(&wgpu::util::BufferInitDescriptor { label: Some("b"), contents: bytemuck::cast_slice(&b16), usage: storage });
+    let c_bytes = (m * n * 4) as u64;
+    let buf_c = device.create_buffer(&wgpu::BufferDescriptor { label: Some("c"), size: c_bytes, usage: storage | wgpu::BufferUsages::COPY_SRC, mapped_at_creation: false });
+    let readback = device.create_buffer(&wgpu::BufferDescriptor { label: Some("readback"), size: c_bytes, usage: wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::MAP_READ, mapped_at_creation: false });
+    let entry = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
+        binding,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer { ty: wgpu::BufferBindingType::Storage { read_only }, has_dynamic_offset: false, min_binding_size: None },
+        count: None,
+    };
+    let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: None, entries: &[entry(0, true), entry(1, true), entry(2, false)] });
+    let bind = device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &layout,
+        entries: &[
+            wgpu::BindGroupEntry { binding: 0, resource: buf_a.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 1, resource: buf_b.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 2, resource: buf_c.as_entire_binding() },
+        ],
+    });
+    let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor { label: None, bind_group_layouts: &[Some(&layout)], immediate_size: 0 });
+
+    let g = |x: u32, step: u32| x.div_ceil(step) * step;
+    let (gm, gn, gk) = (config.m_granularity.max(1), config.n_granularity.max(1), config.k_granularity.max(1));
+    let mut tiles: Vec<(u32, u32, u32)> = Vec::new();
+    for (tm, tn, tk) in [(128, 128, 32), (128, 128, 64), (128, 256, 32), (256, 128, 32), (256, 256, 32), (64, 64, 32), (128, 64, 32)] {
+        let t = (g(tm, gm), g(tn, gn), g(tk, gk));
+        if !tiles.contains(&t) && size % t.0 == 0 && size % t.1 == 0 && size % t.2 == 0 {
+            tiles.push(t);
+        }
+    }
+    let flops = 2.0 * m as f64 * n as f64 * k as f64;
+    for tile in tiles {
+        let words = gemm_module(n, k, tile, config.workgroup_invocations);
+        let invalid = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        // SAFETY: the module is the SPIR-V above, whose three bindings and entry point match
+        // `pipeline_layout` and the dispatch below.
+        let module = unsafe {
+            device.create_shader_module_passthrough(wgpu::ShaderModuleDescriptorPassthrough {
+                label: Some("coop2 gemm"),
+                entry_points: Cow::Owned(vec![wgpu::PassthroughShaderEntryPoint { name: "main".into(), workgroup_size: (config.workgroup_invocations, 1, 1) }]),
+                spirv: Some(Cow::Owned(words)),
+                ..Default::default()
+            })
+        };
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some("coop2 gemm"),
+            layout: Some(&pipeline_layout),
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        if let Some(e) = pollster::block_on(invalid.pop()) {
+            println!("tile {tile:?}: the driver refused it: {e}");
+            continue;
+        }
+        let run = |count: u32| {
+            let mut encoder = device.create_command_encoder(&Default::default());
+            {
+                let mut pass = encoder.begin_compute_pass(&Default::default());
+                pass.set_pipeline(&pipeline);
+                pass.set_bind_group(0, &bind, &[]);
+                for _ in 0..count {
+                    pass.dispatch_workgroups(n / tile.1, m / tile.0, 1);
+                }
+            }
+            queue.submit([encoder.finish()]);
+            device.poll(wgpu::PollType::wait_indefinitely()).unwrap_or_else(|e| fail(format!("poll: {e}")));
+        };
+        run(3);
+        let start = std::time::Instant::now();
+        run(reps);
+        let ms = start.elapsed().as_secs_f64() * 1e3 / reps as f64;
+        let mut encoder = device.create_command_encoder(&Default::default());
+        encoder.copy_buffer_to_buffer(&buf_c, 0, &readback, 0, c_bytes);
+        queue.submit([encoder.finish()]);
+        readback.slice(..).map_async(wgpu::MapMode::Read, |_| {});
+        device.poll(wgpu::PollType::wait_indefinitely()).unwrap_or_else(|e| fail(format!("poll: {e}")));
+        let view = readback.get_mapped_range(0..c_bytes).unwrap_or_else(|e| fail(format!("reading C back: {e:?}")));
+        let c: Vec<f32> = bytemuck::cast_slice(&view).to_vec();
+        drop(view);
+        readback.unmap();
+        // Sampled entries against an exact f64 sum (each product is a multiple of 1/16).
+        let mut worst = 0.0f64;
+        for s in 0..64u32 {
+            let (i, j) = ((s * 2_654_435_761u32.wrapping_add(s)) % m, (s * 40_503 + 7) % n);
+            let want: f64 = (0..k).map(|l| a_q[(i * k + l) as usize] as f64 * b_q[(l * n + j) as usize] as f64 / 16.0).sum();
+            let got = c[(i * n + j) as usize] as f64;
+            worst = worst.max(if got.is_nan() { f64::INFINITY } else { (got - want).abs() });
+        }
+        println!(
+            "tile {}x{}x{} on {} invocations: {ms:.3} ms, {:.1} TFLOP/s, worst sampled error {worst:.2e}{}",
+            tile.0,
+            tile.1,
+            tile.2,
+            config.workgroup_invocations,
+            flops / ms / 1e9,
+            if worst == 0.0 { "" } else { " (WRONG)" }
+        );
+    }
+}
