@@ -18,6 +18,7 @@ use convoy::kernels::ALL_SHADERS;
 use naga::back::{glsl, hlsl, msl, spv};
 use naga::proc::{BoundsCheckPolicies, BoundsCheckPolicy};
 use naga::valid::{Capabilities, ValidationFlags, Validator};
+use rayon::prelude::*;
 
 /// The tensor-core variants an H100 built in the kernel tests (logged there with
 /// `CONVOY_PIPELINE_LOG`): no adapter here offers cooperative matrices, so CI reads them.
@@ -115,25 +116,33 @@ fn every_shader_variant_translates_to_msl_hlsl_and_glsl() {
         }
         parsed.insert(shader.name.to_string(), (module, info));
     }
+    // The variants translate in parallel (CI's two cores halve the test's minute); each
+    // GLSL file is named by its variant's place in the sorted set.
+    let ordered: Vec<&Variant> = variants.iter().collect();
+    let outcomes: Vec<Result<Vec<(String, String)>, String>> = ordered
+        .par_iter()
+        .enumerate()
+        .map(|(i, (shader, entry, constants))| {
+            let Some((module, info)) = parsed.get(shader) else {
+                return Err(format!("{shader}: logged but not in ALL_SHADERS"));
+            };
+            let values: naga::back::PipelineConstants = constants.iter().map(|(k, bits)| (k.clone(), f64::from_bits(*bits))).collect();
+            let coop = shader.starts_with("conv2d_coop.wgsl");
+            let mut glsl_out = Vec::new();
+            translate(module, info, entry, &values, coop, &mut glsl_out).map_err(|e| format!("{shader} {entry} {values:?}: {e}"))?;
+            Ok(glsl_out.into_iter().map(|(tag, text)| (format!("{}-{entry}-{i}-{tag}.comp", shader.trim_end_matches(".wgsl")), text)).collect())
+        })
+        .collect();
     let mut failures = Vec::new();
     let mut glsl_files: Vec<(String, String)> = Vec::new();
-    let mut per_shader: BTreeMap<&str, usize> = BTreeMap::new();
-    for (shader, entry, constants) in &variants {
-        let Some((module, info)) = parsed.get(shader) else {
-            failures.push(format!("{shader}: logged but not in ALL_SHADERS"));
-            continue;
-        };
-        let values: naga::back::PipelineConstants = constants.iter().map(|(k, bits)| (k.clone(), f64::from_bits(*bits))).collect();
-        let coop = shader.starts_with("conv2d_coop.wgsl");
-        let mut glsl_out = Vec::new();
-        match translate(module, info, entry, &values, coop, &mut glsl_out) {
-            Err(e) => failures.push(format!("{shader} {entry} {:?}: {e}", values)),
-            Ok(()) => {
-                for (tag, text) in glsl_out {
-                    glsl_files.push((format!("{}-{entry}-{}-{tag}.comp", shader.trim_end_matches(".wgsl"), glsl_files.len()), text));
-                }
-            }
+    for outcome in outcomes {
+        match outcome {
+            Ok(files) => glsl_files.extend(files),
+            Err(e) => failures.push(e),
         }
+    }
+    let mut per_shader: BTreeMap<&str, usize> = BTreeMap::new();
+    for (shader, _, _) in &variants {
         *per_shader.entry(shader.as_str()).or_default() += 1;
     }
     println!("{} variants ({} from {files} pipeline logs): {per_shader:?}", variants.len(), logged.len());
@@ -153,22 +162,26 @@ fn validate_glsl(files: &[(String, String)]) {
     }
     let dir = std::env::temp_dir().join(format!("convoy-translate-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let mut bad = Vec::new();
-    for chunk in files.chunks(64) {
-        let paths: Vec<_> = chunk
-            .iter()
-            .map(|(name, text)| {
-                let p = dir.join(name);
-                std::fs::write(&p, text).unwrap();
-                p
-            })
-            .collect();
-        let out = std::process::Command::new("glslangValidator").args(&paths).output().unwrap();
-        if !out.status.success() {
-            let text = String::from_utf8_lossy(&out.stdout);
-            bad.extend(text.lines().filter(|l| l.contains("ERROR") || l.ends_with(".comp")).map(str::to_string));
-        }
-    }
+    let bad: Vec<String> = files
+        .par_chunks(64)
+        .flat_map_iter(|chunk| {
+            let paths: Vec<_> = chunk
+                .iter()
+                .map(|(name, text)| {
+                    let p = dir.join(name);
+                    std::fs::write(&p, text).unwrap();
+                    p
+                })
+                .collect();
+            let out = std::process::Command::new("glslangValidator").args(&paths).output().unwrap();
+            let mut bad = Vec::new();
+            if !out.status.success() {
+                let text = String::from_utf8_lossy(&out.stdout);
+                bad.extend(text.lines().filter(|l| l.contains("ERROR") || l.ends_with(".comp")).map(str::to_string));
+            }
+            bad
+        })
+        .collect();
     let _ = std::fs::remove_dir_all(&dir);
     println!("glslangValidator compiled {} GLSL translations", files.len());
     assert!(bad.is_empty(), "glslangValidator refuses {} lines:\n{}", bad.len(), bad.join("\n"));
