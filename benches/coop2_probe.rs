@@ -442,7 +442,7 @@ fn main() {
         // Sampled entries against an exact f64 sum (each product is a multiple of 1/16).
         let mut worst = 0.0f64;
         for s in 0..64u32 {
-            let (i, j) = ((s * 2_654_435_761u32.wrapping_add(s)) % m, (s * 40_503 + 7) % n);
+            let (i, j) = (s.wrapping_mul(2_654_435_761).wrapping_add(s) % m, (s * 40_503 + 7) % n);
             let want: f64 = (0..k).map(|l| a_q[(i * k + l) as usize] as f64 * b_q[(l * n + j) as usize] as f64 / 16.0).sum();
             let got = c[(i * n + j) as usize] as f64;
             worst = worst.max(if got.is_nan() { f64::INFINITY } else { (got - want).abs() });
