@@ -28,7 +28,7 @@ fn main() {
     };
     println!("cargo:rustc-env=CONVOY_COMMIT={commit}");
     // A new commit moves HEAD or the branch it names; staging a change rewrites the index
-    // (which `--dirty` reads). Outside a git checkout none exist and the value stays.
+    // (which `git status` reads). Outside a git checkout none exist and the value stays.
     let git = Command::new("git").args(["rev-parse", "--git-dir"]).output().ok().filter(|o| o.status.success());
     if let Some(dir) = git.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()) {
         for f in ["HEAD", "index", "refs/heads"] {

@@ -22,6 +22,7 @@ use std::borrow::Cow;
 use std::ffi::{c_void, CStr};
 
 use ash::vk;
+use convoy::device::half::f16_bits;
 use spirv::{Capability, Op};
 use wgpu::hal::api::Vulkan;
 
@@ -226,28 +227,19 @@ fn gemm_module(n: u32, k: u32, (tm, tn, tk): (u32, u32, u32), threads: u32) -> V
     words
 }
 
-/// f16 bits of q / 4 for a small integer q (exact).
-fn quarter_f16(q: i32) -> u16 {
-    half_bits(q as f32 / 4.0)
-}
-
-/// f16 bits of an f32 that f16 holds exactly (normal numbers and zero only).
-fn half_bits(x: f32) -> u16 {
-    if x == 0.0 {
-        return 0;
-    }
-    let b = x.to_bits();
-    let sign = ((b >> 16) & 0x8000) as u16;
-    let exp = ((b >> 23) & 0xff) as i32 - 127 + 15;
-    let mant = ((b >> 13) & 0x3ff) as u16;
-    sign | ((exp as u16) << 10) | mant
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).map(|v| v.parse::<u32>().unwrap_or_else(|_| fail(format!("{flag} {v}: expected a whole number"))));
     let size = value("--size").unwrap_or(4096);
     let reps = value("--reps").unwrap_or(20);
+    // Every tile tried divides the size; 16,384 keeps C (1 GiB of f32) and the u32 offsets of
+    // the module in range.
+    if !(64..=16_384).contains(&size) || size % 64 != 0 {
+        fail(format!("--size {size}: expected a multiple of 64 from 64 to 16384"));
+    }
+    if reps == 0 {
+        fail("--reps 0: expected 1 or more".into());
+    }
     // `--spv FILE`: the 128 x 128 x 32 module for 256 invocations written out (for spirv-dis and
     // spirv-val), nothing run.
     if let Some(path) = args.iter().position(|a| a == "--spv").and_then(|i| args.get(i + 1)) {
@@ -351,13 +343,14 @@ fn main() {
     let (m, n, k) = (size, size, size);
     let a_q: Vec<i32> = (0..m * k).map(|i| ((i.wrapping_mul(2_654_435_761) >> 13) % 9) as i32 - 4).collect();
     let b_q: Vec<i32> = (0..k * n).map(|i| ((i.wrapping_mul(2_246_822_519) >> 11) % 9) as i32 - 4).collect();
-    let a16: Vec<u16> = a_q.iter().map(|&q| quarter_f16(q)).collect();
-    let b16: Vec<u16> = b_q.iter().map(|&q| quarter_f16(q)).collect();
+    // q / 4 for |q| <= 4: exact in f16.
+    let a16: Vec<u16> = a_q.iter().map(|&q| f16_bits(q as f32 / 4.0)).collect();
+    let b16: Vec<u16> = b_q.iter().map(|&q| f16_bits(q as f32 / 4.0)).collect();
     use wgpu::util::DeviceExt;
     let storage = wgpu::BufferUsages::STORAGE;
     let buf_a = device.create_buffer_init(&wgpu::util::BufferInitDescriptor { label: Some("a"), contents: bytemuck::cast_slice(&a16), usage: storage });
     let buf_b = device.create_buffer_init(&wgpu::util::BufferInitDescriptor { label: Some("b"), contents: bytemuck::cast_slice(&b16), usage: storage });
-    let c_bytes = (m * n * 4) as u64;
+    let c_bytes = m as u64 * n as u64 * 4;
     let buf_c = device.create_buffer(&wgpu::BufferDescriptor { label: Some("c"), size: c_bytes, usage: storage | wgpu::BufferUsages::COPY_SRC, mapped_at_creation: false });
     let readback = device.create_buffer(&wgpu::BufferDescriptor { label: Some("readback"), size: c_bytes, usage: wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::MAP_READ, mapped_at_creation: false });
     let entry = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
@@ -386,6 +379,9 @@ fn main() {
         if !tiles.contains(&t) && size % t.0 == 0 && size % t.1 == 0 && size % t.2 == 0 {
             tiles.push(t);
         }
+    }
+    if tiles.is_empty() {
+        fail(format!("--size {size}: no tile at the driver's granularity {gm}x{gn}x{gk} divides it"));
     }
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
     for tile in tiles {
