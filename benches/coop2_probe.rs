@@ -6,8 +6,10 @@
 //! 223 TFLOP/s on 4096^3 on an H200 (`cargo bench --bench gemm -- --probe`, BENCHMARKS.md
 //! session 45), cuDNN's convolutions about 400 on ResNet's shapes (session 48).
 //!
-//! `cargo bench --bench coop2_probe [-- --size N] [--reps R] [--spv FILE]`: prints the extension's flexible
-//! dimensions, then for each workgroup tile the driver accepts (M, N, K a step) the product's
+//! `cargo bench --bench coop2_probe [-- --size N] [--reps R] [--invocations I] [--tile MxNxK] [--spv FILE]`:
+//! prints the extension's flexible dimensions and properties, then, on the workgroup-scope
+//! configuration with I invocations (the largest otherwise), for each workgroup tile the driver
+//! accepts (M, N, K a step; `--tile` one alone) the product's
 //! time and TFLOP/s, each checked against an f64 product on sampled entries (the operands are
 //! small multiples of 1/4, so every sum is exact in f32). On an adapter without the
 //! extension it says so and exits with status 0: nothing to measure. `--spv FILE` writes
@@ -61,6 +63,17 @@ struct Flexible {
     workgroup_invocations: u32,
 }
 const FLEXIBLE_S_TYPE: i32 = 1_000_593_001;
+
+/// `VkPhysicalDeviceCooperativeMatrix2PropertiesNV`.
+#[repr(C)]
+struct Coop2Properties {
+    s_type: i32,
+    p_next: *mut c_void,
+    workgroup_scope_max_workgroup_size: u32,
+    flexible_dimensions_max_dimension: u32,
+    workgroup_scope_reserved_shared_memory: u32,
+}
+const PROPERTIES_S_TYPE: i32 = 1_000_593_002;
 type FlexibleFn = unsafe extern "system" fn(vk::PhysicalDevice, *mut u32, *mut Flexible) -> vk::Result;
 
 /// `VkComponentTypeKHR` 0 and 1.
@@ -298,10 +311,28 @@ fn main() {
             f.m_granularity, f.n_granularity, f.k_granularity, f.a_type, f.b_type, f.c_type, f.result_type, f.scope, f.workgroup_invocations
         );
     }
-    let Some(config) = flexible.iter().find(|f| f.scope == WORKGROUP && f.a_type == F16 && f.b_type == F16 && f.c_type == F32 && f.result_type == F32).copied() else {
-        println!("no workgroup-scope f16 x f16 + f32 configuration: nothing to measure");
+    let mut props2 = Coop2Properties { s_type: PROPERTIES_S_TYPE, p_next: std::ptr::null_mut(), workgroup_scope_max_workgroup_size: 0, flexible_dimensions_max_dimension: 0, workgroup_scope_reserved_shared_memory: 0 };
+    let mut props = vk::PhysicalDeviceProperties2::default();
+    props.p_next = (&mut props2 as *mut Coop2Properties).cast();
+    // SAFETY: a query on the adapter's physical device, its chain one struct of the extension's.
+    unsafe { shared.raw_instance().get_physical_device_properties2(physical, &mut props) };
+    println!(
+        "properties: workgroup scope at most {} invocations, flexible dimensions at most {}, {} bytes of shared memory reserved",
+        props2.workgroup_scope_max_workgroup_size, props2.flexible_dimensions_max_dimension, props2.workgroup_scope_reserved_shared_memory
+    );
+    // `--invocations N` picks the configuration; the largest workgroup otherwise.
+    let invocations = value("--invocations");
+    let Some(config) = flexible
+        .iter()
+        .filter(|f| f.scope == WORKGROUP && f.a_type == F16 && f.b_type == F16 && f.c_type == F32 && f.result_type == F32)
+        .filter(|f| invocations.is_none_or(|n| f.workgroup_invocations == n))
+        .max_by_key(|f| f.workgroup_invocations)
+        .copied()
+    else {
+        println!("no workgroup-scope f16 x f16 + f32 configuration{}: nothing to measure", invocations.map(|n| format!(" on {n} invocations")).unwrap_or_default());
         return;
     };
+    println!("configuration: granularity {}x{}x{} on {} invocations", config.m_granularity, config.n_granularity, config.k_granularity, config.workgroup_invocations);
 
     let limits = adapter.limits();
     // Leaked: the device keeps the create info's chain only for the call, and this probe
@@ -339,6 +370,9 @@ fn main() {
     };
     // SAFETY: `open` came from this adapter's hal adapter with the features asked for here.
     let (device, queue) = unsafe { adapter.create_device_from_hal(open, &desc) }.unwrap_or_else(|e| fail(format!("device: {e}")));
+    // A shader the driver accepts may still fault; say so instead of failing later on a buffer.
+    device.set_device_lost_callback(|reason, msg| eprintln!("coop2_probe: device lost ({reason:?}): {msg}"));
+    device.on_uncaptured_error(std::sync::Arc::new(|e| eprintln!("coop2_probe: uncaptured error: {e}")));
 
     let (m, n, k) = (size, size, size);
     let a_q: Vec<i32> = (0..m * k).map(|i| ((i.wrapping_mul(2_654_435_761) >> 13) % 9) as i32 - 4).collect();
@@ -373,8 +407,20 @@ fn main() {
 
     let g = |x: u32, step: u32| x.div_ceil(step) * step;
     let (gm, gn, gk) = (config.m_granularity.max(1), config.n_granularity.max(1), config.k_granularity.max(1));
+    // `--tile MxNxK` tries that tile alone.
+    let forced: Option<(u32, u32, u32)> = args.iter().position(|a| a == "--tile").and_then(|i| args.get(i + 1)).map(|t| {
+        let d: Vec<u32> = t.split('x').filter_map(|v| v.parse().ok()).collect();
+        match d[..] {
+            [a, b, c] if a > 0 && b > 0 && c > 0 => (a, b, c),
+            _ => fail(format!("--tile {t}: expected MxNxK, three whole numbers")),
+        }
+    });
+    let candidates: Vec<(u32, u32, u32)> = match forced {
+        Some(t) => vec![t],
+        None => vec![(128, 128, 32), (128, 128, 64), (128, 256, 32), (256, 128, 32), (256, 256, 32), (64, 64, 32), (128, 64, 32)],
+    };
     let mut tiles: Vec<(u32, u32, u32)> = Vec::new();
-    for (tm, tn, tk) in [(128, 128, 32), (128, 128, 64), (128, 256, 32), (256, 128, 32), (256, 256, 32), (64, 64, 32), (128, 64, 32)] {
+    for (tm, tn, tk) in candidates {
         let t = (g(tm, gm), g(tn, gn), g(tk, gk));
         if !tiles.contains(&t) && size % t.0 == 0 && size % t.1 == 0 && size % t.2 == 0 {
             tiles.push(t);
@@ -429,8 +475,14 @@ fn main() {
         let mut encoder = device.create_command_encoder(&Default::default());
         encoder.copy_buffer_to_buffer(&buf_c, 0, &readback, 0, c_bytes);
         queue.submit([encoder.finish()]);
-        readback.slice(..).map_async(wgpu::MapMode::Read, |_| {});
+        let (tx, rx) = std::sync::mpsc::channel();
+        readback.slice(..).map_async(wgpu::MapMode::Read, move |r| tx.send(r).unwrap_or(()));
         device.poll(wgpu::PollType::wait_indefinitely()).unwrap_or_else(|e| fail(format!("poll: {e}")));
+        match rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => fail(format!("tile {tile:?}: mapping C: {e}")),
+            Err(_) => fail(format!("tile {tile:?}: mapping C never answered")),
+        }
         let view = readback.get_mapped_range(0..c_bytes).unwrap_or_else(|e| fail(format!("reading C back: {e:?}")));
         let c: Vec<f32> = bytemuck::cast_slice(&view).to_vec();
         drop(view);
