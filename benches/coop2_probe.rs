@@ -6,7 +6,10 @@
 //! 223 TFLOP/s on 4096^3 on an H200 (`cargo bench --bench gemm -- --probe`, BENCHMARKS.md
 //! session 45), cuDNN's convolutions about 400 on ResNet's shapes (session 48).
 //!
-//! `cargo bench --bench coop2_probe [-- --size N] [--reps R] [--invocations I] [--tile MxNxK] [--spv FILE]`:
+//! `cargo bench --bench coop2_probe [-- --size N | --mnk MxNxK] [--a-col] [--b-col] [--prefetch] [--reps R]
+//! [--invocations I] [--tile MxNxK] [--spv FILE]`: `--a-col` reads A stored K x M, `--b-col` B stored
+//! N x K (the layouts of a weight and a data gradient), `--prefetch` loads a step ahead, `--split S`
+//! cuts K in S parts (a weight gradient's split K). It
 //! prints the extension's flexible dimensions and properties, then, on the workgroup-scope
 //! configuration with I invocations (the largest otherwise), for each workgroup tile the driver
 //! accepts (M, N, K a step; `--tile` one alone) the product's
@@ -113,21 +116,52 @@ impl Spirv {
     }
 }
 
-/// The product C (f32, M x N, row-major) = A (f16, M x K) B (f16, K x N), one workgroup per
-/// `tm` x `tn` tile of C, K `tk` a step, on workgroup-scope matrices loaded straight from
-/// the storage buffers; `threads` is the workgroup size the driver asks for.
-fn gemm_module(n: u32, k: u32, (tm, tn, tk): (u32, u32, u32), threads: u32) -> Vec<u32> {
+/// One product's shape and how its module reads the operands.
+#[derive(Clone, Copy, Debug)]
+struct Product {
+    m: u32,
+    n: u32,
+    k: u32,
+    /// M, N, K a workgroup's step.
+    tile: (u32, u32, u32),
+    /// The workgroup size the driver's configuration asks for.
+    threads: u32,
+    /// A stored K x M (a weight gradient's activations read transposed), else M x K.
+    a_col: bool,
+    /// B stored N x K (a data gradient's weights read transposed), else K x N.
+    b_col: bool,
+    /// The next step's A and B loaded before this step's product.
+    prefetch: bool,
+    /// K cut in this many parts, one workgroup layer (and one C) each, summed afterwards.
+    split: u32,
+}
+
+impl Product {
+    /// Where element (i, l) of A and (l, j) of B sit in their buffers.
+    fn a_at(&self, i: u32, l: u32) -> usize {
+        if self.a_col { (l as usize) * self.m as usize + i as usize } else { (i as usize) * self.k as usize + l as usize }
+    }
+    fn b_at(&self, l: u32, j: u32) -> usize {
+        if self.b_col { (j as usize) * self.k as usize + l as usize } else { (l as usize) * self.n as usize + j as usize }
+    }
+}
+
+/// The product C (f32, M x N, row-major) = A (f16) B (f16), one workgroup per tile of C, K a
+/// tile's depth a step, on workgroup-scope matrices loaded straight from the storage buffers.
+fn gemm_module(p: Product) -> Vec<u32> {
+    let (tm, tn, tk) = p.tile;
     let mut s = Spirv { words: Vec::new(), next_id: 0 };
-    let ids: Vec<u32> = (0..64).map(|_| s.id()).collect();
-    let [void, fn_void, u32_t, f16_t, f32_t, bool_t, v3u, p_in_v3u] = ids[0..8].try_into().unwrap();
-    let [rt_f16, st_f16, p_sb_st_f16, p_sb_f16, rt_f32, st_f32, p_sb_st_f32, p_sb_f32] = ids[8..16].try_into().unwrap();
-    let [buf_a, buf_b, buf_c, wg_id, c0, c_scope, c_tm, c_tn] = ids[16..24].try_into().unwrap();
-    let [c_tk, c_k, c_n, c_use_a, c_use_b, c_use_c, c_row_major, f_zero] = ids[24..32].try_into().unwrap();
-    let [mat_a, mat_b, mat_c, p_fn_c, p_fn_u32, zero_c, main, entry] = ids[32..40].try_into().unwrap();
-    let [acc, k_var, id3, wx, wy, m0, n0, a_row] = ids[40..48].try_into().unwrap();
-    let [header, cond, body, cont, merge, k_now, more, a_off] = ids[48..56].try_into().unwrap();
-    let [p_a, a, k_n, b_off, p_b, b, acc_now, product] = ids[56..64].try_into().unwrap();
-    let [k_next, result, m0_n, c_off, p_c] = [s.id(), s.id(), s.id(), s.id(), s.id()];
+    let mut ids = || s.id();
+    let [void, fn_void, u32_t, f16_t, f32_t, bool_t, v3u, p_in_v3u] = std::array::from_fn(|_| ids());
+    let [rt_f16, st_f16, p_sb_st_f16, p_sb_f16, rt_f32, st_f32, p_sb_st_f32, p_sb_f32] = std::array::from_fn(|_| ids());
+    let [buf_a, buf_b, buf_c, wg_id, c0, c_scope, c_tm, c_tn] = std::array::from_fn(|_| ids());
+    let [c_tk, c_m, c_k, c_n, c_use_a, c_use_b, c_use_c, c_row_major] = std::array::from_fn(|_| ids());
+    let [c_col_major, f_zero, mat_a, mat_b, mat_c, p_fn_c, p_fn_u32, p_fn_a] = std::array::from_fn(|_| ids());
+    let [p_fn_b, zero_c, main, entry, acc, k_var, a_var, b_var] = std::array::from_fn(|_| ids());
+    let [id3, wx, wy, m0, n0, header, cond] = std::array::from_fn(|_| ids());
+    let [body, cont, merge, k_now, more, k_next, result, m0_n] = std::array::from_fn(|_| ids());
+    let [c_off, p_c, wz, k_begin, k_end, k_last, c_chunk, c_mn] = std::array::from_fn(|_| ids());
+    let [c_layer, c_off_tile] = std::array::from_fn(|_| ids());
 
     for cap in [Capability::Shader, Capability::Float16, Capability::StorageBuffer16BitAccess, Capability::CooperativeMatrixKHR] {
         s.op(Op::Capability, &[cap as u32]);
@@ -140,7 +174,7 @@ fn gemm_module(n: u32, k: u32, (tm, tn, tk): (u32, u32, u32), threads: u32) -> V
     entry_point.extend(Spirv::string("main"));
     entry_point.extend([wg_id, buf_a, buf_b, buf_c]);
     s.op(Op::EntryPoint, &entry_point);
-    s.op(Op::ExecutionMode, &[main, spirv::ExecutionMode::LocalSize as u32, threads, 1, 1]);
+    s.op(Op::ExecutionMode, &[main, spirv::ExecutionMode::LocalSize as u32, p.threads, 1, 1]);
 
     use spirv::Decoration as D;
     s.op(Op::Decorate, &[rt_f16, D::ArrayStride as u32, 2]);
@@ -172,19 +206,34 @@ fn gemm_module(n: u32, k: u32, (tm, tn, tk): (u32, u32, u32), threads: u32) -> V
     s.op(Op::TypeStruct, &[st_f32, rt_f32]);
     s.op(Op::TypePointer, &[p_sb_st_f32, Sc::StorageBuffer as u32, st_f32]);
     s.op(Op::TypePointer, &[p_sb_f32, Sc::StorageBuffer as u32, f32_t]);
-    for (id, value) in [(c0, 0), (c_scope, spirv::Scope::Workgroup as u32), (c_tm, tm), (c_tn, tn), (c_tk, tk), (c_k, k), (c_n, n)] {
-        s.op(Op::Constant, &[u32_t, id, value]);
-    }
+    use spirv::CooperativeMatrixLayout as L;
     use spirv::CooperativeMatrixUse as U;
-    for (id, value) in [(c_use_a, U::MatrixAKHR as u32), (c_use_b, U::MatrixBKHR as u32), (c_use_c, U::MatrixAccumulatorKHR as u32)] {
+    for (id, value) in [
+        (c0, 0),
+        (c_scope, spirv::Scope::Workgroup as u32),
+        (c_tm, tm),
+        (c_tn, tn),
+        (c_tk, tk),
+        (c_m, p.m),
+        (c_k, p.k),
+        (c_n, p.n),
+        (c_chunk, p.k / p.split),
+        (c_mn, p.m * p.n),
+        (c_use_a, U::MatrixAKHR as u32),
+        (c_use_b, U::MatrixBKHR as u32),
+        (c_use_c, U::MatrixAccumulatorKHR as u32),
+        (c_row_major, L::RowMajorKHR as u32),
+        (c_col_major, L::ColumnMajorKHR as u32),
+    ] {
         s.op(Op::Constant, &[u32_t, id, value]);
     }
-    s.op(Op::Constant, &[u32_t, c_row_major, spirv::CooperativeMatrixLayout::RowMajorKHR as u32]);
     s.op(Op::Constant, &[f32_t, f_zero, 0]);
     s.op(Op::TypeCooperativeMatrixKHR, &[mat_a, f16_t, c_scope, c_tm, c_tk, c_use_a]);
     s.op(Op::TypeCooperativeMatrixKHR, &[mat_b, f16_t, c_scope, c_tk, c_tn, c_use_b]);
     s.op(Op::TypeCooperativeMatrixKHR, &[mat_c, f32_t, c_scope, c_tm, c_tn, c_use_c]);
     s.op(Op::TypePointer, &[p_fn_c, Sc::Function as u32, mat_c]);
+    s.op(Op::TypePointer, &[p_fn_a, Sc::Function as u32, mat_a]);
+    s.op(Op::TypePointer, &[p_fn_b, Sc::Function as u32, mat_b]);
     s.op(Op::TypePointer, &[p_fn_u32, Sc::Function as u32, u32_t]);
     s.op(Op::ConstantComposite, &[mat_c, zero_c, f_zero]);
     s.op(Op::Variable, &[p_sb_st_f16, buf_a, Sc::StorageBuffer as u32]);
@@ -195,41 +244,90 @@ fn gemm_module(n: u32, k: u32, (tm, tn, tk): (u32, u32, u32), threads: u32) -> V
     s.op(Op::Function, &[void, main, 0, fn_void]);
     s.op(Op::Label, &[entry]);
     s.op(Op::Variable, &[p_fn_c, acc, Sc::Function as u32, zero_c]);
-    s.op(Op::Variable, &[p_fn_u32, k_var, Sc::Function as u32, c0]);
+    s.op(Op::Variable, &[p_fn_u32, k_var, Sc::Function as u32]);
+    s.op(Op::Variable, &[p_fn_a, a_var, Sc::Function as u32]);
+    s.op(Op::Variable, &[p_fn_b, b_var, Sc::Function as u32]);
     s.op(Op::Load, &[v3u, id3, wg_id]);
     s.op(Op::CompositeExtract, &[u32_t, wx, id3, 0]);
     s.op(Op::CompositeExtract, &[u32_t, wy, id3, 1]);
     s.op(Op::IMul, &[u32_t, m0, wy, c_tm]);
     s.op(Op::IMul, &[u32_t, n0, wx, c_tn]);
-    s.op(Op::IMul, &[u32_t, a_row, m0, c_k]);
+    // Workgroup layer z sums K from z * K / split, for as long, into its own C.
+    s.op(Op::CompositeExtract, &[u32_t, wz, id3, 2]);
+    s.op(Op::IMul, &[u32_t, k_begin, wz, c_chunk]);
+    s.op(Op::IAdd, &[u32_t, k_end, k_begin, c_chunk]);
+    s.op(Op::ISub, &[u32_t, k_last, k_end, c_tk]);
+    s.op(Op::Store, &[k_var, k_begin]);
+    // A's and B's tiles at depth `kk`: a row-major A starts at m0 * K + kk (rows K apart), a
+    // column-major one at kk * M + m0 (columns M apart); B likewise with N.
+    let load = |s: &mut Spirv, kk: u32| -> (u32, u32) {
+        let [x, a_off, p_a, a, z, b_off, p_b, b] = std::array::from_fn(|_| s.id());
+        if p.a_col {
+            s.op(Op::IMul, &[u32_t, x, kk, c_m]);
+            s.op(Op::IAdd, &[u32_t, a_off, x, m0]);
+        } else {
+            s.op(Op::IMul, &[u32_t, x, m0, c_k]);
+            s.op(Op::IAdd, &[u32_t, a_off, x, kk]);
+        }
+        s.op(Op::AccessChain, &[p_sb_f16, p_a, buf_a, c0, a_off]);
+        let (a_layout, a_stride) = if p.a_col { (c_col_major, c_m) } else { (c_row_major, c_k) };
+        s.op(Op::CooperativeMatrixLoadKHR, &[mat_a, a, p_a, a_layout, a_stride]);
+        if p.b_col {
+            s.op(Op::IMul, &[u32_t, z, n0, c_k]);
+            s.op(Op::IAdd, &[u32_t, b_off, z, kk]);
+        } else {
+            s.op(Op::IMul, &[u32_t, z, kk, c_n]);
+            s.op(Op::IAdd, &[u32_t, b_off, z, n0]);
+        }
+        s.op(Op::AccessChain, &[p_sb_f16, p_b, buf_b, c0, b_off]);
+        let (b_layout, b_stride) = if p.b_col { (c_col_major, c_k) } else { (c_row_major, c_n) };
+        s.op(Op::CooperativeMatrixLoadKHR, &[mat_b, b, p_b, b_layout, b_stride]);
+        (a, b)
+    };
+    if p.prefetch {
+        let (a, b) = load(&mut s, k_begin);
+        s.op(Op::Store, &[a_var, a]);
+        s.op(Op::Store, &[b_var, b]);
+    }
     s.op(Op::Branch, &[header]);
     s.op(Op::Label, &[header]);
     s.op(Op::LoopMerge, &[merge, cont, 0]);
     s.op(Op::Branch, &[cond]);
     s.op(Op::Label, &[cond]);
     s.op(Op::Load, &[u32_t, k_now, k_var]);
-    s.op(Op::ULessThan, &[bool_t, more, k_now, c_k]);
+    s.op(Op::ULessThan, &[bool_t, more, k_now, k_end]);
     s.op(Op::BranchConditional, &[more, body, merge]);
     s.op(Op::Label, &[body]);
-    s.op(Op::IAdd, &[u32_t, a_off, a_row, k_now]);
-    s.op(Op::AccessChain, &[p_sb_f16, p_a, buf_a, c0, a_off]);
-    s.op(Op::CooperativeMatrixLoadKHR, &[mat_a, a, p_a, c_row_major, c_k]);
-    s.op(Op::IMul, &[u32_t, k_n, k_now, c_n]);
-    s.op(Op::IAdd, &[u32_t, b_off, k_n, n0]);
-    s.op(Op::AccessChain, &[p_sb_f16, p_b, buf_b, c0, b_off]);
-    s.op(Op::CooperativeMatrixLoadKHR, &[mat_b, b, p_b, c_row_major, c_n]);
+    s.op(Op::IAdd, &[u32_t, k_next, k_now, c_tk]);
+    let (a, b) = if p.prefetch {
+        // The next step's operands, the last step's again on the last step: no branch
+        // around a workgroup-wide load.
+        let [a, b, last, k_load] = std::array::from_fn(|_| s.id());
+        s.op(Op::Load, &[mat_a, a, a_var]);
+        s.op(Op::Load, &[mat_b, b, b_var]);
+        s.op(Op::ULessThan, &[bool_t, last, k_next, k_end]);
+        s.op(Op::Select, &[u32_t, k_load, last, k_next, k_last]);
+        let (a_next, b_next) = load(&mut s, k_load);
+        s.op(Op::Store, &[a_var, a_next]);
+        s.op(Op::Store, &[b_var, b_next]);
+        (a, b)
+    } else {
+        load(&mut s, k_now)
+    };
+    let [acc_now, product] = std::array::from_fn(|_| s.id());
     s.op(Op::Load, &[mat_c, acc_now, acc]);
     s.op(Op::CooperativeMatrixMulAddKHR, &[mat_c, product, a, b, acc_now]);
     s.op(Op::Store, &[acc, product]);
     s.op(Op::Branch, &[cont]);
     s.op(Op::Label, &[cont]);
-    s.op(Op::IAdd, &[u32_t, k_next, k_now, c_tk]);
     s.op(Op::Store, &[k_var, k_next]);
     s.op(Op::Branch, &[header]);
     s.op(Op::Label, &[merge]);
     s.op(Op::Load, &[mat_c, result, acc]);
     s.op(Op::IMul, &[u32_t, m0_n, m0, c_n]);
-    s.op(Op::IAdd, &[u32_t, c_off, m0_n, n0]);
+    s.op(Op::IAdd, &[u32_t, c_off_tile, m0_n, n0]);
+    s.op(Op::IMul, &[u32_t, c_layer, wz, c_mn]);
+    s.op(Op::IAdd, &[u32_t, c_off, c_off_tile, c_layer]);
     s.op(Op::AccessChain, &[p_sb_f32, p_c, buf_c, c0, c_off]);
     s.op(Op::CooperativeMatrixStoreKHR, &[p_c, result, c_row_major, c_n]);
     s.op(Op::Return, &[]);
@@ -243,20 +341,40 @@ fn gemm_module(n: u32, k: u32, (tm, tn, tk): (u32, u32, u32), threads: u32) -> V
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).map(|v| v.parse::<u32>().unwrap_or_else(|_| fail(format!("{flag} {v}: expected a whole number"))));
+    let three = |flag: &str| -> Option<(u32, u32, u32)> {
+        args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).map(|t| {
+            let d: Vec<u32> = t.split('x').filter_map(|v| v.parse().ok()).collect();
+            match d[..] {
+                [a, b, c] if a > 0 && b > 0 && c > 0 => (a, b, c),
+                _ => fail(format!("{flag} {t}: expected AxBxC, three whole numbers above 0")),
+            }
+        })
+    };
+    let flag = |name: &str| args.iter().any(|a| a == name);
     let size = value("--size").unwrap_or(4096);
+    // `--mnk MxNxK` for a product of another shape (a convolution's), the cube of --size otherwise.
+    let (m, n, k) = three("--mnk").unwrap_or((size, size, size));
     let reps = value("--reps").unwrap_or(20);
-    // Every tile tried divides the size; 16,384 keeps C (1 GiB of f32) and the u32 offsets of
-    // the module in range.
-    if !(64..=16_384).contains(&size) || size % 64 != 0 {
-        fail(format!("--size {size}: expected a multiple of 64 from 64 to 16384"));
+    // `--split S`: K in S parts, each its own layer of workgroups and its own C (a weight
+    // gradient's split K), summed here.
+    let split = value("--split").unwrap_or(1);
+    if split == 0 || k % split != 0 {
+        fail(format!("--split {split}: expected a divisor of K = {k}"));
+    }
+    // Every tile tried divides the sides; the elements of each operand stay below 2^31 so the
+    // module's u32 offsets and C's bytes stay in range.
+    let elements = [m as u64 * k as u64, k as u64 * n as u64, m as u64 * n as u64 * split as u64];
+    if [m, n, k].iter().any(|&d| d < 64 || d % 64 != 0) || elements.iter().any(|&e| e >= 1 << 29) {
+        fail(format!("--mnk {m}x{n}x{k}: expected multiples of 64, each operand below 2^29 elements"));
     }
     if reps == 0 {
         fail("--reps 0: expected 1 or more".into());
     }
+    let shape = |tile: (u32, u32, u32), threads: u32| Product { m, n, k, tile, threads, a_col: flag("--a-col"), b_col: flag("--b-col"), prefetch: flag("--prefetch"), split };
     // `--spv FILE`: the 128 x 128 x 32 module for 256 invocations written out (for spirv-dis and
     // spirv-val), nothing run.
     if let Some(path) = args.iter().position(|a| a == "--spv").and_then(|i| args.get(i + 1)) {
-        let words = gemm_module(size, size, (128, 128, 32), 256);
+        let words = gemm_module(shape((128, 128, 32), 256));
         std::fs::write(path, bytemuck::cast_slice::<u32, u8>(&words)).unwrap_or_else(|e| fail(format!("{path}: {e}")));
         return;
     }
@@ -374,7 +492,6 @@ fn main() {
     device.set_device_lost_callback(|reason, msg| eprintln!("coop2_probe: device lost ({reason:?}): {msg}"));
     device.on_uncaptured_error(std::sync::Arc::new(|e| eprintln!("coop2_probe: uncaptured error: {e}")));
 
-    let (m, n, k) = (size, size, size);
     let a_q: Vec<i32> = (0..m * k).map(|i| ((i.wrapping_mul(2_654_435_761) >> 13) % 9) as i32 - 4).collect();
     let b_q: Vec<i32> = (0..k * n).map(|i| ((i.wrapping_mul(2_246_822_519) >> 11) % 9) as i32 - 4).collect();
     // q / 4 for |q| <= 4: exact in f16.
@@ -384,7 +501,7 @@ fn main() {
     let storage = wgpu::BufferUsages::STORAGE;
     let buf_a = device.create_buffer_init(&wgpu::util::BufferInitDescriptor { label: Some("a"), contents: bytemuck::cast_slice(&a16), usage: storage });
     let buf_b = device.create_buffer_init(&wgpu::util::BufferInitDescriptor { label: Some("b"), contents: bytemuck::cast_slice(&b16), usage: storage });
-    let c_bytes = m as u64 * n as u64 * 4;
+    let c_bytes = m as u64 * n as u64 * split as u64 * 4;
     let buf_c = device.create_buffer(&wgpu::BufferDescriptor { label: Some("c"), size: c_bytes, usage: storage | wgpu::BufferUsages::COPY_SRC, mapped_at_creation: false });
     let readback = device.create_buffer(&wgpu::BufferDescriptor { label: Some("readback"), size: c_bytes, usage: wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::MAP_READ, mapped_at_creation: false });
     let entry = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
@@ -408,13 +525,7 @@ fn main() {
     let g = |x: u32, step: u32| x.div_ceil(step) * step;
     let (gm, gn, gk) = (config.m_granularity.max(1), config.n_granularity.max(1), config.k_granularity.max(1));
     // `--tile MxNxK` tries that tile alone.
-    let forced: Option<(u32, u32, u32)> = args.iter().position(|a| a == "--tile").and_then(|i| args.get(i + 1)).map(|t| {
-        let d: Vec<u32> = t.split('x').filter_map(|v| v.parse().ok()).collect();
-        match d[..] {
-            [a, b, c] if a > 0 && b > 0 && c > 0 => (a, b, c),
-            _ => fail(format!("--tile {t}: expected MxNxK, three whole numbers")),
-        }
-    });
+    let forced = three("--tile");
     let candidates: Vec<(u32, u32, u32)> = match forced {
         Some(t) => vec![t],
         None => vec![(128, 128, 32), (128, 128, 64), (128, 256, 32), (256, 128, 32), (256, 256, 32), (64, 64, 32), (128, 64, 32)],
@@ -422,16 +533,17 @@ fn main() {
     let mut tiles: Vec<(u32, u32, u32)> = Vec::new();
     for (tm, tn, tk) in candidates {
         let t = (g(tm, gm), g(tn, gn), g(tk, gk));
-        if !tiles.contains(&t) && size % t.0 == 0 && size % t.1 == 0 && size % t.2 == 0 {
+        if !tiles.contains(&t) && m % t.0 == 0 && n % t.1 == 0 && (k / split) % t.2 == 0 {
             tiles.push(t);
         }
     }
     if tiles.is_empty() {
-        fail(format!("--size {size}: no tile at the driver's granularity {gm}x{gn}x{gk} divides it"));
+        fail(format!("{m}x{n}x{k}: no tile at the driver's granularity {gm}x{gn}x{gk} divides it"));
     }
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
     for tile in tiles {
-        let words = gemm_module(n, k, tile, config.workgroup_invocations);
+        let product = shape(tile, config.workgroup_invocations);
+        let words = gemm_module(product);
         let invalid = device.push_error_scope(wgpu::ErrorFilter::Validation);
         // SAFETY: the module is the SPIR-V above, whose three bindings and entry point match
         // `pipeline_layout` and the dispatch below.
@@ -462,7 +574,7 @@ fn main() {
                 pass.set_pipeline(&pipeline);
                 pass.set_bind_group(0, &bind, &[]);
                 for _ in 0..count {
-                    pass.dispatch_workgroups(n / tile.1, m / tile.0, 1);
+                    pass.dispatch_workgroups(n / tile.1, m / tile.0, split);
                 }
             }
             queue.submit([encoder.finish()]);
@@ -491,12 +603,16 @@ fn main() {
         let mut worst = 0.0f64;
         for s in 0..64u32 {
             let (i, j) = (s.wrapping_mul(2_654_435_761).wrapping_add(s) % m, (s * 40_503 + 7) % n);
-            let want: f64 = (0..k).map(|l| a_q[(i * k + l) as usize] as f64 * b_q[(l * n + j) as usize] as f64 / 16.0).sum();
-            let got = c[(i * n + j) as usize] as f64;
+            let want: f64 = (0..k).map(|l| a_q[product.a_at(i, l)] as f64 * b_q[product.b_at(l, j)] as f64 / 16.0).sum();
+            let got: f64 = (0..split as usize).map(|z| c[z * (m * n) as usize + (i * n + j) as usize] as f64).sum();
             worst = worst.max(if got.is_nan() { f64::INFINITY } else { (got - want).abs() });
         }
         println!(
-            "tile {}x{}x{} on {} invocations: {ms:.3} ms, {:.1} TFLOP/s, worst sampled error {worst:.2e}{}",
+            "{m}x{n}x{k}{}{}{}{} tile {}x{}x{} on {} invocations: {ms:.3} ms, {:.1} TFLOP/s, worst sampled error {worst:.2e}{}",
+            if product.a_col { " A^T" } else { "" },
+            if product.b_col { " B^T" } else { "" },
+            if product.prefetch { " prefetch" } else { "" },
+            if split > 1 { format!(" split {split}") } else { String::new() },
             tile.0,
             tile.1,
             tile.2,
