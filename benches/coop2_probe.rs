@@ -90,21 +90,63 @@ fn fail(msg: String) -> ! {
     std::process::exit(2)
 }
 
-/// SPIR-V words, one instruction at a time, with ids handed out in order.
-struct Spirv {
-    words: Vec<u32>,
+/// A SPIR-V module under construction: the header (capabilities to decorations), the
+/// declarations (types, constants, globals) and the one function's code kept apart, so that a
+/// constant the code asks for late still lands among the declarations.
+struct Module {
     next_id: u32,
+    header: Vec<u32>,
+    decls: Vec<u32>,
+    code: Vec<u32>,
+    constants: std::collections::HashMap<(u32, u32), u32>,
 }
 
-impl Spirv {
+/// Which words an instruction goes to.
+#[derive(Clone, Copy)]
+enum Part {
+    Header,
+    Decls,
+    Code,
+}
+
+impl Module {
+    fn new() -> Self {
+        Module { next_id: 0, header: Vec::new(), decls: Vec::new(), code: Vec::new(), constants: Default::default() }
+    }
+
     fn id(&mut self) -> u32 {
         self.next_id += 1;
         self.next_id
     }
 
-    fn op(&mut self, op: Op, operands: &[u32]) {
-        self.words.push(((operands.len() as u32 + 1) << 16) | op as u32);
-        self.words.extend_from_slice(operands);
+    fn op(&mut self, part: Part, op: Op, operands: &[u32]) {
+        let words = match part {
+            Part::Header => &mut self.header,
+            Part::Decls => &mut self.decls,
+            Part::Code => &mut self.code,
+        };
+        words.push(((operands.len() as u32 + 1) << 16) | op as u32);
+        words.extend_from_slice(operands);
+    }
+
+    /// An instruction of the code with a result type: its new result id.
+    fn value(&mut self, op: Op, ty: u32, operands: &[u32]) -> u32 {
+        let id = self.id();
+        let mut all = vec![ty, id];
+        all.extend_from_slice(operands);
+        self.op(Part::Code, op, &all);
+        id
+    }
+
+    /// A 32-bit constant of `ty`, declared once.
+    fn constant(&mut self, ty: u32, bits: u32) -> u32 {
+        if let Some(&id) = self.constants.get(&(ty, bits)) {
+            return id;
+        }
+        let id = self.id();
+        self.op(Part::Decls, Op::Constant, &[ty, id, bits]);
+        self.constants.insert((ty, bits), id);
+        id
     }
 
     /// A literal string's words: UTF-8, nul-terminated, padded to whole words.
@@ -113,6 +155,14 @@ impl Spirv {
         bytes.push(0);
         bytes.resize(bytes.len().div_ceil(4) * 4, 0);
         bytes.chunks(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    }
+
+    fn finish(self) -> Vec<u32> {
+        let mut words = vec![spirv::MAGIC_NUMBER, 0x0001_0600, 0, self.next_id + 1, 0];
+        words.extend(self.header);
+        words.extend(self.decls);
+        words.extend(self.code);
+        words
     }
 }
 
@@ -134,10 +184,28 @@ struct Product {
     prefetch: bool,
     /// K cut in this many parts, one workgroup layer (and one C) each, summed afterwards.
     split: u32,
+    /// A read through a tensor layout (SPV_NV_tensor_addressing) rather than a pointer and a stride.
+    tensor: bool,
+    /// A 3x3 convolution (stride 1, padding 1) instead: A the NHWC images gathered through a
+    /// clamped 4-D tensor layout, B the taps' weights (9 C x F, rows tap-major), C the NHWC
+    /// outputs stored through the same kind of layout; M = N H W, K = 9 C, N = F.
+    conv: Option<Conv>,
+}
+
+/// A 3x3 convolution's sizes and the patch of output pixels one workgroup takes.
+#[derive(Clone, Copy, Debug)]
+struct Conv {
+    images: u32,
+    height: u32,
+    width: u32,
+    channels: u32,
+    filters: u32,
+    /// Output rows and columns of a workgroup's M tile (their product is the tile's M).
+    patch: (u32, u32),
 }
 
 impl Product {
-    /// Where element (i, l) of A and (l, j) of B sit in their buffers.
+    /// Where element (i, l) of A and (l, j) of B sit in their buffers (plain products).
     fn a_at(&self, i: u32, l: u32) -> usize {
         if self.a_col { (l as usize) * self.m as usize + i as usize } else { (i as usize) * self.k as usize + l as usize }
     }
@@ -146,196 +214,258 @@ impl Product {
     }
 }
 
-/// The product C (f32, M x N, row-major) = A (f16) B (f16), one workgroup per tile of C, K a
-/// tile's depth a step, on workgroup-scope matrices loaded straight from the storage buffers.
+/// The product C (f32, M x N, row-major) = A (f16) B (f16), or a 3x3 convolution as one, one
+/// workgroup per tile of C, K a tile's depth a step, on workgroup-scope matrices.
 fn gemm_module(p: Product) -> Vec<u32> {
     let (tm, tn, tk) = p.tile;
-    let mut s = Spirv { words: Vec::new(), next_id: 0 };
-    let mut ids = || s.id();
-    let [void, fn_void, u32_t, f16_t, f32_t, bool_t, v3u, p_in_v3u] = std::array::from_fn(|_| ids());
-    let [rt_f16, st_f16, p_sb_st_f16, p_sb_f16, rt_f32, st_f32, p_sb_st_f32, p_sb_f32] = std::array::from_fn(|_| ids());
-    let [buf_a, buf_b, buf_c, wg_id, c0, c_scope, c_tm, c_tn] = std::array::from_fn(|_| ids());
-    let [c_tk, c_m, c_k, c_n, c_use_a, c_use_b, c_use_c, c_row_major] = std::array::from_fn(|_| ids());
-    let [c_col_major, f_zero, mat_a, mat_b, mat_c, p_fn_c, p_fn_u32, p_fn_a] = std::array::from_fn(|_| ids());
-    let [p_fn_b, zero_c, main, entry, acc, k_var, a_var, b_var] = std::array::from_fn(|_| ids());
-    let [id3, wx, wy, m0, n0, header, cond] = std::array::from_fn(|_| ids());
-    let [body, cont, merge, k_now, more, k_next, result, m0_n] = std::array::from_fn(|_| ids());
-    let [c_off, p_c, wz, k_begin, k_end, k_last, c_chunk, c_mn] = std::array::from_fn(|_| ids());
-    let [c_layer, c_off_tile] = std::array::from_fn(|_| ids());
+    let mut s = Module::new();
+    let addressing = p.tensor || p.conv.is_some();
+    let [void, fn_void, u32_t, f16_t, f32_t, bool_t, v3u, p_in_v3u] = std::array::from_fn(|_| s.id());
+    let [rt_f16, st_f16, p_sb_st_f16, p_sb_f16, rt_f32, st_f32, p_sb_st_f32, p_sb_f32] = std::array::from_fn(|_| s.id());
+    let [buf_a, buf_b, buf_c, wg_id, mat_a, mat_b, mat_c, main] = std::array::from_fn(|_| s.id());
+    let [p_fn_c, p_fn_u32, p_fn_a, p_fn_b, zero_c, zero_a, entry, layout4] = std::array::from_fn(|_| s.id());
+    let layout2 = s.id();
 
-    for cap in [Capability::Shader, Capability::Float16, Capability::StorageBuffer16BitAccess, Capability::CooperativeMatrixKHR] {
-        s.op(Op::Capability, &[cap as u32]);
+    let mut caps = vec![Capability::Shader, Capability::Float16, Capability::StorageBuffer16BitAccess, Capability::CooperativeMatrixKHR];
+    let mut exts = vec!["SPV_KHR_cooperative_matrix", "SPV_NV_cooperative_matrix2"];
+    if addressing {
+        caps.extend([Capability::CooperativeMatrixTensorAddressingNV, Capability::TensorAddressingNV]);
+        exts.push("SPV_NV_tensor_addressing");
     }
-    for ext in ["SPV_KHR_cooperative_matrix", "SPV_NV_cooperative_matrix2"] {
-        s.op(Op::Extension, &Spirv::string(ext));
+    for cap in caps {
+        s.op(Part::Header, Op::Capability, &[cap as u32]);
     }
-    s.op(Op::MemoryModel, &[spirv::AddressingModel::Logical as u32, spirv::MemoryModel::GLSL450 as u32]);
+    for ext in exts {
+        s.op(Part::Header, Op::Extension, &Module::string(ext));
+    }
+    s.op(Part::Header, Op::MemoryModel, &[spirv::AddressingModel::Logical as u32, spirv::MemoryModel::GLSL450 as u32]);
     let mut entry_point = vec![spirv::ExecutionModel::GLCompute as u32, main];
-    entry_point.extend(Spirv::string("main"));
+    entry_point.extend(Module::string("main"));
     entry_point.extend([wg_id, buf_a, buf_b, buf_c]);
-    s.op(Op::EntryPoint, &entry_point);
-    s.op(Op::ExecutionMode, &[main, spirv::ExecutionMode::LocalSize as u32, p.threads, 1, 1]);
-
+    s.op(Part::Header, Op::EntryPoint, &entry_point);
+    s.op(Part::Header, Op::ExecutionMode, &[main, spirv::ExecutionMode::LocalSize as u32, p.threads, 1, 1]);
     use spirv::Decoration as D;
-    s.op(Op::Decorate, &[rt_f16, D::ArrayStride as u32, 2]);
-    s.op(Op::Decorate, &[rt_f32, D::ArrayStride as u32, 4]);
+    s.op(Part::Header, Op::Decorate, &[rt_f16, D::ArrayStride as u32, 2]);
+    s.op(Part::Header, Op::Decorate, &[rt_f32, D::ArrayStride as u32, 4]);
     for st in [st_f16, st_f32] {
-        s.op(Op::Decorate, &[st, D::Block as u32]);
-        s.op(Op::MemberDecorate, &[st, 0, D::Offset as u32, 0]);
+        s.op(Part::Header, Op::Decorate, &[st, D::Block as u32]);
+        s.op(Part::Header, Op::MemberDecorate, &[st, 0, D::Offset as u32, 0]);
     }
     for (binding, buf) in [buf_a, buf_b, buf_c].into_iter().enumerate() {
-        s.op(Op::Decorate, &[buf, D::DescriptorSet as u32, 0]);
-        s.op(Op::Decorate, &[buf, D::Binding as u32, binding as u32]);
+        s.op(Part::Header, Op::Decorate, &[buf, D::DescriptorSet as u32, 0]);
+        s.op(Part::Header, Op::Decorate, &[buf, D::Binding as u32, binding as u32]);
     }
-    s.op(Op::Decorate, &[wg_id, D::BuiltIn as u32, spirv::BuiltIn::WorkgroupId as u32]);
+    s.op(Part::Header, Op::Decorate, &[wg_id, D::BuiltIn as u32, spirv::BuiltIn::WorkgroupId as u32]);
 
     use spirv::StorageClass as Sc;
-    s.op(Op::TypeVoid, &[void]);
-    s.op(Op::TypeFunction, &[fn_void, void]);
-    s.op(Op::TypeInt, &[u32_t, 32, 0]);
-    s.op(Op::TypeFloat, &[f16_t, 16]);
-    s.op(Op::TypeFloat, &[f32_t, 32]);
-    s.op(Op::TypeBool, &[bool_t]);
-    s.op(Op::TypeVector, &[v3u, u32_t, 3]);
-    s.op(Op::TypePointer, &[p_in_v3u, Sc::Input as u32, v3u]);
-    s.op(Op::TypeRuntimeArray, &[rt_f16, f16_t]);
-    s.op(Op::TypeStruct, &[st_f16, rt_f16]);
-    s.op(Op::TypePointer, &[p_sb_st_f16, Sc::StorageBuffer as u32, st_f16]);
-    s.op(Op::TypePointer, &[p_sb_f16, Sc::StorageBuffer as u32, f16_t]);
-    s.op(Op::TypeRuntimeArray, &[rt_f32, f32_t]);
-    s.op(Op::TypeStruct, &[st_f32, rt_f32]);
-    s.op(Op::TypePointer, &[p_sb_st_f32, Sc::StorageBuffer as u32, st_f32]);
-    s.op(Op::TypePointer, &[p_sb_f32, Sc::StorageBuffer as u32, f32_t]);
+    let g = Part::Decls;
+    s.op(g, Op::TypeVoid, &[void]);
+    s.op(g, Op::TypeFunction, &[fn_void, void]);
+    s.op(g, Op::TypeInt, &[u32_t, 32, 0]);
+    s.op(g, Op::TypeFloat, &[f16_t, 16]);
+    s.op(g, Op::TypeFloat, &[f32_t, 32]);
+    s.op(g, Op::TypeBool, &[bool_t]);
+    s.op(g, Op::TypeVector, &[v3u, u32_t, 3]);
+    s.op(g, Op::TypePointer, &[p_in_v3u, Sc::Input as u32, v3u]);
+    s.op(g, Op::TypeRuntimeArray, &[rt_f16, f16_t]);
+    s.op(g, Op::TypeStruct, &[st_f16, rt_f16]);
+    s.op(g, Op::TypePointer, &[p_sb_st_f16, Sc::StorageBuffer as u32, st_f16]);
+    s.op(g, Op::TypePointer, &[p_sb_f16, Sc::StorageBuffer as u32, f16_t]);
+    s.op(g, Op::TypeRuntimeArray, &[rt_f32, f32_t]);
+    s.op(g, Op::TypeStruct, &[st_f32, rt_f32]);
+    s.op(g, Op::TypePointer, &[p_sb_st_f32, Sc::StorageBuffer as u32, st_f32]);
+    s.op(g, Op::TypePointer, &[p_sb_f32, Sc::StorageBuffer as u32, f32_t]);
     use spirv::CooperativeMatrixLayout as L;
     use spirv::CooperativeMatrixUse as U;
-    for (id, value) in [
-        (c0, 0),
-        (c_scope, spirv::Scope::Workgroup as u32),
-        (c_tm, tm),
-        (c_tn, tn),
-        (c_tk, tk),
-        (c_m, p.m),
-        (c_k, p.k),
-        (c_n, p.n),
-        (c_chunk, p.k / p.split),
-        (c_mn, p.m * p.n),
-        (c_use_a, U::MatrixAKHR as u32),
-        (c_use_b, U::MatrixBKHR as u32),
-        (c_use_c, U::MatrixAccumulatorKHR as u32),
-        (c_row_major, L::RowMajorKHR as u32),
-        (c_col_major, L::ColumnMajorKHR as u32),
-    ] {
-        s.op(Op::Constant, &[u32_t, id, value]);
+    let k = |s: &mut Module, v: u32| s.constant(u32_t, v);
+    let (scope, c_tm, c_tn, c_tk) = (k(&mut s, spirv::Scope::Workgroup as u32), k(&mut s, tm), k(&mut s, tn), k(&mut s, tk));
+    let (use_a, use_b, use_c) = (k(&mut s, U::MatrixAKHR as u32), k(&mut s, U::MatrixBKHR as u32), k(&mut s, U::MatrixAccumulatorKHR as u32));
+    s.op(g, Op::TypeCooperativeMatrixKHR, &[mat_a, f16_t, scope, c_tm, c_tk, use_a]);
+    s.op(g, Op::TypeCooperativeMatrixKHR, &[mat_b, f16_t, scope, c_tk, c_tn, use_b]);
+    s.op(g, Op::TypeCooperativeMatrixKHR, &[mat_c, f32_t, scope, c_tm, c_tn, use_c]);
+    s.op(g, Op::TypePointer, &[p_fn_c, Sc::Function as u32, mat_c]);
+    s.op(g, Op::TypePointer, &[p_fn_a, Sc::Function as u32, mat_a]);
+    s.op(g, Op::TypePointer, &[p_fn_b, Sc::Function as u32, mat_b]);
+    s.op(g, Op::TypePointer, &[p_fn_u32, Sc::Function as u32, u32_t]);
+    let f32_zero = s.constant(f32_t, 0);
+    s.op(g, Op::ConstantComposite, &[mat_c, zero_c, f32_zero]);
+    let f16_zero = s.constant(f16_t, 0);
+    s.op(g, Op::ConstantComposite, &[mat_a, zero_a, f16_zero]);
+    if addressing {
+        // Out-of-range coordinates read as the clamp value (0) and are not written: the
+        // convolution's padding and the patches past an image's edge.
+        let (four, two, constant_mode) = (k(&mut s, 4), k(&mut s, 2), k(&mut s, 1));
+        s.op(g, Op::TypeTensorLayoutNV, &[layout4, four, constant_mode]);
+        s.op(g, Op::TypeTensorLayoutNV, &[layout2, two, constant_mode]);
     }
-    s.op(Op::Constant, &[f32_t, f_zero, 0]);
-    s.op(Op::TypeCooperativeMatrixKHR, &[mat_a, f16_t, c_scope, c_tm, c_tk, c_use_a]);
-    s.op(Op::TypeCooperativeMatrixKHR, &[mat_b, f16_t, c_scope, c_tk, c_tn, c_use_b]);
-    s.op(Op::TypeCooperativeMatrixKHR, &[mat_c, f32_t, c_scope, c_tm, c_tn, c_use_c]);
-    s.op(Op::TypePointer, &[p_fn_c, Sc::Function as u32, mat_c]);
-    s.op(Op::TypePointer, &[p_fn_a, Sc::Function as u32, mat_a]);
-    s.op(Op::TypePointer, &[p_fn_b, Sc::Function as u32, mat_b]);
-    s.op(Op::TypePointer, &[p_fn_u32, Sc::Function as u32, u32_t]);
-    s.op(Op::ConstantComposite, &[mat_c, zero_c, f_zero]);
-    s.op(Op::Variable, &[p_sb_st_f16, buf_a, Sc::StorageBuffer as u32]);
-    s.op(Op::Variable, &[p_sb_st_f16, buf_b, Sc::StorageBuffer as u32]);
-    s.op(Op::Variable, &[p_sb_st_f32, buf_c, Sc::StorageBuffer as u32]);
-    s.op(Op::Variable, &[p_in_v3u, wg_id, Sc::Input as u32]);
+    s.op(g, Op::Variable, &[p_sb_st_f16, buf_a, Sc::StorageBuffer as u32]);
+    s.op(g, Op::Variable, &[p_sb_st_f16, buf_b, Sc::StorageBuffer as u32]);
+    s.op(g, Op::Variable, &[p_sb_st_f32, buf_c, Sc::StorageBuffer as u32]);
+    s.op(g, Op::Variable, &[p_in_v3u, wg_id, Sc::Input as u32]);
 
-    s.op(Op::Function, &[void, main, 0, fn_void]);
-    s.op(Op::Label, &[entry]);
-    s.op(Op::Variable, &[p_fn_c, acc, Sc::Function as u32, zero_c]);
-    s.op(Op::Variable, &[p_fn_u32, k_var, Sc::Function as u32]);
-    s.op(Op::Variable, &[p_fn_a, a_var, Sc::Function as u32]);
-    s.op(Op::Variable, &[p_fn_b, b_var, Sc::Function as u32]);
-    s.op(Op::Load, &[v3u, id3, wg_id]);
-    s.op(Op::CompositeExtract, &[u32_t, wx, id3, 0]);
-    s.op(Op::CompositeExtract, &[u32_t, wy, id3, 1]);
-    s.op(Op::IMul, &[u32_t, m0, wy, c_tm]);
-    s.op(Op::IMul, &[u32_t, n0, wx, c_tn]);
-    // Workgroup layer z sums K from z * K / split, for as long, into its own C.
-    s.op(Op::CompositeExtract, &[u32_t, wz, id3, 2]);
-    s.op(Op::IMul, &[u32_t, k_begin, wz, c_chunk]);
-    s.op(Op::IAdd, &[u32_t, k_end, k_begin, c_chunk]);
-    s.op(Op::ISub, &[u32_t, k_last, k_end, c_tk]);
-    s.op(Op::Store, &[k_var, k_begin]);
-    // A's and B's tiles at depth `kk`: a row-major A starts at m0 * K + kk (rows K apart), a
-    // column-major one at kk * M + m0 (columns M apart); B likewise with N.
-    let load = |s: &mut Spirv, kk: u32| -> (u32, u32) {
-        let [x, a_off, p_a, a, z, b_off, p_b, b] = std::array::from_fn(|_| s.id());
-        if p.a_col {
-            s.op(Op::IMul, &[u32_t, x, kk, c_m]);
-            s.op(Op::IAdd, &[u32_t, a_off, x, m0]);
-        } else {
-            s.op(Op::IMul, &[u32_t, x, m0, c_k]);
-            s.op(Op::IAdd, &[u32_t, a_off, x, kk]);
+    let c = Part::Code;
+    s.op(c, Op::Function, &[void, main, 0, fn_void]);
+    s.op(c, Op::Label, &[entry]);
+    let [acc, k_var, a_var, b_var] = std::array::from_fn(|_| s.id());
+    s.op(c, Op::Variable, &[p_fn_c, acc, Sc::Function as u32, zero_c]);
+    s.op(c, Op::Variable, &[p_fn_u32, k_var, Sc::Function as u32]);
+    s.op(c, Op::Variable, &[p_fn_a, a_var, Sc::Function as u32]);
+    s.op(c, Op::Variable, &[p_fn_b, b_var, Sc::Function as u32]);
+    let id3 = s.value(Op::Load, v3u, &[wg_id]);
+    let wx = s.value(Op::CompositeExtract, u32_t, &[id3, 0]);
+    let wy = s.value(Op::CompositeExtract, u32_t, &[id3, 1]);
+    let wz = s.value(Op::CompositeExtract, u32_t, &[id3, 2]);
+    let zero = k(&mut s, 0);
+    let (row_major, col_major) = (k(&mut s, L::RowMajorKHR as u32), k(&mut s, L::ColumnMajorKHR as u32));
+    let n0 = s.value(Op::IMul, u32_t, &[wx, c_tn]);
+    let (c_m, c_n, c_k) = (k(&mut s, p.m), k(&mut s, p.n), k(&mut s, p.k));
+    let a_base = s.value(Op::AccessChain, p_sb_f16, &[buf_a, zero, zero]);
+
+    // What a workgroup covers: rows m0.. of C, or for a convolution image wz's patch wy; and
+    // K from k_begin to k_end (a split's layer).
+    let (m0, k_begin, k_end, patch_y, patch_x) = match p.conv {
+        None => {
+            let m0 = s.value(Op::IMul, u32_t, &[wy, c_tm]);
+            let chunk = k(&mut s, p.k / p.split);
+            let k_begin = s.value(Op::IMul, u32_t, &[wz, chunk]);
+            let k_end = s.value(Op::IAdd, u32_t, &[k_begin, chunk]);
+            (m0, k_begin, k_end, 0, 0)
         }
-        s.op(Op::AccessChain, &[p_sb_f16, p_a, buf_a, c0, a_off]);
-        let (a_layout, a_stride) = if p.a_col { (c_col_major, c_m) } else { (c_row_major, c_k) };
-        s.op(Op::CooperativeMatrixLoadKHR, &[mat_a, a, p_a, a_layout, a_stride]);
-        if p.b_col {
-            s.op(Op::IMul, &[u32_t, z, n0, c_k]);
-            s.op(Op::IAdd, &[u32_t, b_off, z, kk]);
-        } else {
-            s.op(Op::IMul, &[u32_t, z, kk, c_n]);
-            s.op(Op::IAdd, &[u32_t, b_off, z, n0]);
+        Some(v) => {
+            let across = k(&mut s, v.width.div_ceil(v.patch.1));
+            let py = s.value(Op::UDiv, u32_t, &[wy, across]);
+            let px = s.value(Op::UMod, u32_t, &[wy, across]);
+            let (rows, cols) = (k(&mut s, v.patch.0), k(&mut s, v.patch.1));
+            let y0 = s.value(Op::IMul, u32_t, &[py, rows]);
+            let x0 = s.value(Op::IMul, u32_t, &[px, cols]);
+            (0, zero, c_k, y0, x0)
         }
-        s.op(Op::AccessChain, &[p_sb_f16, p_b, buf_b, c0, b_off]);
-        let (b_layout, b_stride) = if p.b_col { (c_col_major, c_k) } else { (c_row_major, c_n) };
-        s.op(Op::CooperativeMatrixLoadKHR, &[mat_b, b, p_b, b_layout, b_stride]);
+    };
+    // The layouts: A as an M x K tensor (plain products) or the NHWC images; C likewise.
+    let (a_layout, c_layout) = match p.conv {
+        None if p.tensor => {
+            let l = s.value(Op::CreateTensorLayoutNV, layout2, &[]);
+            let l = s.value(Op::TensorLayoutSetDimensionNV, layout2, &[l, c_m, c_k]);
+            (l, 0)
+        }
+        None => (0, 0),
+        Some(v) => {
+            let dims = [v.images, v.height, v.width, v.channels].map(|d| k(&mut s, d));
+            let l = s.value(Op::CreateTensorLayoutNV, layout4, &[]);
+            let a = s.value(Op::TensorLayoutSetDimensionNV, layout4, &[l, dims[0], dims[1], dims[2], dims[3]]);
+            let out = [v.images, v.height, v.width, v.filters].map(|d| k(&mut s, d));
+            let o = s.value(Op::TensorLayoutSetDimensionNV, layout4, &[l, out[0], out[1], out[2], out[3]]);
+            let (one, rows, cols) = (k(&mut s, 1), k(&mut s, v.patch.0), k(&mut s, v.patch.1));
+            let o = s.value(Op::TensorLayoutSliceNV, layout4, &[o, wz, one, patch_y, rows, patch_x, cols, n0, c_tn]);
+            (a, o)
+        }
+    };
+    // A's and B's tiles at depth `kk`.
+    let load = |s: &mut Module, kk: u32| -> (u32, u32) {
+        let a = match p.conv {
+            Some(v) => {
+                // K runs tap by tap, C channels each: the tap's shift of the patch, clamped
+                // to zero outside the image.
+                let ch = k(s, v.channels);
+                let tap = s.value(Op::UDiv, u32_t, &[kk, ch]);
+                let c0 = s.value(Op::UMod, u32_t, &[kk, ch]);
+                let three = k(s, 3);
+                let ky = s.value(Op::UDiv, u32_t, &[tap, three]);
+                let kx = s.value(Op::UMod, u32_t, &[tap, three]);
+                let one = k(s, 1);
+                let y = s.value(Op::IAdd, u32_t, &[patch_y, ky]);
+                let y = s.value(Op::ISub, u32_t, &[y, one]);
+                let x = s.value(Op::IAdd, u32_t, &[patch_x, kx]);
+                let x = s.value(Op::ISub, u32_t, &[x, one]);
+                let (rows, cols) = (k(s, v.patch.0), k(s, v.patch.1));
+                let l = s.value(Op::TensorLayoutSliceNV, layout4, &[a_layout, wz, one, y, rows, x, cols, c0, c_tk]);
+                s.value(Op::CooperativeMatrixLoadTensorNV, mat_a, &[a_base, zero_a, l, 0, 0])
+            }
+            None if p.tensor => {
+                let l = s.value(Op::TensorLayoutSliceNV, layout2, &[a_layout, m0, c_tm, kk, c_tk]);
+                s.value(Op::CooperativeMatrixLoadTensorNV, mat_a, &[a_base, zero_a, l, 0, 0])
+            }
+            None => {
+                let a_off = if p.a_col {
+                    let x = s.value(Op::IMul, u32_t, &[kk, c_m]);
+                    s.value(Op::IAdd, u32_t, &[x, m0])
+                } else {
+                    let x = s.value(Op::IMul, u32_t, &[m0, c_k]);
+                    s.value(Op::IAdd, u32_t, &[x, kk])
+                };
+                let p_a = s.value(Op::AccessChain, p_sb_f16, &[buf_a, zero, a_off]);
+                let (layout, stride) = if p.a_col { (col_major, c_m) } else { (row_major, c_k) };
+                s.value(Op::CooperativeMatrixLoadKHR, mat_a, &[p_a, layout, stride])
+            }
+        };
+        let b_off = if p.b_col {
+            let z = s.value(Op::IMul, u32_t, &[n0, c_k]);
+            s.value(Op::IAdd, u32_t, &[z, kk])
+        } else {
+            let z = s.value(Op::IMul, u32_t, &[kk, c_n]);
+            s.value(Op::IAdd, u32_t, &[z, n0])
+        };
+        let p_b = s.value(Op::AccessChain, p_sb_f16, &[buf_b, zero, b_off]);
+        let (layout, stride) = if p.b_col { (col_major, c_k) } else { (row_major, c_n) };
+        let b = s.value(Op::CooperativeMatrixLoadKHR, mat_b, &[p_b, layout, stride]);
         (a, b)
     };
+    s.op(c, Op::Store, &[k_var, k_begin]);
     if p.prefetch {
         let (a, b) = load(&mut s, k_begin);
-        s.op(Op::Store, &[a_var, a]);
-        s.op(Op::Store, &[b_var, b]);
+        s.op(c, Op::Store, &[a_var, a]);
+        s.op(c, Op::Store, &[b_var, b]);
     }
-    s.op(Op::Branch, &[header]);
-    s.op(Op::Label, &[header]);
-    s.op(Op::LoopMerge, &[merge, cont, 0]);
-    s.op(Op::Branch, &[cond]);
-    s.op(Op::Label, &[cond]);
-    s.op(Op::Load, &[u32_t, k_now, k_var]);
-    s.op(Op::ULessThan, &[bool_t, more, k_now, k_end]);
-    s.op(Op::BranchConditional, &[more, body, merge]);
-    s.op(Op::Label, &[body]);
-    s.op(Op::IAdd, &[u32_t, k_next, k_now, c_tk]);
+    let [header, cond, body, cont, merge] = std::array::from_fn(|_| s.id());
+    s.op(c, Op::Branch, &[header]);
+    s.op(c, Op::Label, &[header]);
+    s.op(c, Op::LoopMerge, &[merge, cont, 0]);
+    s.op(c, Op::Branch, &[cond]);
+    s.op(c, Op::Label, &[cond]);
+    let k_now = s.value(Op::Load, u32_t, &[k_var]);
+    let more = s.value(Op::ULessThan, bool_t, &[k_now, k_end]);
+    s.op(c, Op::BranchConditional, &[more, body, merge]);
+    s.op(c, Op::Label, &[body]);
+    let k_next = s.value(Op::IAdd, u32_t, &[k_now, c_tk]);
     let (a, b) = if p.prefetch {
         // The next step's operands, the last step's again on the last step: no branch
         // around a workgroup-wide load.
-        let [a, b, last, k_load] = std::array::from_fn(|_| s.id());
-        s.op(Op::Load, &[mat_a, a, a_var]);
-        s.op(Op::Load, &[mat_b, b, b_var]);
-        s.op(Op::ULessThan, &[bool_t, last, k_next, k_end]);
-        s.op(Op::Select, &[u32_t, k_load, last, k_next, k_last]);
+        let a = s.value(Op::Load, mat_a, &[a_var]);
+        let b = s.value(Op::Load, mat_b, &[b_var]);
+        let last = s.value(Op::ULessThan, bool_t, &[k_next, k_end]);
+        let k_last = s.value(Op::ISub, u32_t, &[k_end, c_tk]);
+        let k_load = s.value(Op::Select, u32_t, &[last, k_next, k_last]);
         let (a_next, b_next) = load(&mut s, k_load);
-        s.op(Op::Store, &[a_var, a_next]);
-        s.op(Op::Store, &[b_var, b_next]);
+        s.op(c, Op::Store, &[a_var, a_next]);
+        s.op(c, Op::Store, &[b_var, b_next]);
         (a, b)
     } else {
         load(&mut s, k_now)
     };
-    let [acc_now, product] = std::array::from_fn(|_| s.id());
-    s.op(Op::Load, &[mat_c, acc_now, acc]);
-    s.op(Op::CooperativeMatrixMulAddKHR, &[mat_c, product, a, b, acc_now]);
-    s.op(Op::Store, &[acc, product]);
-    s.op(Op::Branch, &[cont]);
-    s.op(Op::Label, &[cont]);
-    s.op(Op::Store, &[k_var, k_next]);
-    s.op(Op::Branch, &[header]);
-    s.op(Op::Label, &[merge]);
-    s.op(Op::Load, &[mat_c, result, acc]);
-    s.op(Op::IMul, &[u32_t, m0_n, m0, c_n]);
-    s.op(Op::IAdd, &[u32_t, c_off_tile, m0_n, n0]);
-    s.op(Op::IMul, &[u32_t, c_layer, wz, c_mn]);
-    s.op(Op::IAdd, &[u32_t, c_off, c_off_tile, c_layer]);
-    s.op(Op::AccessChain, &[p_sb_f32, p_c, buf_c, c0, c_off]);
-    s.op(Op::CooperativeMatrixStoreKHR, &[p_c, result, c_row_major, c_n]);
-    s.op(Op::Return, &[]);
-    s.op(Op::FunctionEnd, &[]);
-
-    let mut words = vec![spirv::MAGIC_NUMBER, 0x0001_0600, 0, s.next_id + 1, 0];
-    words.extend(s.words);
-    words
+    let acc_now = s.value(Op::Load, mat_c, &[acc]);
+    let product = s.value(Op::CooperativeMatrixMulAddKHR, mat_c, &[a, b, acc_now]);
+    s.op(c, Op::Store, &[acc, product]);
+    s.op(c, Op::Branch, &[cont]);
+    s.op(c, Op::Label, &[cont]);
+    s.op(c, Op::Store, &[k_var, k_next]);
+    s.op(c, Op::Branch, &[header]);
+    s.op(c, Op::Label, &[merge]);
+    let result = s.value(Op::Load, mat_c, &[acc]);
+    if p.conv.is_some() {
+        let c_base = s.value(Op::AccessChain, p_sb_f32, &[buf_c, zero, zero]);
+        s.op(c, Op::CooperativeMatrixStoreTensorNV, &[c_base, result, c_layout, 0, 0]);
+    } else {
+        let m0_n = s.value(Op::IMul, u32_t, &[m0, c_n]);
+        let tile = s.value(Op::IAdd, u32_t, &[m0_n, n0]);
+        let mn = k(&mut s, p.m * p.n);
+        let layer = s.value(Op::IMul, u32_t, &[wz, mn]);
+        let c_off = s.value(Op::IAdd, u32_t, &[tile, layer]);
+        let p_c = s.value(Op::AccessChain, p_sb_f32, &[buf_c, zero, c_off]);
+        s.op(c, Op::CooperativeMatrixStoreKHR, &[p_c, result, row_major, c_n]);
+    }
+    s.op(c, Op::Return, &[]);
+    s.op(c, Op::FunctionEnd, &[]);
+    s.finish()
 }
 
 fn main() {
@@ -352,8 +482,29 @@ fn main() {
     };
     let flag = |name: &str| args.iter().any(|a| a == name);
     let size = value("--size").unwrap_or(4096);
-    // `--mnk MxNxK` for a product of another shape (a convolution's), the cube of --size otherwise.
-    let (m, n, k) = three("--mnk").unwrap_or((size, size, size));
+    // `--conv N,H,W,C,F` a 3x3 convolution of N images H x W x C into F channels, `--patch RxC`
+    // the output pixels of a workgroup's tile (8x16 unless given).
+    let conv: Option<Conv> = args.iter().position(|a| a == "--conv").and_then(|i| args.get(i + 1)).map(|t| {
+        let d: Vec<u32> = t.split(',').filter_map(|v| v.parse().ok()).collect();
+        let patch = args.iter().position(|a| a == "--patch").and_then(|i| args.get(i + 1)).map_or((8, 16), |t| {
+            match t.split('x').filter_map(|v| v.parse().ok()).collect::<Vec<u32>>()[..] {
+                [r, c] if r > 0 && c > 0 => (r, c),
+                _ => fail(format!("--patch {t}: expected RxC, two whole numbers above 0")),
+            }
+        });
+        match d[..] {
+            [images, height, width, channels, filters] if d.iter().all(|&v| v > 0) && channels % 16 == 0 && filters % 16 == 0 => {
+                Conv { images, height, width, channels, filters, patch }
+            }
+            _ => fail(format!("--conv {t}: expected N,H,W,C,F, C and F multiples of 16")),
+        }
+    });
+    // `--mnk MxNxK` for a product of another shape, the cube of --size otherwise; a
+    // convolution's is N H W x F x 9 C.
+    let (m, n, k) = match conv {
+        Some(v) => (v.images * v.height * v.width, v.filters, 9 * v.channels),
+        None => three("--mnk").unwrap_or((size, size, size)),
+    };
     let reps = value("--reps").unwrap_or(20);
     // `--split S`: K in S parts, each its own layer of workgroups and its own C (a weight
     // gradient's split K), summed here.
@@ -364,13 +515,13 @@ fn main() {
     // Every tile tried divides the sides; the elements of each operand stay below 2^31 so the
     // module's u32 offsets and C's bytes stay in range.
     let elements = [m as u64 * k as u64, k as u64 * n as u64, m as u64 * n as u64 * split as u64];
-    if [m, n, k].iter().any(|&d| d < 64 || d % 64 != 0) || elements.iter().any(|&e| e >= 1 << 29) {
+    if (conv.is_none() && [m, n, k].iter().any(|&d| d < 64 || d % 64 != 0)) || elements.iter().any(|&e| e >= 1 << 29) {
         fail(format!("--mnk {m}x{n}x{k}: expected multiples of 64, each operand below 2^29 elements"));
     }
     if reps == 0 {
         fail("--reps 0: expected 1 or more".into());
     }
-    let shape = |tile: (u32, u32, u32), threads: u32| Product { m, n, k, tile, threads, a_col: flag("--a-col"), b_col: flag("--b-col"), prefetch: flag("--prefetch"), split };
+    let shape = |tile: (u32, u32, u32), threads: u32| Product { m, n, k, tile, threads, a_col: flag("--a-col"), b_col: flag("--b-col"), prefetch: flag("--prefetch"), split, tensor: flag("--tensor"), conv };
     // `--spv FILE`: the 128 x 128 x 32 module for 256 invocations written out (for spirv-dis and
     // spirv-val), nothing run.
     if let Some(path) = args.iter().position(|a| a == "--spv").and_then(|i| args.get(i + 1)) {
@@ -463,7 +614,7 @@ fn main() {
         reductions: 0,
         conversions: 0,
         per_element_operations: 0,
-        tensor_addressing: 0,
+        tensor_addressing: 1,
         block_loads: 0,
     }));
     // One extension the driver lists and its feature struct, chained in front of what
@@ -492,7 +643,9 @@ fn main() {
     device.set_device_lost_callback(|reason, msg| eprintln!("coop2_probe: device lost ({reason:?}): {msg}"));
     device.on_uncaptured_error(std::sync::Arc::new(|e| eprintln!("coop2_probe: uncaptured error: {e}")));
 
-    let a_q: Vec<i32> = (0..m * k).map(|i| ((i.wrapping_mul(2_654_435_761) >> 13) % 9) as i32 - 4).collect();
+    // A holds the images for a convolution (N H W C), else M x K.
+    let a_len = conv.map_or(m * k, |v| v.images * v.height * v.width * v.channels);
+    let a_q: Vec<i32> = (0..a_len).map(|i| ((i.wrapping_mul(2_654_435_761) >> 13) % 9) as i32 - 4).collect();
     let b_q: Vec<i32> = (0..k * n).map(|i| ((i.wrapping_mul(2_246_822_519) >> 11) % 9) as i32 - 4).collect();
     // q / 4 for |q| <= 4: exact in f16.
     let a16: Vec<u16> = a_q.iter().map(|&q| f16_bits(q as f32 / 4.0)).collect();
@@ -533,7 +686,11 @@ fn main() {
     let mut tiles: Vec<(u32, u32, u32)> = Vec::new();
     for (tm, tn, tk) in candidates {
         let t = (g(tm, gm), g(tn, gn), g(tk, gk));
-        if !tiles.contains(&t) && m % t.0 == 0 && n % t.1 == 0 && (k / split) % t.2 == 0 {
+        let rows_fit = match conv {
+            Some(v) => v.patch.0 * v.patch.1 == t.0 && v.channels % t.2 == 0,
+            None => m % t.0 == 0 && (k / split) % t.2 == 0,
+        };
+        if !tiles.contains(&t) && rows_fit && n % t.1 == 0 {
             tiles.push(t);
         }
     }
@@ -574,7 +731,10 @@ fn main() {
                 pass.set_pipeline(&pipeline);
                 pass.set_bind_group(0, &bind, &[]);
                 for _ in 0..count {
-                    pass.dispatch_workgroups(n / tile.1, m / tile.0, split);
+                    match conv {
+                        Some(v) => pass.dispatch_workgroups(n / tile.1, v.height.div_ceil(v.patch.0) * v.width.div_ceil(v.patch.1), v.images),
+                        None => pass.dispatch_workgroups(n / tile.1, m / tile.0, split),
+                    }
                 }
             }
             queue.submit([encoder.finish()]);
@@ -603,15 +763,35 @@ fn main() {
         let mut worst = 0.0f64;
         for s in 0..64u32 {
             let (i, j) = (s.wrapping_mul(2_654_435_761).wrapping_add(s) % m, (s * 40_503 + 7) % n);
-            let want: f64 = (0..k).map(|l| a_q[product.a_at(i, l)] as f64 * b_q[product.b_at(l, j)] as f64 / 16.0).sum();
+            let want: f64 = match conv {
+                // Output pixel i (image, row, column) against the taps inside the image.
+                Some(v) => {
+                    let (img, y, x) = (i / (v.height * v.width), i / v.width % v.height, i % v.width);
+                    let mut sum = 0.0;
+                    for tap in 0..9 {
+                        let (yy, xx) = ((y + tap / 3) as i64 - 1, (x + tap % 3) as i64 - 1);
+                        if yy < 0 || xx < 0 || yy >= v.height as i64 || xx >= v.width as i64 {
+                            continue;
+                        }
+                        let pixel = ((img * v.height + yy as u32) * v.width + xx as u32) as usize * v.channels as usize;
+                        for ch in 0..v.channels as usize {
+                            sum += a_q[pixel + ch] as f64 * b_q[(tap as usize * v.channels as usize + ch) * n as usize + j as usize] as f64 / 16.0;
+                        }
+                    }
+                    sum
+                }
+                None => (0..k).map(|l| a_q[product.a_at(i, l)] as f64 * b_q[product.b_at(l, j)] as f64 / 16.0).sum(),
+            };
             let got: f64 = (0..split as usize).map(|z| c[z * (m * n) as usize + (i * n + j) as usize] as f64).sum();
             worst = worst.max(if got.is_nan() { f64::INFINITY } else { (got - want).abs() });
         }
         println!(
-            "{m}x{n}x{k}{}{}{}{} tile {}x{}x{} on {} invocations: {ms:.3} ms, {:.1} TFLOP/s, worst sampled error {worst:.2e}{}",
+            "{m}x{n}x{k}{}{}{}{}{}{} tile {}x{}x{} on {} invocations: {ms:.3} ms, {:.1} TFLOP/s, worst sampled error {worst:.2e}{}",
             if product.a_col { " A^T" } else { "" },
             if product.b_col { " B^T" } else { "" },
             if product.prefetch { " prefetch" } else { "" },
+            if product.tensor { " tensor" } else { "" },
+            if let Some(v) = conv { format!(" conv3x3 {}x{}x{}x{}>{} patch {}x{}", v.images, v.height, v.width, v.channels, v.filters, v.patch.0, v.patch.1) } else { String::new() },
             if split > 1 { format!(" split {split}") } else { String::new() },
             tile.0,
             tile.1,
