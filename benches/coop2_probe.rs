@@ -190,6 +190,9 @@ struct Product {
     /// clamped 4-D tensor layout, B the taps' weights (9 C x F, rows tap-major), C the NHWC
     /// outputs stored through the same kind of layout; M = N H W, K = 9 C, N = F.
     conv: Option<Conv>,
+    /// The convolution's A gathered by the workgroup into shared memory (8 halves a thread a
+    /// load, zeros for the padding), M the flat output pixels, C stored with a stride.
+    stage: bool,
 }
 
 /// A 3x3 convolution's sizes and the patch of output pixels one workgroup takes.
@@ -219,12 +222,16 @@ impl Product {
 fn gemm_module(p: Product) -> Vec<u32> {
     let (tm, tn, tk) = p.tile;
     let mut s = Module::new();
-    let addressing = p.tensor || p.conv.is_some();
+    let staged = p.stage && p.conv.is_some();
+    let addressing = p.tensor || (p.conv.is_some() && !staged);
     let [void, fn_void, u32_t, f16_t, f32_t, bool_t, v3u, p_in_v3u] = std::array::from_fn(|_| s.id());
     let [rt_f16, st_f16, p_sb_st_f16, p_sb_f16, rt_f32, st_f32, p_sb_st_f32, p_sb_f32] = std::array::from_fn(|_| s.id());
     let [buf_a, buf_b, buf_c, wg_id, mat_a, mat_b, mat_c, main] = std::array::from_fn(|_| s.id());
     let [p_fn_c, p_fn_u32, p_fn_a, p_fn_b, zero_c, zero_a, entry, layout4] = std::array::from_fn(|_| s.id());
-    let layout2 = s.id();
+    let [layout2, v4u, rt_v4, st_v4, p_sb_st_v4, p_sb_v4, shared_t, p_wg_shared] = std::array::from_fn(|_| s.id());
+    let [p_wg_v4, shared, lid, p_in_u32] = std::array::from_fn(|_| s.id());
+    // The staged tile: tm rows of tk halves, as quads of words.
+    let quads_per_row = tk / 8;
 
     let mut caps = vec![Capability::Shader, Capability::Float16, Capability::StorageBuffer16BitAccess, Capability::CooperativeMatrixKHR];
     let mut exts = vec!["SPV_KHR_cooperative_matrix", "SPV_NV_cooperative_matrix2"];
@@ -242,6 +249,9 @@ fn gemm_module(p: Product) -> Vec<u32> {
     let mut entry_point = vec![spirv::ExecutionModel::GLCompute as u32, main];
     entry_point.extend(Module::string("main"));
     entry_point.extend([wg_id, buf_a, buf_b, buf_c]);
+    if staged {
+        entry_point.extend([shared, lid]);
+    }
     s.op(Part::Header, Op::EntryPoint, &entry_point);
     s.op(Part::Header, Op::ExecutionMode, &[main, spirv::ExecutionMode::LocalSize as u32, p.threads, 1, 1]);
     use spirv::Decoration as D;
@@ -256,6 +266,12 @@ fn gemm_module(p: Product) -> Vec<u32> {
         s.op(Part::Header, Op::Decorate, &[buf, D::Binding as u32, binding as u32]);
     }
     s.op(Part::Header, Op::Decorate, &[wg_id, D::BuiltIn as u32, spirv::BuiltIn::WorkgroupId as u32]);
+    if staged {
+        s.op(Part::Header, Op::Decorate, &[rt_v4, D::ArrayStride as u32, 16]);
+        s.op(Part::Header, Op::Decorate, &[st_v4, D::Block as u32]);
+        s.op(Part::Header, Op::MemberDecorate, &[st_v4, 0, D::Offset as u32, 0]);
+        s.op(Part::Header, Op::Decorate, &[lid, D::BuiltIn as u32, spirv::BuiltIn::LocalInvocationIndex as u32]);
+    }
 
     use spirv::StorageClass as Sc;
     let g = Part::Decls;
@@ -298,7 +314,23 @@ fn gemm_module(p: Product) -> Vec<u32> {
         s.op(g, Op::TypeTensorLayoutNV, &[layout4, four, constant_mode]);
         s.op(g, Op::TypeTensorLayoutNV, &[layout2, two, constant_mode]);
     }
-    s.op(g, Op::Variable, &[p_sb_st_f16, buf_a, Sc::StorageBuffer as u32]);
+    if staged {
+        s.op(g, Op::TypeVector, &[v4u, u32_t, 4]);
+        s.op(g, Op::TypeRuntimeArray, &[rt_v4, v4u]);
+        s.op(g, Op::TypeStruct, &[st_v4, rt_v4]);
+        s.op(g, Op::TypePointer, &[p_sb_st_v4, Sc::StorageBuffer as u32, st_v4]);
+        s.op(g, Op::TypePointer, &[p_sb_v4, Sc::StorageBuffer as u32, v4u]);
+        let len = k(&mut s, tm * quads_per_row);
+        s.op(g, Op::TypeArray, &[shared_t, v4u, len]);
+        s.op(g, Op::TypePointer, &[p_wg_shared, Sc::Workgroup as u32, shared_t]);
+        s.op(g, Op::TypePointer, &[p_wg_v4, Sc::Workgroup as u32, v4u]);
+        s.op(g, Op::TypePointer, &[p_in_u32, Sc::Input as u32, u32_t]);
+        s.op(g, Op::Variable, &[p_sb_st_v4, buf_a, Sc::StorageBuffer as u32]);
+        s.op(g, Op::Variable, &[p_wg_shared, shared, Sc::Workgroup as u32]);
+        s.op(g, Op::Variable, &[p_in_u32, lid, Sc::Input as u32]);
+    } else {
+        s.op(g, Op::Variable, &[p_sb_st_f16, buf_a, Sc::StorageBuffer as u32]);
+    }
     s.op(g, Op::Variable, &[p_sb_st_f16, buf_b, Sc::StorageBuffer as u32]);
     s.op(g, Op::Variable, &[p_sb_st_f32, buf_c, Sc::StorageBuffer as u32]);
     s.op(g, Op::Variable, &[p_in_v3u, wg_id, Sc::Input as u32]);
@@ -319,11 +351,13 @@ fn gemm_module(p: Product) -> Vec<u32> {
     let (row_major, col_major) = (k(&mut s, L::RowMajorKHR as u32), k(&mut s, L::ColumnMajorKHR as u32));
     let n0 = s.value(Op::IMul, u32_t, &[wx, c_tn]);
     let (c_m, c_n, c_k) = (k(&mut s, p.m), k(&mut s, p.n), k(&mut s, p.k));
-    let a_base = s.value(Op::AccessChain, p_sb_f16, &[buf_a, zero, zero]);
+    let a_base = if staged { 0 } else { s.value(Op::AccessChain, p_sb_f16, &[buf_a, zero, zero]) };
+    let thread = if staged { s.value(Op::Load, u32_t, &[lid]) } else { 0 };
 
     // What a workgroup covers: rows m0.. of C, or for a convolution image wz's patch wy; and
     // K from k_begin to k_end (a split's layer).
     let (m0, k_begin, k_end, patch_y, patch_x) = match p.conv {
+        Some(_) if staged => (s.value(Op::IMul, u32_t, &[wy, c_tm]), zero, c_k, 0, 0),
         None => {
             let m0 = s.value(Op::IMul, u32_t, &[wy, c_tm]);
             let chunk = k(&mut s, p.k / p.split);
@@ -343,6 +377,7 @@ fn gemm_module(p: Product) -> Vec<u32> {
     };
     // The layouts: A as an M x K tensor (plain products) or the NHWC images; C likewise.
     let (a_layout, c_layout) = match p.conv {
+        Some(_) if staged => (0, 0),
         None if p.tensor => {
             let l = s.value(Op::CreateTensorLayoutNV, layout2, &[]);
             let l = s.value(Op::TensorLayoutSetDimensionNV, layout2, &[l, c_m, c_k]);
@@ -363,6 +398,59 @@ fn gemm_module(p: Product) -> Vec<u32> {
     // A's and B's tiles at depth `kk`.
     let load = |s: &mut Module, kk: u32| -> (u32, u32) {
         let a = match p.conv {
+            Some(v) if staged => {
+                // Every thread gathers quads of the tile: row r is output pixel m0 + r, its
+                // tap's source pixel read if inside the image (an address clamped to 0
+                // otherwise, the value then replaced by zeros).
+                let ch = k(s, v.channels);
+                let tap = s.value(Op::UDiv, u32_t, &[kk, ch]);
+                let c0 = s.value(Op::UMod, u32_t, &[kk, ch]);
+                let three = k(s, 3);
+                let ky = s.value(Op::UDiv, u32_t, &[tap, three]);
+                let kx = s.value(Op::UMod, u32_t, &[tap, three]);
+                let eight = k(s, 8);
+                let q0 = s.value(Op::UDiv, u32_t, &[c0, eight]);
+                let (wg, sem) = (k(s, spirv::Scope::Workgroup as u32), k(s, 0x108));
+                s.op(Part::Code, Op::ControlBarrier, &[wg, wg, sem]);
+                let (hw, h, w, c8, qpr, one) = (k(s, v.height * v.width), k(s, v.height), k(s, v.width), k(s, v.channels / 8), k(s, quads_per_row), k(s, 1));
+                let zero_v4 = s.id();
+                s.op(Part::Decls, Op::ConstantNull, &[v4u, zero_v4]);
+                for i in 0..tm * quads_per_row / p.threads {
+                    let first = k(s, i * p.threads);
+                    let chunk = s.value(Op::IAdd, u32_t, &[thread, first]);
+                    let r = s.value(Op::UDiv, u32_t, &[chunk, qpr]);
+                    let q = s.value(Op::UMod, u32_t, &[chunk, qpr]);
+                    let m = s.value(Op::IAdd, u32_t, &[m0, r]);
+                    let img = s.value(Op::UDiv, u32_t, &[m, hw]);
+                    let rem = s.value(Op::UMod, u32_t, &[m, hw]);
+                    let y = s.value(Op::UDiv, u32_t, &[rem, w]);
+                    let x = s.value(Op::UMod, u32_t, &[rem, w]);
+                    let yy = s.value(Op::IAdd, u32_t, &[y, ky]);
+                    let yy = s.value(Op::ISub, u32_t, &[yy, one]);
+                    let xx = s.value(Op::IAdd, u32_t, &[x, kx]);
+                    let xx = s.value(Op::ISub, u32_t, &[xx, one]);
+                    let in_y = s.value(Op::ULessThan, bool_t, &[yy, h]);
+                    let in_x = s.value(Op::ULessThan, bool_t, &[xx, w]);
+                    let inside = s.value(Op::LogicalAnd, bool_t, &[in_y, in_x]);
+                    let yy = s.value(Op::Select, u32_t, &[inside, yy, zero]);
+                    let xx = s.value(Op::Select, u32_t, &[inside, xx, zero]);
+                    let row = s.value(Op::IMul, u32_t, &[img, h]);
+                    let row = s.value(Op::IAdd, u32_t, &[row, yy]);
+                    let pixel = s.value(Op::IMul, u32_t, &[row, w]);
+                    let pixel = s.value(Op::IAdd, u32_t, &[pixel, xx]);
+                    let src = s.value(Op::IMul, u32_t, &[pixel, c8]);
+                    let src = s.value(Op::IAdd, u32_t, &[src, q0]);
+                    let src = s.value(Op::IAdd, u32_t, &[src, q]);
+                    let ptr = s.value(Op::AccessChain, p_sb_v4, &[buf_a, zero, src]);
+                    let quad = s.value(Op::Load, v4u, &[ptr]);
+                    let quad = s.value(Op::Select, v4u, &[inside, quad, zero_v4]);
+                    let dst = s.value(Op::AccessChain, p_wg_v4, &[shared, chunk]);
+                    s.op(Part::Code, Op::Store, &[dst, quad]);
+                }
+                s.op(Part::Code, Op::ControlBarrier, &[wg, wg, sem]);
+                let tile = s.value(Op::AccessChain, p_wg_v4, &[shared, zero]);
+                s.value(Op::CooperativeMatrixLoadKHR, mat_a, &[tile, row_major, qpr])
+            }
             Some(v) => {
                 // K runs tap by tap, C channels each: the tap's shift of the patch, clamped
                 // to zero outside the image.
@@ -451,7 +539,7 @@ fn gemm_module(p: Product) -> Vec<u32> {
     s.op(c, Op::Branch, &[header]);
     s.op(c, Op::Label, &[merge]);
     let result = s.value(Op::Load, mat_c, &[acc]);
-    if p.conv.is_some() {
+    if p.conv.is_some() && !staged {
         let c_base = s.value(Op::AccessChain, p_sb_f32, &[buf_c, zero, zero]);
         s.op(c, Op::CooperativeMatrixStoreTensorNV, &[c_base, result, c_layout, 0, 0]);
     } else {
@@ -521,7 +609,7 @@ fn main() {
     if reps == 0 {
         fail("--reps 0: expected 1 or more".into());
     }
-    let shape = |tile: (u32, u32, u32), threads: u32| Product { m, n, k, tile, threads, a_col: flag("--a-col"), b_col: flag("--b-col"), prefetch: flag("--prefetch"), split, tensor: flag("--tensor"), conv };
+    let shape = |tile: (u32, u32, u32), threads: u32| Product { m, n, k, tile, threads, a_col: flag("--a-col"), b_col: flag("--b-col"), prefetch: flag("--prefetch"), split, tensor: flag("--tensor"), conv, stage: flag("--stage") };
     // `--spv FILE`: the 128 x 128 x 32 module for 256 invocations written out (for spirv-dis and
     // spirv-val), nothing run.
     if let Some(path) = args.iter().position(|a| a == "--spv").and_then(|i| args.get(i + 1)) {
@@ -687,6 +775,7 @@ fn main() {
     for (tm, tn, tk) in candidates {
         let t = (g(tm, gm), g(tn, gn), g(tk, gk));
         let rows_fit = match conv {
+            Some(v) if flag("--stage") => m % t.0 == 0 && v.channels % t.2 == 0 && t.2 % 8 == 0 && (t.0 * t.2 / 8) % config.workgroup_invocations == 0,
             Some(v) => v.patch.0 * v.patch.1 == t.0 && v.channels % t.2 == 0,
             None => m % t.0 == 0 && (k / split) % t.2 == 0,
         };
@@ -732,6 +821,7 @@ fn main() {
                 pass.set_bind_group(0, &bind, &[]);
                 for _ in 0..count {
                     match conv {
+                        Some(_) if product.stage => pass.dispatch_workgroups(n / tile.1, m / tile.0, 1),
                         Some(v) => pass.dispatch_workgroups(n / tile.1, v.height.div_ceil(v.patch.0) * v.width.div_ceil(v.patch.1), v.images),
                         None => pass.dispatch_workgroups(n / tile.1, m / tile.0, split),
                     }
@@ -791,7 +881,11 @@ fn main() {
             if product.b_col { " B^T" } else { "" },
             if product.prefetch { " prefetch" } else { "" },
             if product.tensor { " tensor" } else { "" },
-            if let Some(v) = conv { format!(" conv3x3 {}x{}x{}x{}>{} patch {}x{}", v.images, v.height, v.width, v.channels, v.filters, v.patch.0, v.patch.1) } else { String::new() },
+            match conv {
+                Some(v) if product.stage => format!(" conv3x3 {}x{}x{}x{}>{} staged", v.images, v.height, v.width, v.channels, v.filters),
+                Some(v) => format!(" conv3x3 {}x{}x{}x{}>{} patch {}x{}", v.images, v.height, v.width, v.channels, v.filters, v.patch.0, v.patch.1),
+                None => String::new(),
+            },
             if split > 1 { format!(" split {split}") } else { String::new() },
             tile.0,
             tile.1,
