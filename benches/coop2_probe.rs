@@ -193,6 +193,9 @@ struct Product {
     /// The convolution's A gathered by the workgroup into shared memory (8 halves a thread a
     /// load, zeros for the padding), M the flat output pixels, C stored with a stride.
     stage: bool,
+    /// Two shared tiles: the next step's quads fetched before this step's product and
+    /// written after it, one barrier a step.
+    double: bool,
 }
 
 /// A 3x3 convolution's sizes and the patch of output pixels one workgroup takes.
@@ -320,7 +323,7 @@ fn gemm_module(p: Product) -> Vec<u32> {
         s.op(g, Op::TypeStruct, &[st_v4, rt_v4]);
         s.op(g, Op::TypePointer, &[p_sb_st_v4, Sc::StorageBuffer as u32, st_v4]);
         s.op(g, Op::TypePointer, &[p_sb_v4, Sc::StorageBuffer as u32, v4u]);
-        let len = k(&mut s, tm * quads_per_row);
+        let len = k(&mut s, tm * quads_per_row * if p.double { 2 } else { 1 });
         s.op(g, Op::TypeArray, &[shared_t, v4u, len]);
         s.op(g, Op::TypePointer, &[p_wg_shared, Sc::Workgroup as u32, shared_t]);
         s.op(g, Op::TypePointer, &[p_wg_v4, Sc::Workgroup as u32, v4u]);
@@ -395,60 +398,90 @@ fn gemm_module(p: Product) -> Vec<u32> {
             (a, o)
         }
     };
+    // A staged convolution's A tile at depth `kk`: every thread's quads of it, read from the
+    // images (row r is output pixel m0 + r; its tap's source pixel read if inside the image,
+    // from an address clamped to 0 otherwise and then replaced by zeros), with where each goes.
+    let gather = |s: &mut Module, kk: u32| -> Vec<(u32, u32)> {
+        let v = p.conv.expect("a staged convolution");
+        let ch = k(s, v.channels);
+        let tap = s.value(Op::UDiv, u32_t, &[kk, ch]);
+        let c0 = s.value(Op::UMod, u32_t, &[kk, ch]);
+        let three = k(s, 3);
+        let ky = s.value(Op::UDiv, u32_t, &[tap, three]);
+        let kx = s.value(Op::UMod, u32_t, &[tap, three]);
+        let eight = k(s, 8);
+        let q0 = s.value(Op::UDiv, u32_t, &[c0, eight]);
+        let (hw, h, w, c8, qpr, one) = (k(s, v.height * v.width), k(s, v.height), k(s, v.width), k(s, v.channels / 8), k(s, quads_per_row), k(s, 1));
+        let zero_v4 = s.id();
+        s.op(Part::Decls, Op::ConstantNull, &[v4u, zero_v4]);
+        let mut quads = Vec::new();
+        for i in 0..tm * quads_per_row / p.threads {
+            let first = k(s, i * p.threads);
+            let chunk = s.value(Op::IAdd, u32_t, &[thread, first]);
+            let r = s.value(Op::UDiv, u32_t, &[chunk, qpr]);
+            let q = s.value(Op::UMod, u32_t, &[chunk, qpr]);
+            let m = s.value(Op::IAdd, u32_t, &[m0, r]);
+            let img = s.value(Op::UDiv, u32_t, &[m, hw]);
+            let rem = s.value(Op::UMod, u32_t, &[m, hw]);
+            let y = s.value(Op::UDiv, u32_t, &[rem, w]);
+            let x = s.value(Op::UMod, u32_t, &[rem, w]);
+            let yy = s.value(Op::IAdd, u32_t, &[y, ky]);
+            let yy = s.value(Op::ISub, u32_t, &[yy, one]);
+            let xx = s.value(Op::IAdd, u32_t, &[x, kx]);
+            let xx = s.value(Op::ISub, u32_t, &[xx, one]);
+            let in_y = s.value(Op::ULessThan, bool_t, &[yy, h]);
+            let in_x = s.value(Op::ULessThan, bool_t, &[xx, w]);
+            let inside = s.value(Op::LogicalAnd, bool_t, &[in_y, in_x]);
+            let yy = s.value(Op::Select, u32_t, &[inside, yy, zero]);
+            let xx = s.value(Op::Select, u32_t, &[inside, xx, zero]);
+            let row = s.value(Op::IMul, u32_t, &[img, h]);
+            let row = s.value(Op::IAdd, u32_t, &[row, yy]);
+            let pixel = s.value(Op::IMul, u32_t, &[row, w]);
+            let pixel = s.value(Op::IAdd, u32_t, &[pixel, xx]);
+            let src = s.value(Op::IMul, u32_t, &[pixel, c8]);
+            let src = s.value(Op::IAdd, u32_t, &[src, q0]);
+            let src = s.value(Op::IAdd, u32_t, &[src, q]);
+            let ptr = s.value(Op::AccessChain, p_sb_v4, &[buf_a, zero, src]);
+            let quad = s.value(Op::Load, v4u, &[ptr]);
+            let quad = s.value(Op::Select, v4u, &[inside, quad, zero_v4]);
+            quads.push((chunk, quad));
+        }
+        quads
+    };
+    // The gathered quads written to the shared tile starting at quad `base`.
+    let put = |s: &mut Module, base: u32, quads: &[(u32, u32)]| {
+        for &(chunk, quad) in quads {
+            let at = s.value(Op::IAdd, u32_t, &[base, chunk]);
+            let dst = s.value(Op::AccessChain, p_wg_v4, &[shared, at]);
+            s.op(Part::Code, Op::Store, &[dst, quad]);
+        }
+    };
+    // B's tile at depth `kk`.
+    let load_b = |s: &mut Module, kk: u32| -> u32 {
+        let b_off = if p.b_col {
+            let z = s.value(Op::IMul, u32_t, &[n0, c_k]);
+            s.value(Op::IAdd, u32_t, &[z, kk])
+        } else {
+            let z = s.value(Op::IMul, u32_t, &[kk, c_n]);
+            s.value(Op::IAdd, u32_t, &[z, n0])
+        };
+        let p_b = s.value(Op::AccessChain, p_sb_f16, &[buf_b, zero, b_off]);
+        let (layout, stride) = if p.b_col { (col_major, c_k) } else { (row_major, c_n) };
+        s.value(Op::CooperativeMatrixLoadKHR, mat_b, &[p_b, layout, stride])
+    };
     // A's and B's tiles at depth `kk`.
     let load = |s: &mut Module, kk: u32| -> (u32, u32) {
         let a = match p.conv {
-            Some(v) if staged => {
-                // Every thread gathers quads of the tile: row r is output pixel m0 + r, its
-                // tap's source pixel read if inside the image (an address clamped to 0
-                // otherwise, the value then replaced by zeros).
-                let ch = k(s, v.channels);
-                let tap = s.value(Op::UDiv, u32_t, &[kk, ch]);
-                let c0 = s.value(Op::UMod, u32_t, &[kk, ch]);
-                let three = k(s, 3);
-                let ky = s.value(Op::UDiv, u32_t, &[tap, three]);
-                let kx = s.value(Op::UMod, u32_t, &[tap, three]);
-                let eight = k(s, 8);
-                let q0 = s.value(Op::UDiv, u32_t, &[c0, eight]);
+            Some(_) if staged => {
+                // One stage: the tile gathered, then loaded by the workgroup; barriers keep
+                // the previous step's load before the writes and the writes before the load.
                 let (wg, sem) = (k(s, spirv::Scope::Workgroup as u32), k(s, 0x108));
                 s.op(Part::Code, Op::ControlBarrier, &[wg, wg, sem]);
-                let (hw, h, w, c8, qpr, one) = (k(s, v.height * v.width), k(s, v.height), k(s, v.width), k(s, v.channels / 8), k(s, quads_per_row), k(s, 1));
-                let zero_v4 = s.id();
-                s.op(Part::Decls, Op::ConstantNull, &[v4u, zero_v4]);
-                for i in 0..tm * quads_per_row / p.threads {
-                    let first = k(s, i * p.threads);
-                    let chunk = s.value(Op::IAdd, u32_t, &[thread, first]);
-                    let r = s.value(Op::UDiv, u32_t, &[chunk, qpr]);
-                    let q = s.value(Op::UMod, u32_t, &[chunk, qpr]);
-                    let m = s.value(Op::IAdd, u32_t, &[m0, r]);
-                    let img = s.value(Op::UDiv, u32_t, &[m, hw]);
-                    let rem = s.value(Op::UMod, u32_t, &[m, hw]);
-                    let y = s.value(Op::UDiv, u32_t, &[rem, w]);
-                    let x = s.value(Op::UMod, u32_t, &[rem, w]);
-                    let yy = s.value(Op::IAdd, u32_t, &[y, ky]);
-                    let yy = s.value(Op::ISub, u32_t, &[yy, one]);
-                    let xx = s.value(Op::IAdd, u32_t, &[x, kx]);
-                    let xx = s.value(Op::ISub, u32_t, &[xx, one]);
-                    let in_y = s.value(Op::ULessThan, bool_t, &[yy, h]);
-                    let in_x = s.value(Op::ULessThan, bool_t, &[xx, w]);
-                    let inside = s.value(Op::LogicalAnd, bool_t, &[in_y, in_x]);
-                    let yy = s.value(Op::Select, u32_t, &[inside, yy, zero]);
-                    let xx = s.value(Op::Select, u32_t, &[inside, xx, zero]);
-                    let row = s.value(Op::IMul, u32_t, &[img, h]);
-                    let row = s.value(Op::IAdd, u32_t, &[row, yy]);
-                    let pixel = s.value(Op::IMul, u32_t, &[row, w]);
-                    let pixel = s.value(Op::IAdd, u32_t, &[pixel, xx]);
-                    let src = s.value(Op::IMul, u32_t, &[pixel, c8]);
-                    let src = s.value(Op::IAdd, u32_t, &[src, q0]);
-                    let src = s.value(Op::IAdd, u32_t, &[src, q]);
-                    let ptr = s.value(Op::AccessChain, p_sb_v4, &[buf_a, zero, src]);
-                    let quad = s.value(Op::Load, v4u, &[ptr]);
-                    let quad = s.value(Op::Select, v4u, &[inside, quad, zero_v4]);
-                    let dst = s.value(Op::AccessChain, p_wg_v4, &[shared, chunk]);
-                    s.op(Part::Code, Op::Store, &[dst, quad]);
-                }
+                let quads = gather(s, kk);
+                put(s, zero, &quads);
                 s.op(Part::Code, Op::ControlBarrier, &[wg, wg, sem]);
                 let tile = s.value(Op::AccessChain, p_wg_v4, &[shared, zero]);
+                let qpr = k(s, quads_per_row);
                 s.value(Op::CooperativeMatrixLoadKHR, mat_a, &[tile, row_major, qpr])
             }
             Some(v) => {
@@ -486,19 +519,17 @@ fn gemm_module(p: Product) -> Vec<u32> {
                 s.value(Op::CooperativeMatrixLoadKHR, mat_a, &[p_a, layout, stride])
             }
         };
-        let b_off = if p.b_col {
-            let z = s.value(Op::IMul, u32_t, &[n0, c_k]);
-            s.value(Op::IAdd, u32_t, &[z, kk])
-        } else {
-            let z = s.value(Op::IMul, u32_t, &[kk, c_n]);
-            s.value(Op::IAdd, u32_t, &[z, n0])
-        };
-        let p_b = s.value(Op::AccessChain, p_sb_f16, &[buf_b, zero, b_off]);
-        let (layout, stride) = if p.b_col { (col_major, c_k) } else { (row_major, c_n) };
-        let b = s.value(Op::CooperativeMatrixLoadKHR, mat_b, &[p_b, layout, stride]);
-        (a, b)
+        (a, load_b(s, kk))
     };
     s.op(c, Op::Store, &[k_var, k_begin]);
+    let double = staged && p.double;
+    let (wg, sem) = (k(&mut s, spirv::Scope::Workgroup as u32), k(&mut s, 0x108));
+    let tile_quads = k(&mut s, tm * quads_per_row);
+    if double {
+        let quads = gather(&mut s, k_begin);
+        put(&mut s, zero, &quads);
+        s.op(c, Op::ControlBarrier, &[wg, wg, sem]);
+    }
     if p.prefetch {
         let (a, b) = load(&mut s, k_begin);
         s.op(c, Op::Store, &[a_var, a]);
@@ -515,7 +546,25 @@ fn gemm_module(p: Product) -> Vec<u32> {
     s.op(c, Op::BranchConditional, &[more, body, merge]);
     s.op(c, Op::Label, &[body]);
     let k_next = s.value(Op::IAdd, u32_t, &[k_now, c_tk]);
-    let (a, b) = if p.prefetch {
+    let mut after: Vec<(u32, u32)> = Vec::new();
+    let mut next_base = 0;
+    let (a, b) = if double {
+        // This step's tile from one half of shared memory while the next step's quads are
+        // in flight to registers, written to the other half after the product.
+        let more_next = s.value(Op::ULessThan, bool_t, &[k_next, k_end]);
+        let k_load = s.value(Op::Select, u32_t, &[more_next, k_next, k_now]);
+        after = gather(&mut s, k_load);
+        let step = s.value(Op::UDiv, u32_t, &[k_now, c_tk]);
+        let one = k(&mut s, 1);
+        let parity = s.value(Op::BitwiseAnd, u32_t, &[step, one]);
+        let base = s.value(Op::IMul, u32_t, &[parity, tile_quads]);
+        let other = s.value(Op::BitwiseXor, u32_t, &[parity, one]);
+        next_base = s.value(Op::IMul, u32_t, &[other, tile_quads]);
+        let tile = s.value(Op::AccessChain, p_wg_v4, &[shared, base]);
+        let qpr = k(&mut s, quads_per_row);
+        let a = s.value(Op::CooperativeMatrixLoadKHR, mat_a, &[tile, row_major, qpr]);
+        (a, load_b(&mut s, k_now))
+    } else if p.prefetch {
         // The next step's operands, the last step's again on the last step: no branch
         // around a workgroup-wide load.
         let a = s.value(Op::Load, mat_a, &[a_var]);
@@ -533,6 +582,10 @@ fn gemm_module(p: Product) -> Vec<u32> {
     let acc_now = s.value(Op::Load, mat_c, &[acc]);
     let product = s.value(Op::CooperativeMatrixMulAddKHR, mat_c, &[a, b, acc_now]);
     s.op(c, Op::Store, &[acc, product]);
+    if double {
+        put(&mut s, next_base, &after);
+        s.op(c, Op::ControlBarrier, &[wg, wg, sem]);
+    }
     s.op(c, Op::Branch, &[cont]);
     s.op(c, Op::Label, &[cont]);
     s.op(c, Op::Store, &[k_var, k_next]);
@@ -609,7 +662,7 @@ fn main() {
     if reps == 0 {
         fail("--reps 0: expected 1 or more".into());
     }
-    let shape = |tile: (u32, u32, u32), threads: u32| Product { m, n, k, tile, threads, a_col: flag("--a-col"), b_col: flag("--b-col"), prefetch: flag("--prefetch"), split, tensor: flag("--tensor"), conv, stage: flag("--stage") };
+    let shape = |tile: (u32, u32, u32), threads: u32| Product { m, n, k, tile, threads, a_col: flag("--a-col"), b_col: flag("--b-col"), prefetch: flag("--prefetch"), split, tensor: flag("--tensor"), conv, stage: flag("--stage"), double: flag("--double") };
     // `--spv FILE`: the 128 x 128 x 32 module for 256 invocations written out (for spirv-dis and
     // spirv-val), nothing run.
     if let Some(path) = args.iter().position(|a| a == "--spv").and_then(|i| args.get(i + 1)) {
@@ -882,7 +935,7 @@ fn main() {
             if product.prefetch { " prefetch" } else { "" },
             if product.tensor { " tensor" } else { "" },
             match conv {
-                Some(v) if product.stage => format!(" conv3x3 {}x{}x{}x{}>{} staged", v.images, v.height, v.width, v.channels, v.filters),
+                Some(v) if product.stage => format!(" conv3x3 {}x{}x{}x{}>{} staged{}", v.images, v.height, v.width, v.channels, v.filters, if product.double { " double" } else { "" }),
                 Some(v) => format!(" conv3x3 {}x{}x{}x{}>{} patch {}x{}", v.images, v.height, v.width, v.channels, v.filters, v.patch.0, v.patch.1),
                 None => String::new(),
             },
