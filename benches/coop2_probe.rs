@@ -1,23 +1,34 @@
 //! Whether NVIDIA's VK_NV_cooperative_matrix2 would lift the tensor-core products past what
-//! WGSL's cooperative matrices reach: a plain f16 matrix product (f32 accumulation) on
-//! workgroup-scope matrices, written as SPIR-V here and run through wgpu's passthrough
-//! shaders on a device opened with the extension. The driver stages those matrices through
-//! shared memory itself; WGSL (VK_KHR_cooperative_matrix, subgroup scope, 16x16x16) reached
-//! 223 TFLOP/s on 4096^3 on an H200 (`cargo bench --bench gemm -- --probe`, BENCHMARKS.md
-//! session 45), cuDNN's convolutions about 400 on ResNet's shapes (session 48).
+//! WGSL's cooperative matrices reach: f16 products (f32 accumulation) on workgroup-scope
+//! matrices, written as SPIR-V here and run through wgpu's passthrough shaders on a device
+//! opened with the extension. The driver stages those matrices through shared memory itself;
+//! WGSL (VK_KHR_cooperative_matrix, subgroup scope, 16x16x16) reached 223 TFLOP/s on 4096^3 on
+//! an H200 (`cargo bench --bench gemm -- --probe`, BENCHMARKS.md session 45). The answer, on
+//! the H200 (BENCHMARKS.md session 49, benches/results/2026-12-04): 271-306 TFLOP/s on plain
+//! products, 1.1-1.3x the engine on ResNet-50's 1x1 products, and no faster than the engine on
+//! 3x3 convolutions by either way of gathering A.
 //!
-//! `cargo bench --bench coop2_probe [-- --size N | --mnk MxNxK] [--a-col] [--b-col] [--prefetch] [--reps R]
-//! [--invocations I] [--tile MxNxK] [--spv FILE]`: `--a-col` reads A stored K x M, `--b-col` B stored
-//! N x K (the layouts of a weight and a data gradient), `--prefetch` loads a step ahead, `--split S`
-//! cuts K in S parts (a weight gradient's split K). It
-//! prints the extension's flexible dimensions and properties, then, on the workgroup-scope
-//! configuration with I invocations (the largest otherwise), for each workgroup tile the driver
-//! accepts (M, N, K a step; `--tile` one alone) the product's
-//! time and TFLOP/s, each checked against an f64 product on sampled entries (the operands are
-//! small multiples of 1/4, so every sum is exact in f32). On an adapter without the
-//! extension it says so and exits with status 0: nothing to measure. `--spv FILE` writes
-//! the 128 x 128 x 32 module (256 invocations) for spirv-dis and spirv-val and runs nothing. A probe, not an engine
-//! path: nothing in the library uses it.
+//! `cargo bench --bench coop2_probe -- [--size N | --mnk MxNxK | --conv N,H,W,C,F] [--reps R]
+//! [--invocations I] [--tile MxNxK] [--a-col] [--b-col] [--split S] [--prefetch] [--tensor]
+//! [--patch RxC] [--stage] [--double] [--spv FILE]`:
+//! - the product is the cube of `--size` (4096), `--mnk`'s, or a 3x3 convolution's (stride 1,
+//!   padding 1; NHWC images, taps' weights 9 C x F, M = N H W, K = 9 C);
+//! - `--a-col` reads A stored K x M, `--b-col` B stored N x K (a weight's and a data
+//!   gradient's layouts), `--split S` cuts K in S parts summed afterwards (a weight gradient's
+//!   split K), `--prefetch` loads the next step's operands before this step's product,
+//!   `--tensor` reads A through a 2-D tensor layout (SPV_NV_tensor_addressing);
+//! - a convolution's A is gathered through a clamped 4-D tensor layout over a patch of `--patch`
+//!   output pixels (8x16), or with `--stage` by the workgroup into shared memory (flat output
+//!   pixels; `--double` two shared tiles, the next step's gather in flight during the product).
+//!
+//! It prints the extension's flexible dimensions and properties, then, on the workgroup-scope
+//! configuration with I invocations (the largest otherwise), for each tile the driver accepts
+//! (M, N, K a step; `--tile` one alone) the time and TFLOP/s, checked against f64 on sampled
+//! entries (the operands are small multiples of 1/4, so every sum is exact in f32). A lost
+//! device or a failed read is reported and ends the run with status 2. On an adapter without
+//! the extension it says so and exits with status 0: nothing to measure. `--spv FILE` writes
+//! the 128 x 128 x 32 module (256 invocations) for spirv-dis and spirv-val and runs nothing. A
+//! probe, not an engine path: nothing in the library uses it.
 //!
 //! Every `unsafe` block is either a Vulkan query through ash on the adapter wgpu opened, the
 //! device creation with one more extension and its feature struct (both outliving the call),
