@@ -409,17 +409,21 @@ fn gemm_module(p: Product) -> Vec<u32> {
             (a, o)
         }
     };
+    // A convolution's K runs tap by tap, C channels each: depth `kk`'s channel and tap (row,
+    // column).
+    let tap_of = |s: &mut Module, kk: u32| -> (u32, u32, u32) {
+        let ch = k(s, p.conv.map_or(1, |v| v.channels));
+        let tap = s.value(Op::UDiv, u32_t, &[kk, ch]);
+        let c0 = s.value(Op::UMod, u32_t, &[kk, ch]);
+        let three = k(s, 3);
+        (c0, s.value(Op::UDiv, u32_t, &[tap, three]), s.value(Op::UMod, u32_t, &[tap, three]))
+    };
     // A staged convolution's A tile at depth `kk`: every thread's quads of it, read from the
     // images (row r is output pixel m0 + r; its tap's source pixel read if inside the image,
     // from an address clamped to 0 otherwise and then replaced by zeros), with where each goes.
     let gather = |s: &mut Module, kk: u32| -> Vec<(u32, u32)> {
         let v = p.conv.expect("a staged convolution");
-        let ch = k(s, v.channels);
-        let tap = s.value(Op::UDiv, u32_t, &[kk, ch]);
-        let c0 = s.value(Op::UMod, u32_t, &[kk, ch]);
-        let three = k(s, 3);
-        let ky = s.value(Op::UDiv, u32_t, &[tap, three]);
-        let kx = s.value(Op::UMod, u32_t, &[tap, three]);
+        let (c0, ky, kx) = tap_of(s, kk);
         let eight = k(s, 8);
         let q0 = s.value(Op::UDiv, u32_t, &[c0, eight]);
         let (hw, h, w, c8, qpr, one) = (k(s, v.height * v.width), k(s, v.height), k(s, v.width), k(s, v.channels / 8), k(s, quads_per_row), k(s, 1));
@@ -467,19 +471,17 @@ fn gemm_module(p: Product) -> Vec<u32> {
             s.op(Part::Code, Op::Store, &[dst, quad]);
         }
     };
-    // B's tile at depth `kk`.
-    let load_b = |s: &mut Module, kk: u32| -> u32 {
-        let b_off = if p.b_col {
-            let z = s.value(Op::IMul, u32_t, &[n0, c_k]);
-            s.value(Op::IAdd, u32_t, &[z, kk])
-        } else {
-            let z = s.value(Op::IMul, u32_t, &[kk, c_n]);
-            s.value(Op::IAdd, u32_t, &[z, n0])
-        };
-        let p_b = s.value(Op::AccessChain, p_sb_f16, &[buf_b, zero, b_off]);
-        let (layout, stride) = if p.b_col { (col_major, c_k) } else { (row_major, c_n) };
-        s.value(Op::CooperativeMatrixLoadKHR, mat_b, &[p_b, layout, stride])
+    // The `mat` tile at (row, col) of a `rows` x `cols` operand in `buf`, stored row-major or
+    // transposed (`col_major`).
+    let operand = |s: &mut Module, (buf, mat, col_major_stored): (u32, u32, bool), (row, col): (u32, u32), (rows, cols): (u32, u32)| -> u32 {
+        let (outer, inner, stride, layout) = if col_major_stored { (col, row, rows, col_major) } else { (row, col, cols, row_major) };
+        let x = s.value(Op::IMul, u32_t, &[outer, stride]);
+        let at = s.value(Op::IAdd, u32_t, &[x, inner]);
+        let ptr = s.value(Op::AccessChain, p_sb_f16, &[buf, zero, at]);
+        s.value(Op::CooperativeMatrixLoadKHR, mat, &[ptr, layout, stride])
     };
+    // B's tile at depth `kk`.
+    let load_b = |s: &mut Module, kk: u32| -> u32 { operand(s, (buf_b, mat_b, p.b_col), (kk, n0), (c_k, c_n)) };
     // A's and B's tiles at depth `kk`.
     let load = |s: &mut Module, kk: u32| -> (u32, u32) {
         let a = match p.conv {
@@ -496,14 +498,8 @@ fn gemm_module(p: Product) -> Vec<u32> {
                 s.value(Op::CooperativeMatrixLoadKHR, mat_a, &[tile, row_major, qpr])
             }
             Some(v) => {
-                // K runs tap by tap, C channels each: the tap's shift of the patch, clamped
-                // to zero outside the image.
-                let ch = k(s, v.channels);
-                let tap = s.value(Op::UDiv, u32_t, &[kk, ch]);
-                let c0 = s.value(Op::UMod, u32_t, &[kk, ch]);
-                let three = k(s, 3);
-                let ky = s.value(Op::UDiv, u32_t, &[tap, three]);
-                let kx = s.value(Op::UMod, u32_t, &[tap, three]);
+                // The tap's shift of the patch, clamped to zero outside the image.
+                let (c0, ky, kx) = tap_of(s, kk);
                 let one = k(s, 1);
                 let y = s.value(Op::IAdd, u32_t, &[patch_y, ky]);
                 let y = s.value(Op::ISub, u32_t, &[y, one]);
@@ -517,18 +513,7 @@ fn gemm_module(p: Product) -> Vec<u32> {
                 let l = s.value(Op::TensorLayoutSliceNV, layout2, &[a_layout, m0, c_tm, kk, c_tk]);
                 s.value(Op::CooperativeMatrixLoadTensorNV, mat_a, &[a_base, zero_a, l, 0, 0])
             }
-            None => {
-                let a_off = if p.a_col {
-                    let x = s.value(Op::IMul, u32_t, &[kk, c_m]);
-                    s.value(Op::IAdd, u32_t, &[x, m0])
-                } else {
-                    let x = s.value(Op::IMul, u32_t, &[m0, c_k]);
-                    s.value(Op::IAdd, u32_t, &[x, kk])
-                };
-                let p_a = s.value(Op::AccessChain, p_sb_f16, &[buf_a, zero, a_off]);
-                let (layout, stride) = if p.a_col { (col_major, c_m) } else { (row_major, c_k) };
-                s.value(Op::CooperativeMatrixLoadKHR, mat_a, &[p_a, layout, stride])
-            }
+            None => operand(s, (buf_a, mat_a, p.a_col), (m0, kk), (c_m, c_k)),
         };
         (a, load_b(s, kk))
     };
