@@ -29,8 +29,7 @@ fn main() {
     println!("cargo:rustc-env=CONVOY_COMMIT={commit}");
     // A new commit moves HEAD or the branch it names; staging a change rewrites the index
     // (which `git status` reads). Outside a git checkout none exist and the value stays.
-    let git = Command::new("git").args(["rev-parse", "--git-dir"]).output().ok().filter(|o| o.status.success());
-    if let Some(dir) = git.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()) {
+    if let Some(dir) = git(&["rev-parse", "--git-dir"]) {
         for f in ["HEAD", "index", "refs/heads"] {
             let p = std::path::Path::new(&dir).join(f);
             if p.exists() {
