@@ -418,6 +418,11 @@ fn gemm_module(p: Product) -> Vec<u32> {
         let three = k(s, 3);
         (c0, s.value(Op::UDiv, u32_t, &[tap, three]), s.value(Op::UMod, u32_t, &[tap, three]))
     };
+    // A source row or column: `at` moved by a tap's offset (0, 1 or 2) less the padding (`one`).
+    let shift = |s: &mut Module, at: u32, tap: u32, one: u32| -> u32 {
+        let moved = s.value(Op::IAdd, u32_t, &[at, tap]);
+        s.value(Op::ISub, u32_t, &[moved, one])
+    };
     // A staged convolution's A tile at depth `kk`: every thread's quads of it, read from the
     // images (row r is output pixel m0 + r; its tap's source pixel read if inside the image,
     // from an address clamped to 0 otherwise and then replaced by zeros), with where each goes.
@@ -440,10 +445,7 @@ fn gemm_module(p: Product) -> Vec<u32> {
             let rem = s.value(Op::UMod, u32_t, &[m, hw]);
             let y = s.value(Op::UDiv, u32_t, &[rem, w]);
             let x = s.value(Op::UMod, u32_t, &[rem, w]);
-            let yy = s.value(Op::IAdd, u32_t, &[y, ky]);
-            let yy = s.value(Op::ISub, u32_t, &[yy, one]);
-            let xx = s.value(Op::IAdd, u32_t, &[x, kx]);
-            let xx = s.value(Op::ISub, u32_t, &[xx, one]);
+            let (yy, xx) = (shift(s, y, ky, one), shift(s, x, kx, one));
             let in_y = s.value(Op::ULessThan, bool_t, &[yy, h]);
             let in_x = s.value(Op::ULessThan, bool_t, &[xx, w]);
             let inside = s.value(Op::LogicalAnd, bool_t, &[in_y, in_x]);
@@ -501,10 +503,7 @@ fn gemm_module(p: Product) -> Vec<u32> {
                 // The tap's shift of the patch, clamped to zero outside the image.
                 let (c0, ky, kx) = tap_of(s, kk);
                 let one = k(s, 1);
-                let y = s.value(Op::IAdd, u32_t, &[patch_y, ky]);
-                let y = s.value(Op::ISub, u32_t, &[y, one]);
-                let x = s.value(Op::IAdd, u32_t, &[patch_x, kx]);
-                let x = s.value(Op::ISub, u32_t, &[x, one]);
+                let (y, x) = (shift(s, patch_y, ky, one), shift(s, patch_x, kx, one));
                 let (rows, cols) = (k(s, v.patch.0), k(s, v.patch.1));
                 let l = s.value(Op::TensorLayoutSliceNV, layout4, &[a_layout, wz, one, y, rows, x, cols, c0, c_tk]);
                 s.value(Op::CooperativeMatrixLoadTensorNV, mat_a, &[a_base, zero_a, l, 0, 0])

@@ -76,6 +76,12 @@ CoopProperties.STYPE = 1000506001
 FlexibleProperties.STYPE = 1000593001
 
 
+def types(p):
+    """A shape's operand types and scope, as "f16*f16+f32->f32 subgroup"."""
+    name = lambda t: COMPONENT.get(t, t)
+    return f"{name(p.A)}*{name(p.B)}+{name(p.C)}->{name(p.Result)} {SCOPE.get(p.scope, p.scope)}"
+
+
 def main(argv):
     vk = C.CDLL("libvulkan.so.1")
     vk.vkGetInstanceProcAddr.restype = C.c_void_p
@@ -113,9 +119,7 @@ def main(argv):
                  "extensions": {k: v for k, v in names.items() if "cooperative" in k or "shader_float16" in k
                                 or "bfloat16" in k or "integer_dot" in k}}
         if "VK_KHR_cooperative_matrix" in names and coop_khr:
-            entry["khr_shapes"] = [f"{p.M}x{p.N}x{p.K} {COMPONENT.get(p.A, p.A)}*{COMPONENT.get(p.B, p.B)}"
-                                   f"+{COMPONENT.get(p.C, p.C)}->{COMPONENT.get(p.Result, p.Result)} "
-                                   f"{SCOPE.get(p.scope, p.scope)}"
+            entry["khr_shapes"] = [f"{p.M}x{p.N}x{p.K} {types(p)}"
                                    for p in listed(coop_khr, C.c_void_p(device), kind=CoopProperties)]
         if "VK_NV_cooperative_matrix2" in names:
             if features2:
@@ -124,10 +128,7 @@ def main(argv):
                 features2(C.c_void_p(device), C.byref(f2))
                 entry["coop2_features"] = {n: bool(getattr(coop2, n)) for n in COOP2_FEATURES}
             if flexible:
-                entry["coop2_flexible"] = [f"{p.M}x{p.N}x{p.K} granularity {COMPONENT.get(p.A, p.A)}*"
-                                           f"{COMPONENT.get(p.B, p.B)}+{COMPONENT.get(p.C, p.C)}->"
-                                           f"{COMPONENT.get(p.Result, p.Result)} {SCOPE.get(p.scope, p.scope)}"
-                                           f" {p.workgroupInvocations} invocations"
+                entry["coop2_flexible"] = [f"{p.M}x{p.N}x{p.K} granularity {types(p)} {p.workgroupInvocations} invocations"
                                            for p in listed(flexible, C.c_void_p(device), kind=FlexibleProperties)]
         out.append(entry)
         print(json.dumps(entry, indent=1))
